@@ -1,0 +1,44 @@
+# streamflow task runner: used by humans and by .ci/run alike. `make help` lists targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+
+help: ## List targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,kafka]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install streamflow with dev and kafka extras
+
+demo: $(STAMP) ## Run the example order workflow on the embedded RocksDB engine
+	$(BIN)/streamflow demo
+
+fmt: $(STAMP) ## Format and auto-fix
+	$(BIN)/ruff format streamflow tests bench examples
+	$(BIN)/ruff check --fix streamflow tests bench examples
+
+lint: $(STAMP) ## ruff (lint + format check) and the import-linter contracts
+	$(BIN)/ruff check streamflow tests bench examples
+	$(BIN)/ruff format --check streamflow tests bench examples
+	$(BIN)/lint-imports
+
+type: $(STAMP) ## mypy --strict on streamflow/
+	$(BIN)/mypy
+
+pytest: $(STAMP) ## Run the test suite only
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: lint type pytest ## Everything CI checks: lint, types, import contracts, tests
+
+bench: $(STAMP) ## Run the benchmarks in bench/ (figures, not pass/fail)
+	$(BIN)/python -m bench.embedded
+
+.PHONY: help install demo fmt lint type pytest test bench
