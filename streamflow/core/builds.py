@@ -1,0 +1,49 @@
+"""Runtime-build admission: which pinned (or unpinned) runs an engine may replay."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from streamflow.core.ids import RuntimeBuildId
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeBuildCompatibility:
+    """The builds an engine or topology group admits.
+
+    Exact set membership, never version comparison. Unpinned runs are admitted only with
+    :meth:`accept_unpinned` (a bounded migration aid).
+    """
+
+    current: RuntimeBuildId
+    """The build this process runs."""
+    compatible: frozenset[RuntimeBuildId] = field(default_factory=frozenset)
+    """Older builds whose histories this code is known to replay."""
+    accepts_unpinned: bool = False
+    """Whether runs without a build pin are admitted."""
+
+    @staticmethod
+    def new(current: str) -> RuntimeBuildCompatibility:
+        return RuntimeBuildCompatibility(current=RuntimeBuildId(current))
+
+    def with_compatible_build(self, build: str) -> RuntimeBuildCompatibility:
+        return replace(self, compatible=self.compatible | {RuntimeBuildId(build)})
+
+    def accept_unpinned(self) -> RuntimeBuildCompatibility:
+        return replace(self, accepts_unpinned=True)
+
+    def supports(self, build: str | None) -> bool:
+        if build is None:
+            return self.accepts_unpinned
+        return build == self.current or build in self.compatible
+
+    def builds(self) -> list[str]:
+        """Every pinned build admitted, current first."""
+        return [str(self.current), *sorted(str(b) for b in self.compatible - {self.current})]
+
+
+def admits(compatibility: RuntimeBuildCompatibility | None, build: str | None) -> bool:
+    """An unconfigured engine admits only unpinned runs."""
+    if compatibility is None:
+        return build is None
+    return compatibility.supports(build)

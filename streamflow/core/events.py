@@ -1,0 +1,425 @@
+"""The 27 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
+
+JSON is internally tagged: ``{"type": "step_completed", "step_id": …, "output": …}``. Each event
+class declares its fields once, as ``(name, codec)`` pairs, and the generic encoder/decoder
+uses them, so adding a field cannot forget one direction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+from streamflow.core.errors import SerializationError
+from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.retry import RetryPolicy
+from streamflow.core.spec import WorkflowSpec
+from streamflow.core.timeutil import format_utc, parse_utc
+from streamflow.core.values import (
+    CancellationRequest,
+    ChildOperationReference,
+    ChildWorkflowCancellationPolicy,
+    WorkflowProgress,
+    WorkflowSignal,
+    WorkflowTerminalOutcome,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Codec:
+    """How one event field maps to and from JSON."""
+
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+    optional: bool = False
+
+
+def _ident(value: Any) -> Any:
+    return value
+
+
+def _req_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise SerializationError(f"expected a string, got {value!r}")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else _req_str(value)
+
+
+def _u32(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise SerializationError(f"expected a u32, got {value!r}")
+    return value
+
+
+def _opt_utc_enc(value: datetime | None) -> str | None:
+    return None if value is None else format_utc(value)
+
+
+def _opt_utc_dec(value: Any) -> datetime | None:
+    return None if value is None else parse_utc(value)
+
+
+JSON = Codec(_ident, _ident)
+STR = Codec(_ident, _req_str)
+OPT_STR = Codec(_ident, _opt_str, optional=True)
+U32 = Codec(_ident, _u32)
+UTC = Codec(format_utc, parse_utc)
+OPT_UTC = Codec(_opt_utc_enc, _opt_utc_dec, optional=True)
+SPEC = Codec(lambda v: v.to_json(), WorkflowSpec.from_json)
+RETRY = Codec(lambda v: v.to_json(), RetryPolicy.from_json, optional=True)
+REQUEST = Codec(lambda v: v.to_json(), CancellationRequest.from_json)
+PROGRESS = Codec(lambda v: v.to_json(), WorkflowProgress.from_json)
+CHILD_REF = Codec(lambda v: v.to_json(), ChildOperationReference.from_json)
+SIGNAL = Codec(lambda v: v.to_json(), WorkflowSignal.from_json)
+OUTCOME = Codec(lambda v: v.to_json(), WorkflowTerminalOutcome.from_json)
+CHILD_POLICY = Codec(
+    lambda v: v.value,
+    lambda v: ChildWorkflowCancellationPolicy(v or "request_cancellation"),
+    optional=True,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowEvent:
+    """Base of every history event. ``TYPE`` is the JSON tag, ``KEY`` the dot key."""
+
+    TYPE: ClassVar[str] = ""
+    KEY: ClassVar[str] = ""
+    TERMINAL: ClassVar[bool] = False
+    FIELDS: ClassVar[tuple[tuple[str, Codec], ...]] = ()
+
+    def event_key(self) -> str:
+        """The seed's routing / metrics key, e.g. ``flow.step.completed``."""
+        return self.KEY
+
+    @property
+    def type(self) -> str:
+        return self.TYPE
+
+    def is_terminal(self) -> bool:
+        return self.TERMINAL
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.TYPE}
+        for name, codec in self.FIELDS:
+            value = getattr(self, name)
+            out[name] = None if value is None else codec.encode(value)
+        return out
+
+    @staticmethod
+    def from_json(data: object) -> FlowEvent:
+        if not isinstance(data, Mapping):
+            raise SerializationError(f"event must be a JSON object, got {data!r}")
+        tag = data.get("type")
+        cls = EVENT_TYPES.get(tag) if isinstance(tag, str) else None
+        if cls is None:
+            raise SerializationError(f"unknown event type {tag!r}")
+        kwargs: dict[str, Any] = {}
+        for name, codec in cls.FIELDS:
+            raw = data.get(name)
+            if raw is None and name not in data and not codec.optional:
+                raise SerializationError(f"event {tag} is missing field {name!r}")
+            try:
+                kwargs[name] = codec.decode(raw) if (raw is not None or codec.optional) else None
+            except SerializationError as exc:
+                raise SerializationError(f"event {tag} field {name!r}: {exc}") from exc
+        return cls(**kwargs)
+
+
+def _event(
+    type_: str, key: str, fields: tuple[tuple[str, Codec], ...], *, terminal: bool = False
+) -> Callable[[type[FlowEvent]], type[FlowEvent]]:
+    def register(cls: type[FlowEvent]) -> type[FlowEvent]:
+        cls.TYPE, cls.KEY, cls.FIELDS, cls.TERMINAL = type_, key, fields, terminal
+        EVENT_TYPES[type_] = cls
+        return cls
+
+    return register
+
+
+EVENT_TYPES: dict[str, type[FlowEvent]] = {}
+
+
+@_event("run_created", "flow.run.created", (("spec", SPEC), ("input", JSON)))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreated(FlowEvent):
+    spec: WorkflowSpec
+    input: JsonValue = None
+
+
+@_event("run_started", "flow.run.started", ())
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted(FlowEvent):
+    pass
+
+
+@_event("run_completed", "flow.run.completed", (("output", JSON),), terminal=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCompleted(FlowEvent):
+    output: JsonValue = None
+
+
+@_event("run_failed", "flow.run.failed", (("error", STR),), terminal=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFailed(FlowEvent):
+    error: str
+
+
+@_event("run_cancellation_requested", "flow.run.cancellation.requested", (("request", REQUEST),))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCancellationRequested(FlowEvent):
+    request: CancellationRequest
+
+
+@_event("run_cancelled", "flow.run.cancelled", (("reason", OPT_STR),), terminal=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCancelled(FlowEvent):
+    reason: str | None = None
+
+
+@_event(
+    "run_timed_out", "flow.run.timed_out", (("deadline", UTC), ("reason", OPT_STR)), terminal=True
+)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunTimedOut(FlowEvent):
+    deadline: datetime
+    reason: str | None = None
+
+
+@_event(
+    "run_retry_exhausted",
+    "flow.run.retry_exhausted",
+    (("step_id", STR), ("attempt", U32), ("error", STR)),
+    terminal=True,
+)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRetryExhausted(FlowEvent):
+    step_id: str
+    attempt: int
+    error: str
+
+
+@_event("run_host_shutdown", "flow.run.host_shutdown", (("reason", OPT_STR),), terminal=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunHostShutdown(FlowEvent):
+    reason: str | None = None
+
+
+@_event(
+    "run_continued_as_new",
+    "flow.run.continued_as_new",
+    (("successor_run_id", STR), ("input", JSON)),
+    terminal=True,
+)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunContinuedAsNew(FlowEvent):
+    successor_run_id: str
+    input: JsonValue = None
+
+
+@_event("run_progress_recorded", "flow.run.progress.recorded", (("progress", PROGRESS),))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunProgressRecorded(FlowEvent):
+    progress: WorkflowProgress
+
+
+@_event("child_operation_linked", "flow.child.operation.linked", (("child", CHILD_REF),))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildOperationLinked(FlowEvent):
+    child: ChildOperationReference
+
+
+@_event(
+    "child_workflow_requested",
+    "flow.child.workflow.requested",
+    (
+        ("child_id", STR),
+        ("child_run_id", STR),
+        ("spec", SPEC),
+        ("input", JSON),
+        ("cancellation_policy", CHILD_POLICY),
+    ),
+)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildWorkflowRequested(FlowEvent):
+    child_id: str
+    child_run_id: str
+    spec: WorkflowSpec
+    input: JsonValue = None
+    cancellation_policy: ChildWorkflowCancellationPolicy = (
+        ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
+    )
+
+
+@_event(
+    "child_workflow_resolved",
+    "flow.child.workflow.resolved",
+    (("child_id", STR), ("outcome", OUTCOME)),
+)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildWorkflowResolved(FlowEvent):
+    child_id: str
+    outcome: WorkflowTerminalOutcome
+
+
+@_event("signal_received", "flow.signal.received", (("signal", SIGNAL),))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalReceived(FlowEvent):
+    signal: WorkflowSignal
+
+
+@_event("signal_wait_created", "flow.signal.wait.created", (("wait_id", STR), ("signal_name", STR)))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalWaitCreated(FlowEvent):
+    wait_id: str
+    signal_name: str
+
+
+@_event(
+    "signal_wait_completed", "flow.signal.wait.completed", (("wait_id", STR), ("signal_id", STR))
+)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalWaitCompleted(FlowEvent):
+    wait_id: str
+    signal_id: str
+
+
+@_event(
+    "step_created",
+    "flow.step.created",
+    (("step_id", STR), ("step_name", STR), ("input", JSON), ("retry", RETRY)),
+)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCreated(FlowEvent):
+    step_id: str
+    step_name: str
+    input: JsonValue = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@_event("step_started", "flow.step.started", (("step_id", STR), ("attempt", U32)))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStarted(FlowEvent):
+    step_id: str
+    attempt: int
+
+
+@_event("step_completed", "flow.step.completed", (("step_id", STR), ("output", JSON)))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCompleted(FlowEvent):
+    step_id: str
+    output: JsonValue = None
+
+
+@_event(
+    "step_retrying",
+    "flow.step.retrying",
+    (("step_id", STR), ("attempt", U32), ("error", STR), ("retry_after", OPT_UTC)),
+)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRetrying(FlowEvent):
+    step_id: str
+    attempt: int
+    error: str
+    retry_after: datetime | None = None
+
+
+@_event("step_failed", "flow.step.failed", (("step_id", STR), ("attempt", U32), ("error", STR)))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepFailed(FlowEvent):
+    step_id: str
+    attempt: int
+    error: str
+
+
+@_event("wait_created", "flow.wait.created", (("wait_id", STR), ("resume_at", UTC)))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitCreated(FlowEvent):
+    wait_id: str
+    resume_at: datetime
+
+
+@_event("wait_completed", "flow.wait.completed", (("wait_id", STR),))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitCompleted(FlowEvent):
+    wait_id: str
+
+
+@_event(
+    "hook_created",
+    "flow.hook.created",
+    (("hook_id", STR), ("token", STR), ("metadata", JSON)),
+)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookCreated(FlowEvent):
+    hook_id: str
+    token: str
+    metadata: JsonValue = None
+
+    def __repr__(self) -> str:
+        return f"HookCreated(hook_id={self.hook_id!r}, token='<redacted>')"
+
+
+@_event("hook_received", "flow.hook.received", (("hook_id", STR), ("payload", JSON)))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookReceived(FlowEvent):
+    hook_id: str
+    payload: JsonValue = None
+
+
+@_event("hook_disposed", "flow.hook.disposed", (("hook_id", STR),))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookDisposed(FlowEvent):
+    hook_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowEventEnvelope:
+    """One committed event with the fields the store assigned to it."""
+
+    run_id: str
+    """The run stream this event belongs to."""
+    sequence: int
+    """Per-run position, contiguous from 1."""
+    event_id: str
+    """Unique id (UUID text) assigned at append."""
+    timestamp: datetime
+    """UTC instant assigned at append."""
+    event: FlowEvent
+    """The event itself."""
+
+    def event_key(self) -> str:
+        return self.event.KEY
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "sequence": self.sequence,
+            "event_id": self.event_id,
+            "timestamp": format_utc(self.timestamp),
+            "event": self.event.to_json(),
+        }
+
+    @staticmethod
+    def from_json(data: object) -> FlowEventEnvelope:
+        if not isinstance(data, Mapping):
+            raise SerializationError(f"event envelope must be a JSON object, got {data!r}")
+        sequence = data.get("sequence")
+        if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 1:
+            raise SerializationError(f"event envelope sequence must be >= 1, got {sequence!r}")
+        return FlowEventEnvelope(
+            run_id=_req_str(data.get("run_id")),
+            sequence=sequence,
+            event_id=_req_str(data.get("event_id")),
+            timestamp=parse_utc(data.get("timestamp")),  # type: ignore[arg-type]
+            event=FlowEvent.from_json(data.get("event")),
+        )
+
+
+History = list[FlowEventEnvelope]
+"""A run's committed events, from sequence 1 (the store methods are named ``list``)."""

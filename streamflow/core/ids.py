@@ -1,0 +1,78 @@
+"""Identifier rules: run ids, runtime build ids and workflow patch marker ids."""
+
+from __future__ import annotations
+
+import re
+
+from streamflow.core.errors import InvalidRunId, InvalidRuntimeBuildId, InvalidWorkflowPatchId
+
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
+_BUILD_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9\-_.:+/@]*[A-Za-z0-9])?")
+_PATCH_ID = re.compile(r"[a-z0-9](?:[a-z0-9\-_.]*[a-z0-9])?")
+MAX_IDENTIFIER_BYTES = 128
+MAX_WORKFLOW_PATCH_MARKERS = 256
+
+
+def validate_run_id(run_id: object) -> str:
+    """Return ``run_id`` if it is 1+ of ``[A-Za-z0-9_-]``; otherwise raise ``InvalidRunId``."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise InvalidRunId(str(run_id))
+    return run_id
+
+
+def is_valid_run_id(run_id: object) -> bool:
+    return isinstance(run_id, str) and _RUN_ID.fullmatch(run_id) is not None
+
+
+class RuntimeBuildId(str):
+    """An opaque runtime build identity pinned in a run's spec.
+
+    1-128 ASCII bytes, first and last character alphanumeric, other characters from
+    ``A-Z a-z 0-9 - _ . : + / @``. Change it whenever replay-relevant code changes.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, value: str) -> RuntimeBuildId:
+        if not isinstance(value, str):
+            raise InvalidRuntimeBuildId(f"runtime build id must be a string, got {value!r}")
+        if not value:
+            raise InvalidRuntimeBuildId("runtime build id must not be empty")
+        if not value.isascii() or len(value) > MAX_IDENTIFIER_BYTES:
+            raise InvalidRuntimeBuildId(
+                f"runtime build id {value!r} must be 1-{MAX_IDENTIFIER_BYTES} ASCII bytes"
+            )
+        if not _BUILD_ID.fullmatch(value):
+            raise InvalidRuntimeBuildId(
+                f"runtime build id {value!r} must start and end with a letter or digit and use "
+                "only A-Z a-z 0-9 - _ . : + / @"
+            )
+        return super().__new__(cls, value)
+
+    def __repr__(self) -> str:
+        return f"RuntimeBuildId({str(self)!r})"
+
+
+class WorkflowPatchId(str):
+    """A patch marker id: 1-128 ASCII bytes of ``a-z 0-9 - _ .``, first and last ``a-z0-9``."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: str) -> WorkflowPatchId:
+        if not isinstance(value, str):
+            raise InvalidWorkflowPatchId(f"workflow patch id must be a string, got {value!r}")
+        if not value:
+            raise InvalidWorkflowPatchId("workflow patch id must not be empty")
+        if not value.isascii() or len(value) > MAX_IDENTIFIER_BYTES:
+            raise InvalidWorkflowPatchId(
+                f"workflow patch id {value!r} must be 1-{MAX_IDENTIFIER_BYTES} ASCII bytes"
+            )
+        if not _PATCH_ID.fullmatch(value):
+            raise InvalidWorkflowPatchId(
+                f"workflow patch id {value!r} must start and end with a lowercase letter or digit "
+                "and use only a-z 0-9 - _ ."
+            )
+        return super().__new__(cls, value)
+
+    def __repr__(self) -> str:
+        return f"WorkflowPatchId({str(self)!r})"

@@ -1,0 +1,114 @@
+"""Read-only aggregates over snapshots: run summaries and open suspensions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowRunSummary:
+    """Counts per status, and actionable work counted only for non-terminal runs."""
+
+    total: int = 0
+    pending: int = 0
+    running: int = 0
+    suspended: int = 0
+    cancelling: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    continued_as_new: int = 0
+    terminal: int = 0
+    non_terminal: int = 0
+    open_waits: int = 0
+    active_hooks: int = 0
+    pending_retries: int = 0
+    open_child_workflows: int = 0
+    open_signal_waits: int = 0
+
+
+def summarize(snapshots: Iterable[WorkflowRunSnapshot]) -> WorkflowRunSummary:
+    counts = dict.fromkeys(WorkflowRunSummary.__dataclass_fields__, 0)
+    for snap in snapshots:
+        counts["total"] += 1
+        counts[snap.status.value] += 1
+        if snap.is_terminal:
+            counts["terminal"] += 1
+            continue
+        counts["non_terminal"] += 1
+        counts["open_waits"] += len(snap.open_waits)
+        counts["active_hooks"] += len(snap.active_hooks)
+        counts["pending_retries"] += len(snap.retry_steps)
+        counts["open_child_workflows"] += len(snap.open_children)
+        counts["open_signal_waits"] += len(snap.open_signal_waits)
+    return WorkflowRunSummary(**counts)
+
+
+class SuspensionKind(StrEnum):
+    WAIT = "wait"
+    HOOK = "hook"
+    RETRY = "retry"
+    CHILD_WORKFLOW = "child_workflow"
+    SIGNAL = "signal"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowRunSuspension:
+    """One open suspension of a non-terminal run."""
+
+    kind: SuspensionKind
+    """What the run waits on."""
+    run_id: str
+    """The suspended run."""
+    subject_id: str
+    """Wait, hook, step, child or signal-wait id."""
+    scheduled_at: datetime | None = None
+    """Due time for waits and retries (``None`` for hooks, children and signals)."""
+    due: bool = False
+    """Whether it is due at the ``now`` it was listed for."""
+
+
+def open_suspensions(
+    snapshots: Iterable[WorkflowRunSnapshot], now: datetime
+) -> list[WorkflowRunSuspension]:
+    out: list[WorkflowRunSuspension] = []
+    for snap in snapshots:
+        if snap.is_terminal or snap.base_status is WorkflowRunStatus.PENDING:
+            continue
+        for wait_id in snap.open_waits:
+            at = snap.waits[wait_id].resume_at
+            out.append(
+                WorkflowRunSuspension(
+                    kind=SuspensionKind.WAIT,
+                    run_id=snap.run_id,
+                    subject_id=wait_id,
+                    scheduled_at=at,
+                    due=at <= now,
+                )
+            )
+        for step_id in snap.retry_steps:
+            after = snap.steps[step_id].retry_after
+            out.append(
+                WorkflowRunSuspension(
+                    kind=SuspensionKind.RETRY,
+                    run_id=snap.run_id,
+                    subject_id=step_id,
+                    scheduled_at=after,
+                    due=after is not None and after <= now,
+                )
+            )
+        for kind, ids in (
+            (SuspensionKind.HOOK, snap.active_hooks),
+            (SuspensionKind.CHILD_WORKFLOW, snap.open_children),
+            (SuspensionKind.SIGNAL, snap.open_signal_waits),
+        ):
+            out.extend(
+                WorkflowRunSuspension(kind=kind, run_id=snap.run_id, subject_id=i) for i in ids
+            )
+    out.sort(key=lambda s: (s.run_id, s.kind.value, s.subject_id))
+    return out

@@ -1,0 +1,397 @@
+"""Small value types carried by commands and events: progress, child references, cancellation
+requests, signals, hook metadata, child policies and typed terminal outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from streamflow.core.errors import InvalidTransition, SerializationError
+from streamflow.core.ids import is_valid_run_id
+from streamflow.core.jsonvalue import JsonValue, normalize
+from streamflow.core.timeutil import format_utc, parse_utc
+
+
+def _blank(value: object) -> bool:
+    return not isinstance(value, str) or not value.strip()
+
+
+def _obj(data: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise SerializationError(f"{what} must be a JSON object, got {data!r}")
+    return data
+
+
+def _str(data: Mapping[str, Any], key: str, what: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise SerializationError(f"{what}.{key} must be a string, got {value!r}")
+    return value
+
+
+def _opt_str(data: Mapping[str, Any], key: str, what: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise SerializationError(f"{what}.{key} must be a string or null, got {value!r}")
+    return value
+
+
+def _uint(data: Mapping[str, Any], key: str, what: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SerializationError(f"{what}.{key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowProgress:
+    """A durable progress record, idempotent by ``progress_id``."""
+
+    progress_id: str
+    """Stable identity of this progress point."""
+    completed: int
+    """Units done."""
+    total: int | None = None
+    """Units overall, if known (> 0 and >= completed)."""
+    message: str | None = None
+    """Human-readable status line."""
+    details: JsonValue = None
+    """Free-form JSON details."""
+
+    def with_total(self, total: int) -> WorkflowProgress:
+        return replace(self, total=total)
+
+    def with_message(self, message: str) -> WorkflowProgress:
+        return replace(self, message=message)
+
+    def with_details(self, details: object) -> WorkflowProgress:
+        return replace(self, details=normalize(details, "progress details"))
+
+    def validate(self) -> WorkflowProgress:
+        if _blank(self.progress_id):
+            raise InvalidTransition("progress id must not be empty")
+        if isinstance(self.completed, bool) or not isinstance(self.completed, int):
+            raise InvalidTransition(f"progress {self.progress_id} completed must be an integer")
+        if self.completed < 0:
+            raise InvalidTransition(f"progress {self.progress_id} completed must not be negative")
+        if self.total is not None:
+            if isinstance(self.total, bool) or not isinstance(self.total, int) or self.total <= 0:
+                raise InvalidTransition(f"progress {self.progress_id} total must be > 0")
+            if self.completed > self.total:
+                raise InvalidTransition(
+                    f"progress {self.progress_id} completed {self.completed} exceeds total "
+                    f"{self.total}"
+                )
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"progress_id": self.progress_id, "completed": self.completed}
+        if self.total is not None:
+            out["total"] = self.total
+        if self.message is not None:
+            out["message"] = self.message
+        if self.details is not None:
+            out["details"] = self.details
+        return out
+
+    @staticmethod
+    def from_json(data: object) -> WorkflowProgress:
+        obj = _obj(data, "progress")
+        total = obj.get("total")
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
+            raise SerializationError(f"progress.total must be an integer, got {total!r}")
+        return WorkflowProgress(
+            progress_id=_str(obj, "progress_id", "progress"),
+            completed=_uint(obj, "completed", "progress"),
+            total=total,
+            message=_opt_str(obj, "message", "progress"),
+            details=obj.get("details"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChildOperationReference:
+    """A link to an external child operation, idempotent by ``reference_id``.
+
+    Linking implies no automatic cancellation: the workflow owns propagation.
+    """
+
+    reference_id: str
+    """Stable identity of the link within the run."""
+    kind: str
+    """Kind of the external operation, e.g. ``"payment"``."""
+    operation_id: str
+    """Identity of the operation in its own system."""
+    flow_run_id: str | None = None
+    """A streamflow run in the same store, if the child is one."""
+    metadata: JsonValue = None
+    """Free-form JSON."""
+
+    def with_flow_run_id(self, run_id: str) -> ChildOperationReference:
+        return replace(self, flow_run_id=run_id)
+
+    def with_metadata(self, metadata: object) -> ChildOperationReference:
+        return replace(self, metadata=normalize(metadata, "child operation metadata"))
+
+    def validate(self) -> ChildOperationReference:
+        for label, value in (
+            ("reference id", self.reference_id),
+            ("kind", self.kind),
+            ("operation id", self.operation_id),
+        ):
+            if _blank(value):
+                raise InvalidTransition(f"child operation {label} must not be empty")
+        if self.flow_run_id is not None and not is_valid_run_id(self.flow_run_id):
+            raise InvalidTransition(
+                f"child operation {self.reference_id} flow_run_id {self.flow_run_id!r} is not a "
+                "valid run id"
+            )
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "reference_id": self.reference_id,
+            "kind": self.kind,
+            "operation_id": self.operation_id,
+        }
+        if self.flow_run_id is not None:
+            out["flow_run_id"] = self.flow_run_id
+        if self.metadata is not None:
+            out["metadata"] = self.metadata
+        return out
+
+    @staticmethod
+    def from_json(data: object) -> ChildOperationReference:
+        obj = _obj(data, "child operation")
+        return ChildOperationReference(
+            reference_id=_str(obj, "reference_id", "child"),
+            kind=_str(obj, "kind", "child"),
+            operation_id=_str(obj, "operation_id", "child"),
+            flow_run_id=_opt_str(obj, "flow_run_id", "child"),
+            metadata=obj.get("metadata"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CancellationRequest:
+    """A cleanup-aware cancellation request; at most one per run."""
+
+    reason: str | None = None
+    """Why the run is being cancelled; becomes ``run_cancelled.reason``."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason}
+
+    @staticmethod
+    def from_json(data: object) -> CancellationRequest:
+        obj = _obj(data, "cancellation request")
+        return CancellationRequest(reason=_opt_str(obj, "reason", "request"))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSignal:
+    """A named signal delivery, de-duplicated by ``signal_id``."""
+
+    signal_id: str
+    """Caller-chosen stable delivery identity."""
+    name: str
+    """Declared signal name."""
+    payload: JsonValue = None
+    """JSON payload."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal_id": self.signal_id, "name": self.name, "payload": self.payload}
+
+    @staticmethod
+    def from_json(data: object) -> WorkflowSignal:
+        obj = _obj(data, "signal")
+        return WorkflowSignal(
+            signal_id=_str(obj, "signal_id", "signal"),
+            name=_str(obj, "name", "signal"),
+            payload=obj.get("payload"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HookCallback:
+    """Where a hook expects its callback (informational)."""
+
+    method: str
+    """HTTP method, upper-cased."""
+    path: str
+    """Callback path."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", self.method.upper())
+
+
+@dataclass(frozen=True, slots=True)
+class HookMetadata:
+    """Describes a hook for humans and routers; compared byte-for-byte on replay."""
+
+    kind: str
+    """E.g. ``"human_approval"``."""
+    subject: str | None = None
+    """What is being approved or awaited."""
+    callback: HookCallback | None = None
+    """Expected callback route."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Bounded string labels."""
+    data: JsonValue = None
+    """Free-form JSON."""
+
+    @staticmethod
+    def human_approval(subject: str) -> HookMetadata:
+        return HookMetadata(kind="human_approval", subject=subject)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.subject is not None:
+            out["subject"] = self.subject
+        if self.callback is not None:
+            out["callback"] = {"method": self.callback.method, "path": self.callback.path}
+        if self.labels:
+            out["labels"] = dict(sorted(self.labels.items()))
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+
+class ChildWorkflowCancellationPolicy(StrEnum):
+    """What a parent's cancellation does to a child workflow."""
+
+    REQUEST_CANCELLATION = "request_cancellation"
+    """Propagate the parent's cancellation request and wait for the child (default)."""
+    ABANDON = "abandon"
+    """Leave the child running independently."""
+
+
+class OutcomeType(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    RETRY_EXHAUSTED = "retry_exhausted"
+    HOST_SHUTDOWN = "host_shutdown"
+    CONTINUED_AS_NEW = "continued_as_new"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowTerminalOutcome:
+    """The typed result of a terminal run; projected from its single terminal event."""
+
+    TYPE: ClassVar[OutcomeType]
+
+    @property
+    def type(self) -> OutcomeType:
+        return self.TYPE
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def from_json(data: object) -> WorkflowTerminalOutcome:
+        obj = _obj(data, "terminal outcome")
+        kind = obj.get("type")
+        if kind == "completed":
+            return Completed(output=obj.get("output"))
+        if kind == "failed":
+            return Failed(error=_str(obj, "error", "outcome"))
+        if kind == "cancelled":
+            return Cancelled(reason=_opt_str(obj, "reason", "outcome"))
+        if kind == "timed_out":
+            return TimedOut(
+                deadline=parse_utc(_str(obj, "deadline", "outcome")),
+                reason=_opt_str(obj, "reason", "outcome"),
+            )
+        if kind == "retry_exhausted":
+            return RetryExhausted(
+                step_id=_str(obj, "step_id", "outcome"),
+                attempt=_uint(obj, "attempt", "outcome"),
+                error=_str(obj, "error", "outcome"),
+            )
+        if kind == "host_shutdown":
+            return HostShutdown(reason=_opt_str(obj, "reason", "outcome"))
+        if kind == "continued_as_new":
+            return ContinuedAsNew(successor_run_id=_str(obj, "successor_run_id", "outcome"))
+        raise SerializationError(f"unknown terminal outcome type {kind!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completed(WorkflowTerminalOutcome):
+    TYPE = OutcomeType.COMPLETED
+    output: JsonValue
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.TYPE.value, "output": self.output}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failed(WorkflowTerminalOutcome):
+    TYPE = OutcomeType.FAILED
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.TYPE.value, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cancelled(WorkflowTerminalOutcome):
+    TYPE = OutcomeType.CANCELLED
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.TYPE.value, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimedOut(WorkflowTerminalOutcome):
+    TYPE = OutcomeType.TIMED_OUT
+    deadline: datetime
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.TYPE.value,
+            "deadline": format_utc(self.deadline),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryExhausted(WorkflowTerminalOutcome):
+    TYPE = OutcomeType.RETRY_EXHAUSTED
+    step_id: str
+    attempt: int
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.TYPE.value,
+            "step_id": self.step_id,
+            "attempt": self.attempt,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostShutdown(WorkflowTerminalOutcome):
+    TYPE = OutcomeType.HOST_SHUTDOWN
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.TYPE.value, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuedAsNew(WorkflowTerminalOutcome):
+    TYPE = OutcomeType.CONTINUED_AS_NEW
+    successor_run_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.TYPE.value, "successor_run_id": self.successor_run_id}

@@ -1,0 +1,67 @@
+"""Scheduled wake-ups: the timed work (timer waits, delayed retries) a run is suspended on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from streamflow.core.snapshot import WorkflowRunSnapshot
+
+
+class WakeupKind(StrEnum):
+    WAIT = "wait"
+    RETRY = "retry"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class ScheduledWakeup:
+    """One due-able suspension of a non-terminal run."""
+
+    kind: WakeupKind
+    """Timer wait or delayed retry."""
+    run_id: str
+    """The run to wake."""
+    subject_id: str
+    """Wait id or step id."""
+    scheduled_at: datetime
+    """When it becomes due."""
+    runtime_build_id: str | None = None
+    """The run's pinned build (for routing)."""
+
+
+def scheduled_wakeups(snapshot: WorkflowRunSnapshot) -> frozenset[ScheduledWakeup]:
+    """Wake-ups of a run: Waiting timers and delayed retries, none once terminal."""
+    if snapshot.is_terminal or snapshot.spec is None:
+        return frozenset()
+    build = snapshot.spec.runtime_build_id
+    out: set[ScheduledWakeup] = set()
+    for wait_id in snapshot.open_waits:
+        wait = snapshot.waits[wait_id]
+        out.add(
+            ScheduledWakeup(
+                kind=WakeupKind.WAIT,
+                run_id=snapshot.run_id,
+                subject_id=wait_id,
+                scheduled_at=wait.resume_at,
+                runtime_build_id=build,
+            )
+        )
+    for step_id in snapshot.retry_steps:
+        after = snapshot.steps[step_id].retry_after
+        if after is not None:
+            out.add(
+                ScheduledWakeup(
+                    kind=WakeupKind.RETRY,
+                    run_id=snapshot.run_id,
+                    subject_id=step_id,
+                    scheduled_at=after,
+                    runtime_build_id=build,
+                )
+            )
+    return frozenset(out)
+
+
+def sort_key(wakeup: ScheduledWakeup) -> tuple[str, str, str]:
+    """The seed's listing order: kind, run id, subject."""
+    return (wakeup.kind.value, wakeup.run_id, wakeup.subject_id)

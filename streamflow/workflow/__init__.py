@@ -1,0 +1,1 @@
+"""The application contract: ``FlowRuntime``, invocations, ``WorkflowContext``, typed decoding."""

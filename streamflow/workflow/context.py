@@ -1,0 +1,269 @@
+"""``WorkflowContext``: deterministic reads of a run's history, and command builders.
+
+Every read is a pure function of the history handed to ``run_workflow``; values come back as
+private copies so workflow code cannot alter what was recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, TypeVar
+
+from streamflow.core.commands import ChildWorkflowCommand, RuntimeCommand, StepCommand
+from streamflow.core.events import FlowEventEnvelope
+from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.retry import RetryPolicy
+from streamflow.core.snapshot import (
+    HookStatus,
+    StepStatus,
+    WaitStatus,
+    WorkflowRunSnapshot,
+    WorkflowSignalSnapshot,
+)
+from streamflow.core.spec import WorkflowSpec
+from streamflow.core.values import (
+    CancellationRequest,
+    ChildOperationReference,
+    ChildWorkflowCancellationPolicy,
+    HookMetadata,
+    WorkflowProgress,
+    WorkflowTerminalOutcome,
+)
+from streamflow.workflow.runtime import json_copy
+from streamflow.workflow.typed import decode
+
+if TYPE_CHECKING:
+    from streamflow.workflow.runtime import WorkflowInvocation
+
+T = TypeVar("T")
+_REQUEST = ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
+
+
+class WorkflowContext:
+    """What workflow code sees during one replay."""
+
+    __slots__ = ("_invocation", "_snapshot")
+
+    def __init__(self, invocation: WorkflowInvocation, snapshot: WorkflowRunSnapshot) -> None:
+        self._invocation = invocation
+        self._snapshot = snapshot
+
+    # -- identity and input -------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self._invocation.run_id
+
+    @property
+    def spec(self) -> WorkflowSpec:
+        return self._invocation.spec
+
+    @property
+    def input(self) -> JsonValue:
+        return json_copy(self._invocation.input)
+
+    @property
+    def history(self) -> Sequence[FlowEventEnvelope]:
+        return self._invocation.history
+
+    def input_as(self, model: type[T]) -> T:
+        return decode(self._invocation.input, model, f"workflow run {self.run_id} input")
+
+    def has_patch_marker(self, marker: str) -> bool:
+        return self._invocation.spec.has_patch_marker(marker)
+
+    def cancellation_request(self) -> CancellationRequest | None:
+        """The durable cancellation request; check it first on every replay."""
+        cancellation = self._snapshot.cancellation
+        return None if cancellation is None else cancellation.request
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def step_completed(self, step_id: str) -> bool:
+        step = self._snapshot.steps.get(step_id)
+        return step is not None and step.status is StepStatus.COMPLETED
+
+    def step_output(self, step_id: str) -> JsonValue:
+        """The committed output, or ``None`` if the step has not completed."""
+        step = self._snapshot.steps.get(step_id)
+        if step is None or step.status is not StepStatus.COMPLETED:
+            return None
+        return json_copy(step.output)
+
+    def step_output_as(self, step_id: str, model: type[T]) -> T | None:
+        step = self._snapshot.steps.get(step_id)
+        if step is None or step.status is not StepStatus.COMPLETED:
+            return None
+        return decode(step.output, model, f"step {step_id} output")
+
+    def step_failed(self, step_id: str) -> str | None:
+        """The error of a step that exhausted its attempts (``continue_workflow_on_failure``)."""
+        step = self._snapshot.steps.get(step_id)
+        if step is None or step.status is not StepStatus.FAILED:
+            return None
+        return step.error
+
+    # -- waits, progress, child operations -------------------------------------------------------
+
+    def wait_completed(self, wait_id: str) -> bool:
+        wait = self._snapshot.waits.get(wait_id)
+        return wait is not None and wait.status is WaitStatus.COMPLETED
+
+    def progress(self, progress_id: str) -> WorkflowProgress | None:
+        return self._snapshot.progress_by_id.get(progress_id)
+
+    def child_operation(self, reference_id: str) -> ChildOperationReference | None:
+        return self._snapshot.child_operations.get(reference_id)
+
+    # -- signals, hooks, children ----------------------------------------------------------------
+
+    def signal(self, signal_id: str) -> WorkflowSignalSnapshot | None:
+        return self._snapshot.signals.get(signal_id)
+
+    def signal_payload(self, wait_id: str) -> JsonValue:
+        """Payload of the signal that completed ``wait_id`` (``None`` while waiting)."""
+        return json_copy(self._snapshot.signal_wait_payload(wait_id))
+
+    def signal_payload_as(self, wait_id: str, model: type[T]) -> T | None:
+        wait = self._snapshot.signal_waits.get(wait_id)
+        if wait is None or wait.signal_id is None:
+            return None
+        payload = self._snapshot.signals[wait.signal_id].payload
+        return decode(payload, model, f"signal wait {wait_id} payload")
+
+    def hook_payload(self, hook_id: str) -> JsonValue:
+        """Payload of the first ``hook_received`` for ``hook_id``."""
+        hook = self._snapshot.hooks.get(hook_id)
+        if hook is None or hook.status is not HookStatus.RECEIVED:
+            return None
+        return json_copy(hook.payload)
+
+    def hook_payload_as(self, hook_id: str, model: type[T]) -> T | None:
+        hook = self._snapshot.hooks.get(hook_id)
+        if hook is None or hook.status is not HookStatus.RECEIVED:
+            return None
+        return decode(hook.payload, model, f"hook {hook_id} payload")
+
+    def hook_disposed(self, hook_id: str) -> bool:
+        hook = self._snapshot.hooks.get(hook_id)
+        return hook is not None and hook.status is HookStatus.DISPOSED
+
+    def child_workflow_run_id(self, child_id: str) -> str | None:
+        child = self._snapshot.child_workflows.get(child_id)
+        return None if child is None else child.run_id
+
+    def child_workflow_outcome(self, child_id: str) -> WorkflowTerminalOutcome | None:
+        child = self._snapshot.child_workflows.get(child_id)
+        return None if child is None else child.outcome
+
+    # -- command builders -------------------------------------------------------------------------
+
+    def complete(self, output: object = None) -> RuntimeCommand:
+        return RuntimeCommand.complete(output)
+
+    def fail(self, error: str) -> RuntimeCommand:
+        return RuntimeCommand.fail(error)
+
+    def cancel(self) -> RuntimeCommand:
+        return RuntimeCommand.cancel()
+
+    def timeout(self, deadline: datetime, reason: str | None = None) -> RuntimeCommand:
+        return RuntimeCommand.timeout(deadline, reason)
+
+    def continue_as_new(self, input: object = None) -> RuntimeCommand:
+        return RuntimeCommand.continue_as_new(input)
+
+    def record_progress(self, progress: WorkflowProgress) -> RuntimeCommand:
+        return RuntimeCommand.record_progress(progress)
+
+    def link_child_operation(self, child: ChildOperationReference) -> RuntimeCommand:
+        return RuntimeCommand.link_child_operation(child)
+
+    def step(
+        self,
+        step_id: str,
+        step_name: str,
+        input: object = None,
+        retry: RetryPolicy | None = None,
+    ) -> StepCommand:
+        """One member of a :meth:`schedule_steps` batch."""
+        command = StepCommand.new(step_id, step_name, input)
+        return command if retry is None else command.with_retry(retry)
+
+    def schedule_step(
+        self,
+        step_id: str,
+        step_name: str,
+        input: object = None,
+        retry: RetryPolicy | None = None,
+    ) -> RuntimeCommand:
+        return RuntimeCommand.schedule_step(step_id, step_name, input, retry)
+
+    def schedule_step_with_retry(
+        self, step_id: str, step_name: str, input: object, retry: RetryPolicy
+    ) -> RuntimeCommand:
+        return RuntimeCommand.schedule_step(step_id, step_name, input, retry)
+
+    def step_with_retry(
+        self, step_id: str, step_name: str, input: object, retry: RetryPolicy
+    ) -> StepCommand:
+        return StepCommand.new(step_id, step_name, input).with_retry(retry)
+
+    def schedule_steps(self, steps: Sequence[StepCommand]) -> RuntimeCommand:
+        return RuntimeCommand.schedule_steps(steps)
+
+    def wait_until(self, wait_id: str, resume_at: datetime) -> RuntimeCommand:
+        return RuntimeCommand.wait_until(wait_id, resume_at)
+
+    def create_hook(self, hook_id: str, token: str, metadata: object = None) -> RuntimeCommand:
+        return RuntimeCommand.create_hook(hook_id, token, metadata)
+
+    def create_hook_with_metadata(
+        self, hook_id: str, token: str, metadata: HookMetadata
+    ) -> RuntimeCommand:
+        return RuntimeCommand.create_hook(hook_id, token, metadata.to_json())
+
+    def wait_for_signal(self, wait_id: str, signal_name: str) -> RuntimeCommand:
+        return RuntimeCommand.wait_for_signal(wait_id, signal_name)
+
+    def child_workflow(
+        self,
+        child_id: str,
+        spec: WorkflowSpec,
+        input: object = None,
+        cancellation_policy: ChildWorkflowCancellationPolicy = _REQUEST,
+    ) -> ChildWorkflowCommand:
+        return ChildWorkflowCommand.new(child_id, spec, input).with_cancellation_policy(
+            cancellation_policy
+        )
+
+    def child_workflow_with_policy(
+        self,
+        child_id: str,
+        spec: WorkflowSpec,
+        input: object,
+        cancellation_policy: ChildWorkflowCancellationPolicy,
+    ) -> ChildWorkflowCommand:
+        return self.child_workflow(child_id, spec, input, cancellation_policy)
+
+    def start_child_workflow(
+        self,
+        child_id: str,
+        spec: WorkflowSpec,
+        input: object = None,
+        cancellation_policy: ChildWorkflowCancellationPolicy = _REQUEST,
+    ) -> RuntimeCommand:
+        return RuntimeCommand.start_child_workflow(child_id, spec, input, cancellation_policy)
+
+    def start_child_workflow_with_policy(
+        self,
+        child_id: str,
+        spec: WorkflowSpec,
+        input: object,
+        cancellation_policy: ChildWorkflowCancellationPolicy,
+    ) -> RuntimeCommand:
+        return RuntimeCommand.start_child_workflow(child_id, spec, input, cancellation_policy)
+
+    def start_child_workflows(self, children: Sequence[ChildWorkflowCommand]) -> RuntimeCommand:
+        return RuntimeCommand.start_child_workflows(children)

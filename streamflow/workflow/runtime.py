@@ -1,0 +1,129 @@
+"""The application contract: ``FlowRuntime`` and the invocations handed to it."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from streamflow.core.errors import RuntimeFailure
+from streamflow.core.events import FlowEventEnvelope
+from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.projection import project
+from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.spec import WorkflowSpec
+from streamflow.workflow.typed import decode
+
+if TYPE_CHECKING:
+    from streamflow.core.commands import RuntimeCommand
+    from streamflow.workflow.context import WorkflowContext
+
+T = TypeVar("T")
+
+
+def json_copy(value: JsonValue) -> JsonValue:
+    """A private copy of a JSON container, so user code cannot mutate recorded history."""
+    if isinstance(value, (dict, list)):
+        return copy.deepcopy(value)
+    return value
+
+
+class HistoryView(Sequence[FlowEventEnvelope]):
+    """A read-only, fixed-length view of a run's history (no copy)."""
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: Sequence[FlowEventEnvelope], length: int | None = None) -> None:
+        self._items = items
+        self._length = len(items) if length is None else length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> FlowEventEnvelope: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[FlowEventEnvelope]: ...
+
+    def __getitem__(self, index: int | slice) -> FlowEventEnvelope | Sequence[FlowEventEnvelope]:
+        if isinstance(index, slice):
+            return [self._items[i] for i in range(*index.indices(self._length))]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("history index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[FlowEventEnvelope]:
+        for i in range(self._length):
+            yield self._items[i]
+
+    def __repr__(self) -> str:
+        return f"HistoryView(len={self._length})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowInvocation:
+    """One replay of a workflow: everything ``run_workflow`` may depend on."""
+
+    run_id: str
+    """The run being replayed."""
+    spec: WorkflowSpec
+    """The run's pinned spec."""
+    input: JsonValue
+    """The run's input."""
+    history: Sequence[FlowEventEnvelope]
+    """Committed events, from sequence 1."""
+    snapshot: WorkflowRunSnapshot | None = field(default=None, repr=False, compare=False)
+    """The projection of ``history`` when the engine already has it (saves a replay)."""
+
+    def context(self) -> WorkflowContext:
+        from streamflow.workflow.context import WorkflowContext
+
+        snapshot = self.snapshot
+        if snapshot is None or snapshot.last_sequence != len(self.history):
+            snapshot = project(self.run_id, self.history)
+        return WorkflowContext(self, snapshot)
+
+    def input_as(self, model: type[T]) -> T:
+        return decode(self.input, model, f"workflow run {self.run_id} input")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepInvocation:
+    """One execution of one step attempt. Runs at least once: use ``idempotency_key``."""
+
+    run_id: str
+    """The owning run."""
+    step_id: str
+    """Stable identity of the step in the run."""
+    step_name: str
+    """What to do."""
+    input: JsonValue
+    """The recorded input."""
+    history: Sequence[FlowEventEnvelope] = ()
+    """The run's history when the attempt started."""
+    attempt: int = 1
+    """1-based attempt; a redelivery after a crash repeats the same number."""
+    idempotency_key: str = ""
+    """``flow:{run_id}:{step_id}``: stable across attempts and redeliveries."""
+
+    def input_as(self, model: type[T]) -> T:
+        return decode(self.input, model, f"step {self.step_id} input")
+
+
+class FlowRuntime:
+    """Application code: decide the next command by replay, and run steps.
+
+    Subclass it and implement ``run_workflow``; implement ``run_step`` if the workflow
+    schedules steps. Either may be ``async def`` or a plain ``def``. ``run_workflow`` must be a
+    deterministic function of the invocation: no clock, randomness or I/O.
+    """
+
+    def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand | Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement run_workflow")
+
+    def run_step(self, invocation: StepInvocation) -> object:
+        raise RuntimeFailure(f"{type(self).__name__} has no step {invocation.step_name!r}")

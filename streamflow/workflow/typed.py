@@ -1,0 +1,39 @@
+"""Typed edges: decode JSON values into pydantic models (or anything pydantic validates)."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from streamflow.core.errors import SerializationError
+
+T = TypeVar("T")
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(model: Any) -> TypeAdapter[Any]:
+    try:
+        return _ADAPTERS[model]
+    except KeyError:
+        adapter = _ADAPTERS[model] = TypeAdapter(model)
+        return adapter
+    except TypeError:  # unhashable annotations (rare) are not cached
+        return TypeAdapter(model)
+
+
+def decode(value: object, model: type[T], what: str) -> T:
+    """Validate ``value`` as ``model``; failure raises ``SerializationError``, never a default."""
+    try:
+        result: T = _adapter(model).validate_python(value)
+    except ValidationError as exc:
+        raise SerializationError(f"{what} does not decode as {_name(model)}: {exc}") from exc
+    except TypeError as exc:  # unhashable or unsupported model types
+        raise SerializationError(f"{what} cannot be decoded as {_name(model)}: {exc}") from exc
+    return result
+
+
+def _name(model: object) -> str:
+    return getattr(model, "__name__", repr(model))
