@@ -1,0 +1,1 @@
+"""The embedded engine: ``FlowEngine``, scheduler, tasks and observers, all in one process."""

@@ -1,0 +1,88 @@
+"""Observers: see committed envelopes after append, in store order, and cannot alter history."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from streamflow.core.events import FlowEventEnvelope
+
+log = logging.getLogger("streamflow.observers")
+
+
+@runtime_checkable
+class FlowEventObserver(Protocol):
+    """Receives each committed envelope once per append. Failures are logged and dropped."""
+
+    async def observe(self, envelope: FlowEventEnvelope) -> None: ...
+
+
+class NoopFlowEventObserver:
+    """The default: observes nothing."""
+
+    async def observe(self, envelope: FlowEventEnvelope) -> None:
+        return None
+
+
+class InMemoryFlowEventObserver:
+    """Collects envelopes in memory (tests, examples)."""
+
+    def __init__(self) -> None:
+        self._events: list[FlowEventEnvelope] = []
+
+    async def observe(self, envelope: FlowEventEnvelope) -> None:
+        self._events.append(envelope)
+
+    def events(self) -> list[FlowEventEnvelope]:
+        return list(self._events)
+
+    def event_keys(self) -> list[str]:
+        return [e.event.event_key() for e in self._events]
+
+
+class FanoutFlowEventObserver:
+    """Forwards each envelope to each observer, sequentially, in registration order.
+
+    One observer's failure is logged and does not stop the others.
+    """
+
+    def __init__(self, observers: Iterable[FlowEventObserver] = ()) -> None:
+        self._observers: list[FlowEventObserver] = list(observers)
+
+    @staticmethod
+    def new() -> FanoutFlowEventObserver:
+        return FanoutFlowEventObserver()
+
+    @staticmethod
+    def from_observers(observers: Iterable[FlowEventObserver]) -> FanoutFlowEventObserver:
+        return FanoutFlowEventObserver(observers)
+
+    def with_observer(self, observer: FlowEventObserver) -> FanoutFlowEventObserver:
+        return FanoutFlowEventObserver([*self._observers, observer])
+
+    with_dyn_observer = with_observer
+
+    def __len__(self) -> int:
+        return len(self._observers)
+
+    def len(self) -> int:
+        return len(self._observers)
+
+    async def observe(self, envelope: FlowEventEnvelope) -> None:
+        for observer in self._observers:
+            await notify(observer, envelope)
+
+
+async def notify(observer: FlowEventObserver, envelope: FlowEventEnvelope) -> None:
+    """Deliver one envelope; an observer error never reaches the engine."""
+    try:
+        await observer.observe(envelope)
+    except Exception:
+        log.exception(
+            "observer %s failed on %s seq %d of run %s",
+            type(observer).__name__,
+            envelope.event.event_key(),
+            envelope.sequence,
+            envelope.run_id,
+        )

@@ -1,0 +1,111 @@
+"""The engine's per-run working set: an incrementally synced history + projection, and locks.
+
+A drive holds the run's lock for its whole loop, so the cached projection is read and advanced
+only by one coroutine at a time. Everything else reads fresh projections from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from streamflow.core import events as ev
+from streamflow.core.errors import FlowError, RunNotFound
+from streamflow.core.projection import evolve
+from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.stores.base import FlowEventStore
+
+
+class CachedRun:
+    """History and projection of one run, advanced event by event."""
+
+    __slots__ = ("history", "snapshot")
+
+    def __init__(self, run_id: str) -> None:
+        self.history: list[ev.FlowEventEnvelope] = []
+        self.snapshot = WorkflowRunSnapshot(run_id)
+
+    def apply(self, envelope: ev.FlowEventEnvelope) -> None:
+        evolve(self.snapshot, envelope)
+        self.history.append(envelope)
+
+
+async def read_from(
+    store: FlowEventStore, run_id: str, after_sequence: int
+) -> list[ev.FlowEventEnvelope]:
+    """Events after ``after_sequence``; uses the store's ``list_from`` when it has one."""
+    list_from = getattr(store, "list_from", None)
+    if list_from is not None:
+        result: list[ev.FlowEventEnvelope] = await list_from(run_id, after_sequence)
+        return result
+    return (await store.list(run_id))[after_sequence:]
+
+
+class RunCache:
+    """A bounded LRU of :class:`CachedRun` plus per-run asyncio locks."""
+
+    def __init__(self, store: FlowEventStore, capacity: int) -> None:
+        self._store = store
+        self._capacity = max(1, capacity)
+        self._runs: OrderedDict[str, CachedRun] = OrderedDict()
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @asynccontextmanager
+    async def locked(self, run_id: str) -> AsyncIterator[None]:
+        entry = self._locks.get(run_id)
+        if entry is None:
+            entry = self._locks[run_id] = (asyncio.Lock(), [0])
+        entry[1][0] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1][0] -= 1
+            if entry[1][0] == 0:
+                del self._locks[run_id]
+
+    def is_locked(self, run_id: str) -> bool:
+        entry = self._locks.get(run_id)
+        return entry is not None and entry[0].locked()
+
+    def fresh(self, run_id: str) -> CachedRun:
+        """An empty entry for a run about to be created."""
+        cached = CachedRun(run_id)
+        self._remember(run_id, cached)
+        return cached
+
+    async def sync(self, run_id: str) -> CachedRun | None:
+        """Bring the cached run up to date with the store (``None``: no such run)."""
+        cached = self._runs.get(run_id)
+        after = 0 if cached is None else cached.snapshot.last_sequence
+        try:
+            new = await read_from(self._store, run_id, after)
+        except RunNotFound:
+            self._runs.pop(run_id, None)
+            return None
+        if cached is None:
+            cached = CachedRun(run_id)
+        try:
+            for envelope in new:
+                cached.apply(envelope)
+        except FlowError:
+            self._runs.pop(run_id, None)
+            raise
+        self._remember(run_id, cached)
+        return cached
+
+    def forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+    def _remember(self, run_id: str, cached: CachedRun) -> None:
+        self._runs[run_id] = cached
+        self._runs.move_to_end(run_id)
+        if len(self._runs) <= self._capacity:
+            return
+        # Evict least recently used runs nobody is driving; a locked entry is in use.
+        for candidate in [r for r in self._runs if not self.is_locked(r)]:
+            if len(self._runs) <= self._capacity:
+                break
+            del self._runs[candidate]

@@ -1,0 +1,430 @@
+"""Tasks for the embedded engine: the ``FlowTask`` wire type, dispatchers, an in-memory leased
+queue, a ``FlowWorker``, exact-build routing, and an in-process runner.
+
+Tasks are at-least-once and never state authority: every handler re-reads the store. Queue
+(infrastructure) retry is separate from step (business) retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.errors import (
+    InvalidTransition,
+    InvalidWorkerConfiguration,
+    LeaseLost,
+    RuntimeBuildRouteNotFound,
+    SerializationError,
+)
+from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.timeutil import format_utc, parse_utc
+from streamflow.core.values import WorkflowSignal
+
+if TYPE_CHECKING:
+    from streamflow.engine.engine import FlowEngine
+
+log = logging.getLogger("streamflow.tasks")
+
+
+class FlowTaskKind(StrEnum):
+    DRIVE_RUN = "drive_run"
+    RESUME_WAIT = "resume_wait"
+    RESUME_HOOK = "resume_hook"
+    RESUME_HOOK_BY_TOKEN = "resume_hook_by_token"
+    SEND_SIGNAL = "send_signal"
+    DISPOSE_HOOK = "dispose_hook"
+    DISPOSE_HOOK_BY_TOKEN = "dispose_hook_by_token"
+    RESUME_SCHEDULED_RUN = "resume_scheduled_run"
+    RESUME_DUE_WAITS = "resume_due_waits"
+    RESUME_DUE_RETRIES = "resume_due_retries"
+
+
+_UNTARGETED = {
+    FlowTaskKind.RESUME_HOOK_BY_TOKEN,
+    FlowTaskKind.DISPOSE_HOOK_BY_TOKEN,
+    FlowTaskKind.RESUME_DUE_WAITS,
+    FlowTaskKind.RESUME_DUE_RETRIES,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowTask:
+    """One unit of engine work, serialisable as JSON with a ``type`` tag."""
+
+    type: FlowTaskKind
+    """What to do."""
+    run_id: str | None = None
+    """Explicit target run (absent for token tasks and global scans)."""
+    wait_id: str | None = None
+    hook_id: str | None = None
+    token: str | None = field(default=None, repr=False)
+    payload: JsonValue = None
+    signal: WorkflowSignal | None = None
+    now: datetime | None = None
+
+    @staticmethod
+    def drive_run(run_id: str) -> FlowTask:
+        return FlowTask(type=FlowTaskKind.DRIVE_RUN, run_id=run_id)
+
+    @staticmethod
+    def resume_wait(run_id: str, wait_id: str) -> FlowTask:
+        return FlowTask(type=FlowTaskKind.RESUME_WAIT, run_id=run_id, wait_id=wait_id)
+
+    @staticmethod
+    def resume_scheduled_run(run_id: str, now: datetime) -> FlowTask:
+        return FlowTask(type=FlowTaskKind.RESUME_SCHEDULED_RUN, run_id=run_id, now=now)
+
+    @staticmethod
+    def resume_due_waits(now: datetime) -> FlowTask:
+        return FlowTask(type=FlowTaskKind.RESUME_DUE_WAITS, now=now)
+
+    @staticmethod
+    def resume_due_retries(now: datetime) -> FlowTask:
+        return FlowTask(type=FlowTaskKind.RESUME_DUE_RETRIES, now=now)
+
+    def kind(self) -> FlowTaskKind:
+        return self.type
+
+    def target_run_id(self) -> str | None:
+        return None if self.type in _UNTARGETED else self.run_id
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type.value}
+        for name in ("run_id", "wait_id", "hook_id", "token"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.type in (FlowTaskKind.RESUME_HOOK, FlowTaskKind.RESUME_HOOK_BY_TOKEN):
+            out["payload"] = self.payload
+        if self.signal is not None:
+            out["signal"] = self.signal.to_json()
+        if self.now is not None:
+            out["now"] = format_utc(self.now)
+        return out
+
+    @staticmethod
+    def from_json(data: object) -> FlowTask:
+        if not isinstance(data, Mapping):
+            raise SerializationError(f"flow task must be an object, got {data!r}")
+        try:
+            kind = FlowTaskKind(str(data.get("type")))
+        except ValueError as exc:
+            raise SerializationError(f"unknown flow task type {data.get('type')!r}") from exc
+        now = data.get("now")
+        signal = data.get("signal")
+        return FlowTask(
+            type=kind,
+            run_id=data.get("run_id"),
+            wait_id=data.get("wait_id"),
+            hook_id=data.get("hook_id"),
+            token=data.get("token"),
+            payload=data.get("payload"),
+            signal=None if signal is None else WorkflowSignal.from_json(signal),
+            now=None if now is None else parse_utc(now),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowTaskOutcome:
+    """What handling a task did. The event fields report only commits this task made."""
+
+    task: FlowTask
+    run_ids: tuple[str, ...] = ()
+    resumed_waits: tuple[tuple[str, str], ...] = ()
+    resumed_retries: tuple[tuple[str, str], ...] = ()
+    resumed_hook: tuple[str, str] | None = None
+    disposed_hook: tuple[str, str] | None = None
+    delivered_signal: tuple[str, str] | None = None
+
+
+async def handle_task(engine: FlowEngine, task: FlowTask) -> FlowTaskOutcome:
+    """Run one task against ``engine``, re-reading the store."""
+    kind = task.type
+    if kind is FlowTaskKind.DRIVE_RUN and task.run_id is not None:
+        snap = await engine.drive(task.run_id)
+        return FlowTaskOutcome(task=task, run_ids=(snap.run_id,))
+    if kind is FlowTaskKind.RESUME_WAIT and task.run_id is not None and task.wait_id is not None:
+        snap, committed = await engine.complete_wait(task.run_id, task.wait_id)
+        if not snap.is_terminal:
+            snap = await engine.drive(task.run_id)
+        waits = ((task.run_id, task.wait_id),) if committed else ()
+        return FlowTaskOutcome(task=task, run_ids=(snap.run_id,), resumed_waits=waits)
+    if kind is FlowTaskKind.RESUME_SCHEDULED_RUN and task.run_id is not None:
+        now = task.now or engine.now()
+        due, completed = await engine.handle_scheduled_run(task.run_id, now)
+        retries = tuple((w.run_id, w.subject_id) for w in due if w.kind.value == "retry")
+        return FlowTaskOutcome(
+            task=task,
+            run_ids=(task.run_id,),
+            resumed_waits=tuple((task.run_id, w) for w in completed),
+            resumed_retries=retries,
+        )
+    if kind is FlowTaskKind.RESUME_DUE_WAITS:
+        resumed = await engine.resume_due_waits(task.now or engine.now())
+        return FlowTaskOutcome(
+            task=task, run_ids=tuple(sorted({r for r, _ in resumed})), resumed_waits=tuple(resumed)
+        )
+    if kind is FlowTaskKind.RESUME_DUE_RETRIES:
+        driven = await engine.resume_due_retries(task.now or engine.now())
+        return FlowTaskOutcome(
+            task=task,
+            run_ids=tuple(sorted({r for r, _ in driven})),
+            resumed_retries=tuple(driven),
+        )
+    raise InvalidTransition(f"flow task {kind.value} is missing its target or is not supported")
+
+
+@runtime_checkable
+class FlowTaskDispatcher(Protocol):
+    """Enqueue-only: a dispatcher accepts tasks, it never runs them inline."""
+
+    async def dispatch(self, task: FlowTask) -> None: ...
+
+    def has_runtime_build_route(self, build: str | None) -> bool: ...
+
+    def ensure_runtime_build_route(self, build: str | None) -> None: ...
+
+    async def dispatch_for_runtime_build(self, build: str | None, task: FlowTask) -> None: ...
+
+
+class _BuildScopedDispatcher:
+    """Shared routing behaviour: accept exactly the builds ``accepts`` admits."""
+
+    def __init__(self, accepts: RuntimeBuildCompatibility | None) -> None:
+        self._accepts = accepts
+
+    def has_runtime_build_route(self, build: str | None) -> bool:
+        return admits(self._accepts, build)
+
+    def ensure_runtime_build_route(self, build: str | None) -> None:
+        if not self.has_runtime_build_route(build):
+            raise RuntimeBuildRouteNotFound(build)
+
+    async def dispatch(self, task: FlowTask) -> None:
+        raise NotImplementedError
+
+    async def dispatch_for_runtime_build(self, build: str | None, task: FlowTask) -> None:
+        self.ensure_runtime_build_route(build)
+        await self.dispatch(task)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowTaskLease:
+    lease_id: str
+    """Fencing token: only the latest one may heartbeat or ack."""
+    task: FlowTask
+
+
+class InMemoryFlowTaskQueue(_BuildScopedDispatcher):
+    """A leased in-process queue. By default it accepts only unpinned work (fail closed);
+    pass ``accepts`` to take the builds a compatibility set admits."""
+
+    def __init__(self, accepts: RuntimeBuildCompatibility | None = None) -> None:
+        super().__init__(accepts)
+        self._pending: deque[FlowTask] = deque()
+        self._inflight: OrderedDict[str, FlowTask] = OrderedDict()
+
+    async def dispatch(self, task: FlowTask) -> None:
+        self.enqueue(task)
+
+    def enqueue(self, task: FlowTask) -> None:
+        self._pending.append(task)
+
+    def lease(self) -> FlowTaskLease | None:
+        if not self._pending:
+            return None
+        task = self._pending.popleft()
+        lease_id = str(uuid.uuid4())
+        self._inflight[lease_id] = task
+        return FlowTaskLease(lease_id, task)
+
+    def heartbeat(self, lease_id: str) -> str:
+        task = self._inflight.pop(lease_id, None)
+        if task is None:
+            raise LeaseLost(lease_id)
+        rotated = str(uuid.uuid4())
+        self._inflight[rotated] = task
+        return rotated
+
+    def ack(self, lease_id: str) -> None:
+        if self._inflight.pop(lease_id, None) is None:
+            raise LeaseLost(lease_id)
+
+    def requeue_inflight(self) -> int:
+        count = len(self._inflight)
+        self._pending.extend(self._inflight.values())
+        self._inflight.clear()
+        return count
+
+    def dequeue(self) -> FlowTask | None:
+        return self._pending.popleft() if self._pending else None
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def len(self) -> int:
+        return len(self._pending)
+
+    def is_empty(self) -> bool:
+        return not self._pending
+
+    def inflight_len(self) -> int:
+        return len(self._inflight)
+
+
+class FlowWorker:
+    """Lease → handle → ack only on success. A failed task stays in flight for requeue."""
+
+    def __init__(self, engine: FlowEngine, queue: InMemoryFlowTaskQueue) -> None:
+        self._engine = engine
+        self._queue = queue
+        self._heartbeat: timedelta | None = None
+
+    @staticmethod
+    def in_memory(engine: FlowEngine) -> FlowWorker:
+        return FlowWorker(engine, InMemoryFlowTaskQueue(engine.compatibility))
+
+    @property
+    def queue(self) -> InMemoryFlowTaskQueue:
+        return self._queue
+
+    def with_heartbeat_interval(self, interval: timedelta) -> FlowWorker:
+        if interval <= timedelta(0):
+            raise InvalidWorkerConfiguration("heartbeat interval must be greater than zero")
+        self._heartbeat = interval
+        return self
+
+    def enqueue(self, task: FlowTask) -> None:
+        self._queue.enqueue(task)
+
+    async def handle(self, task: FlowTask) -> FlowTaskOutcome:
+        return await handle_task(self._engine, task)
+
+    async def run_once(self) -> FlowTaskOutcome | None:
+        """Handle one task; ``None`` when the queue is empty. Handling errors propagate and
+        leave the task in flight."""
+        lease = self._queue.lease()
+        if lease is None:
+            return None
+        lease_id = lease.lease_id
+        if self._heartbeat is None:
+            outcome = await self.handle(lease.task)
+        else:
+            handler = asyncio.ensure_future(self.handle(lease.task))
+            while True:
+                done, _ = await asyncio.wait({handler}, timeout=self._heartbeat.total_seconds())
+                if done:
+                    break
+                try:
+                    lease_id = self._queue.heartbeat(lease_id)
+                except LeaseLost:
+                    handler.cancel()
+                    raise
+            outcome = handler.result()
+        self._queue.ack(lease_id)
+        return outcome
+
+    async def run_until_idle(self) -> int:
+        handled = 0
+        while await self.run_once() is not None:
+            handled += 1
+        return handled
+
+
+class RuntimeBuildTaskRouter:
+    """Routes each task to the dispatcher registered for the run's exact build."""
+
+    def __init__(self) -> None:
+        self._routes: dict[str, FlowTaskDispatcher] = {}
+        self._unpinned: FlowTaskDispatcher | None = None
+
+    @staticmethod
+    def new() -> RuntimeBuildTaskRouter:
+        return RuntimeBuildTaskRouter()
+
+    def with_route(self, build: str, dispatcher: FlowTaskDispatcher) -> RuntimeBuildTaskRouter:
+        if build in self._routes:
+            raise InvalidWorkerConfiguration(f"duplicate task route for runtime build {build}")
+        self._routes[str(build)] = dispatcher
+        return self
+
+    def with_unpinned_route(self, dispatcher: FlowTaskDispatcher) -> RuntimeBuildTaskRouter:
+        if self._unpinned is not None:
+            raise InvalidWorkerConfiguration("duplicate task route for unpinned runs")
+        self._unpinned = dispatcher
+        return self
+
+    def _route(self, build: str | None) -> FlowTaskDispatcher:
+        route = self._unpinned if build is None else self._routes.get(str(build))
+        if route is None:
+            raise RuntimeBuildRouteNotFound(build)
+        return route
+
+    def has_runtime_build_route(self, build: str | None) -> bool:
+        return (self._unpinned if build is None else self._routes.get(str(build))) is not None
+
+    def ensure_runtime_build_route(self, build: str | None) -> None:
+        self._route(build)
+
+    async def dispatch(self, task: FlowTask) -> None:
+        await self._route(None).dispatch(task)
+
+    async def dispatch_for_runtime_build(self, build: str | None, task: FlowTask) -> None:
+        await self._route(build).dispatch(task)
+
+    async def dispatch_for_run(self, engine: FlowEngine, run_id: str, task: FlowTask) -> None:
+        target = task.target_run_id()
+        if target is None:
+            raise InvalidTransition(
+                f"task {task.type.value} has no explicit target run; resolve it before routing"
+            )
+        if target != run_id:
+            raise InvalidTransition(f"task targets run {target}, not {run_id}")
+        await self.dispatch_for_runtime_build(await engine.runtime_build_id(run_id), task)
+
+
+class InProcessTaskRunner(_BuildScopedDispatcher):
+    """Runs dispatched tasks as asyncio tasks on the engine that owns it.
+
+    It advertises exactly the builds its engine admits. Failures are logged and kept in
+    :attr:`errors`; :meth:`drain` waits for everything dispatched so far.
+    """
+
+    def __init__(self, engine: FlowEngine) -> None:
+        super().__init__(engine.compatibility)
+        self._engine = engine
+        self._running: set[asyncio.Task[FlowTaskOutcome]] = set()
+        self.errors: list[BaseException] = []
+        self.outcomes: list[FlowTaskOutcome] = []
+
+    def has_runtime_build_route(self, build: str | None) -> bool:
+        return self._engine.supports_runtime_build(build)
+
+    async def dispatch(self, task: FlowTask) -> None:
+        running = asyncio.ensure_future(handle_task(self._engine, task))
+        self._running.add(running)
+        running.add_done_callback(self._finished)
+
+    def _finished(self, running: asyncio.Task[FlowTaskOutcome]) -> None:
+        self._running.discard(running)
+        if running.cancelled():
+            return
+        error = running.exception()
+        if error is None:
+            self.outcomes.append(running.result())
+            return
+        self.errors.append(error)
+        log.error("in-process task failed: %s", error)
+
+    async def drain(self) -> None:
+        while self._running:
+            await asyncio.wait(set(self._running))

@@ -1,0 +1,1 @@
+"""Event stores for the embedded engine: in-memory and RocksDB."""

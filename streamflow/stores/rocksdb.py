@@ -1,0 +1,278 @@
+"""``RocksDBEventStore``: a durable single-process event store on RocksDB (rocksdict).
+
+Layout (raw bytes, three column families, every append one atomic ``WriteBatch``):
+
+* ``events``  ``run_id 0x00 u64be(sequence)`` → envelope JSON
+* ``runs``    ``run_id`` → ``{"last_sequence": n}``
+* ``wakeups`` ``u64be(due µs) kind 0x00 run_id 0x00 subject`` → wake-up JSON, so a scheduler tick
+  reads only the due prefix instead of replaying histories.
+
+Writes go to RocksDB's write-ahead log before ``append`` returns, so they survive the death of
+the process; pass ``sync=True`` to also fsync each append (power-loss durability, slower).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any, cast
+
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from streamflow.core import events as ev
+from streamflow.core.errors import FlowError, RunNotFound, SerializationError, StoreError
+from streamflow.core.projection import project
+from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
+from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, scheduled_wakeups, sort_key
+from streamflow.stores.base import Clock, StoreRun, new_event_id, prepare_append, utc_now
+
+_FAMILIES = ("events", "runs", "wakeups")
+# Shift so instants before 1970 still sort correctly as unsigned big-endian keys.
+_MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
+
+
+def _event_key(run_id: str, sequence: int) -> bytes:
+    return run_id.encode() + b"\x00" + sequence.to_bytes(8, "big")
+
+
+def _wake_key(w: ScheduledWakeup) -> bytes:
+    due = to_micros(w.scheduled_at) + _MICROS_OFFSET
+    return (
+        due.to_bytes(8, "big")
+        + w.kind.value.encode()
+        + b"\x00"
+        + w.run_id.encode()
+        + b"\x00"
+        + w.subject_id.encode()
+    )
+
+
+def _wake_value(w: ScheduledWakeup) -> bytes:
+    return json.dumps(
+        {
+            "kind": w.kind.value,
+            "run_id": w.run_id,
+            "subject_id": w.subject_id,
+            "scheduled_at": format_utc(w.scheduled_at),
+            "runtime_build_id": w.runtime_build_id,
+        }
+    ).encode()
+
+
+def _wake_decode(raw: bytes) -> ScheduledWakeup:
+    data = json.loads(raw)
+    return ScheduledWakeup(
+        kind=WakeupKind(data["kind"]),
+        run_id=data["run_id"],
+        subject_id=data["subject_id"],
+        scheduled_at=parse_utc(data["scheduled_at"]),
+        runtime_build_id=data.get("runtime_build_id"),
+    )
+
+
+def _decode_envelope(raw: bytes) -> ev.FlowEventEnvelope:
+    try:
+        return ev.FlowEventEnvelope.from_json(json.loads(raw))
+    except (ValueError, SerializationError) as exc:
+        raise StoreError(f"corrupt event record in RocksDB store: {exc}") from exc
+
+
+def _items(family: Rdict, from_key: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """Raw (key, value) pairs of a column family in key order (the stubs type them loosely)."""
+    pairs = family.items() if from_key is None else family.items(from_key=from_key)
+    for key, value in pairs:
+        yield cast(bytes, key), cast(bytes, value)
+
+
+def _options() -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    return options
+
+
+class RocksDBEventStore:
+    """Durable expected-sequence appends with a due-time wake-up index.
+
+    One process owns a directory at a time (RocksDB's lock enforces it). ``cache_runs`` bounds
+    how many run projections stay in memory for append validation.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Clock = utc_now,
+        sync: bool = False,
+        cache_runs: int = 4096,
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, StoreRun] = OrderedDict()
+        self._cache_runs = max(1, cache_runs)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._db: Rdict | None = Rdict(
+                str(self.path),
+                _options(),
+                column_families={name: Options(raw_mode=True) for name in _FAMILIES},
+            )
+            self._events = self._db.get_column_family("events")
+            self._runs = self._db.get_column_family("runs")
+            self._wakeups = self._db.get_column_family("wakeups")
+            self._handles = {name: self._db.get_column_family_handle(name) for name in _FAMILIES}
+        except Exception as exc:
+            raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
+        self._write_options = WriteOptions()
+        self._write_options.sync = sync
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def append_if_sequence(
+        self, run_id: str, expected_sequence: int, event: ev.FlowEvent
+    ) -> ev.FlowEventEnvelope:
+        return self._append(run_id, expected_sequence, event)
+
+    async def append(self, run_id: str, event: ev.FlowEvent) -> ev.FlowEventEnvelope:
+        return self._append(run_id, None, event)
+
+    def _append(
+        self, run_id: str, expected: int | None, event: ev.FlowEvent
+    ) -> ev.FlowEventEnvelope:
+        with self._lock:
+            db = self._require_open()
+            run, prepared = prepare_append(
+                self._load(run_id),
+                run_id,
+                expected,
+                event,
+                timestamp=self._clock(),
+                event_id=new_event_id(),
+                run_exists=lambda other: self._runs.get(other.encode()) is not None,
+            )
+            envelope = prepared.envelope
+            batch = WriteBatch(raw_mode=True)
+            batch.put(
+                _event_key(run_id, envelope.sequence),
+                json.dumps(envelope.to_json(), separators=(",", ":")).encode(),
+                self._handles["events"],
+            )
+            batch.put(
+                run_id.encode(),
+                json.dumps({"last_sequence": envelope.sequence}).encode(),
+                self._handles["runs"],
+            )
+            for wakeup in prepared.removed:
+                batch.delete(_wake_key(wakeup), self._handles["wakeups"])
+            for wakeup in prepared.added:
+                batch.put(_wake_key(wakeup), _wake_value(wakeup), self._handles["wakeups"])
+            try:
+                db.write(batch, self._write_options)
+            except Exception as exc:
+                self._cache.pop(run_id, None)
+                raise StoreError(f"RocksDB append failed for run {run_id}: {exc}") from exc
+            self._remember(run_id, run)
+            return envelope
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _read(self, run_id: str, after_sequence: int = 0) -> ev.History:
+        self._require_open()
+        prefix = run_id.encode() + b"\x00"
+        out = []
+        for key, value in _items(self._events, _event_key(run_id, after_sequence + 1)):
+            if not key.startswith(prefix):
+                break
+            out.append(_decode_envelope(value))
+        return out
+
+    def _load(self, run_id: str) -> StoreRun | None:
+        cached = self._cache.get(run_id)
+        if cached is not None:
+            self._cache.move_to_end(run_id)
+            return cached
+        history = self._read(run_id)
+        if not history:
+            return None
+        try:
+            snapshot = project(run_id, history)
+        except FlowError as exc:
+            raise StoreError(f"stored history of run {run_id} is invalid: {exc}") from exc
+        run = StoreRun(snapshot=snapshot, wakeups=scheduled_wakeups(snapshot))
+        self._remember(run_id, run)
+        return run
+
+    def _remember(self, run_id: str, run: StoreRun) -> None:
+        self._cache[run_id] = run
+        self._cache.move_to_end(run_id)
+        while len(self._cache) > self._cache_runs:
+            self._cache.popitem(last=False)
+
+    async def list(self, run_id: str) -> ev.History:
+        with self._lock:
+            history = self._read(run_id)
+        if not history:
+            raise RunNotFound(run_id)
+        return history
+
+    async def list_from(self, run_id: str, after_sequence: int) -> ev.History:
+        """Events with sequence > ``after_sequence`` (acceleration for incremental replay)."""
+        with self._lock:
+            self._require_open()
+            if self._runs.get(run_id.encode()) is None:
+                raise RunNotFound(run_id)
+            return self._read(run_id, after_sequence)
+
+    async def list_run_ids(self) -> builtins.list[str]:
+        with self._lock:
+            self._require_open()
+            return [key.decode() for key, _ in _items(self._runs)]
+
+    async def list_due_wakeups(self, now: datetime) -> builtins.list[ScheduledWakeup]:
+        limit = (to_micros(now) + _MICROS_OFFSET).to_bytes(8, "big")
+        due = []
+        with self._lock:
+            self._require_open()
+            for key, value in _items(self._wakeups):
+                if key[:8] > limit:
+                    break
+                due.append(_wake_decode(value))
+        return sorted(due, key=sort_key)
+
+    async def next_scheduled_wakeup(self) -> ScheduledWakeup | None:
+        with self._lock:
+            self._require_open()
+            for _key, value in _items(self._wakeups):
+                return _wake_decode(value)
+        return None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def _require_open(self) -> Rdict:
+        if self._db is None:
+            raise StoreError(f"RocksDB store at {self.path} is closed")
+        return self._db
+
+    def close(self) -> None:
+        """Release the directory lock. Idempotent."""
+        with self._lock:
+            db, self._db = self._db, None
+            if db is None:
+                return
+            # Column-family objects keep the database alive; drop them before closing.
+            self._events = self._runs = self._wakeups = None  # type: ignore[assignment]
+            self._handles.clear()
+            self._cache.clear()
+            db.close()
+
+    def __enter__(self) -> RocksDBEventStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

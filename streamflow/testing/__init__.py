@@ -1,0 +1,1 @@
+"""Test support: fault-injecting stores, the conformance driver interface, broker fixtures."""

@@ -1,0 +1,249 @@
+"""The conformance driver interface: one small surface every backend implements so the same
+behaviour tests run on the in-memory store, RocksDB and (later) Kafka.
+
+Start-time rejections (``RunConflict``, ``RuntimeBuildUnavailable``, invalid ids or specs)
+raise from the call. Anything that goes wrong while the run is being driven (drift, a
+failing ``run_workflow``, an invalid command) is a *run incident*: :meth:`RunDriver.settle`
+raises it, which is how a distributed backend reports it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.core.errors import (
+    FlowError,
+    InvalidRunId,
+    InvalidWorkflow,
+    RunConflict,
+    RuntimeBuildUnavailable,
+    SerializationError,
+)
+from streamflow.core.events import FlowEventEnvelope
+from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.spec import WorkflowSpec
+from streamflow.core.values import CancellationRequest, WorkflowProgress
+from streamflow.engine.engine import FlowEngine
+from streamflow.engine.observers import FlowEventObserver
+from streamflow.engine.scheduler import FlowScheduler
+from streamflow.engine.tasks import InProcessTaskRunner
+from streamflow.stores.base import FlowEventStore
+from streamflow.stores.memory import InMemoryEventStore
+from streamflow.stores.rocksdb import RocksDBEventStore
+from streamflow.workflow.runtime import FlowRuntime
+
+T = TypeVar("T")
+START_REJECTIONS = (
+    RunConflict,
+    RuntimeBuildUnavailable,
+    InvalidRunId,
+    InvalidWorkflow,
+    SerializationError,
+)
+
+
+class RunDriver(Protocol):
+    """What a conformance test may do to a backend."""
+
+    name: str
+
+    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str: ...
+
+    async def start(self, spec: WorkflowSpec, input: object = None) -> str: ...
+
+    async def settle(self, run_id: str) -> WorkflowRunSnapshot: ...
+
+    async def wait_for(
+        self,
+        run_id: str,
+        predicate: Callable[[WorkflowRunSnapshot], bool],
+        timeout: float = 10.0,
+    ) -> WorkflowRunSnapshot: ...
+
+    async def snapshot(self, run_id: str) -> WorkflowRunSnapshot: ...
+
+    async def history(self, run_id: str) -> list[FlowEventEnvelope]: ...
+
+    async def event_keys(self, run_id: str) -> list[str]: ...
+
+    async def request_cancellation(
+        self, run_id: str, request: CancellationRequest | None = None
+    ) -> None: ...
+
+    async def force_cancel(self, run_id: str, reason: str | None = None) -> None: ...
+
+    async def terminate_for_timeout(
+        self, run_id: str, deadline: datetime, reason: str | None = None
+    ) -> None: ...
+
+    async def terminate_for_host_shutdown(self, run_id: str, reason: str | None = None) -> None: ...
+
+    async def record_progress(self, run_id: str, progress: WorkflowProgress) -> None: ...
+
+    async def resume_wait(self, run_id: str, wait_id: str) -> None: ...
+
+    async def restart(
+        self, *, compatibility: RuntimeBuildCompatibility | object | None = ...
+    ) -> None:
+        """Replace the engine or processes, keeping durable state; optionally redeploy with
+        another build compatibility."""
+
+    async def close(self) -> None: ...
+
+
+class DriverFactory(Protocol):
+    async def __call__(
+        self,
+        runtime: FlowRuntime,
+        *,
+        compatibility: RuntimeBuildCompatibility | None = None,
+        max_replay_iterations: int | None = None,
+        observers: Sequence[FlowEventObserver] = (),
+    ) -> RunDriver: ...
+
+
+class EmbeddedDriver:
+    """The embedded engine behind the driver interface; ``restart`` builds a replacement
+    engine on the same durable state (reopening the RocksDB directory)."""
+
+    def __init__(
+        self,
+        name: str,
+        open_store: Callable[[], FlowEventStore],
+        runtime: FlowRuntime,
+        *,
+        compatibility: RuntimeBuildCompatibility | None = None,
+        max_replay_iterations: int | None = None,
+        observers: Sequence[FlowEventObserver] = (),
+    ) -> None:
+        self.name = name
+        self._open_store = open_store
+        self._runtime = runtime
+        self._compatibility = compatibility
+        self._max = max_replay_iterations
+        self._observers = tuple(observers)
+        self._incidents: dict[str, FlowError] = {}
+        self.store = open_store()
+        self.engine = self._build()
+
+    def _build(self) -> FlowEngine:
+        builder = FlowEngine.builder(self._runtime).with_store(self.store)
+        if self._compatibility is not None:
+            builder = builder.with_runtime_build_compatibility(self._compatibility)
+        if self._max is not None:
+            builder = builder.with_max_replay_iterations(self._max)
+        for observer in self._observers:
+            builder = builder.with_observer(observer)
+        return builder.build()
+
+    async def _driving(self, run_id: str, action: Awaitable[T]) -> None:
+        try:
+            await action
+        except START_REJECTIONS:
+            raise
+        except FlowError as exc:
+            self._incidents[run_id] = exc
+
+    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
+        self._incidents.pop(run_id, None)
+        await self._driving(run_id, self.engine.start_with_id(run_id, spec, input))
+        return run_id
+
+    async def start(self, spec: WorkflowSpec, input: object = None) -> str:
+        run_id = self.engine.new_run_id()
+        return await self.start_with_id(run_id, spec, input)
+
+    async def settle(self, run_id: str) -> WorkflowRunSnapshot:
+        incident = self._incidents.pop(run_id, None)
+        if incident is not None:
+            raise incident
+        return await self.engine.snapshot(run_id)
+
+    async def fire_due_work(self) -> None:
+        scheduler = FlowScheduler(self.engine)
+        await scheduler.enqueue_due_work(self.engine.now())
+        runner = scheduler.dispatcher
+        assert isinstance(runner, InProcessTaskRunner)
+        await runner.drain()
+        for error in runner.errors:
+            if isinstance(error, FlowError):
+                raise error
+
+    async def wait_for(
+        self,
+        run_id: str,
+        predicate: Callable[[WorkflowRunSnapshot], bool],
+        timeout: float = 10.0,
+    ) -> WorkflowRunSnapshot:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            snap = await self.settle(run_id)
+            if predicate(snap):
+                return snap
+            if loop.time() > deadline:
+                raise TimeoutError(f"run {run_id} did not reach the condition: {snap!r}")
+            await self.fire_due_work()
+            delay = await FlowScheduler(self.engine).next_wakeup_delay(self.engine.now())
+            pause = 0.01 if delay is None else min(max(delay.total_seconds(), 0.001), 0.05)
+            await asyncio.sleep(pause)
+
+    async def snapshot(self, run_id: str) -> WorkflowRunSnapshot:
+        return await self.engine.snapshot(run_id)
+
+    async def history(self, run_id: str) -> list[FlowEventEnvelope]:
+        return await self.engine.history(run_id)
+
+    async def event_keys(self, run_id: str) -> list[str]:
+        return [e.event.event_key() for e in await self.history(run_id)]
+
+    async def request_cancellation(
+        self, run_id: str, request: CancellationRequest | None = None
+    ) -> None:
+        await self._driving(run_id, self.engine.request_cancellation(run_id, request))
+
+    async def force_cancel(self, run_id: str, reason: str | None = None) -> None:
+        await self.engine.force_cancel(run_id, reason)
+
+    async def terminate_for_timeout(
+        self, run_id: str, deadline: datetime, reason: str | None = None
+    ) -> None:
+        await self.engine.terminate_for_timeout(run_id, deadline, reason)
+
+    async def terminate_for_host_shutdown(self, run_id: str, reason: str | None = None) -> None:
+        await self.engine.terminate_for_host_shutdown(run_id, reason)
+
+    async def record_progress(self, run_id: str, progress: WorkflowProgress) -> None:
+        await self.engine.record_progress(run_id, progress)
+
+    async def resume_wait(self, run_id: str, wait_id: str) -> None:
+        await self._driving(run_id, self.engine.resume_wait(run_id, wait_id))
+
+    async def restart(
+        self, *, compatibility: RuntimeBuildCompatibility | object | None = ...
+    ) -> None:
+        if compatibility is not ...:
+            self._compatibility = compatibility  # type: ignore[assignment]
+        if isinstance(self.store, RocksDBEventStore):
+            self.store.close()
+            self.store = self._open_store()
+        self.engine = self._build()
+
+    async def close(self) -> None:
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            close()
+
+
+def memory_store_factory() -> Callable[[], FlowEventStore]:
+    store = InMemoryEventStore()
+    return lambda: store
+
+
+def rocksdb_store_factory(path: Path) -> Callable[[], FlowEventStore]:
+    return lambda: RocksDBEventStore(path)

@@ -1,0 +1,167 @@
+"""Step failures and retries (reference §2.2, §5.1 retries)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from streamflow import (
+    RetryPolicy,
+    RuntimeFailure,
+    StepStatus,
+    WorkflowRunStatus,
+)
+from streamflow.core.values import RetryExhausted
+from tests.support import Scripted, keys, sequential, spec
+
+
+def failing_until(attempt_ok: int, message: str = "primary failed"):
+    def step(inv):
+        if inv.attempt < attempt_ok:
+            raise RuntimeFailure(message)
+        return {"attempt": inv.attempt}
+
+    return step
+
+
+async def test_retries_failed_step_before_failing_run(make_driver):
+    runtime = Scripted(sequential("a", retry=RetryPolicy.fixed(3, 0)), failing_until(2))
+    driver = await make_driver(runtime)
+    await driver.start_with_id("run-1", spec())
+    snap = await driver.settle("run-1")
+    assert snap.status is WorkflowRunStatus.COMPLETED
+    assert snap.output == {"a": {"attempt": 2}}
+    assert keys(await driver.history("run-1")) == [
+        "run.created",
+        "run.started",
+        "step.created",
+        "step.started",
+        "step.retrying",
+        "step.started",
+        "step.completed",
+        "run.completed",
+    ]
+    retrying = (await driver.history("run-1"))[4].event
+    assert retrying.error == "runtime error: primary failed"
+    assert retrying.retry_after is None
+
+
+async def test_exhausted_step_failure_fails_run_by_default(make_driver):
+    runtime = Scripted(sequential("a", retry=RetryPolicy.fixed(2, 0)), failing_until(99))
+    driver = await make_driver(runtime)
+    await driver.start_with_id("run-1", spec())
+    snap = await driver.settle("run-1")
+    assert snap.status is WorkflowRunStatus.FAILED
+    assert snap.terminal_outcome == RetryExhausted(
+        step_id="a", attempt=2, error="runtime error: primary failed"
+    )
+    assert snap.error == "runtime error: primary failed"
+    assert keys(await driver.history("run-1"))[-3:] == [
+        "step.started",
+        "step.failed",
+        "run.retry_exhausted",
+    ]
+    assert runtime.step_calls == [("a", 1), ("a", 2)]
+
+
+async def test_default_retry_policy_is_three_attempts(make_driver):
+    runtime = Scripted(sequential("a"), failing_until(99))
+    driver = await make_driver(runtime)
+    await driver.start_with_id("run-1", spec())
+    assert (await driver.settle("run-1")).status is WorkflowRunStatus.FAILED
+    assert runtime.step_calls == [("a", 1), ("a", 2), ("a", 3)]
+
+
+async def test_arbitrary_exceptions_fail_the_attempt_with_their_type_and_text(make_driver):
+    def step(inv):
+        raise KeyError("missing")
+
+    driver = await make_driver(Scripted(sequential("a", retry=RetryPolicy.none()), step))
+    await driver.start_with_id("run-1", spec())
+    snap = await driver.settle("run-1")
+    assert snap.error == "KeyError: 'missing'"
+
+
+async def test_recoverable_step_failure_replays_to_workflow_for_fallback(make_driver):
+    policy = RetryPolicy.fixed(2, 0).continue_workflow_on_failure()
+
+    def workflow(ctx):
+        if ctx.step_failed("primary") is not None:
+            if not ctx.step_completed("fallback"):
+                return ctx.schedule_step("fallback", "do-fallback")
+            return ctx.complete({"via": "fallback", "error": ctx.step_failed("primary")})
+        return ctx.schedule_step("primary", "do-primary", None, policy)
+
+    def step(inv):
+        if inv.step_id == "primary":
+            raise RuntimeFailure("primary failed")
+        return "ok"
+
+    runtime = Scripted(workflow, step)
+    driver = await make_driver(runtime)
+    await driver.start_with_id("run-1", spec())
+    snap = await driver.settle("run-1")
+    assert snap.status is WorkflowRunStatus.COMPLETED
+    assert snap.output == {"via": "fallback", "error": "runtime error: primary failed"}
+    assert snap.steps["primary"].status is StepStatus.FAILED
+    assert "run.retry_exhausted" not in keys(await driver.history("run-1"))
+
+
+async def test_delayed_step_retry_suspends_until_due(make_driver):
+    runtime = Scripted(
+        sequential("a", retry=RetryPolicy.fixed(2, timedelta(milliseconds=150))), failing_until(2)
+    )
+    driver = await make_driver(runtime)
+    await driver.start_with_id("run-1", spec())
+    snap = await driver.settle("run-1")
+    assert snap.status is WorkflowRunStatus.SUSPENDED
+    assert snap.steps["a"].status is StepStatus.PENDING
+    assert snap.steps["a"].retry_after is not None
+    assert runtime.step_calls == [("a", 1)]
+    workflow_calls = runtime.workflow_calls
+    await driver.restart()  # a replacement engine resumes from durable state
+    done = await driver.wait_for("run-1", lambda s: s.is_terminal)
+    assert done.status is WorkflowRunStatus.COMPLETED
+    assert runtime.step_calls == [("a", 1), ("a", 2)]
+    assert runtime.workflow_calls > workflow_calls
+
+
+async def test_exponential_retry_exhausts_its_finite_budget(make_driver):
+    policy = RetryPolicy.exponential(3, timedelta(milliseconds=5), timedelta(milliseconds=20))
+    runtime = Scripted(sequential("a", retry=policy), failing_until(99))
+    driver = await make_driver(runtime)
+    await driver.start_with_id("run-1", spec())
+    done = await driver.wait_for("run-1", lambda s: s.is_terminal)
+    assert isinstance(done.terminal_outcome, RetryExhausted)
+    assert done.terminal_outcome.attempt == 3
+    history = await driver.history("run-1")
+    retries = [e for e in history if e.event.TYPE == "step_retrying"]
+    for envelope in retries:
+        delay = envelope.event.retry_after - envelope.timestamp
+        assert timedelta(0) < delay <= timedelta(milliseconds=20) + timedelta(milliseconds=50)
+
+
+async def test_run_summary_counts_statuses_and_actionable_work(make_driver):
+    from datetime import UTC, datetime
+
+    far = datetime(2100, 1, 1, tzinfo=UTC)
+
+    def workflow(ctx):
+        kind = ctx.input["kind"]
+        if kind == "wait":
+            return ctx.wait_until("w", far)
+        if kind == "retry":
+            return ctx.schedule_step("a", "a", None, RetryPolicy.fixed(2, timedelta(days=1)))
+        if kind == "fail":
+            return ctx.fail("no")
+        return ctx.complete(None)
+
+    driver = await make_driver(Scripted(workflow, failing_until(99)))
+    for kind in ("wait", "retry", "fail", "done", "done2"):
+        await driver.start_with_id(f"r-{kind}", spec(), {"kind": kind.rstrip("2")})
+    summary = await driver.engine.run_summary()
+    assert (summary.total, summary.suspended, summary.failed, summary.completed) == (5, 2, 1, 2)
+    assert (summary.terminal, summary.non_terminal) == (3, 2)
+    assert (summary.open_waits, summary.pending_retries) == (1, 1)
+    await driver.force_cancel("r-wait")
+    summary = await driver.engine.run_summary()
+    assert (summary.cancelled, summary.open_waits, summary.non_terminal) == (1, 0, 1)

@@ -1,0 +1,85 @@
+"""Shared test helpers: scripted runtimes, a controllable clock, spec shortcuts."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from streamflow import (
+    FlowRuntime,
+    RuntimeCommand,
+    StepInvocation,
+    WorkflowContext,
+    WorkflowInvocation,
+    WorkflowSpec,
+)
+
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def spec(name: str = "tests.flow", version: str = "1") -> WorkflowSpec:
+    return WorkflowSpec.python(name, version, "tests.support", "Scripted")
+
+
+class FakeClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, start: datetime = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> datetime:
+        self.now += delta
+        return self.now
+
+
+WorkflowFn = Callable[[WorkflowContext], RuntimeCommand]
+StepFn = Callable[[StepInvocation], Any]
+
+
+class Scripted(FlowRuntime):
+    """A runtime made of two functions, counting every invocation."""
+
+    def __init__(self, workflow: WorkflowFn, step: StepFn | None = None) -> None:
+        self._workflow = workflow
+        self._step = step
+        self.workflow_calls = 0
+        self.step_calls: list[tuple[str, int]] = []
+        self.invocations: list[StepInvocation] = []
+
+    def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
+        self.workflow_calls += 1
+        return self._workflow(invocation.context())
+
+    async def run_step(self, invocation: StepInvocation) -> object:
+        self.step_calls.append((invocation.step_id, invocation.attempt))
+        self.invocations.append(invocation)
+        if self._step is None:
+            return {"step": invocation.step_id}
+        result = self._step(invocation)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def calls_of(self, step_id: str) -> int:
+        return sum(1 for s, _ in self.step_calls if s == step_id)
+
+
+def sequential(*step_ids: str, retry: Any = None) -> WorkflowFn:
+    """Run the steps one after another, then complete with every output."""
+
+    def workflow(ctx: WorkflowContext) -> RuntimeCommand:
+        for step_id in step_ids:
+            if not ctx.step_completed(step_id):
+                return ctx.schedule_step(step_id, f"do-{step_id}", {"id": step_id}, retry)
+        return ctx.complete({s: ctx.step_output(s) for s in step_ids})
+
+    return workflow
+
+
+def keys(history: list[Any]) -> list[str]:
+    return [e.event.event_key().removeprefix("flow.") for e in history]

@@ -1,0 +1,90 @@
+"""The curated public API is pinned: adding or removing a name is a deliberate change."""
+
+from __future__ import annotations
+
+import streamflow
+
+PINNED = {
+    # engine, runtime contract, context
+    "FlowEngine", "FlowEngineBuilder", "FlowRuntime", "WorkflowInvocation", "StepInvocation",
+    "WorkflowContext",
+    # commands and their parts
+    "RuntimeCommand", "StepCommand", "ChildWorkflowCommand",
+    # definitions and values
+    "WorkflowSpec", "WorkflowRuntime", "RetryPolicy", "RetryBackoff", "StepFailureAction",
+    "WorkflowProgress", "ChildOperationReference", "CancellationRequest", "WorkflowSignal",
+    "HookMetadata", "HookCallback", "ChildWorkflowCancellationPolicy", "RuntimeBuildId",
+    "WorkflowPatchId", "RuntimeBuildCompatibility", "MAX_WORKFLOW_PATCH_MARKERS",
+    # snapshots and inspection
+    "WorkflowRunSnapshot", "WorkflowRunStatus", "StepSnapshot", "StepStatus", "WaitSnapshot",
+    "WaitStatus", "HookSnapshot", "HookStatus", "SignalWaitSnapshot", "WorkflowSignalSnapshot",
+    "ChildWorkflowSnapshot", "WorkflowContinuation", "WorkflowTerminalOutcome",
+    "WorkflowRunSummary", "WorkflowRunSuspension", "ScheduledWakeup", "WakeupKind",
+    # events
+    "FlowEvent", "FlowEventEnvelope", "RunCreated", "RunStarted", "RunCompleted", "RunFailed",
+    "RunCancellationRequested", "RunCancelled", "RunTimedOut", "RunRetryExhausted",
+    "RunHostShutdown", "RunContinuedAsNew", "RunProgressRecorded", "ChildOperationLinked",
+    "ChildWorkflowRequested", "ChildWorkflowResolved", "SignalReceived", "SignalWaitCreated",
+    "SignalWaitCompleted", "StepCreated", "StepStarted", "StepCompleted", "StepRetrying",
+    "StepFailed", "WaitCreated", "WaitCompleted", "HookCreated", "HookReceived", "HookDisposed",
+    # scheduling, tasks, observers, stores
+    "FlowScheduler", "FlowSchedulerTick", "FlowTask", "FlowTaskKind", "FlowTaskLease",
+    "FlowTaskOutcome", "FlowTaskDispatcher", "FlowWorker", "InMemoryFlowTaskQueue",
+    "InProcessTaskRunner", "RuntimeBuildTaskRouter", "FlowEventObserver",
+    "NoopFlowEventObserver", "InMemoryFlowEventObserver", "FanoutFlowEventObserver",
+    "FlowEventStore", "InMemoryEventStore", "RocksDBEventStore",
+    # errors
+    "FlowError", "RunNotFound", "RunTerminal", "InvalidRunId", "ContinueAsNewCycle",
+    "ContinueAsNewLimitExceeded", "ChildWorkflowCycle", "ChildWorkflowDepthExceeded",
+    "RunConflict", "InvalidRuntimeBuildId", "InvalidWorkflowPatchId", "RuntimeBuildUnavailable",
+    "RuntimeBuildRouteNotFound", "NonDeterministic", "EventConflict", "HookTokenNotFound",
+    "LeaseLost", "HookTokenConflict", "HookConflict", "SignalConflict", "InvalidWorkflow",
+    "InvalidTransition", "InvalidWorkerConfiguration", "TaskManagement", "StoreError",
+    "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
+}  # fmt: skip
+
+
+def test_all_is_pinned():
+    assert set(streamflow.__all__) == PINNED
+    assert len(streamflow.__all__) == len(PINNED)
+
+
+def test_every_exported_name_resolves():
+    for name in streamflow.__all__:
+        assert getattr(streamflow, name) is not None, name
+
+
+def test_the_design_doc_example_imports_work():
+    from streamflow import (  # noqa: F401
+        CancellationRequest,
+        ChildOperationReference,
+        ChildWorkflowCancellationPolicy,
+        ChildWorkflowCommand,
+        EventConflict,
+        FanoutFlowEventObserver,
+        FlowEngine,
+        FlowError,
+        FlowEventEnvelope,
+        FlowRuntime,
+        FlowScheduler,
+        HookMetadata,
+        InMemoryEventStore,
+        NonDeterministic,
+        RetryPolicy,
+        RocksDBEventStore,
+        RunConflict,
+        RunNotFound,
+        RunTerminal,
+        RuntimeBuildCompatibility,
+        RuntimeBuildId,
+        RuntimeCommand,
+        StepCommand,
+        StepInvocation,
+        WorkflowContext,
+        WorkflowInvocation,
+        WorkflowProgress,
+        WorkflowRunSnapshot,
+        WorkflowRunStatus,
+        WorkflowSignal,
+        WorkflowSpec,
+    )
