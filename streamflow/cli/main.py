@@ -1,0 +1,113 @@
+"""``streamflow``: the command line (``demo`` runs the embedded example; ``show`` inspects)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+from streamflow.cli.render import render_event, render_history
+from streamflow.core.errors import FlowError
+from streamflow.core.events import FlowEventEnvelope, RunProgressRecorded
+from streamflow.engine.engine import FlowEngine
+from streamflow.engine.scheduler import FlowScheduler
+from streamflow.engine.tasks import InProcessTaskRunner
+from streamflow.examples.orders import Orders, orders_spec
+from streamflow.stores.rocksdb import RocksDBEventStore
+
+DEFAULT_DEMO_DIR = Path(".streamflow/demo")
+
+
+class ConsoleObserver:
+    """Prints each committed event as it happens."""
+
+    async def observe(self, envelope: FlowEventEnvelope) -> None:
+        print(f"  #{envelope.sequence:<3} {render_event(envelope)}", flush=True)
+        event = envelope.event
+        if isinstance(event, RunProgressRecorded):
+            p = event.progress
+            total = f"/{p.total}" if p.total else ""
+            print(f"       progress {p.completed}{total}: {p.message or p.progress_id}", flush=True)
+
+
+async def run_demo(directory: Path, run_id: str, step_delay: float) -> int:
+    store = RocksDBEventStore(directory)
+    try:
+        runtime = Orders(step_delay=step_delay)
+        engine = (
+            FlowEngine.builder(runtime).with_store(store).with_observer(ConsoleObserver()).build()
+        )
+        runner = InProcessTaskRunner(engine)
+        scheduler = FlowScheduler(engine, runner)
+        order = {"order_id": run_id, "sku": "BOOK-42", "quantity": 1, "amount_cents": 2599}
+        existing = run_id in await engine.list_run_ids()
+        print(f"{'resuming' if existing else 'starting'} run {run_id} in {directory}", flush=True)
+        await engine.start_with_id(run_id, orders_spec(), order)
+        while not (snapshot := await engine.snapshot(run_id)).is_terminal:
+            await scheduler.enqueue_due_work(engine.now())
+            await runner.drain()
+            for error in runner.errors:
+                raise error
+            if (await engine.snapshot(run_id)).is_terminal:
+                break
+            delay = await scheduler.next_wakeup_delay(engine.now()) or timedelta(seconds=1)
+            await asyncio.sleep(min(delay, timedelta(seconds=1)).total_seconds())
+        snapshot = await engine.snapshot(run_id)
+        print(f"\nrun {run_id}: {snapshot.status.value}  output={snapshot.output}")
+        print(f"steps executed by this process: {runtime.executions or 'none'}\n")
+        print(render_history(await engine.history(run_id)))
+        return 0
+    finally:
+        store.close()
+
+
+async def show(directory: Path, run_id: str | None) -> int:
+    store = RocksDBEventStore(directory)
+    try:
+        engine = FlowEngine.builder(Orders()).with_store(store).build()
+        if run_id is None:
+            for rid in await engine.list_run_ids():
+                snap = await engine.snapshot(rid)
+                print(f"{rid:<40} {snap.status.value:<12} seq={snap.last_sequence}")
+            return 0
+        print(render_history(await engine.history(run_id)))
+        return 0
+    finally:
+        store.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    parser = argparse.ArgumentParser(prog="streamflow", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run the example order workflow on embedded RocksDB")
+    demo.add_argument("--dir", type=Path, default=DEFAULT_DEMO_DIR, help="RocksDB directory")
+    demo.add_argument("--run-id", default="order-1", help="run id (re-run to resume it)")
+    demo.add_argument("--fresh", action="store_true", help="delete the directory first")
+    demo.add_argument("--step-delay", type=float, default=0.4, help="seconds each step takes")
+    inspect = sub.add_parser("show", help="list runs, or print one run's history")
+    inspect.add_argument("run_id", nargs="?")
+    inspect.add_argument("--dir", type=Path, default=DEFAULT_DEMO_DIR)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            if args.fresh and args.dir.exists():
+                shutil.rmtree(args.dir)
+            return asyncio.run(run_demo(args.dir, args.run_id, args.step_delay))
+        return asyncio.run(show(args.dir, args.run_id))
+    except FlowError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: the run stays resumable; run the same command again", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Example applications shipped with streamflow (used by ``streamflow demo`` and the docs)."""
