@@ -22,12 +22,12 @@ demo: $(STAMP) ## Run the example order workflow on the embedded RocksDB engine
 	$(BIN)/streamflow demo
 
 fmt: $(STAMP) ## Format and auto-fix
-	$(BIN)/ruff format streamflow tests bench examples
-	$(BIN)/ruff check --fix streamflow tests bench examples
+	$(BIN)/ruff format streamflow tests bench
+	$(BIN)/ruff check --fix streamflow tests bench
 
 lint: $(STAMP) ## ruff (lint + format check) and the import-linter contracts
-	$(BIN)/ruff check streamflow tests bench examples
-	$(BIN)/ruff format --check streamflow tests bench examples
+	$(BIN)/ruff check streamflow tests bench
+	$(BIN)/ruff format --check streamflow tests bench
 	$(BIN)/lint-imports
 
 type: $(STAMP) ## mypy --strict on streamflow/
