@@ -49,6 +49,10 @@ class RuntimeBuildId(str):
             )
         return super().__new__(cls, value)
 
+    @classmethod
+    def new(cls, value: str) -> RuntimeBuildId:
+        return cls(value)
+
     def __repr__(self) -> str:
         return f"RuntimeBuildId({str(self)!r})"
 
@@ -73,6 +77,10 @@ class WorkflowPatchId(str):
                 "and use only a-z 0-9 - _ ."
             )
         return super().__new__(cls, value)
+
+    @classmethod
+    def new(cls, value: str) -> WorkflowPatchId:
+        return cls(value)
 
     def __repr__(self) -> str:
         return f"WorkflowPatchId({str(self)!r})"

@@ -186,6 +186,20 @@ class WorkflowContinuation:
     """The successor's input."""
 
 
+class ProgressLog(list[WorkflowProgress]):
+    """Progress records in commit order; call it with an id to look one up
+    (``snapshot.progress("load")``), as the seed's ``progress(id)`` helper does."""
+
+    def __call__(self, progress_id: str) -> WorkflowProgress | None:
+        for record in reversed(self):
+            if record.progress_id == progress_id:
+                return record
+        return None
+
+    def copy(self) -> ProgressLog:
+        return ProgressLog(self)
+
+
 class WorkflowRunSnapshot:
     """The projected state of one run.
 
@@ -235,7 +249,7 @@ class WorkflowRunSnapshot:
         self.signals: dict[str, WorkflowSignalSnapshot] = {}
         self.signal_waits: dict[str, SignalWaitSnapshot] = {}
         self.cancellation: CancellationSnapshot | None = None
-        self.progress: list[WorkflowProgress] = []
+        self.progress = ProgressLog()
         self.progress_by_id: dict[str, WorkflowProgress] = {}
         self.child_operations: dict[str, ChildOperationReference] = {}
         self.child_workflows: dict[str, ChildWorkflowSnapshot] = {}

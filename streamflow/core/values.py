@@ -63,6 +63,10 @@ class WorkflowProgress:
     details: JsonValue = None
     """Free-form JSON details."""
 
+    @staticmethod
+    def new(progress_id: str, completed: int) -> WorkflowProgress:
+        return WorkflowProgress(progress_id, completed)
+
     def with_total(self, total: int) -> WorkflowProgress:
         return replace(self, total=total)
 
@@ -132,6 +136,10 @@ class ChildOperationReference:
     metadata: JsonValue = None
     """Free-form JSON."""
 
+    @staticmethod
+    def new(reference_id: str, kind: str, operation_id: str) -> ChildOperationReference:
+        return ChildOperationReference(reference_id, kind, operation_id)
+
     def with_flow_run_id(self, run_id: str) -> ChildOperationReference:
         return replace(self, flow_run_id=run_id)
 
@@ -184,6 +192,10 @@ class CancellationRequest:
     reason: str | None = None
     """Why the run is being cancelled; becomes ``run_cancelled.reason``."""
 
+    @staticmethod
+    def new(reason: str | None = None) -> CancellationRequest:
+        return CancellationRequest(reason)
+
     def to_json(self) -> dict[str, Any]:
         return {"reason": self.reason}
 
@@ -203,6 +215,13 @@ class WorkflowSignal:
     """Declared signal name."""
     payload: JsonValue = None
     """JSON payload."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "payload", normalize(self.payload, "signal payload"))
+
+    @staticmethod
+    def new(signal_id: str, name: str, payload: object = None) -> WorkflowSignal:
+        return WorkflowSignal(signal_id, name, payload)  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, Any]:
         return {"signal_id": self.signal_id, "name": self.name, "payload": self.payload}

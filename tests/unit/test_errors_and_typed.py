@@ -127,3 +127,26 @@ def test_context_reads_are_pure_functions_of_the_history_handed_in():
     assert ctx.step_output("s") == {"order_id": "o", "quantity": "many"}
     assert ctx.step_failed("s") is None
     assert ctx.cancellation_request() is None
+
+
+def test_seed_style_constructors_and_lookups():
+    from streamflow import (
+        CancellationRequest,
+        ChildOperationReference,
+        RuntimeBuildId,
+        WorkflowPatchId,
+        WorkflowProgress,
+        WorkflowSignal,
+    )
+    from streamflow.core.snapshot import ProgressLog
+
+    assert WorkflowProgress.new("p", 1) == WorkflowProgress("p", 1)
+    assert ChildOperationReference.new("r", "k", "o").operation_id == "o"
+    assert CancellationRequest.new("why").reason == "why"
+    assert WorkflowSignal.new("s", "go", (1, 2)).payload == [1, 2]
+    assert RuntimeBuildId.new("v1") == "v1"
+    assert WorkflowPatchId.new("p1") == "p1"
+    log = ProgressLog([WorkflowProgress("a", 1), WorkflowProgress("b", 2)])
+    assert log("b") == WorkflowProgress("b", 2)
+    assert log("c") is None
+    assert log[0].progress_id == "a"
