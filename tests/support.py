@@ -17,6 +17,8 @@ from streamflow import (
 )
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+FAR = datetime(2100, 1, 1, tzinfo=UTC)
+"""A deadline no timer reaches during a test: gates that tests resume by hand."""
 
 
 def spec(name: str = "tests.flow", version: str = "1") -> WorkflowSpec:

@@ -365,13 +365,21 @@ class FlowEngine:
         self, run_id: str, request: CancellationRequest | None = None
     ) -> WorkflowRunSnapshot:
         """Record a cleanup-aware cancellation request and drive the run's cleanup."""
+        snap = await self.record_cancellation_request(run_id, request)
+        if snap.is_terminal:
+            return snap
+        return await self.drive(run_id)
+
+    async def record_cancellation_request(
+        self, run_id: str, request: CancellationRequest | None = None
+    ) -> WorkflowRunSnapshot:
+        """The durable half of :meth:`request_cancellation`: append the request (or confirm the
+        identical one) without driving the cleanup."""
         req = request or CancellationRequest()
         snap, _ = await self._host(
             run_id, lambda s: d.decide_cancellation_request(s, req), admission=True
         )
-        if snap.is_terminal:
-            return snap
-        return await self.drive(run_id)
+        return snap
 
     async def force_cancel(self, run_id: str, reason: str | None = None) -> WorkflowRunSnapshot:
         """End the run now with ``run_cancelled``: no workflow code, no admission."""

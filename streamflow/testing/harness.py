@@ -27,7 +27,8 @@ from streamflow.core.errors import (
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.values import CancellationRequest, WorkflowProgress
+from streamflow.core.inspect import WorkflowRunSummary
+from streamflow.core.values import CancellationRequest, ChildOperationReference, WorkflowProgress
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.observers import FlowEventObserver
 from streamflow.engine.scheduler import FlowScheduler
@@ -56,7 +57,10 @@ class RunDriver(Protocol):
 
     async def start(self, spec: WorkflowSpec, input: object = None) -> str: ...
 
-    async def settle(self, run_id: str) -> WorkflowRunSnapshot: ...
+    async def settle(self, run_id: str) -> WorkflowRunSnapshot:
+        """Wait until nothing more happens to the run without outside input (terminal, or
+        suspended with no step in flight) and observers have seen every committed event; raise
+        the run's incident if deciding it failed at its current sequence."""
 
     async def wait_for(
         self,
@@ -85,7 +89,13 @@ class RunDriver(Protocol):
 
     async def record_progress(self, run_id: str, progress: WorkflowProgress) -> None: ...
 
+    async def link_child_operation(self, run_id: str, child: ChildOperationReference) -> None: ...
+
     async def resume_wait(self, run_id: str, wait_id: str) -> None: ...
+
+    async def list_run_ids(self) -> list[str]: ...
+
+    async def run_summary(self) -> WorkflowRunSummary: ...
 
     async def restart(
         self, *, compatibility: RuntimeBuildCompatibility | object | None = ...
@@ -205,7 +215,9 @@ class EmbeddedDriver:
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
     ) -> None:
-        await self._driving(run_id, self.engine.request_cancellation(run_id, request))
+        snap = await self.engine.record_cancellation_request(run_id, request)
+        if not snap.is_terminal:
+            await self._driving(run_id, self.engine.drive(run_id))
 
     async def force_cancel(self, run_id: str, reason: str | None = None) -> None:
         await self.engine.force_cancel(run_id, reason)
@@ -221,8 +233,19 @@ class EmbeddedDriver:
     async def record_progress(self, run_id: str, progress: WorkflowProgress) -> None:
         await self.engine.record_progress(run_id, progress)
 
+    async def link_child_operation(self, run_id: str, child: ChildOperationReference) -> None:
+        await self.engine.link_child_operation(run_id, child)
+
     async def resume_wait(self, run_id: str, wait_id: str) -> None:
-        await self._driving(run_id, self.engine.resume_wait(run_id, wait_id))
+        snap, _ = await self.engine.complete_wait(run_id, wait_id)
+        if not snap.is_terminal:
+            await self._driving(run_id, self.engine.drive(run_id))
+
+    async def list_run_ids(self) -> list[str]:
+        return await self.engine.list_run_ids()
+
+    async def run_summary(self) -> WorkflowRunSummary:
+        return await self.engine.run_summary()
 
     async def restart(
         self, *, compatibility: RuntimeBuildCompatibility | object | None = ...

@@ -10,7 +10,7 @@ from streamflow import (
     RuntimeBuildUnavailable,
     WorkflowRunStatus,
 )
-from tests.support import T0, Scripted, keys, spec
+from tests.support import FAR, Scripted, keys, spec
 
 V1 = RuntimeBuildCompatibility.new("orders-v1")
 V2 = RuntimeBuildCompatibility.new("orders-v2")
@@ -18,7 +18,7 @@ V2 = RuntimeBuildCompatibility.new("orders-v2")
 
 def gated(ctx):
     if not ctx.wait_completed("gate"):
-        return ctx.wait_until("gate", T0)
+        return ctx.wait_until("gate", FAR)
     return ctx.complete("ok")
 
 
@@ -30,7 +30,7 @@ async def test_pinned_runs_require_an_explicitly_compatible_engine_before_histor
         await driver.start_with_id("run-1", spec().with_runtime_build("orders-v1"))
     assert caught.value.required_build_id == "orders-v1"
     assert caught.value.current_build_id is None
-    assert await driver.engine.list_run_ids() == []
+    assert await driver.list_run_ids() == []
 
 
 async def test_configured_engines_reject_unpinned_runs_unless_legacy_admission_is_explicit(
@@ -39,7 +39,7 @@ async def test_configured_engines_reject_unpinned_runs_unless_legacy_admission_i
     strict = await make_driver(Scripted(gated), compatibility=V1)
     with pytest.raises(RuntimeBuildUnavailable):
         await strict.start_with_id("legacy", spec())
-    assert await strict.engine.list_run_ids() == []
+    assert await strict.list_run_ids() == []
     legacy = await make_driver(Scripted(gated), compatibility=V1.accept_unpinned())
     await legacy.start_with_id("legacy", spec())
     assert (await legacy.settle("legacy")).status is WorkflowRunStatus.SUSPENDED
@@ -54,9 +54,9 @@ async def test_incompatible_worker_cannot_append_before_a_compatible_replacement
     before = await v1.history("run-1")
     await v1.restart(compatibility=V2)  # a build that does not admit v1 runs
     with pytest.raises(RuntimeBuildUnavailable):
-        await v1.engine.resume_wait("run-1", "gate")
+        await v1.resume_wait("run-1", "gate")
     with pytest.raises(RuntimeBuildUnavailable):
-        await v1.engine.drive("run-1")
+        await v1.request_cancellation("run-1")
     assert await v1.history("run-1") == before
     await v1.restart(compatibility=V2.with_compatible_build("orders-v1"))
     await v1.resume_wait("run-1", "gate")

@@ -14,7 +14,7 @@ from streamflow import (
     WorkflowProgress,
     WorkflowRunStatus,
 )
-from tests.support import T0, Scripted, spec
+from tests.support import FAR, Scripted, spec
 
 
 class Drifting:
@@ -41,7 +41,7 @@ class Drifting:
                 RetryPolicy.fixed(2, 5000) if v == 1 else RetryPolicy.fixed(3, 5000),
             )
         elif d == "wait":
-            cmd = ctx.wait_until("cool", T0 + timedelta(minutes=v))
+            cmd = ctx.wait_until("cool", FAR + timedelta(minutes=v))
         elif d == "progress":
             cmd = ctx.record_progress(WorkflowProgress("p", v))
         elif d == "child_operation":
@@ -63,7 +63,7 @@ class Drifting:
         if not recorded:
             return cmd
         if not ctx.wait_completed("gate"):
-            return ctx.wait_until("gate", T0)
+            return ctx.wait_until("gate", FAR)
         return ctx.complete("done")
 
 
@@ -75,7 +75,7 @@ CASES = {
         'replay={"max_attempts":3,"delay_ms":5000}'
     ),
     "wait": (
-        "wait cool resume_at differs: history=2026-01-01T12:01:00Z; replay=2026-01-01T12:02:00Z"
+        "wait cool resume_at differs: history=2100-01-01T00:01:00Z; replay=2100-01-01T00:02:00Z"
     ),
     "progress": (
         'progress p differs: history={"progress_id":"p","completed":1}; '

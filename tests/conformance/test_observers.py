@@ -15,9 +15,11 @@ async def test_observer_receives_committed_events_in_store_order(make_driver):
     observer = InMemoryFlowEventObserver()
     driver = await make_driver(Scripted(sequential("a", "b")), observers=[observer])
     await driver.start_with_id("run-1", spec())
+    await driver.settle("run-1")  # also waits until observers have seen every committed event
     history = await driver.history("run-1")
     assert observer.events() == history
     await driver.start_with_id("run-1", spec())  # idempotent start: nothing new observed
+    await driver.settle("run-1")
     assert observer.events() == history
 
 

@@ -12,14 +12,14 @@ from streamflow import (
     WorkflowProgress,
     WorkflowRunStatus,
 )
-from tests.support import T0, Scripted, keys, spec
+from tests.support import FAR, Scripted, keys, spec
 
 
 def progressing(progress: WorkflowProgress):
     def workflow(ctx):
         if ctx.progress(progress.progress_id) is None:
             return ctx.record_progress(progress)
-        return ctx.wait_until("hold", T0)
+        return ctx.wait_until("hold", FAR)
 
     return workflow
 
@@ -53,7 +53,7 @@ async def test_invalid_progress_is_rejected(make_driver, bad):
 
 
 async def test_host_progress_is_idempotent_and_drift_is_nondeterministic(make_driver):
-    driver = await make_driver(Scripted(lambda ctx: ctx.wait_until("hold", T0)))
+    driver = await make_driver(Scripted(lambda ctx: ctx.wait_until("hold", FAR)))
     await driver.start_with_id("run-1", spec())
     await driver.record_progress("run-1", WorkflowProgress("host", 1).with_total(2))
     await driver.record_progress("run-1", WorkflowProgress("host", 1).with_total(2))
@@ -81,19 +81,19 @@ async def test_child_operation_links_follow_the_same_idempotency_rules(make_driv
 
 
 async def test_host_link_rejects_a_missing_flow_run_and_drift(make_driver):
-    driver = await make_driver(Scripted(lambda ctx: ctx.wait_until("hold", T0)))
+    driver = await make_driver(Scripted(lambda ctx: ctx.wait_until("hold", FAR)))
     await driver.start_with_id("run-1", spec())
     await driver.start_with_id("run-2", spec(), {"other": True})
     with pytest.raises(InvalidTransition, match="does not exist"):
-        await driver.engine.link_child_operation(
+        await driver.link_child_operation(
             "run-1", ChildOperationReference("c", "flow", "x").with_flow_run_id("missing")
         )
     ref = ChildOperationReference("c", "flow", "x").with_flow_run_id("run-2")
-    snap = await driver.engine.link_child_operation("run-1", ref)
-    assert snap.child_operation("c") == ref
-    await driver.engine.link_child_operation("run-1", ref)
+    await driver.link_child_operation("run-1", ref)
+    assert (await driver.snapshot("run-1")).child_operation("c") == ref
+    await driver.link_child_operation("run-1", ref)
     with pytest.raises(NonDeterministic, match="child operation c differs"):
-        await driver.engine.link_child_operation("run-1", ChildOperationReference("c", "flow", "y"))
+        await driver.link_child_operation("run-1", ChildOperationReference("c", "flow", "y"))
     assert keys(await driver.history("run-1")).count("child.operation.linked") == 1
     snap = await driver.settle("run-1")
     assert snap.status is WorkflowRunStatus.SUSPENDED

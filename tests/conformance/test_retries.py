@@ -158,10 +158,10 @@ async def test_run_summary_counts_statuses_and_actionable_work(make_driver):
     driver = await make_driver(Scripted(workflow, failing_until(99)))
     for kind in ("wait", "retry", "fail", "done", "done2"):
         await driver.start_with_id(f"r-{kind}", spec(), {"kind": kind.rstrip("2")})
-    summary = await driver.engine.run_summary()
+    summary = await driver.run_summary()
     assert (summary.total, summary.suspended, summary.failed, summary.completed) == (5, 2, 1, 2)
     assert (summary.terminal, summary.non_terminal) == (3, 2)
     assert (summary.open_waits, summary.pending_retries) == (1, 1)
     await driver.force_cancel("r-wait")
-    summary = await driver.engine.run_summary()
+    summary = await driver.run_summary()
     assert (summary.cancelled, summary.open_waits, summary.non_terminal) == (1, 0, 1)

@@ -63,7 +63,7 @@ async def test_invalid_run_ids_are_rejected_before_any_write(make_driver, bad):
     driver = await make_driver(Scripted(sequential("a")))
     with pytest.raises(InvalidRunId):
         await driver.start_with_id(bad, spec())
-    assert await driver.engine.list_run_ids() == []
+    assert await driver.list_run_ids() == []
 
 
 async def test_invalid_spec_is_rejected_before_any_write(make_driver):
@@ -72,7 +72,7 @@ async def test_invalid_spec_is_rejected_before_any_write(make_driver):
         await driver.start_with_id("run-1", WorkflowSpec.python(" ", "1", "m", "X"))
     with pytest.raises(InvalidWorkflow):
         await driver.start_with_id("run-1", spec().with_signal("  "))
-    assert await driver.engine.list_run_ids() == []
+    assert await driver.list_run_ids() == []
 
 
 async def test_exact_start_retry_appends_nothing_and_observers_see_nothing_new(make_driver):
@@ -250,12 +250,10 @@ async def test_step_outputs_are_copies_workflow_code_cannot_alter_history(make_d
 
 
 async def test_max_replay_limit_exceeded_for_a_completed_wait(make_driver):
-    from datetime import timedelta
-
-    from tests.support import T0
+    from tests.support import FAR
 
     def workflow(ctx):
-        return ctx.wait_until("w", T0 + timedelta(days=1))
+        return ctx.wait_until("w", FAR)
 
     driver = await make_driver(Scripted(workflow), max_replay_iterations=4)
     await driver.start_with_id("run-1", spec())
