@@ -1,0 +1,1 @@
+"""The wire contract: message types, the Avro single-object codec and record mappings."""

@@ -1,0 +1,273 @@
+"""The registry-less Avro single-object codec of every topic value: ``C3 01``, the 8-byte
+CRC-64-AVRO fingerprint of the writer schema, then the Avro binary body.
+
+Decoding accepts only fingerprints of shipped schemas, requires the whole buffer to be consumed
+and enforces a size limit; every failure is a ``SerializationError`` whose text says why, so a
+topology can dead-letter the record with that reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from collections.abc import Mapping
+from functools import cache
+from typing import Any, TypeVar
+
+from fastavro import schemaless_reader, schemaless_writer
+
+from streamflow.core.errors import SerializationError
+from streamflow.core.events import FlowEventEnvelope
+from streamflow.serde import records
+from streamflow.serde.messages import (
+    BuildRegistration,
+    DeadLetter,
+    Incident,
+    Reply,
+    Request,
+    StepTask,
+)
+from streamflow.serde.records import AvroRecord, WireValue
+from streamflow.serde.schemas import SchemaRegistry, ShippedSchema, shipped_registry
+
+MAGIC = b"\xc3\x01"
+"""The Avro single-object encoding marker."""
+HEADER_SIZE = len(MAGIC) + 8
+DEFAULT_MAX_SIZE = 1024 * 1024
+"""Largest buffer (header included) encoded or decoded unless a caller says otherwise."""
+DEAD_LETTER_MAX_SIZE = 2 * DEFAULT_MAX_SIZE
+"""Default limit of the dead-letter helpers: a ``DeadLetter`` carries a rejected record that
+may itself be up to ``DEFAULT_MAX_SIZE``, so parking it must not fail on the same limit."""
+
+_T = TypeVar("_T")
+
+
+class WireCodec:
+    """Encodes and decodes single-object buffers against one schema registry and size limit.
+
+    The module-level functions use a codec over the shipped schemas; build one yourself only for
+    another limit or registry (e.g. a test registry with retired versions).
+    """
+
+    def __init__(
+        self, registry: SchemaRegistry | None = None, *, max_size: int = DEFAULT_MAX_SIZE
+    ) -> None:
+        if max_size <= HEADER_SIZE:
+            raise ValueError(f"max_size must exceed the {HEADER_SIZE}-byte header")
+        self.registry = registry if registry is not None else shipped_registry()
+        self.max_size = max_size
+
+    def encode(self, value: WireValue) -> bytes:
+        """The single-object buffer of a Python wire value."""
+        name, record = records.to_avro(value)
+        return self.encode_record(name, record)
+
+    def decode(self, data: bytes) -> WireValue:
+        """The Python wire value carried by ``data``, whatever its (shipped) type."""
+        shipped, record = self._read(data, None)
+        return self._from_avro(shipped, record)
+
+    def decode_as(self, data: bytes, kind: type[_T]) -> _T:
+        """Like :meth:`decode`, but ``data`` must carry a ``kind`` (checked before the body)."""
+        expected = _SCHEMA_OF_TYPE.get(kind)
+        if expected is None:
+            raise SerializationError(f"{kind.__name__} is not a wire value type")
+        shipped, record = self._read(data, expected)
+        value = self._from_avro(shipped, record)
+        if not isinstance(value, kind):  # the fingerprint check already decided this
+            raise SerializationError(f"expected {kind.__name__}, decoded {type(value).__name__}")
+        return value
+
+    def encode_record(self, name: str, record: Mapping[str, Any]) -> bytes:
+        """The single-object buffer of an Avro record of top-level schema ``name``."""
+        shipped = self.registry.schema(name)
+        out = io.BytesIO()
+        out.write(MAGIC)
+        out.write(shipped.fingerprint)
+        try:
+            schemaless_writer(out, shipped.parsed, record)
+        except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError/...
+            raise SerializationError(f"cannot encode {shipped.name}: {exc}") from exc
+        data = out.getvalue()
+        if len(data) > self.max_size:
+            raise SerializationError(
+                f"encoded {shipped.name} is {len(data)} bytes, over the {self.max_size}-byte limit"
+            )
+        return data
+
+    def decode_record(self, data: bytes, expected: str | None = None) -> tuple[str, AvroRecord]:
+        """``(schema name, Avro record)`` of ``data`` (read with the current schema)."""
+        shipped, record = self._read(data, expected)
+        return shipped.name, record
+
+    def schema_of(self, data: bytes) -> ShippedSchema:
+        """The shipped writer schema named by the header of ``data`` (the body is not read)."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise SerializationError(f"expected bytes, got {type(data).__name__}")
+        if len(data) > self.max_size:
+            raise SerializationError(
+                f"buffer of {len(data)} bytes is over the {self.max_size}-byte limit"
+            )
+        if len(data) < HEADER_SIZE:
+            raise SerializationError(
+                f"buffer of {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header"
+            )
+        if data[:2] != MAGIC:
+            raise SerializationError(
+                f"not an Avro single-object buffer: magic {bytes(data[:2]).hex()} != c301"
+            )
+        fingerprint = bytes(data[2:HEADER_SIZE])
+        shipped = self.registry.by_fingerprint.get(fingerprint)
+        if shipped is None:
+            raise SerializationError(
+                f"unknown schema fingerprint {fingerprint.hex()}: not a shipped schema"
+            )
+        return shipped
+
+    def _read(self, data: bytes, expected: str | None) -> tuple[ShippedSchema, AvroRecord]:
+        writer = self.schema_of(data)
+        if expected is not None and writer.name != expected:
+            raise SerializationError(f"expected a {expected} buffer, got {writer.name}")
+        reader = None if writer.current else self.registry.schema(writer.name).parsed
+        body = io.BytesIO(data)
+        body.seek(HEADER_SIZE)
+        try:
+            record = schemaless_reader(
+                body,
+                writer.parsed,
+                reader,
+                return_record_name=True,
+                return_record_name_override=True,
+            )
+        except Exception as exc:  # EOFError, IndexError, UnicodeDecodeError, OverflowError, ...
+            reason = str(exc) or "unexpected end of buffer"
+            raise SerializationError(
+                f"malformed {writer.name} body ({type(exc).__name__}: {reason})"
+            ) from exc
+        left = len(data) - body.tell()
+        if left:
+            raise SerializationError(f"{left} trailing byte(s) after the {writer.name} body")
+        if not isinstance(record, dict):
+            raise SerializationError(f"{writer.name} body is not a record")
+        return writer, record
+
+    @staticmethod
+    def _from_avro(shipped: ShippedSchema, record: AvroRecord) -> WireValue:
+        try:
+            return records.from_avro(shipped.name, record)
+        except SerializationError as exc:
+            raise SerializationError(f"invalid {shipped.name}: {exc}") from exc
+        except Exception as exc:  # core validators raise their own FlowErrors and ValueErrors
+            raise SerializationError(
+                f"invalid {shipped.name}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+_SCHEMA_OF_TYPE: dict[type[Any], str] = {cls: name for name, cls in records.PYTHON_TYPES.items()}
+
+
+@cache
+def _codec(max_size: int) -> WireCodec:
+    return WireCodec(max_size=max_size)
+
+
+def encode(value: WireValue, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """Single-object buffer of any wire value (its type picks the schema)."""
+    return _codec(max_size).encode(value)
+
+
+def decode(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> WireValue:
+    """Python wire value of any shipped single-object buffer."""
+    return _codec(max_size).decode(data)
+
+
+def encode_record(
+    name: str, record: Mapping[str, Any], *, max_size: int = DEFAULT_MAX_SIZE
+) -> bytes:
+    """Single-object buffer of a raw Avro record of top-level schema ``name``."""
+    return _codec(max_size).encode_record(name, record)
+
+
+def decode_record(
+    data: bytes, *, expected: str | None = None, max_size: int = DEFAULT_MAX_SIZE
+) -> tuple[str, AvroRecord]:
+    """``(schema name, raw Avro record)`` of a shipped single-object buffer."""
+    return _codec(max_size).decode_record(data, expected)
+
+
+def encode_request(request: Request, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(request)
+
+
+def decode_request(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Request:
+    return _codec(max_size).decode_as(data, Request)
+
+
+def encode_history(envelope: FlowEventEnvelope, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(envelope)
+
+
+def decode_history(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> FlowEventEnvelope:
+    return _codec(max_size).decode_as(data, FlowEventEnvelope)
+
+
+def encode_task(task: StepTask, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(task)
+
+
+def decode_task(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> StepTask:
+    return _codec(max_size).decode_as(data, StepTask)
+
+
+def encode_reply(reply: Reply, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(reply)
+
+
+def decode_reply(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Reply:
+    return _codec(max_size).decode_as(data, Reply)
+
+
+def encode_incident(incident: Incident, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(incident)
+
+
+def decode_incident(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Incident:
+    return _codec(max_size).decode_as(data, Incident)
+
+
+def encode_dead_letter(letter: DeadLetter, *, max_size: int = DEAD_LETTER_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(letter)
+
+
+def decode_dead_letter(data: bytes, *, max_size: int = DEAD_LETTER_MAX_SIZE) -> DeadLetter:
+    return _codec(max_size).decode_as(data, DeadLetter)
+
+
+def encode_registration(
+    registration: BuildRegistration, *, max_size: int = DEFAULT_MAX_SIZE
+) -> bytes:
+    return _codec(max_size).encode(registration)
+
+
+def decode_registration(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> BuildRegistration:
+    return _codec(max_size).decode_as(data, BuildRegistration)
+
+
+def schema_name_of(data: bytes) -> str:
+    """Top-level schema name in the header of ``data``, without reading the body."""
+    return _codec(DEFAULT_MAX_SIZE).schema_of(data).name
+
+
+def fingerprint_of(name: str) -> bytes:
+    """The 8 header bytes of the current version of top-level schema ``name``."""
+    return shipped_registry().schema(name).fingerprint
+
+
+def schema_json(name: str) -> dict[str, Any]:
+    """The fully expanded current schema ``name`` (a copy), parseable by any Avro library."""
+    return copy.deepcopy(shipped_registry().schema(name).expanded)
+
+
+def shipped_fingerprints() -> dict[str, bytes]:
+    """Current top-level schema name → fingerprint."""
+    return {name: shipped.fingerprint for name, shipped in shipped_registry().current.items()}

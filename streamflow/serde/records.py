@@ -1,0 +1,537 @@
+"""Python wire objects ⇄ Avro records: the mapping between ``messages``/``core`` types and the
+dicts fastavro writes and reads for the schemas in ``schemas/``.
+
+Conventions (they are the codec's contract with fastavro):
+
+* A record is a ``dict`` keyed by the Python attribute names.
+* A union with more than one record branch carries ``(full_name, record)`` tuples (fastavro's
+  tuple notation on write, ``return_record_name`` on read); a ``["null", Record]`` union carries
+  ``None`` or the plain record.
+* JSON values are ``bytes`` of compact UTF-8 JSON; instants are timezone-aware ``datetime``\\ s
+  (``timestamp-micros``); enums are their string values.
+
+Each record type is declared once, as a :class:`RecordMap` of ``(attribute, Conv)`` pairs, and
+both directions are derived from it; event records are derived from the core's own ``FIELDS``.
+Nested core values decode through their ``from_json``, so the wire accepts and canonicalises
+exactly what the stores do (sorted patch markers, identifier and u64 checks, …).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any, TypeAlias, cast
+
+import streamflow.core.events as ev
+from streamflow.core.errors import SerializationError
+from streamflow.core.events import EVENT_TYPES, FlowEvent, FlowEventEnvelope
+from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.retry import RetryPolicy
+from streamflow.core.spec import WorkflowSpec
+from streamflow.core.values import (
+    CancellationRequest,
+    Cancelled,
+    ChildOperationReference,
+    ChildWorkflowCancellationPolicy,
+    Completed,
+    ContinuedAsNew,
+    Failed,
+    HostShutdown,
+    RetryExhausted,
+    TimedOut,
+    WorkflowProgress,
+    WorkflowSignal,
+    WorkflowTerminalOutcome,
+)
+from streamflow.serde.messages import (
+    BuildRegistration,
+    CancelRun,
+    DeadLetter,
+    ErrorInfo,
+    ForceCancelRun,
+    Incident,
+    LinkChild,
+    Proposal,
+    RecordProgress,
+    Reply,
+    ReplyKind,
+    Request,
+    RequestBody,
+    StartRun,
+    StepResult,
+    StepTask,
+    TerminateRun,
+    TerminationKind,
+    WakeUp,
+)
+from streamflow.serde.schemas import NAMESPACE
+
+AvroRecord: TypeAlias = dict[str, Any]
+Branch: TypeAlias = tuple[str, AvroRecord]
+"""A value of a multi-record union: ``(full record name, record)``."""
+WireValue: TypeAlias = (
+    Request | FlowEventEnvelope | StepTask | Reply | Incident | DeadLetter | BuildRegistration
+)
+"""Everything a topic value can be, i.e. what a single-object buffer decodes to."""
+
+LONG_MAX = 2**63 - 1
+
+
+# -- scalars ------------------------------------------------------------------------------------
+
+
+def json_to_bytes(value: JsonValue) -> bytes:
+    """Compact UTF-8 JSON text of ``value`` (design §6)."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"not valid JSON: {exc}") from exc
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates cannot be UTF-8; the \\uXXXX-escaped form is still the same JSON value.
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+def json_from_bytes(data: bytes) -> JsonValue:
+    """The JSON value carried by ``data``; non-UTF-8, invalid JSON and NaN/Infinity are rejected."""
+    try:
+        value: JsonValue = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise SerializationError(f"not UTF-8 JSON: {exc}") from exc
+    return value
+
+
+def _reject_constant(name: str) -> JsonValue:
+    raise ValueError(f"non-finite number {name} is not JSON")
+
+
+def _instant_to(value: datetime) -> datetime:
+    # fastavro would write a naive datetime as if it were UTC; the core calls naive ambiguous.
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise SerializationError(f"must be a timezone-aware datetime, got {value!r}")
+    return value
+
+
+def _instant_from(value: Any) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise SerializationError(f"must decode to an aware datetime, got {value!r}")
+    return value.astimezone(UTC)
+
+
+def _long(value: int) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not -LONG_MAX - 1 <= value <= LONG_MAX
+    ):
+        raise SerializationError(f"must fit an Avro long, got {value!r}")
+    return value
+
+
+def _sequence(value: int) -> int:
+    if value < 1:
+        raise SerializationError(f"history sequence must be >= 1, got {value}")
+    return value
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else convert(value)
+
+
+# -- the mapping machinery ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Conv:
+    """How one attribute becomes an Avro field value (``to``) and comes back (``back``)."""
+
+    to: Callable[[Any], Any]
+    back: Callable[[Any], Any]
+
+
+SAME = Conv(_same, _same)
+JSON = Conv(json_to_bytes, json_from_bytes)
+INSTANT = Conv(_instant_to, _instant_from)
+OPT_INSTANT = Conv(_optional(_instant_to), _optional(_instant_from))
+LONG = Conv(_long, _same)
+
+
+def _enum(cls: type[Enum]) -> Conv:
+    return Conv(lambda value: cls(value).value, cls)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMap:
+    """One Avro record type: its schema name, its Python class and its fields."""
+
+    name: str
+    cls: type[Any]
+    fields: tuple[tuple[str, Conv], ...]
+    build: Callable[[dict[str, Any]], Any] | None = None
+    """Constructor from the decoded attributes (default: ``cls(**attributes)``)."""
+
+    @property
+    def full_name(self) -> str:
+        return f"{NAMESPACE}.{self.name}"
+
+    def to_avro(self, value: Any) -> AvroRecord:
+        record: AvroRecord = {}
+        for name, conv in self.fields:
+            try:
+                record[name] = conv.to(getattr(value, name))
+            except SerializationError as exc:
+                raise SerializationError(f"{self.name}.{name}: {exc}") from exc
+        return record
+
+    def from_avro(self, record: Mapping[str, Any]) -> Any:
+        attributes: dict[str, Any] = {}
+        for name, conv in self.fields:
+            try:
+                attributes[name] = conv.back(record[name])
+            except SerializationError as exc:
+                raise SerializationError(f"{self.name}.{name}: {exc}") from exc
+            except (KeyError, TypeError, ValueError) as exc:
+                raise SerializationError(f"{self.name}.{name}: {exc!r}") from exc
+        return self.cls(**attributes) if self.build is None else self.build(attributes)
+
+
+def _nested(record: RecordMap) -> Conv:
+    return Conv(record.to_avro, record.from_avro)
+
+
+def _union(what: str, *records: RecordMap) -> Conv:
+    by_type = {r.cls: r for r in records}
+    by_name = {r.full_name: r for r in records}
+
+    def to(value: Any) -> Branch:
+        record = by_type.get(type(value))
+        if record is None:
+            raise SerializationError(f"no wire form for {what} {type(value).__name__}")
+        return record.full_name, record.to_avro(value)
+
+    def back(branch: Any) -> Any:
+        if not (isinstance(branch, tuple) and len(branch) == 2 and isinstance(branch[0], str)):
+            raise SerializationError(f"{what} must be a (record name, record) pair: {branch!r}")
+        record = by_name.get(branch[0])
+        if record is None:
+            raise SerializationError(f"unknown {what} record {branch[0]!r}")
+        return record.from_avro(branch[1])
+
+    return Conv(to, back)
+
+
+# -- nested core values -------------------------------------------------------------------------
+
+SPEC = RecordMap(
+    "WorkflowSpec",
+    WorkflowSpec,
+    (
+        ("name", SAME),
+        ("version", SAME),
+        ("runtime", Conv(lambda runtime: runtime.to_json(), _same)),
+        ("runtime_build_id", Conv(_optional(str), _same)),
+        ("patch_markers", Conv(lambda markers: [str(m) for m in markers], _same)),
+        ("signal_names", Conv(list, _same)),
+    ),
+    build=WorkflowSpec.from_json,
+)
+RETRY = RecordMap(
+    "RetryPolicy",
+    RetryPolicy,
+    (
+        ("max_attempts", LONG),
+        ("delay_ms", LONG),
+        ("backoff", Conv(lambda backoff: backoff.value, _same)),
+        ("max_delay_ms", LONG),
+        ("on_exhausted", Conv(lambda action: action.value, _same)),
+    ),
+    build=RetryPolicy.from_json,
+)
+PROGRESS = RecordMap(
+    "WorkflowProgress",
+    WorkflowProgress,
+    (
+        ("progress_id", SAME),
+        ("completed", SAME),
+        ("total", SAME),
+        ("message", SAME),
+        ("details", JSON),
+    ),
+    build=WorkflowProgress.from_json,
+)
+CHILD = RecordMap(
+    "ChildOperationReference",
+    ChildOperationReference,
+    (
+        ("reference_id", SAME),
+        ("kind", SAME),
+        ("operation_id", SAME),
+        ("flow_run_id", SAME),
+        ("metadata", JSON),
+    ),
+    build=ChildOperationReference.from_json,
+)
+CANCELLATION = RecordMap(
+    "CancellationRequest",
+    CancellationRequest,
+    (("reason", SAME),),
+    build=CancellationRequest.from_json,
+)
+SIGNAL = RecordMap(
+    "WorkflowSignal",
+    WorkflowSignal,
+    (("signal_id", SAME), ("name", SAME), ("payload", JSON)),
+    build=WorkflowSignal.from_json,
+)
+ERROR_INFO = RecordMap(
+    "ErrorInfo", ErrorInfo, (("type", SAME), ("message", SAME), ("fields", Conv(dict, dict)))
+)
+
+OUTCOME = _union(
+    "terminal outcome",
+    RecordMap("CompletedOutcome", Completed, (("output", JSON),)),
+    RecordMap("FailedOutcome", Failed, (("error", SAME),)),
+    RecordMap("CancelledOutcome", Cancelled, (("reason", SAME),)),
+    RecordMap("TimedOutOutcome", TimedOut, (("deadline", INSTANT), ("reason", SAME))),
+    RecordMap(
+        "RetryExhaustedOutcome",
+        RetryExhausted,
+        (("step_id", SAME), ("attempt", SAME), ("error", SAME)),
+    ),
+    RecordMap("HostShutdownOutcome", HostShutdown, (("reason", SAME),)),
+    RecordMap("ContinuedAsNewOutcome", ContinuedAsNew, (("successor_run_id", SAME),)),
+)
+"""The TerminalOutcome union (``ChildWorkflowResolved.outcome``)."""
+
+
+# -- events -------------------------------------------------------------------------------------
+
+# One converter per core field codec: an event's Avro fields are derived from its FIELDS, so a
+# field added to an event cannot be forgotten here (an unknown codec fails at import).
+_EVENT_FIELD_CONVS: dict[ev.Codec, Conv] = {
+    ev.JSON: JSON,
+    ev.STR: Conv(_same, ev.STR.decode),
+    ev.OPT_STR: Conv(_same, ev.OPT_STR.decode),
+    ev.U32: Conv(_same, ev.U32.decode),
+    ev.UTC: INSTANT,
+    ev.OPT_UTC: OPT_INSTANT,
+    ev.SPEC: _nested(SPEC),
+    ev.RETRY: _nested(RETRY),
+    ev.REQUEST: _nested(CANCELLATION),
+    ev.PROGRESS: _nested(PROGRESS),
+    ev.CHILD_REF: _nested(CHILD),
+    ev.SIGNAL: _nested(SIGNAL),
+    ev.OUTCOME: OUTCOME,
+    ev.CHILD_POLICY: _enum(ChildWorkflowCancellationPolicy),
+}
+
+EVENTS: tuple[RecordMap, ...] = tuple(
+    RecordMap(cls.__name__, cls, tuple((n, _EVENT_FIELD_CONVS[c]) for n, c in cls.FIELDS))
+    for cls in EVENT_TYPES.values()
+)
+"""One record per ``FlowEvent`` class, named after it, in ``EVENT_TYPES`` order."""
+EVENT = _union("event", *EVENTS)
+"""The event union (``HistoryRecord.event`` and the items of ``Proposal.events``)."""
+
+
+# -- request bodies -----------------------------------------------------------------------------
+
+BODY = _union(
+    "request body",
+    RecordMap("StartRun", StartRun, (("spec", _nested(SPEC)), ("input", JSON))),
+    RecordMap("CancelRun", CancelRun, (("request", _nested(CANCELLATION)),)),
+    RecordMap("ForceCancelRun", ForceCancelRun, (("reason", SAME),)),
+    RecordMap(
+        "TerminateRun",
+        TerminateRun,
+        (("kind", _enum(TerminationKind)), ("deadline", OPT_INSTANT), ("reason", SAME)),
+    ),
+    RecordMap("RecordProgress", RecordProgress, (("progress", _nested(PROGRESS)),)),
+    RecordMap("LinkChild", LinkChild, (("child", _nested(CHILD)),)),
+    RecordMap(
+        "StepResult",
+        StepResult,
+        (
+            ("step_id", SAME),
+            ("attempt", SAME),
+            ("ok", SAME),
+            ("output", JSON),
+            ("error", SAME),
+            ("finished_at", INSTANT),
+        ),
+    ),
+    RecordMap("WakeUp", WakeUp, (("wait_id", SAME), ("due_at", INSTANT))),
+    RecordMap(
+        "Proposal",
+        Proposal,
+        (
+            ("expected_sequence", SAME),
+            (
+                "events",
+                Conv(
+                    lambda events: [EVENT.to(e) for e in events],
+                    lambda branches: tuple(EVENT.back(b) for b in branches),
+                ),
+            ),
+            ("build", SAME),
+            ("processor", SAME),
+        ),
+    ),
+)
+"""The request body union (``Request.body``)."""
+
+
+# -- top-level topic values ---------------------------------------------------------------------
+
+TOP_LEVEL: tuple[RecordMap, ...] = (
+    RecordMap(
+        "Request",
+        Request,
+        (
+            ("request_id", SAME),
+            ("run_id", SAME),
+            ("sent_at", INSTANT),
+            ("reply", SAME),
+            ("body", BODY),
+        ),
+    ),
+    RecordMap(
+        "HistoryRecord",
+        FlowEventEnvelope,
+        (
+            ("run_id", SAME),
+            ("sequence", Conv(_same, _sequence)),
+            ("event_id", SAME),
+            ("timestamp", INSTANT),
+            ("event", EVENT),
+        ),
+    ),
+    RecordMap(
+        "StepTask",
+        StepTask,
+        (
+            ("run_id", SAME),
+            ("step_id", SAME),
+            ("step_name", SAME),
+            ("input", JSON),
+            ("attempt", SAME),
+            ("retry", _nested(RETRY)),
+            ("idempotency_key", SAME),
+            ("runtime_build_id", SAME),
+            ("started_sequence", SAME),
+        ),
+    ),
+    RecordMap(
+        "Reply",
+        Reply,
+        (
+            ("request_id", SAME),
+            ("run_id", SAME),
+            ("kind", _enum(ReplyKind)),
+            ("ok", SAME),
+            ("error", Conv(_optional(ERROR_INFO.to_avro), _optional(ERROR_INFO.from_avro))),
+            ("status", SAME),
+            ("last_sequence", SAME),
+            ("at", INSTANT),
+        ),
+    ),
+    RecordMap(
+        "Incident",
+        Incident,
+        (
+            ("run_id", SAME),
+            ("sequence", SAME),
+            ("build", SAME),
+            ("error", _nested(ERROR_INFO)),
+            ("processor", SAME),
+            ("at", INSTANT),
+        ),
+    ),
+    RecordMap(
+        "DeadLetter",
+        DeadLetter,
+        (
+            ("topic", SAME),
+            ("partition", SAME),
+            ("offset", SAME),
+            ("key", SAME),
+            ("value", SAME),
+            ("reason", SAME),
+            ("component", SAME),
+            ("at", INSTANT),
+        ),
+    ),
+    RecordMap(
+        "BuildRegistration",
+        BuildRegistration,
+        (
+            ("group", SAME),
+            ("instance", SAME),
+            ("role", SAME),
+            ("current", SAME),
+            ("compatible", Conv(list, tuple)),
+            ("accepts_unpinned", SAME),
+            ("heartbeat_at", INSTANT),
+            ("ttl_ms", SAME),
+        ),
+    ),
+)
+_BY_TYPE = {record.cls: record for record in TOP_LEVEL}
+_BY_NAME = {record.name: record for record in TOP_LEVEL}
+PYTHON_TYPES: dict[str, type[Any]] = {record.name: record.cls for record in TOP_LEVEL}
+"""Top-level schema name → the Python type it decodes to."""
+
+
+def schema_name_for(value: object) -> str:
+    """The top-level schema name of a Python wire value (``HistoryRecord`` for envelopes)."""
+    record = _BY_TYPE.get(type(value))
+    if record is None:
+        raise SerializationError(f"{type(value).__name__} is not a wire value type")
+    return record.name
+
+
+def to_avro(value: WireValue) -> tuple[str, AvroRecord]:
+    """``(top-level schema name, record)`` for a Python wire value."""
+    name = schema_name_for(value)
+    return name, _BY_NAME[name].to_avro(value)
+
+
+def from_avro(name: str, record: Mapping[str, Any]) -> WireValue:
+    """The Python wire value of a decoded top-level record of schema ``name``."""
+    mapping = _BY_NAME.get(name)
+    if mapping is None:
+        raise SerializationError(f"{name!r} is not a top-level wire schema")
+    return cast(WireValue, mapping.from_avro(record))
+
+
+def event_to_avro(event: FlowEvent) -> Branch:
+    """``(full record name, record)`` of one history event."""
+    return cast(Branch, EVENT.to(event))
+
+
+def event_from_avro(branch: Branch) -> FlowEvent:
+    return cast(FlowEvent, EVENT.back(branch))
+
+
+def body_to_avro(body: RequestBody) -> Branch:
+    return cast(Branch, BODY.to(body))
+
+
+def body_from_avro(branch: Branch) -> RequestBody:
+    return cast(RequestBody, BODY.back(branch))
+
+
+def outcome_to_avro(outcome: WorkflowTerminalOutcome) -> Branch:
+    return cast(Branch, OUTCOME.to(outcome))
+
+
+def outcome_from_avro(branch: Branch) -> WorkflowTerminalOutcome:
+    return cast(WorkflowTerminalOutcome, OUTCOME.back(branch))

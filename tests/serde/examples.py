@@ -1,0 +1,324 @@
+"""One fully populated and one minimal example of every wire value, event, body and outcome."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta, timezone
+
+import streamflow.core.events as ev
+from streamflow.core.events import FlowEvent, FlowEventEnvelope
+from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.retry import RetryPolicy, StepFailureAction
+from streamflow.core.spec import WorkflowSpec
+from streamflow.core.values import (
+    CancellationRequest,
+    Cancelled,
+    ChildOperationReference,
+    ChildWorkflowCancellationPolicy,
+    Completed,
+    ContinuedAsNew,
+    Failed,
+    HostShutdown,
+    RetryExhausted,
+    TimedOut,
+    WorkflowProgress,
+    WorkflowSignal,
+    WorkflowTerminalOutcome,
+)
+from streamflow.serde.messages import (
+    BuildRegistration,
+    CancelRun,
+    DeadLetter,
+    ErrorInfo,
+    ForceCancelRun,
+    Incident,
+    LinkChild,
+    Proposal,
+    RecordProgress,
+    Reply,
+    ReplyKind,
+    Request,
+    RequestBody,
+    StartRun,
+    StepResult,
+    StepTask,
+    TerminateRun,
+    TerminationKind,
+    WakeUp,
+)
+from streamflow.serde.records import WireValue
+from tests.support import T0
+
+# Microsecond precision and a non-UTC offset: both must survive (as the same instant).
+T1 = T0 + timedelta(days=3, microseconds=123_457)
+T_OFFSET = T1.astimezone(timezone(timedelta(hours=5, minutes=30)))
+
+RICH: JsonValue = {
+    "int": 1,
+    "float": 1.0,
+    "bool": True,
+    "null": None,
+    "big": 2**80,
+    "negative_zero": -0.0,
+    "tiny": 5e-324,
+    "unicode": 'zß水🚀 \u0000 "quoted" \\',
+    "nested": [[], {}, [1, [2.5, [False]]], {"é": {"deeper": ["x", None]}}],
+}
+
+SPEC_MIN = WorkflowSpec.python("orders.fulfill", "1", "app.orders", "Orders")
+SPEC_FULL = (
+    SPEC_MIN.with_runtime_build("build-7.1+sha/abc@x")
+    .with_patch_marker("fix-2")
+    .with_patch_marker("fix-1")
+    .with_signal("reject")
+    .with_signal("approve")
+)
+RETRY_FULL = RetryPolicy.exponential(7, 250, 60_000).with_failure_action(
+    StepFailureAction.CONTINUE_WORKFLOW
+)
+PROGRESS_FULL = (
+    WorkflowProgress.new("p-1", 3).with_total(10).with_message("3 of 10").with_details(RICH)
+)
+PROGRESS_MIN = WorkflowProgress.new("p-0", 0)
+CHILD_FULL = (
+    ChildOperationReference.new("ref-1", "payment", "pay-8842")
+    .with_flow_run_id("child-run")
+    .with_metadata({"amount": 12.5, "currency": "EUR"})
+)
+CHILD_MIN = ChildOperationReference.new("ref-0", "payment", "pay-0")
+ERROR_FULL = ErrorInfo(
+    type="RunConflict",
+    message="workflow run r-1 conflicts: spec differs",
+    fields={"run_id": json.dumps("r-1"), "reason": json.dumps("spec differs")},
+)
+ERROR_MIN = ErrorInfo(type="RuntimeFailure", message="")
+
+OUTCOMES_FULL: list[WorkflowTerminalOutcome] = [
+    Completed(output=RICH),
+    Failed(error="card declined"),
+    Cancelled(reason="customer asked"),
+    TimedOut(deadline=T1, reason="sla"),
+    RetryExhausted(step_id="charge", attempt=5, error="timeout"),
+    HostShutdown(reason="deploy"),
+    ContinuedAsNew(successor_run_id="order-1-2"),
+]
+OUTCOMES_MIN: list[WorkflowTerminalOutcome] = [
+    Completed(output=None),
+    Failed(error=""),
+    Cancelled(),
+    TimedOut(deadline=T0),
+    RetryExhausted(step_id="s", attempt=0, error=""),
+    HostShutdown(),
+    ContinuedAsNew(successor_run_id="next"),
+]
+
+EVENTS_FULL: list[FlowEvent] = [
+    ev.RunCreated(spec=SPEC_FULL, input=RICH),
+    ev.RunStarted(),
+    ev.RunCompleted(output=RICH),
+    ev.RunFailed(error="boom"),
+    ev.RunCancellationRequested(request=CancellationRequest("customer asked")),
+    ev.RunCancelled(reason="customer asked"),
+    ev.RunTimedOut(deadline=T1, reason="sla"),
+    ev.RunRetryExhausted(step_id="charge", attempt=2**32 - 1, error="timeout"),
+    ev.RunHostShutdown(reason="deploy"),
+    ev.RunContinuedAsNew(successor_run_id="order-1-2", input={"page": 2}),
+    ev.RunProgressRecorded(progress=PROGRESS_FULL),
+    ev.ChildOperationLinked(child=CHILD_FULL),
+    ev.ChildWorkflowRequested(
+        child_id="c",
+        child_run_id="c-run",
+        spec=SPEC_FULL,
+        input=[1, "two"],
+        cancellation_policy=ChildWorkflowCancellationPolicy.ABANDON,
+    ),
+    ev.ChildWorkflowResolved(child_id="c", outcome=TimedOut(deadline=T1, reason="sla")),
+    ev.SignalReceived(signal=WorkflowSignal("sig-1", "approve", {"by": "ana", "ok": True})),
+    ev.SignalWaitCreated(wait_id="w-1", signal_name="approve"),
+    ev.SignalWaitCompleted(wait_id="w-1", signal_id="sig-1"),
+    ev.StepCreated(step_id="s-1", step_name="chargeCard", input=RICH, retry=RETRY_FULL),
+    ev.StepStarted(step_id="s-1", attempt=1),
+    ev.StepCompleted(step_id="s-1", output=RICH),
+    ev.StepRetrying(step_id="s-1", attempt=1, error="503", retry_after=T_OFFSET),
+    ev.StepFailed(step_id="s-1", attempt=7, error="503"),
+    ev.WaitCreated(wait_id="w-2", resume_at=T1),
+    ev.WaitCompleted(wait_id="w-2"),
+    ev.HookCreated(hook_id="h-1", token="tok-secret", metadata={"kind": "human_approval"}),
+    ev.HookReceived(hook_id="h-1", payload={"approved": True}),
+    ev.HookDisposed(hook_id="h-1"),
+]
+EVENTS_MIN: list[FlowEvent] = [
+    ev.RunCreated(spec=SPEC_MIN),
+    ev.RunStarted(),
+    ev.RunCompleted(),
+    ev.RunFailed(error=""),
+    ev.RunCancellationRequested(request=CancellationRequest()),
+    ev.RunCancelled(),
+    ev.RunTimedOut(deadline=T0),
+    ev.RunRetryExhausted(step_id="s", attempt=0, error=""),
+    ev.RunHostShutdown(),
+    ev.RunContinuedAsNew(successor_run_id="next"),
+    ev.RunProgressRecorded(progress=PROGRESS_MIN),
+    ev.ChildOperationLinked(child=CHILD_MIN),
+    ev.ChildWorkflowRequested(child_id="c", child_run_id="c-run", spec=SPEC_MIN),
+    ev.ChildWorkflowResolved(child_id="c", outcome=Cancelled()),
+    ev.SignalReceived(signal=WorkflowSignal("sig-0", "go")),
+    ev.SignalWaitCreated(wait_id="w", signal_name="go"),
+    ev.SignalWaitCompleted(wait_id="w", signal_id="sig-0"),
+    ev.StepCreated(step_id="s", step_name="n"),
+    ev.StepStarted(step_id="s", attempt=0),
+    ev.StepCompleted(step_id="s"),
+    ev.StepRetrying(step_id="s", attempt=1, error=""),
+    ev.StepFailed(step_id="s", attempt=1, error=""),
+    ev.WaitCreated(wait_id="w", resume_at=T0),
+    ev.WaitCompleted(wait_id="w"),
+    ev.HookCreated(hook_id="h", token=""),
+    ev.HookReceived(hook_id="h"),
+    ev.HookDisposed(hook_id="h"),
+]
+
+BODIES_FULL: list[RequestBody] = [
+    StartRun(spec=SPEC_FULL, input=RICH),
+    CancelRun(request=CancellationRequest("customer asked")),
+    ForceCancelRun(reason="stuck"),
+    TerminateRun(kind=TerminationKind.TIMEOUT, deadline=T1, reason="sla"),
+    RecordProgress(progress=PROGRESS_FULL),
+    LinkChild(child=CHILD_FULL),
+    StepResult(step_id="s-1", attempt=3, ok=False, output=RICH, error="503", finished_at=T_OFFSET),
+    WakeUp(wait_id="w-2", due_at=T1),
+    Proposal(expected_sequence=41, events=tuple(EVENTS_FULL), build="b-7", processor="proc-3"),
+]
+BODIES_MIN: list[RequestBody] = [
+    StartRun(spec=SPEC_MIN),
+    CancelRun(request=CancellationRequest()),
+    ForceCancelRun(),
+    TerminateRun(kind=TerminationKind.HOST_SHUTDOWN),
+    RecordProgress(progress=PROGRESS_MIN),
+    LinkChild(child=CHILD_MIN),
+    StepResult(step_id="s", attempt=1, ok=True, finished_at=T0),
+    WakeUp(wait_id="w", due_at=T0),
+    Proposal(expected_sequence=0, events=()),
+]
+
+
+def request(body: RequestBody, *, full: bool = True) -> Request:
+    if full:
+        return Request(request_id="req-1", run_id="order-1", sent_at=T1, body=body, reply=True)
+    return Request(request_id="", run_id="r", sent_at=T0, body=body)
+
+
+def envelope(event: FlowEvent, sequence: int = 1) -> FlowEventEnvelope:
+    return FlowEventEnvelope(
+        run_id="order-1",
+        sequence=sequence,
+        event_id="6f1c2a8e-3b7d-4c1e-9a57-0d2f4b6e8a10",
+        timestamp=T1,
+        event=event,
+    )
+
+
+TASK_FULL = StepTask(
+    run_id="order-1",
+    step_id="s-1",
+    step_name="chargeCard",
+    input=RICH,
+    attempt=2,
+    retry=RETRY_FULL,
+    idempotency_key="flow:order-1:s-1",
+    runtime_build_id="build-7",
+    started_sequence=12,
+)
+TASK_MIN = StepTask(
+    run_id="r",
+    step_id="s",
+    step_name="n",
+    input=None,
+    attempt=1,
+    retry=RetryPolicy(),
+    idempotency_key="k",
+)
+REPLY_FULL = Reply(
+    request_id="req-1",
+    run_id="order-1",
+    kind=ReplyKind.RUN_FINISHED,
+    ok=False,
+    error=ERROR_FULL,
+    status="failed",
+    last_sequence=9,
+    at=T1,
+)
+REPLY_MIN = Reply(request_id="", run_id="r", kind=ReplyKind.REQUEST, ok=True, at=T0)
+INCIDENT_FULL = Incident(
+    run_id="order-1", sequence=7, build="b-7", error=ERROR_FULL, processor="proc-1", at=T1
+)
+INCIDENT_MIN = Incident(run_id="r", sequence=0, build=None, error=ERROR_MIN, processor="", at=T0)
+DEAD_LETTER_FULL = DeadLetter(
+    topic="streamflow.requests",
+    partition=3,
+    offset=2**40,
+    key=b"order-1",
+    value=b"\xc3\x01\x00garbage\xff",
+    reason="unknown schema fingerprint",
+    component="journal",
+    at=T1,
+)
+DEAD_LETTER_MIN = DeadLetter(
+    topic="t", partition=0, offset=0, key=None, value=None, reason="", component="", at=T0
+)
+
+REGISTRATION_FULL = BuildRegistration(
+    group="streamflow.processor.build-7",
+    instance="proc-1",
+    role="processor",
+    current="build-7",
+    compatible=("build-5", "build-6"),
+    accepts_unpinned=True,
+    heartbeat_at=T1,
+    ttl_ms=30_000,
+)
+REGISTRATION_MIN = BuildRegistration(
+    group="g", instance="i", role="worker", current=None, heartbeat_at=T0, ttl_ms=0
+)
+
+TOP_LEVEL_FULL: list[WireValue] = [
+    request(BODIES_FULL[0]),
+    envelope(EVENTS_FULL[0]),
+    TASK_FULL,
+    REPLY_FULL,
+    INCIDENT_FULL,
+    DEAD_LETTER_FULL,
+    REGISTRATION_FULL,
+]
+TOP_LEVEL_MIN: list[WireValue] = [
+    request(BODIES_MIN[0], full=False),
+    envelope(EVENTS_MIN[1]),
+    TASK_MIN,
+    REPLY_MIN,
+    INCIDENT_MIN,
+    DEAD_LETTER_MIN,
+    REGISTRATION_MIN,
+]
+
+EVERY_VALUE: list[WireValue] = [
+    *TOP_LEVEL_FULL,
+    *TOP_LEVEL_MIN,
+    *(request(body) for body in BODIES_FULL),
+    *(request(body, full=False) for body in BODIES_MIN),
+    *(envelope(event, n) for n, event in enumerate(EVENTS_FULL, start=1)),
+    *(envelope(event, n) for n, event in enumerate(EVENTS_MIN, start=1)),
+    *(envelope(ev.ChildWorkflowResolved(child_id="c", outcome=o)) for o in OUTCOMES_FULL),
+    *(envelope(ev.ChildWorkflowResolved(child_id="c", outcome=o)) for o in OUTCOMES_MIN),
+]
+"""Every example wrapped as a topic value (events in envelopes, bodies in requests)."""
+
+
+def label(value: object) -> str:
+    """A readable pytest id: the value type and, for wrappers, what they wrap."""
+    if isinstance(value, Request):
+        return f"Request[{type(value.body).__name__}]"
+    if isinstance(value, FlowEventEnvelope):
+        inner = value.event
+        if isinstance(inner, ev.ChildWorkflowResolved):
+            return f"History[ChildWorkflowResolved[{type(inner.outcome).__name__}]]"
+        return f"History[{type(inner).__name__}]"
+    return type(value).__name__

@@ -1,0 +1,249 @@
+"""Bad buffers and unencodable values end in a ``SerializationError`` that says why, never in
+another exception and never in a silently wrong value."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import streamflow.core.events as ev
+from streamflow.core.errors import SerializationError
+from streamflow.core.retry import RetryPolicy
+from streamflow.serde import codec
+from streamflow.serde.codec import (
+    DEAD_LETTER_MAX_SIZE,
+    DEFAULT_MAX_SIZE,
+    HEADER_SIZE,
+    MAGIC,
+    WireCodec,
+)
+from streamflow.serde.messages import StartRun
+from streamflow.serde.records import WireValue
+from tests.serde import examples as ex
+
+REQUEST = codec.encode_request(ex.request(ex.BODIES_FULL[-1]))
+"""A Proposal request with all 27 events: every schema feature in one buffer."""
+TASK = codec.encode_task(ex.TASK_FULL)
+
+
+def test_wrong_magic_is_rejected() -> None:
+    with pytest.raises(SerializationError, match="magic 0001 != c301"):
+        codec.decode(b"\x00\x01" + REQUEST[2:])
+    with pytest.raises(SerializationError, match="magic"):
+        codec.decode_request(b"\xc3\x00" + REQUEST[2:])
+
+
+def test_an_unknown_fingerprint_is_rejected() -> None:
+    data = MAGIC + bytes(8) + REQUEST[HEADER_SIZE:]
+    with pytest.raises(SerializationError, match="unknown schema fingerprint 0000000000000000"):
+        codec.decode(data)
+
+
+def test_a_big_endian_fingerprint_is_unknown() -> None:
+    """The gotcha of kafka-notes §4.3: reversing the fingerprint bytes makes another one."""
+    reversed_header = MAGIC + REQUEST[2:HEADER_SIZE][::-1]
+    with pytest.raises(SerializationError, match="unknown schema fingerprint"):
+        codec.decode(reversed_header + REQUEST[HEADER_SIZE:])
+
+
+@pytest.mark.parametrize("extra", [b"\x00", b"\x00" * 7, b"trailing"])
+def test_trailing_bytes_are_rejected(extra: bytes) -> None:
+    with pytest.raises(SerializationError, match=f"{len(extra)} trailing byte"):
+        codec.decode(REQUEST + extra)
+
+
+def test_every_truncation_is_rejected() -> None:
+    for cut in range(len(REQUEST)):
+        with pytest.raises(SerializationError):
+            codec.decode(REQUEST[:cut])
+
+
+def test_a_truncated_body_names_the_schema() -> None:
+    with pytest.raises(SerializationError, match="malformed Request body"):
+        codec.decode(REQUEST[:-3])
+    with pytest.raises(SerializationError, match="shorter than the 10-byte header"):
+        codec.decode(REQUEST[:9])
+
+
+def test_oversize_buffers_are_rejected_before_parsing() -> None:
+    big = dataclasses.replace(ex.TASK_MIN, input="x" * DEFAULT_MAX_SIZE)
+    with pytest.raises(SerializationError, match="over the 1048576-byte limit"):
+        codec.encode_task(big)
+    data = codec.encode_task(big, max_size=2 * DEFAULT_MAX_SIZE)
+    assert codec.decode_task(data, max_size=2 * DEFAULT_MAX_SIZE) == big
+    with pytest.raises(SerializationError, match=f"buffer of {len(data)} bytes is over"):
+        codec.decode_task(data)
+    # The check is on the buffer size alone: even garbage that size never reaches the parser.
+    with pytest.raises(SerializationError, match="is over the"):
+        codec.decode(b"\xff" * (DEFAULT_MAX_SIZE + 1))
+
+
+def test_a_record_rejected_for_its_size_can_still_be_dead_lettered() -> None:
+    rejected = b"\xc3\x01" + b"x" * DEFAULT_MAX_SIZE
+    letter = dataclasses.replace(ex.DEAD_LETTER_FULL, value=rejected, reason="too big")
+    data = codec.encode_dead_letter(letter)
+    assert len(data) > DEFAULT_MAX_SIZE
+    assert codec.decode_dead_letter(data) == letter
+    with pytest.raises(SerializationError, match="is over the 1048576-byte limit"):
+        codec.decode(data)  # the generic limit still applies elsewhere
+    too_big = dataclasses.replace(letter, value=b"x" * DEAD_LETTER_MAX_SIZE)
+    with pytest.raises(SerializationError, match="over the 2097152-byte limit"):
+        codec.encode_dead_letter(too_big)
+
+
+def test_a_configured_limit_applies_to_both_directions() -> None:
+    small = WireCodec(max_size=64)
+    with pytest.raises(SerializationError, match="over the 64-byte limit"):
+        small.encode(ex.TASK_FULL)
+    with pytest.raises(SerializationError, match="over the 64-byte limit"):
+        small.decode(TASK)
+    assert small.decode(small.encode(ex.TASK_MIN)) == ex.TASK_MIN
+    with pytest.raises(ValueError, match="must exceed"):
+        WireCodec(max_size=HEADER_SIZE)
+
+
+@pytest.mark.parametrize(
+    ("decode", "found"),
+    [
+        (codec.decode_request, "StepTask"),
+        (codec.decode_history, "StepTask"),
+        (codec.decode_reply, "StepTask"),
+        (codec.decode_incident, "StepTask"),
+        (codec.decode_dead_letter, "StepTask"),
+        (codec.decode_registration, "StepTask"),
+    ],
+)
+def test_typed_decoders_refuse_other_record_types(decode: Any, found: str) -> None:
+    with pytest.raises(SerializationError, match=f"buffer, got {found}"):
+        decode(TASK)
+
+
+def test_decode_task_refuses_a_request() -> None:
+    with pytest.raises(SerializationError, match="expected a StepTask buffer, got Request"):
+        codec.decode_task(REQUEST)
+
+
+def test_non_bytes_input_is_rejected() -> None:
+    with pytest.raises(SerializationError, match="expected bytes, got str"):
+        codec.decode("c301")  # type: ignore[arg-type]
+
+
+def _start_record(**body_fields: Any) -> dict[str, Any]:
+    _, record = codec.decode_record(codec.encode_request(ex.request(ex.BODIES_FULL[0])))
+    kind, body = record["body"]
+    record["body"] = (kind, {**body, **body_fields})
+    return record
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"{not json", "not UTF-8 JSON"),
+        (b"\xff\xfe", "not UTF-8 JSON"),
+        (b"NaN", "non-finite number NaN"),
+        (b"", "not UTF-8 JSON"),
+    ],
+)
+def test_invalid_json_bytes_are_rejected(raw: bytes, reason: str) -> None:
+    data = codec.encode_record("Request", _start_record(input=raw))
+    with pytest.raises(SerializationError, match=reason):
+        codec.decode_request(data)
+
+
+def test_an_invalid_spec_is_rejected_with_the_core_reason() -> None:
+    record = _start_record()
+    record["body"][1]["spec"]["patch_markers"] = ["Not-A-Valid-Marker"]
+    with pytest.raises(SerializationError, match=r"invalid Request: .*patch"):
+        codec.decode_request(codec.encode_record("Request", record))
+    record["body"][1]["spec"]["patch_markers"] = ["a", "a"]
+    with pytest.raises(SerializationError, match="duplicates"):
+        codec.decode_request(codec.encode_record("Request", record))
+
+
+def test_a_history_sequence_below_one_is_rejected() -> None:
+    _, record = codec.decode_record(codec.encode_history(ex.envelope(ev.RunStarted())))
+    record["sequence"] = 0
+    with pytest.raises(SerializationError, match="sequence must be >= 1"):
+        codec.decode_history(codec.encode_record("HistoryRecord", record))
+
+
+def test_an_out_of_range_attempt_is_rejected() -> None:
+    _, record = codec.decode_record(
+        codec.encode_history(ex.envelope(ev.StepStarted(step_id="s", attempt=1)))
+    )
+    record["event"] = (record["event"][0], {"step_id": "s", "attempt": 2**32})
+    with pytest.raises(SerializationError, match=r"StepStarted\.attempt: expected a u32"):
+        codec.decode_history(codec.encode_record("HistoryRecord", record))
+
+
+def test_invalid_utf8_in_a_string_field_is_rejected() -> None:
+    value = dataclasses.replace(ex.TASK_MIN, idempotency_key="KKKK")
+    data = codec.encode_task(value)
+    corrupt = data.replace(b"KKKK", b"\xff\xfe\xfd\xfc")
+    with pytest.raises(SerializationError, match=r"malformed StepTask body.*UnicodeDecodeError"):
+        codec.decode_task(corrupt)
+
+
+def test_an_out_of_range_union_branch_is_rejected() -> None:
+    data = codec.encode_history(ex.envelope(ev.HookDisposed(hook_id="h")))
+    # Field order run_id, sequence, event_id, timestamp, event: the union index follows the
+    # 8-byte timestamp varint; rewrite it to branch 63 of 27.
+    index_at = len(data) - len(b"\x02h") - 1
+    assert data[index_at] == 26 * 2  # HookDisposed is branch 26, zigzag-encoded
+    corrupt = data[:index_at] + bytes([63 * 2]) + data[index_at + 1 :]
+    with pytest.raises(SerializationError, match="malformed HistoryRecord body"):
+        codec.decode_history(corrupt)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (
+            dataclasses.replace(ex.TASK_MIN, retry=RetryPolicy(delay_ms=2**64 - 1)),
+            "RetryPolicy.delay_ms: must fit an Avro long",
+        ),
+        (ex.request(StartRun(spec=ex.SPEC_MIN, input={1, 2})), "not valid JSON"),  # type: ignore[arg-type]
+        (dataclasses.replace(ex.TASK_MIN, run_id=7), "cannot encode StepTask"),
+        (dataclasses.replace(ex.TASK_MIN, attempt=2**63), "cannot encode StepTask"),
+    ],
+)
+def test_unencodable_values_are_refused(value: WireValue, reason: str) -> None:
+    with pytest.raises(SerializationError, match=reason):
+        codec.encode(value)
+
+
+def test_only_wire_types_encode() -> None:
+    with pytest.raises(SerializationError, match="RunStarted is not a wire value type"):
+        codec.encode(ev.RunStarted())  # type: ignore[arg-type]
+    with pytest.raises(SerializationError, match="not a top-level wire schema"):
+        codec.fingerprint_of("WorkflowSpec")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    header=st.sampled_from([codec.fingerprint_of(n) for n in codec.shipped_fingerprints()]),
+    body=st.binary(max_size=512),
+)
+def test_random_bodies_decode_or_fail_cleanly(header: bytes, body: bytes) -> None:
+    try:
+        value = codec.decode(MAGIC + header + body)
+    except SerializationError:
+        return
+    # Whatever decodes must be a value the codec re-encodes to a decodable buffer.
+    assert codec.decode(codec.encode(value)) == value
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_corrupted_buffers_decode_or_fail_cleanly(data: st.DataObject) -> None:
+    buffer = bytearray(REQUEST)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(HEADER_SIZE, len(buffer) - 1))
+        buffer[at] = data.draw(st.integers(0, 255))
+    with contextlib.suppress(SerializationError):
+        codec.decode(bytes(buffer))

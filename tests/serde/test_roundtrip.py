@@ -1,0 +1,220 @@
+"""Every wire value, event, request body and terminal outcome survives encode → decode exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from typing import Any, get_args
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import streamflow.core.events as ev
+from streamflow.core.errors import SerializationError
+from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
+from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.values import OutcomeType
+from streamflow.serde import codec
+from streamflow.serde.messages import (
+    BuildRegistration,
+    DeadLetter,
+    Incident,
+    Proposal,
+    Reply,
+    Request,
+    RequestBody,
+    StartRun,
+    StepResult,
+    StepTask,
+)
+from streamflow.serde.records import json_from_bytes, json_to_bytes
+from tests.serde import examples as ex
+
+
+def json_text(value: JsonValue) -> str:
+    """A JSON value's text with key order kept: tells ``1``, ``1.0`` and ``true`` apart, which
+    ``==`` does not."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def json_leaves(value: object) -> list[str]:
+    """The JSON text of every JSON-valued attribute reachable from a wire value."""
+    found: list[str] = []
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found += json_leaves(item)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            attribute = getattr(value, f.name)
+            if f.name in {"input", "output", "details", "metadata", "payload"}:
+                found.append(json_text(attribute))
+            else:
+                found += json_leaves(attribute)
+    return found
+
+
+def instants(value: object) -> list[datetime]:
+    found: list[datetime] = []
+    if isinstance(value, datetime):
+        found.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found += instants(item)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            found += instants(getattr(value, f.name))
+    return found
+
+
+def test_examples_cover_every_event_body_and_outcome() -> None:
+    names = {type(e).__name__ for e in ex.EVENTS_FULL}
+    assert names == {cls.__name__ for cls in EVENT_TYPES.values()}
+    assert {type(e).__name__ for e in ex.EVENTS_MIN} == names
+    assert len(ex.EVENTS_FULL) == len(ex.EVENTS_MIN) == 27
+    bodies = set(get_args(RequestBody))
+    assert {type(b) for b in ex.BODIES_FULL} == bodies
+    assert {type(b) for b in ex.BODIES_MIN} == bodies
+    assert {o.type for o in ex.OUTCOMES_FULL} == set(OutcomeType)
+    assert {o.type for o in ex.OUTCOMES_MIN} == set(OutcomeType)
+    top = {Request, FlowEventEnvelope, StepTask, Reply, Incident, DeadLetter, BuildRegistration}
+    assert {type(v) for v in ex.TOP_LEVEL_FULL} == top
+    assert {type(v) for v in ex.TOP_LEVEL_MIN} == top
+
+
+@pytest.mark.parametrize("value", ex.EVERY_VALUE, ids=ex.label)
+def test_every_value_round_trips_exactly(value: Any) -> None:
+    data = codec.encode(value)
+    decoded = codec.decode(data)
+    assert decoded == value
+    assert type(decoded) is type(value)
+    # Equality treats 1, 1.0 and True as equal; the JSON text does not.
+    assert json_leaves(decoded) == json_leaves(value)
+    assert all(t.tzinfo is UTC for t in instants(decoded))
+
+
+@pytest.mark.parametrize("value", ex.EVERY_VALUE, ids=ex.label)
+def test_typed_helpers_round_trip(value: Any) -> None:
+    pairs = {
+        Request: (codec.encode_request, codec.decode_request),
+        FlowEventEnvelope: (codec.encode_history, codec.decode_history),
+        StepTask: (codec.encode_task, codec.decode_task),
+        Reply: (codec.encode_reply, codec.decode_reply),
+        Incident: (codec.encode_incident, codec.decode_incident),
+        DeadLetter: (codec.encode_dead_letter, codec.decode_dead_letter),
+        BuildRegistration: (codec.encode_registration, codec.decode_registration),
+    }
+    encode, decode = pairs[type(value)]
+    data = encode(value)
+    assert data == codec.encode(value)
+    assert decode(data) == value
+
+
+def test_a_proposal_carries_all_27_events_in_order() -> None:
+    value = ex.request(ex.BODIES_FULL[-1])
+    decoded = codec.decode_request(codec.encode_request(value))
+    assert isinstance(decoded.body, Proposal)
+    assert [type(e) for e in decoded.body.events] == [type(e) for e in ex.EVENTS_FULL]
+    assert decoded.body.events == tuple(ex.EVENTS_FULL)
+
+
+def test_spec_optionals_and_retry_policy_survive() -> None:
+    event = ev.StepCreated(step_id="s", step_name="n", retry=ex.RETRY_FULL)
+    decoded = codec.decode_history(codec.encode_history(ex.envelope(event))).event
+    assert isinstance(decoded, ev.StepCreated)
+    assert decoded.retry.to_json() == ex.RETRY_FULL.to_json()
+    assert decoded.retry.continues_workflow
+
+    created = codec.decode_history(codec.encode_history(ex.envelope(ex.EVENTS_FULL[0]))).event
+    assert isinstance(created, ev.RunCreated)
+    assert created.spec.runtime_build_id == "build-7.1+sha/abc@x"
+    assert created.spec.patch_markers == ("fix-1", "fix-2")
+    assert created.spec.signal_names == ("approve", "reject")
+    assert created.spec.to_json() == ex.SPEC_FULL.to_json()
+
+
+def test_instants_decode_as_utc_and_keep_microseconds() -> None:
+    body = StepResult(step_id="s", attempt=1, ok=True, finished_at=ex.T_OFFSET)
+    decoded = codec.decode_request(codec.encode_request(ex.request(body))).body
+    assert isinstance(decoded, StepResult)
+    assert decoded.finished_at == ex.T1
+    assert decoded.finished_at.tzinfo is UTC
+    assert decoded.finished_at.microsecond == 123_457
+
+
+def test_a_naive_datetime_is_refused_not_guessed() -> None:
+    naive = FlowEventEnvelope(
+        run_id="r",
+        sequence=1,
+        event_id="e",
+        timestamp=datetime(2026, 1, 1),  # noqa: DTZ001
+        event=ev.RunStarted(),
+    )
+    with pytest.raises(SerializationError, match="timezone-aware"):
+        codec.encode_history(naive)
+
+
+def test_json_fields_are_compact_utf8_json_text() -> None:
+    name, record = codec.decode_record(codec.encode_request(ex.request(ex.BODIES_FULL[0])))
+    assert name == "Request"
+    kind, body = record["body"]
+    assert kind == "streamflow.v1.StartRun"
+    assert body["input"] == json.dumps(ex.RICH, separators=(",", ":"), ensure_ascii=False).encode()
+    minimal = codec.decode_record(codec.encode_request(ex.request(StartRun(spec=ex.SPEC_MIN))))
+    assert minimal[1]["body"][1]["input"] == b"null"
+
+
+def test_a_lone_surrogate_survives_as_escaped_json() -> None:
+    data = json_to_bytes({"s": "a\ud800b"})
+    assert data == b'{"s":"a\\ud800b"}'
+    assert json_from_bytes(data) == {"s": "a\ud800b"}
+    event = ev.StepCompleted(step_id="s", output="\udfff")
+    assert codec.decode_history(codec.encode_history(ex.envelope(event))).event == event
+
+
+def test_non_finite_json_is_refused_both_ways() -> None:
+    with pytest.raises(SerializationError, match="not valid JSON"):
+        codec.encode_history(ex.envelope(ev.StepCompleted(step_id="s", output=float("nan"))))
+    for text in (b"NaN", b"[Infinity]", b"-Infinity"):
+        with pytest.raises(SerializationError, match="not UTF-8 JSON"):
+            json_from_bytes(text)
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(output=json_values)
+def test_any_json_step_output_round_trips(output: JsonValue) -> None:
+    value = ex.envelope(ev.StepCompleted(step_id="s", output=output))
+    decoded = codec.decode_history(codec.encode_history(value))
+    assert isinstance(decoded.event, ev.StepCompleted)
+    assert json_text(decoded.event.output) == json_text(output)
+    assert decoded == value
+
+
+@settings(max_examples=300, deadline=None)
+@given(payload=json_values)
+def test_any_json_start_input_round_trips(payload: JsonValue) -> None:
+    value = ex.request(StartRun(spec=ex.SPEC_FULL, input=payload))
+    decoded = codec.decode_request(codec.encode_request(value))
+    assert isinstance(decoded.body, StartRun)
+    assert json_text(decoded.body.input) == json_text(payload)
+    assert decoded == value
+
+
+def test_sent_at_before_the_epoch_round_trips() -> None:
+    early = datetime(1901, 12, 13, 20, 45, 52, 1, tzinfo=UTC)
+    value = Request(request_id="r", run_id="r", sent_at=early, body=ex.BODIES_MIN[2])
+    assert codec.decode_request(codec.encode_request(value)).sent_at == early

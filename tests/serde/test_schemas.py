@@ -1,0 +1,311 @@
+"""The shipped ``schemas/*.avsc``: they parse, every one is used, they match the Python types
+field for field, and their fingerprints are pinned (a change must be deliberate)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from enum import Enum
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+from fastavro import parse_schema
+
+import streamflow.core.events as ev
+from streamflow.core.errors import SerializationError
+from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
+from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
+from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
+from streamflow.core.values import (
+    CancellationRequest,
+    Cancelled,
+    ChildOperationReference,
+    ChildWorkflowCancellationPolicy,
+    Completed,
+    ContinuedAsNew,
+    Failed,
+    HostShutdown,
+    RetryExhausted,
+    TimedOut,
+    WorkflowProgress,
+    WorkflowSignal,
+)
+from streamflow.serde import codec, messages
+from streamflow.serde.codec import WireCodec
+from streamflow.serde.schemas import (
+    NAMESPACE,
+    SCHEMA_DIR,
+    TOP_LEVEL,
+    build_registry,
+    crc64_fingerprint,
+    expand,
+    load_definitions,
+    references,
+    shipped_registry,
+    walk,
+)
+from tests.serde import apache
+from tests.serde import examples as ex
+
+PINNED_FINGERPRINTS = {
+    "Request": "ffaf9661611cf73d",
+    "HistoryRecord": "98a4acd55463915f",
+    "StepTask": "b18216d3ff1d3f24",
+    "Reply": "a0d19991f97fa3ce",
+    "Incident": "9045929b847bc9a9",
+    "DeadLetter": "31a1dca49c6abafe",
+    "BuildRegistration": "d186cdd37e2c5317",
+}
+"""The 8 header bytes of every shipped top-level schema, as hex.
+
+If this test fails you changed the wire contract. That is allowed only as a deliberate schema
+evolution (docs/wire-format.md): keep the old expanded schema in ``schemas/retired/`` so old
+buffers stay decodable, then update the pin.
+"""
+
+RECORD_TYPES: dict[str, type[Any]] = {
+    "Request": messages.Request,
+    "HistoryRecord": FlowEventEnvelope,
+    "StepTask": messages.StepTask,
+    "Reply": messages.Reply,
+    "Incident": messages.Incident,
+    "DeadLetter": messages.DeadLetter,
+    "BuildRegistration": messages.BuildRegistration,
+    "ErrorInfo": messages.ErrorInfo,
+    "StartRun": messages.StartRun,
+    "CancelRun": messages.CancelRun,
+    "ForceCancelRun": messages.ForceCancelRun,
+    "TerminateRun": messages.TerminateRun,
+    "RecordProgress": messages.RecordProgress,
+    "LinkChild": messages.LinkChild,
+    "StepResult": messages.StepResult,
+    "WakeUp": messages.WakeUp,
+    "Proposal": messages.Proposal,
+    "WorkflowSpec": WorkflowSpec,
+    "WorkflowRuntime": WorkflowRuntime,
+    "RetryPolicy": RetryPolicy,
+    "WorkflowProgress": WorkflowProgress,
+    "ChildOperationReference": ChildOperationReference,
+    "CancellationRequest": CancellationRequest,
+    "WorkflowSignal": WorkflowSignal,
+    "CompletedOutcome": Completed,
+    "FailedOutcome": Failed,
+    "CancelledOutcome": Cancelled,
+    "TimedOutOutcome": TimedOut,
+    "RetryExhaustedOutcome": RetryExhausted,
+    "HostShutdownOutcome": HostShutdown,
+    "ContinuedAsNewOutcome": ContinuedAsNew,
+    **{cls.__name__: cls for cls in EVENT_TYPES.values()},
+}
+ENUM_TYPES: dict[str, type[Enum]] = {
+    "TerminationKind": messages.TerminationKind,
+    "ReplyKind": messages.ReplyKind,
+    "RetryBackoff": RetryBackoff,
+    "StepFailureAction": StepFailureAction,
+    "ChildWorkflowCancellationPolicy": ChildWorkflowCancellationPolicy,
+}
+JSON_FIELDS = {"input", "output", "details", "metadata", "payload"}
+
+DEFINITIONS = load_definitions(SCHEMA_DIR)
+FILES = sorted(SCHEMA_DIR.glob("*.avsc"))
+
+
+def definition(name: str) -> dict[str, Any]:
+    return DEFINITIONS[f"{NAMESPACE}.{name}"]
+
+
+def union_names(union: list[Any]) -> list[str]:
+    return [branch if isinstance(branch, str) else branch["name"] for branch in union]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_schema_file_is_one_documented_named_type_that_parses(path: Path) -> None:
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    assert schema["name"] == path.stem
+    assert schema["namespace"] == NAMESPACE
+    assert schema["doc"].strip()
+    expanded = expand(path.stem, DEFINITIONS)
+    parse_schema(expanded, named_schemas={})
+    apache.parse(expanded)
+
+
+def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
+    used: set[str] = set()
+    for name in TOP_LEVEL:
+        used |= references(name, DEFINITIONS)
+    assert used == set(DEFINITIONS)
+    assert len(FILES) == len(DEFINITIONS) == 63
+
+
+def test_shipped_fingerprints_are_pinned() -> None:
+    shipped = {name: fp.hex() for name, fp in codec.shipped_fingerprints().items()}
+    assert shipped == PINNED_FINGERPRINTS
+    registry = shipped_registry()
+    assert {fp.hex() for fp in registry.by_fingerprint} == set(PINNED_FINGERPRINTS.values())
+
+
+def test_the_wire_format_doc_lists_the_pinned_fingerprints() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "wire-format.md").read_text(encoding="utf-8")
+    for name, hex_ in PINNED_FINGERPRINTS.items():
+        as_long = int.from_bytes(bytes.fromhex(hex_), "little", signed=True)
+        spaced = " ".join(hex_[i : i + 2] for i in range(0, 16, 2))
+        assert f"| `{name}` | `{spaced}` | `{as_long}` |" in doc
+
+
+def test_the_fingerprint_is_little_endian_crc64_of_the_canonical_form() -> None:
+    # The Avro spec's test vector: the schema "null" has fingerprint 7195948357588979594.
+    assert crc64_fingerprint("null") == (7195948357588979594).to_bytes(8, "little")
+    for name in TOP_LEVEL:
+        shipped = shipped_registry().schema(name)
+        assert shipped.fingerprint == crc64_fingerprint(json.loads(shipped.canonical))
+        assert "doc" not in shipped.canonical
+        assert "logicalType" not in shipped.canonical
+
+
+def test_schema_json_is_the_expanded_schema_and_a_copy() -> None:
+    for name in TOP_LEVEL:
+        schema = codec.schema_json(name)
+        assert schema == expand(name, DEFINITIONS)
+        assert schema["name"] == name
+        schema["fields"].clear()
+        assert codec.schema_json(name)["fields"]
+
+
+@pytest.mark.parametrize("name", sorted(RECORD_TYPES))
+def test_record_fields_are_the_python_attributes(name: str) -> None:
+    fields = [f["name"] for f in definition(name)["fields"]]
+    python = [f.name for f in dataclasses.fields(RECORD_TYPES[name])]
+    assert sorted(fields) == sorted(python)
+
+
+def test_every_record_and_enum_has_a_python_counterpart() -> None:
+    assert set(DEFINITIONS) == {f"{NAMESPACE}.{n}" for n in [*RECORD_TYPES, *ENUM_TYPES]}
+
+
+@pytest.mark.parametrize("cls", list(EVENT_TYPES.values()), ids=lambda c: c.__name__)
+def test_event_records_follow_the_event_field_declarations(cls: type[ev.FlowEvent]) -> None:
+    fields = [f["name"] for f in definition(cls.__name__)["fields"]]
+    assert fields == [name for name, _ in cls.FIELDS]
+    assert cls.KEY in definition(cls.__name__)["doc"]
+
+
+def test_unions_list_every_variant_in_python_order() -> None:
+    events = [cls.__name__ for cls in EVENT_TYPES.values()]
+    history = {f["name"]: f for f in definition("HistoryRecord")["fields"]}
+    assert union_names(history["event"]["type"]) == events
+    proposal = {f["name"]: f for f in definition("Proposal")["fields"]}
+    assert union_names(proposal["events"]["type"]["items"]) == events
+    request = {f["name"]: f for f in definition("Request")["fields"]}
+    assert union_names(request["body"]["type"]) == [
+        c.__name__ for c in get_args(messages.RequestBody)
+    ]
+    resolved = {f["name"]: f for f in definition("ChildWorkflowResolved")["fields"]}
+    outcomes = union_names(resolved["outcome"]["type"])
+    assert [RECORD_TYPES[n].TYPE.value for n in outcomes] == [
+        "completed", "failed", "cancelled", "timed_out", "retry_exhausted", "host_shutdown",
+        "continued_as_new",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ENUM_TYPES))
+def test_enum_symbols_are_the_python_values(name: str) -> None:
+    assert definition(name)["symbols"] == [member.value for member in ENUM_TYPES[name]]
+
+
+def test_json_valued_fields_are_bytes_and_optionals_default_to_null() -> None:
+    for full, schema in DEFINITIONS.items():
+        for field in schema.get("fields", []):
+            if field["name"] in JSON_FIELDS:
+                assert field["type"] == "bytes", f"{full}.{field['name']}"
+                if "default" in field:
+                    assert field["default"] == "null"  # the JSON text of null
+            if isinstance(field["type"], list) and "null" in field["type"]:
+                assert field["type"][0] == "null", f"{full}.{field['name']}"
+                assert "default" in field, f"{full}.{field['name']}"
+                assert field["default"] is None, f"{full}.{field['name']}"
+
+
+def test_no_array_or_map_item_can_encode_to_zero_bytes() -> None:
+    """A hostile block count of zero-byte items costs no input bytes and unbounded memory;
+    items of at least one byte each keep the work within the size limit."""
+    for name in TOP_LEVEL:
+        for node in walk(codec.schema_json(name)):
+            if isinstance(node, dict) and node.get("type") in ("array", "map"):
+                item = node["items"] if node["type"] == "array" else node["values"]
+                assert item != "null"
+                assert not (isinstance(item, dict) and item.get("fields") == [])
+
+
+@pytest.mark.parametrize("name", sorted(RECORD_TYPES))
+def test_exactly_the_datetime_attributes_are_timestamp_micros(name: str) -> None:
+    instant = {"type": "long", "logicalType": "timestamp-micros"}
+    avro = {
+        f["name"] for f in definition(name)["fields"] if f["type"] in (instant, ["null", instant])
+    }
+    python = {f.name for f in dataclasses.fields(RECORD_TYPES[name]) if "datetime" in str(f.type)}
+    assert avro == python
+
+
+# -- loading errors and evolution ---------------------------------------------------------------
+
+
+def _copy_schemas(target: Path) -> Path:
+    shutil.copytree(SCHEMA_DIR, target)
+    return target
+
+
+def test_an_undefined_reference_fails_loading(tmp_path: Path) -> None:
+    schemas = _copy_schemas(tmp_path / "schemas")
+    (schemas / "ErrorInfo.avsc").unlink()
+    with pytest.raises(SerializationError, match=r"ErrorInfo.*is not defined"):
+        build_registry(schemas)
+
+
+def test_a_misnamed_schema_file_fails_loading(tmp_path: Path) -> None:
+    schemas = _copy_schemas(tmp_path / "schemas")
+    (schemas / "ErrorInfo.avsc").rename(schemas / "Error.avsc")
+    with pytest.raises(SerializationError, match="defines 'ErrorInfo', expected 'Error'"):
+        load_definitions(schemas)
+
+
+def _evolve_dead_letter(schemas: Path) -> None:
+    """Version 2 of DeadLetter: one more field, with a default (a compatible change)."""
+    path = schemas / "DeadLetter.avsc"
+    schema = json.loads(path.read_text())
+    schema["fields"].append(
+        {"name": "attempts", "type": "long", "default": 1, "doc": "Tries before giving up."}
+    )
+    path.write_text(json.dumps(schema))
+
+
+def test_a_retired_version_stays_decodable_after_evolution(tmp_path: Path) -> None:
+    v1 = WireCodec(build_registry(_copy_schemas(tmp_path / "v1")))
+    old = v1.encode(ex.DEAD_LETTER_FULL)
+
+    schemas = _copy_schemas(tmp_path / "v2")
+    _evolve_dead_letter(schemas)
+    without_retired = WireCodec(build_registry(schemas))
+    with pytest.raises(SerializationError, match="unknown schema fingerprint"):
+        without_retired.decode(old)
+
+    (schemas / "retired").mkdir()
+    old_fingerprint = codec.fingerprint_of("DeadLetter").hex()
+    (schemas / "retired" / f"DeadLetter.{old_fingerprint}.avsc").write_text(
+        json.dumps(codec.schema_json("DeadLetter"))
+    )
+    v2 = WireCodec(build_registry(schemas))
+    assert v2.registry.schema("DeadLetter").fingerprint.hex() != old_fingerprint
+    assert v2.decode(old) == ex.DEAD_LETTER_FULL
+    name, record = v2.decode_record(old)
+    assert (name, record["attempts"]) == ("DeadLetter", 1)  # resolved to the current schema
+    assert v2.decode(v2.encode(ex.DEAD_LETTER_FULL)) == ex.DEAD_LETTER_FULL
+
+
+def test_a_fingerprint_is_never_registered_twice(tmp_path: Path) -> None:
+    schemas = _copy_schemas(tmp_path / "schemas")
+    (schemas / "retired").mkdir()
+    (schemas / "retired" / "Reply.old.avsc").write_text(json.dumps(codec.schema_json("Reply")))
+    with pytest.raises(SerializationError, match="is never reused"):
+        build_registry(schemas)
