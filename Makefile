@@ -13,10 +13,10 @@ help: ## List targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,kafka]'
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP) ## Create .venv and install streamflow with dev and kafka extras
+install: $(STAMP) ## Create .venv and install streamflow with its dev tools
 
 demo: $(STAMP) ## Run the example order workflow on the embedded RocksDB engine
 	$(BIN)/streamflow demo

@@ -1,0 +1,1 @@
+"""Kafka plumbing shared by every topology: settings, topic names, partitioning, admin."""

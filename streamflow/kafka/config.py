@@ -1,0 +1,83 @@
+"""Kafka settings: bootstrap, namespace, and librdkafka properties passed through.
+
+Settings come from flags and the environment. Any variable ``STREAMFLOW_KAFKA_<NAME>`` becomes the
+librdkafka property ``<name>`` with ``_`` turned into ``.`` (``STREAMFLOW_KAFKA_SASL_MECHANISM`` →
+``sasl.mechanism``), so SASL/SSL and tuning need no code. Secrets never reach logs:
+:meth:`KafkaSettings.redacted` masks every property that looks like a credential.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+ENV_BOOTSTRAP = "STREAMFLOW_BOOTSTRAP"
+ENV_NAMESPACE = "STREAMFLOW_NAMESPACE"
+ENV_PREFIX = "STREAMFLOW_KAFKA_"
+DEFAULT_NAMESPACE = "streamflow"
+_LIBRDKAFKA = logging.getLogger("streamflow.librdkafka")
+_SECRET = re.compile(r"password|secret|token|credential|sasl\.jaas|key\.pem|private", re.I)
+_NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaSettings:
+    """Where the cluster is and how to talk to it."""
+
+    bootstrap: str
+    """``host:port[,host:port]``."""
+    namespace: str = DEFAULT_NAMESPACE
+    """Prefix of every topic and consumer group (``{ns}.requests`` …)."""
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """Extra librdkafka properties (security, tuning), applied to every client."""
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap:
+            raise ValueError(f"no Kafka bootstrap servers: set {ENV_BOOTSTRAP} or --bootstrap")
+        if not _NAMESPACE.fullmatch(self.namespace):
+            raise ValueError(f"invalid namespace {self.namespace!r}: use [A-Za-z0-9._-]")
+
+    @staticmethod
+    def from_env(
+        environ: Mapping[str, str] | None = None,
+        *,
+        bootstrap: str | None = None,
+        namespace: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> KafkaSettings:
+        env = os.environ if environ is None else environ
+        props = {
+            key[len(ENV_PREFIX) :].lower().replace("_", "."): value
+            for key, value in env.items()
+            if key.startswith(ENV_PREFIX)
+        }
+        props.update(properties or {})
+        return KafkaSettings(
+            bootstrap=bootstrap or env.get(ENV_BOOTSTRAP, ""),
+            namespace=namespace or env.get(ENV_NAMESPACE, DEFAULT_NAMESPACE),
+            properties=props,
+        )
+
+    def with_namespace(self, namespace: str) -> KafkaSettings:
+        return replace(self, namespace=namespace)
+
+    def client(self, **overrides: object) -> dict[str, object]:
+        """A librdkafka configuration: bootstrap + pass-through properties + ``overrides``."""
+        # librdkafka's own log lines go through Python logging instead of raw stderr.
+        config: dict[str, object] = {"bootstrap.servers": self.bootstrap, "logger": _LIBRDKAFKA}
+        config.update(self.properties)
+        config.update(overrides)
+        return config
+
+    def redacted(self) -> dict[str, str]:
+        """Properties safe to log."""
+        shown = {"bootstrap.servers": self.bootstrap, "namespace": self.namespace}
+        for key, value in self.properties.items():
+            shown[key] = "<redacted>" if _SECRET.search(key) else value
+        return shown
+
+    def __repr__(self) -> str:
+        return f"KafkaSettings({self.redacted()!r})"
