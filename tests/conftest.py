@@ -1,14 +1,49 @@
-"""Fixtures shared by every test directory."""
+"""Fixtures shared by every test directory.
+
+The Kafka broker comes from, in order: ``STREAMFLOW_BOOTSTRAP``; a Docker engine
+(testcontainers); the local Kafka jars. If none can be had, Kafka tests FAIL: they are never
+skipped. ``STREAMFLOW_TEST_BACKENDS`` (default ``memory,rocksdb,kafka``) picks the conformance
+backends, e.g. ``memory`` for a quick local loop.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from streamflow import FlowEventStore, FlowRuntime, InMemoryEventStore, RocksDBEventStore
+from streamflow.kafka.config import KafkaSettings
+from streamflow.testing.broker import Broker, broker_from_environment
 from streamflow.testing.harness import EmbeddedDriver, RunDriver
+
+BACKENDS = os.environ.get("STREAMFLOW_TEST_BACKENDS", "memory,rocksdb,kafka").split(",")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[Broker]:
+    try:
+        broker = broker_from_environment()
+    except Exception as exc:  # a missing broker is a failure of the environment, not a skip
+        pytest.fail(f"no Kafka broker available for the Kafka tests: {exc}", pytrace=False)
+    yield broker
+    broker.stop()
+
+
+def _namespace(request: pytest.FixtureRequest) -> str:
+    slug = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40].strip("-")
+    return f"t-{slug}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def kafka(request: pytest.FixtureRequest) -> KafkaSettings:
+    """Settings with a namespace of the test's own, so tests never share topics or groups."""
+    broker: Broker = request.getfixturevalue("kafka_broker")
+    return KafkaSettings(bootstrap=broker.bootstrap, namespace=_namespace(request))
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -33,7 +68,7 @@ def open_store(store_kind: str, tmp_path: Path) -> Callable[..., FlowEventStore]
         store.close()
 
 
-@pytest.fixture(params=["memory", "rocksdb"])
+@pytest.fixture(params=BACKENDS)
 async def make_driver(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[Callable[..., object]]:
@@ -42,6 +77,16 @@ async def make_driver(
     drivers: list[RunDriver] = []
 
     async def factory(runtime: FlowRuntime, **options: object) -> RunDriver:
+        if kind == "kafka":
+            from streamflow.testing.kafka_harness import KafkaDriver
+
+            settings = request.getfixturevalue("kafka")
+            settings = settings.with_namespace(f"{settings.namespace}-{len(drivers)}")
+            driver: RunDriver = await asyncio.to_thread(
+                KafkaDriver, settings, runtime, state_root=tmp_path / f"k{len(drivers)}", **options
+            )
+            drivers.append(driver)
+            return driver
         if kind == "memory":
             shared = InMemoryEventStore()
             open_fn: Callable[[], FlowEventStore] = lambda: shared  # noqa: E731

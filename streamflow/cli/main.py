@@ -1,4 +1,8 @@
-"""``streamflow``: the command line (``demo`` runs the embedded example; ``show`` inspects)."""
+"""``streamflow``: the command line.
+
+``demo`` runs the embedded example, ``show`` inspects an embedded store, ``topics`` creates and
+verifies a namespace's Kafka topics, ``run`` runs one Kafka topology instance.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
+from streamflow.cli import run as topology
+from streamflow.cli import topics
 from streamflow.cli.render import render_event, render_history
 from streamflow.core.errors import FlowError
 from streamflow.core.events import FlowEventEnvelope, RunProgressRecorded
@@ -94,8 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect = sub.add_parser("show", help="list runs, or print one run's history")
     inspect.add_argument("run_id", nargs="?")
     inspect.add_argument("--dir", type=Path, default=DEFAULT_DEMO_DIR)
+    topics.register(sub)
+    topology.register(sub)
     args = parser.parse_args(argv)
     try:
+        if args.command == "topics":
+            return topics.run(args)
+        if args.command == "run":
+            return topology.run(args)
         if args.command == "demo":
             if args.fresh and args.dir.exists():
                 shutil.rmtree(args.dir)

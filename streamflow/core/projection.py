@@ -102,6 +102,20 @@ def evolve(snapshot: WorkflowRunSnapshot, envelope: ev.FlowEventEnvelope) -> Wor
     return snapshot
 
 
+class ProjectedRun:
+    """A run's history and its projection, advanced together one event at a time."""
+
+    __slots__ = ("history", "snapshot")
+
+    def __init__(self, run_id: str) -> None:
+        self.history: list[ev.FlowEventEnvelope] = []
+        self.snapshot = WorkflowRunSnapshot(run_id)
+
+    def apply(self, envelope: ev.FlowEventEnvelope) -> None:
+        evolve(self.snapshot, envelope)
+        self.history.append(envelope)
+
+
 def project(run_id: str, history: Iterable[ev.FlowEventEnvelope]) -> WorkflowRunSnapshot:
     """Fold a whole history into a fresh snapshot, validating every event."""
     snapshot = WorkflowRunSnapshot(run_id)

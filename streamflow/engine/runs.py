@@ -13,23 +13,10 @@ from contextlib import asynccontextmanager
 
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound
-from streamflow.core.projection import evolve
-from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.projection import ProjectedRun
 from streamflow.stores.base import FlowEventStore
 
-
-class CachedRun:
-    """History and projection of one run, advanced event by event."""
-
-    __slots__ = ("history", "snapshot")
-
-    def __init__(self, run_id: str) -> None:
-        self.history: list[ev.FlowEventEnvelope] = []
-        self.snapshot = WorkflowRunSnapshot(run_id)
-
-    def apply(self, envelope: ev.FlowEventEnvelope) -> None:
-        evolve(self.snapshot, envelope)
-        self.history.append(envelope)
+CachedRun = ProjectedRun
 
 
 async def read_from(

@@ -25,9 +25,9 @@ from streamflow.core.errors import (
     SerializationError,
 )
 from streamflow.core.events import FlowEventEnvelope
+from streamflow.core.inspect import WorkflowRunSummary
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.inspect import WorkflowRunSummary
 from streamflow.core.values import CancellationRequest, ChildOperationReference, WorkflowProgress
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.observers import FlowEventObserver

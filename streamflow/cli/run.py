@@ -1,0 +1,138 @@
+"""``streamflow run journal|processor|worker|timer``: run one topology instance in this process.
+
+Configuration comes from flags, then environment variables (``STREAMFLOW_BOOTSTRAP``,
+``STREAMFLOW_NAMESPACE``, ``STREAMFLOW_APP``, ``STREAMFLOW_BUILD``, ``STREAMFLOW_STATE_DIR``,
+``STREAMFLOW_INSTANCE``), and any librdkafka property passes through with ``-X key=value`` or
+``STREAMFLOW_KAFKA_<KEY>`` (SASL/SSL included). SIGTERM and SIGINT stop the instance
+gracefully: it stops taking input, finishes or hands back in-flight work, commits, leaves its
+group and closes its clients; runs stay non-terminal for the replacement to resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.kafka.config import KafkaSettings
+from streamflow.topologies.runner import TopologyThread
+from streamflow.workflow.runtime import FlowRuntime
+
+ROLES = ("journal", "processor", "worker", "timer")
+log = logging.getLogger("streamflow.cli")
+
+
+def register(subparsers: Any) -> None:
+    run = subparsers.add_parser("run", help="run one Kafka topology instance")
+    run.add_argument("role", choices=ROLES)
+    run.add_argument("--app", default=os.environ.get("STREAMFLOW_APP"), help="module:Runtime")
+    run.add_argument("--build", default=os.environ.get("STREAMFLOW_BUILD"), help="runtime build")
+    run.add_argument("--compatible-build", action="append", default=[], metavar="BUILD")
+    run.add_argument("--accept-unpinned", action="store_true")
+    run.add_argument("--bootstrap", default=None)
+    run.add_argument("--namespace", default=None)
+    run.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(os.environ.get("STREAMFLOW_STATE_DIR", ".streamflow")),
+    )
+    run.add_argument("--instance", default=os.environ.get("STREAMFLOW_INSTANCE", "0"))
+    run.add_argument(
+        "--topic-profile",
+        default=os.environ.get("STREAMFLOW_TOPIC_PROFILE", "production"),
+        choices=("production", "dev"),
+    )
+    run.add_argument("-X", dest="properties", action="append", default=[], metavar="KEY=VALUE")
+
+
+def load_runtime(spec: str | None) -> FlowRuntime:
+    """Import ``module:Attribute``; a class is instantiated, an instance used as is."""
+    if not spec or ":" not in spec:
+        raise SystemExit("--app module:Runtime (or STREAMFLOW_APP) is required for this role")
+    module_name, _, attribute = spec.partition(":")
+    target = getattr(importlib.import_module(module_name), attribute)
+    runtime = target() if isinstance(target, type) else target
+    if not isinstance(runtime, FlowRuntime):
+        raise SystemExit(f"{spec} is not a streamflow FlowRuntime")
+    return runtime
+
+
+def compatibility(args: argparse.Namespace) -> RuntimeBuildCompatibility | None:
+    if args.build is None:
+        return None
+    compat = RuntimeBuildCompatibility.new(args.build)
+    for build in args.compatible_build:
+        compat = compat.with_compatible_build(build)
+    return compat.accept_unpinned() if args.accept_unpinned else compat
+
+
+def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
+    """The topology object and its ``run(stop)`` callable for ``args.role``."""
+    properties = dict(p.split("=", 1) for p in args.properties)
+    settings = KafkaSettings.from_env(
+        bootstrap=args.bootstrap, namespace=args.namespace, properties=properties
+    )
+    state = args.state_dir / settings.namespace / f"{args.role}-{args.instance}"
+    if args.role == "journal":
+        from streamflow.topologies.journal import Journal
+
+        return "journal", Journal(settings, state_dir=state, instance=args.instance).run
+    if args.role == "timer":
+        from streamflow.topologies.timer import Timer
+
+        return "timer", Timer(settings, state_dir=state, instance=args.instance).run
+    runtime = load_runtime(args.app)
+    if args.role == "processor":
+        from streamflow.topologies.processor import Processor
+
+        processor = Processor(
+            settings,
+            runtime,
+            state_dir=state,
+            compatibility=compatibility(args),
+            instance=args.instance,
+            topic_profile=args.topic_profile,
+        )
+        return "processor", processor.run
+    from streamflow.topologies.worker import Worker
+
+    worker = Worker(
+        settings,
+        runtime,
+        compatibility=compatibility(args),
+        instance=args.instance,
+        topic_profile=args.topic_profile,
+    )
+    return "worker", worker.run
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=os.environ.get("STREAMFLOW_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    name, main = build_topology(args)
+    thread = TopologyThread(name, main)
+    stopping = threading.Event()
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("%s: received signal %d, stopping gracefully", name, signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    thread.start()
+    while thread.alive and not stopping.wait(0.2):
+        pass
+    thread.stop()
+    if thread.error is not None:
+        print(f"error: {name} stopped: {thread.error}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,315 @@
+"""``FlowClient``: start, signal, cancel and inspect runs on the Kafka backend.
+
+Requests go to ``{ns}.requests`` (partitioned by run id); the journal answers each with a typed
+:class:`~streamflow.serde.messages.Reply` on ``{ns}.replies``, which the client turns back into
+the same ``FlowError`` subclasses the embedded engine raises. Run histories are read from
+``{ns}.history`` (read_committed) one partition at a time, incrementally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from streamflow.core.errors import FlowError, InvalidTransition, RunNotFound
+from streamflow.core.events import FlowEventEnvelope
+from streamflow.core.ids import validate_run_id
+from streamflow.core.jsonvalue import normalize
+from streamflow.core.projection import project
+from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.spec import WorkflowSpec
+from streamflow.core.timeutil import require_utc
+from streamflow.core.values import CancellationRequest, ChildOperationReference, WorkflowProgress
+from streamflow.kafka.clients import (
+    caught_up,
+    partition_count,
+    producer,
+    read_targets,
+    reader,
+)
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import Names, partition_for
+from streamflow.serde import codec
+from streamflow.serde import messages as m
+from streamflow.serde.errors import to_error
+
+log = logging.getLogger("streamflow.client")
+
+
+class TopicReader:
+    """Reads one topic incrementally, partition by partition, up to the current end."""
+
+    def __init__(self, settings: KafkaSettings, topic: str) -> None:
+        self._topic = topic
+        self._reader = reader(settings)
+        self._partitions = partition_count(self._reader, topic)
+        self._reader.assign(
+            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self._partitions)]
+        )
+        self._lock = threading.Lock()
+
+    @property
+    def partitions(self) -> int:
+        return self._partitions
+
+    def catch_up(
+        self, partitions: set[int] | None = None
+    ) -> list[tuple[bytes | None, bytes | None]]:
+        """(key, value) records of ``partitions`` (all if ``None``) up to their current end."""
+        wanted = set(range(self._partitions)) if partitions is None else partitions
+        with self._lock:
+            targets = {
+                p: end
+                for p, end in read_targets(self._reader, self._topic, self._partitions).items()
+                if p in wanted
+            }
+            out: list[tuple[bytes | None, bytes | None]] = []
+            while not caught_up(self._reader, self._topic, targets):
+                for msg in self._reader.consume(num_messages=1000, timeout=0.1):
+                    if msg.error() is None:
+                        out.append((msg.key(), msg.value()))
+            return out
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+class HistoryReader:
+    """Every committed envelope of a namespace, cached per run as partitions are read."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._names = Names(settings.namespace)
+        self._topic = TopicReader(settings, self._names.history)
+        self._runs: dict[str, list[FlowEventEnvelope]] = defaultdict(list)
+
+    def _absorb(self, records: list[tuple[bytes | None, bytes | None]]) -> None:
+        for _key, value in records:
+            if value is None:
+                continue
+            envelope = codec.decode_history(value)
+            events = self._runs[envelope.run_id]
+            if envelope.sequence == len(events) + 1:
+                events.append(envelope)
+
+    def history(self, run_id: str) -> list[FlowEventEnvelope]:
+        self._absorb(self._topic.catch_up({partition_for(run_id, self._topic.partitions)}))
+        return list(self._runs.get(run_id, ()))
+
+    def run_ids(self) -> list[str]:
+        self._absorb(self._topic.catch_up())
+        return sorted(run for run, events in self._runs.items() if events)
+
+    def close(self) -> None:
+        self._topic.close()
+
+
+class FlowClient:
+    """Talks to streamflow's Kafka topologies. Methods are ``async``; one client may be shared
+    by many coroutines of one event loop."""
+
+    def __init__(self, settings: KafkaSettings, *, request_timeout: float = 30.0) -> None:
+        self._settings = settings
+        self._names = Names(settings.namespace)
+        self._timeout = request_timeout
+        self._producer = producer(settings)
+        self._partitions = partition_count(self._producer, self._names.requests)
+        self._waiters: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[m.Reply]]] = {}
+        self._finished: dict[
+            str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[m.Reply]]]
+        ] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._replies = reader(settings)
+        count = partition_count(self._replies, self._names.replies)
+        # Start at the current end, resolved now: a reply produced after this point is seen.
+        ends = read_targets(self._replies, self._names.replies, count)
+        self._replies.assign(
+            [TopicPartition(self._names.replies, p, ends[p]) for p in range(count)]
+        )
+        self._history = HistoryReader(settings)
+        self._incidents = TopicReader(settings, self._names.incidents)
+        self._latest_incidents: dict[str, m.Incident] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="sf-client-replies", daemon=True)
+        self._thread.start()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def start(self, spec: WorkflowSpec, input: object = None) -> str:
+        return await self.start_with_id(str(uuid.uuid4()), spec, input)
+
+    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
+        """Idempotent start; raises ``RunConflict``, ``RuntimeBuildUnavailable`` … as the
+        embedded engine does. Returns once the journal has recorded (or refused) the start."""
+        validate_run_id(run_id)
+        spec.validate()
+        body = m.StartRun(spec=spec, input=normalize(input, "workflow input"))
+        await self._request(run_id, body)
+        return run_id
+
+    async def request_cancellation(
+        self, run_id: str, request: CancellationRequest | None = None
+    ) -> m.Reply:
+        return await self._request(run_id, m.CancelRun(request=request or CancellationRequest()))
+
+    async def force_cancel(self, run_id: str, reason: str | None = None) -> m.Reply:
+        return await self._request(run_id, m.ForceCancelRun(reason=reason))
+
+    async def terminate_for_timeout(
+        self, run_id: str, deadline: datetime, reason: str | None = None
+    ) -> m.Reply:
+        body = m.TerminateRun(
+            kind=m.TerminationKind.TIMEOUT,
+            deadline=require_utc(deadline, "deadline"),
+            reason=reason,
+        )
+        return await self._request(run_id, body)
+
+    async def terminate_for_host_shutdown(self, run_id: str, reason: str | None = None) -> m.Reply:
+        return await self._request(
+            run_id, m.TerminateRun(kind=m.TerminationKind.HOST_SHUTDOWN, reason=reason)
+        )
+
+    async def record_progress(self, run_id: str, progress: WorkflowProgress) -> m.Reply:
+        return await self._request(run_id, m.RecordProgress(progress=progress))
+
+    async def link_child_operation(self, run_id: str, child: ChildOperationReference) -> m.Reply:
+        linked = child.flow_run_id
+        if linked is not None and not await self._exists(linked):
+            raise InvalidTransition(
+                f"child operation {child.reference_id} links workflow run {linked}, which does "
+                "not exist"
+            )
+        return await self._request(run_id, m.LinkChild(child=child))
+
+    async def resume_wait(self, run_id: str, wait_id: str) -> m.Reply:
+        """Complete a timer wait now (the host decides due-ness), as a timer would."""
+        now = datetime.now(tz=UTC)
+        return await self._request(run_id, m.WakeUp(wait_id=wait_id, due_at=now))
+
+    async def _request(self, run_id: str, body: m.RequestBody) -> m.Reply:
+        validate_run_id(run_id)
+        loop = asyncio.get_running_loop()
+        request_id = str(uuid.uuid4())
+        future: asyncio.Future[m.Reply] = loop.create_future()
+        with self._lock:
+            self._waiters[request_id] = (loop, future)
+        request = m.Request(
+            request_id=request_id,
+            run_id=run_id,
+            sent_at=datetime.now(tz=UTC),
+            body=body,
+            reply=True,
+        )
+        self._producer.produce(
+            self._names.requests,
+            key=run_id.encode(),
+            value=codec.encode_request(request),
+            partition=partition_for(run_id, self._partitions),
+        )
+        self._producer.poll(0)
+        try:
+            reply = await asyncio.wait_for(future, self._timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"no reply to {type(body).__name__} for run {run_id} within {self._timeout}s; "
+                "is the journal running?"
+            ) from None
+        finally:
+            with self._lock:
+                self._waiters.pop(request_id, None)
+        if not reply.ok and reply.error is not None:
+            raise to_error(reply.error)
+        return reply
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    async def history(self, run_id: str) -> list[FlowEventEnvelope]:
+        validate_run_id(run_id)
+        events = await asyncio.to_thread(self._history.history, run_id)
+        if not events:
+            raise RunNotFound(run_id)
+        return events
+
+    async def snapshot(self, run_id: str) -> WorkflowRunSnapshot:
+        return project(run_id, await self.history(run_id))
+
+    async def list_run_ids(self) -> list[str]:
+        return await asyncio.to_thread(self._history.run_ids)
+
+    async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot:
+        """Wait until the run is terminal and return its snapshot."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[m.Reply] = loop.create_future()
+        with self._lock:
+            self._finished[run_id].append((loop, future))
+        try:
+            snap = await self.snapshot(run_id)
+            if snap.is_terminal:
+                return snap
+            await asyncio.wait_for(future, timeout)
+            return await self.snapshot(run_id)
+        finally:
+            with self._lock:
+                waiters = self._finished.get(run_id, [])
+                if (loop, future) in waiters:
+                    waiters.remove((loop, future))
+
+    async def incident(self, run_id: str) -> m.Incident | None:
+        """The latest incident reported for the run (drift, failing workflow code, …)."""
+        records = await asyncio.to_thread(
+            self._incidents.catch_up, {partition_for(run_id, self._incidents.partitions)}
+        )
+        for key, value in records:
+            if key is None:
+                continue
+            if value is None:
+                self._latest_incidents.pop(key.decode(), None)
+            else:
+                incident = codec.decode_incident(value)
+                self._latest_incidents[incident.run_id] = incident
+        return self._latest_incidents.get(run_id)
+
+    async def _exists(self, run_id: str) -> bool:
+        return bool(await asyncio.to_thread(self._history.history, run_id))
+
+    # -- replies --------------------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            for msg in self._replies.consume(num_messages=500, timeout=0.1):
+                value = msg.value()
+                if msg.error() is not None or value is None:
+                    continue
+                try:
+                    reply = codec.decode_reply(value)
+                except FlowError:
+                    log.warning("client: undecodable reply at offset %s", msg.offset())
+                    continue
+                with self._lock:
+                    if reply.kind is m.ReplyKind.REQUEST:
+                        waiter = self._waiters.pop(reply.request_id, None)
+                        targets = [] if waiter is None else [waiter]
+                    else:
+                        targets = self._finished.pop(reply.run_id, [])
+                for loop, future in targets:
+                    loop.call_soon_threadsafe(_resolve, future, reply)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._replies.close()
+        self._history.close()
+        self._incidents.close()
+        self._producer.flush(10)
+        self._producer.close()
+
+
+def _resolve(future: asyncio.Future[m.Reply], reply: m.Reply) -> None:
+    if not future.done():
+        future.set_result(reply)

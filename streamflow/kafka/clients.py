@@ -1,0 +1,140 @@
+"""Kafka client construction and partition reading shared by topologies and the client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from streamflow.kafka.config import KafkaSettings
+
+
+def consumer(settings: KafkaSettings, group: str | None, **overrides: object) -> Consumer:
+    config: dict[str, object] = {
+        "group.id": group or "streamflow.unused",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+    }
+    config.update(overrides)
+    return Consumer(settings.client(**config))
+
+
+def reader(settings: KafkaSettings, **overrides: object) -> Consumer:
+    """A group-less read_committed consumer for reading partitions to their end.
+
+    Its fetch long-poll is kept short: watermark queries travel on the same broker connection
+    and would otherwise wait behind an idle fetch for up to ``fetch.wait.max.ms``.
+    """
+    config: dict[str, object] = {"fetch.wait.max.ms": 10}
+    config.update(overrides)
+    return consumer(settings, None, **config)
+
+
+def producer(settings: KafkaSettings, **overrides: object) -> Producer:
+    config: dict[str, object] = {
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "zstd",
+    }
+    config.update(overrides)
+    return Producer(settings.client(**config))
+
+
+def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> int:
+    metadata = client.list_topics(topic, timeout=timeout)
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
+    return len(info.partitions)
+
+
+_TRANSIENT = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+}
+
+
+def end_offset(source: Consumer, topic: str, partition: int, timeout: float = 30.0) -> int:
+    """A partition's high watermark, retried while leadership is still settling (a topic
+    created a moment ago may not have a leader every client knows about yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _, high = source.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            return int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _TRANSIENT or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def read_targets(source: Consumer, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's current end offset: what "caught up" means right now."""
+    return {p: end_offset(source, topic, p) for p in range(partitions)}
+
+
+def caught_up(source: Consumer, topic: str, targets: dict[int, int]) -> bool:
+    """Whether ``reader`` has consumed every partition up to ``targets``.
+
+    Transaction markers occupy offsets, so a read_committed reader is done when its position
+    reaches the end it was given (an unfetched partition reports a negative position)."""
+    positions = source.position([TopicPartition(topic, p) for p in targets])
+    for tp in positions:
+        end = targets[tp.partition]
+        if end > 0 and tp.offset < end:
+            return False
+    return True
+
+
+def read_to_end(
+    settings: KafkaSettings, topic: str, partition: int, start: int | None, *, timeout: float = 60.0
+) -> Iterator[Message]:
+    """Every committed record of one partition from ``start`` (``None``: the beginning) up to
+    the partition's end at the time of the call, in order.
+
+    The end is the high watermark, not the last stable offset: a read_committed reader cannot
+    pass a transaction that is still open, so reaching the high watermark waits until every
+    transaction written before the call has committed or aborted, and nothing committed before
+    the call is missed.
+    """
+    source = reader(settings)
+    try:
+        end = end_offset(source, topic, partition)
+        if end == 0 or (start is not None and start >= end):
+            return
+        first = OFFSET_BEGINNING if start is None else start
+        source.assign([TopicPartition(topic, partition, first)])
+        deadline = time.monotonic() + timeout
+        while True:
+            for msg in source.consume(num_messages=1000, timeout=0.1):
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(error)
+                yield msg
+            position = source.position([TopicPartition(topic, partition)])[0].offset
+            if position >= end:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"reading {topic}[{partition}] to offset {end} took over {timeout}s"
+                )
+    finally:
+        source.close()

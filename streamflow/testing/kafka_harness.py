@@ -1,0 +1,295 @@
+"""The Kafka backend behind the conformance driver interface.
+
+A :class:`KafkaDriver` creates the namespace's topics, runs one journal, processor, worker and
+timer on threads of the test process (so the test's runtime object — with its counters — is
+the code they run), and talks to them only through :class:`FlowClient` and the history topic,
+exactly as an application would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+
+from streamflow.core import decide as d
+from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.core.errors import FlowError
+from streamflow.core.events import FlowEventEnvelope
+from streamflow.core.inspect import WorkflowRunSummary, summarize
+from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.spec import WorkflowSpec
+from streamflow.core.values import CancellationRequest, ChildOperationReference, WorkflowProgress
+from streamflow.engine.observers import FlowEventObserver, notify
+from streamflow.kafka import admin
+from streamflow.kafka.client import FlowClient
+from streamflow.kafka.clients import caught_up, partition_count, read_targets, reader
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.manifest import load_manifest
+from streamflow.kafka.naming import Names
+from streamflow.serde import codec
+from streamflow.serde.errors import to_error
+from streamflow.topologies.journal import Journal
+from streamflow.topologies.processor import Processor
+from streamflow.topologies.runner import TopologyThread
+from streamflow.topologies.timer import Timer
+from streamflow.topologies.worker import Worker
+from streamflow.workflow.runtime import FlowRuntime
+
+SETTLE_TIMEOUT = 30.0
+
+
+class ObserverFeed:
+    """Delivers committed history to user observers, in order, from a thread."""
+
+    def __init__(self, settings: KafkaSettings, observers: Sequence[FlowEventObserver]) -> None:
+        self._names = Names(settings.namespace)
+        self._observers = tuple(observers)
+        self._reader = reader(settings)
+        self._partitions = partition_count(self._reader, self._names.history)
+        self._reader.assign(
+            [
+                TopicPartition(self._names.history, p, OFFSET_BEGINNING)
+                for p in range(self._partitions)
+            ]
+        )
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+
+    def run(self, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                with self._lock:
+                    self._deliver(self._reader.consume(num_messages=500, timeout=0.05))
+        finally:
+            self._reader.close()
+            self._loop.close()
+
+    def _deliver(self, messages: list[Message]) -> None:
+        for msg in messages:
+            value = msg.value()
+            if msg.error() is not None or value is None:
+                continue
+            envelope = codec.decode_history(value)
+            for observer in self._observers:
+                self._loop.run_until_complete(notify(observer, envelope))
+
+    def caught_up(self) -> bool:
+        with self._lock:
+            targets = read_targets(self._reader, self._names.history, self._partitions)
+            return caught_up(self._reader, self._names.history, targets)
+
+
+class KafkaDriver:
+    """The conformance driver for the Kafka form (see ``streamflow.testing.harness``)."""
+
+    name = "kafka"
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        runtime: FlowRuntime,
+        *,
+        state_root: Path,
+        compatibility: RuntimeBuildCompatibility | None = None,
+        max_replay_iterations: int | None = None,
+        observers: Sequence[FlowEventObserver] = (),
+        partitions: int = 2,
+    ) -> None:
+        self._settings = settings
+        self._runtime = runtime
+        self._root = state_root
+        self._compatibility = compatibility
+        self._max = max_replay_iterations or 1024
+        self._observers = tuple(observers)
+        admin.apply(settings, load_manifest(), profile="dev", partitions=partitions)
+        self._threads: list[TopologyThread] = []
+        self._feed: ObserverFeed | None = None
+        self._raised: set[tuple[str, int]] = set()
+        self._generation = 0
+        self._start_topologies()
+        self.client = FlowClient(settings)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _start_topologies(self) -> None:
+        self._generation += 1
+        root, s = self._root, self._settings
+        journal = Journal(s, state_dir=root / "journal", commit_interval=0.02)
+        processor = Processor(
+            s,
+            self._runtime,
+            state_dir=root / "processor",
+            compatibility=self._compatibility,
+            max_replay_iterations=self._max,
+            topic_profile="dev",
+        )
+        worker = Worker(s, self._runtime, compatibility=self._compatibility, topic_profile="dev")
+        timer = Timer(s, state_dir=root / "timer")
+        self._threads = [
+            TopologyThread("journal", journal.run).start(),
+            TopologyThread("processor", processor.run).start(),
+            TopologyThread("worker", worker.run).start(),
+            TopologyThread("timer", timer.run).start(),
+        ]
+        if self._observers and self._feed is None:
+            self._feed = ObserverFeed(s, self._observers)
+            self._threads.append(TopologyThread("observers", self._feed.run).start())
+        for ready in (journal.ready, processor.ready, worker.ready, timer.ready):
+            if not ready.wait(30):
+                raise RuntimeError(f"a topology did not start: {self._errors()}")
+
+    def _errors(self) -> list[str]:
+        return [f"{t.name}: {t.error!r}" for t in self._threads if t.error is not None]
+
+    async def restart(
+        self, *, compatibility: RuntimeBuildCompatibility | object | None = ...
+    ) -> None:
+        if compatibility is not ...:
+            self._compatibility = compatibility  # type: ignore[assignment]
+        await asyncio.to_thread(self._stop_topologies, keep_feed=True)
+        await asyncio.to_thread(self._start_topologies)
+
+    def _stop_topologies(self, *, keep_feed: bool = False) -> None:
+        for thread in reversed(self._threads):
+            if keep_feed and thread.name == "observers":
+                continue
+            thread.stop()
+        self._threads = [t for t in self._threads if t.alive]
+
+    async def close(self) -> None:
+        self.client.close()
+        await asyncio.to_thread(self._stop_topologies)
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def _quiescent(self, snap: WorkflowRunSnapshot, now: datetime) -> bool:
+        """Nothing will happen to the run without outside input."""
+        if snap.is_terminal:
+            return True
+        if snap.running_steps:
+            return False
+        outcome = d.prepare(snap, now, self._compatibility)
+        return outcome is d.SUSPENDED or isinstance(outcome, d.Rejected)
+
+    async def _incident_error(self, snap: WorkflowRunSnapshot) -> FlowError | None:
+        incident = await self.client.incident(snap.run_id)
+        if incident is None or incident.sequence != snap.last_sequence:
+            return None
+        return to_error(incident.error)
+
+    async def _watch(
+        self,
+        run_id: str,
+        done: Callable[[WorkflowRunSnapshot], bool],
+        *,
+        raise_incidents: bool,
+        timeout: float = SETTLE_TIMEOUT,
+    ) -> WorkflowRunSnapshot:
+        deadline = time.monotonic() + timeout
+        while True:
+            errors = self._errors()
+            if errors:
+                raise RuntimeError(f"a topology failed: {errors}")
+            snap = await self.client.snapshot(run_id)
+            error = await self._incident_error(snap)
+            if error is not None:
+                key = (run_id, snap.last_sequence)
+                if raise_incidents and key not in self._raised:
+                    self._raised.add(key)
+                    raise error
+                return snap  # the processor will not act again until history changes
+            if done(snap):
+                return snap
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} did not settle: {snap!r}")
+            await asyncio.sleep(0.01)
+
+    async def _quiesce(self, run_id: str) -> WorkflowRunSnapshot:
+        snap = await self._watch(
+            run_id, lambda s: self._quiescent(s, _now()), raise_incidents=False
+        )
+        if self._feed is not None:
+            deadline = time.monotonic() + SETTLE_TIMEOUT
+            while not await asyncio.to_thread(self._feed.caught_up):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("observers did not catch up")
+                await asyncio.sleep(0.01)
+        return snap
+
+    async def settle(self, run_id: str) -> WorkflowRunSnapshot:
+        await self._quiesce(run_id)
+        return await self._watch(run_id, lambda s: self._quiescent(s, _now()), raise_incidents=True)
+
+    async def wait_for(
+        self,
+        run_id: str,
+        predicate: Callable[[WorkflowRunSnapshot], bool],
+        timeout: float = 10.0,
+    ) -> WorkflowRunSnapshot:
+        return await self._watch(run_id, predicate, raise_incidents=True, timeout=timeout)
+
+    # -- the driver interface ----------------------------------------------------------------
+
+    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
+        await self.client.start_with_id(run_id, spec, input)
+        await self._quiesce(run_id)
+        return run_id
+
+    async def start(self, spec: WorkflowSpec, input: object = None) -> str:
+        run_id = await self.client.start(spec, input)
+        await self._quiesce(run_id)
+        return run_id
+
+    async def snapshot(self, run_id: str) -> WorkflowRunSnapshot:
+        return await self.client.snapshot(run_id)
+
+    async def history(self, run_id: str) -> list[FlowEventEnvelope]:
+        return await self.client.history(run_id)
+
+    async def event_keys(self, run_id: str) -> list[str]:
+        return [e.event.event_key() for e in await self.history(run_id)]
+
+    async def request_cancellation(
+        self, run_id: str, request: CancellationRequest | None = None
+    ) -> None:
+        await self.client.request_cancellation(run_id, request)
+        await self._quiesce(run_id)
+
+    async def force_cancel(self, run_id: str, reason: str | None = None) -> None:
+        await self.client.force_cancel(run_id, reason)
+
+    async def terminate_for_timeout(
+        self, run_id: str, deadline: datetime, reason: str | None = None
+    ) -> None:
+        await self.client.terminate_for_timeout(run_id, deadline, reason)
+
+    async def terminate_for_host_shutdown(self, run_id: str, reason: str | None = None) -> None:
+        await self.client.terminate_for_host_shutdown(run_id, reason)
+
+    async def record_progress(self, run_id: str, progress: WorkflowProgress) -> None:
+        await self.client.record_progress(run_id, progress)
+
+    async def link_child_operation(self, run_id: str, child: ChildOperationReference) -> None:
+        await self.client.link_child_operation(run_id, child)
+
+    async def resume_wait(self, run_id: str, wait_id: str) -> None:
+        await self.client.resume_wait(run_id, wait_id)
+        await self._quiesce(run_id)
+
+    async def list_run_ids(self) -> list[str]:
+        return await self.client.list_run_ids()
+
+    async def run_summary(self) -> WorkflowRunSummary:
+        return summarize([await self.snapshot(r) for r in await self.list_run_ids()])
+
+
+def _now() -> datetime:
+    from streamflow.topologies.common import utc_now
+
+    return utc_now()

@@ -1,0 +1,1 @@
+"""The Kafka topologies: journal, processor, worker and timer, one module each."""

@@ -1,0 +1,142 @@
+"""Plumbing every topology shares: local RocksDB state and dead letters."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from confluent_kafka import Message, Producer
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from streamflow.core import events as ev
+from streamflow.kafka.naming import Names
+from streamflow.serde import codec
+from streamflow.serde.messages import DeadLetter
+
+log = logging.getLogger("streamflow.topologies")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class LocalState:
+    """A topology instance's RocksDB: named column families, atomic batches, prefix scans.
+
+    It is a cache of what Kafka already holds (history, offsets): losing the directory costs a
+    longer restore, never correctness.
+    """
+
+    def __init__(self, path: Path, families: tuple[str, ...]) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.create_missing_column_families(True)
+        self.path = path
+        self._db: Rdict | None = Rdict(
+            str(path), options, column_families={f: Options(raw_mode=True) for f in families}
+        )
+        self._families = {f: self._db.get_column_family(f) for f in families}
+        self._handles = {f: self._db.get_column_family_handle(f) for f in families}
+        self._write_options = WriteOptions()
+
+    def batch(self) -> StateBatch:
+        return StateBatch(self._handles)
+
+    def write(self, batch: StateBatch) -> None:
+        if self._db is None:
+            raise RuntimeError(f"local state {self.path} is closed")
+        if not batch.empty:
+            self._db.write(batch.raw, self._write_options)
+
+    def get(self, family: str, key: bytes) -> bytes | None:
+        value = self._families[family].get(key)
+        return None if value is None else cast(bytes, value)
+
+    def scan(self, family: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        for key, value in self._families[family].items(from_key=prefix):
+            k = cast(bytes, key)
+            if not k.startswith(prefix):
+                return
+            yield k, cast(bytes, value)
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        if db is None:
+            return
+        self._families.clear()
+        self._handles.clear()
+        db.close()
+
+
+class StateBatch:
+    """Staged writes, applied atomically by :meth:`LocalState.write`."""
+
+    def __init__(self, handles: dict[str, Any]) -> None:
+        self._handles = handles
+        self.raw = WriteBatch(raw_mode=True)
+        self.empty = True
+
+    def put(self, family: str, key: bytes, value: bytes) -> None:
+        self.raw.put(key, value, self._handles[family])
+        self.empty = False
+
+    def delete(self, family: str, key: bytes) -> None:
+        self.raw.delete(key, self._handles[family])
+        self.empty = False
+
+    def delete_range(self, family: str, begin: bytes, end: bytes) -> None:
+        self.raw.delete_range(begin, end, self._handles[family])
+        self.empty = False
+
+
+def encode_offset(offset: int) -> bytes:
+    return offset.to_bytes(8, "big", signed=True)
+
+
+def decode_offset(raw: bytes | None) -> int | None:
+    return None if raw is None else int.from_bytes(raw, "big", signed=True)
+
+
+def envelope_bytes(envelope: ev.FlowEventEnvelope) -> bytes:
+    """Local-state form of an event (JSON: independent of the wire schema's evolution)."""
+    return json.dumps(envelope.to_json(), separators=(",", ":")).encode()
+
+
+def envelope_from(raw: bytes) -> ev.FlowEventEnvelope:
+    return ev.FlowEventEnvelope.from_json(json.loads(raw))
+
+
+def send_dead_letter(
+    out: Producer,
+    names: Names,
+    msg: Message,
+    reason: str,
+    component: str,
+    *,
+    now: datetime,
+) -> None:
+    """Park an input record that cannot be processed, with where it came from and why."""
+    letter = DeadLetter(
+        topic=msg.topic() or "",
+        partition=msg.partition() or 0,
+        offset=msg.offset() or 0,
+        key=msg.key(),
+        value=msg.value(),
+        reason=reason,
+        component=component,
+        at=now,
+    )
+    out.produce(names.dead_letters, key=msg.key(), value=codec.encode_dead_letter(letter))
+    log.warning(
+        "%s: dead-lettered %s[%s]@%s: %s",
+        component,
+        msg.topic(),
+        msg.partition(),
+        msg.offset(),
+        reason,
+    )

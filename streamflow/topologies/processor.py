@@ -1,0 +1,373 @@
+"""The processor: replays workflow code for the runs its build admits and proposes decisions.
+
+One consumer group per runtime build (``{ns}.processor.{build}``) tails ``{ns}.history``. For
+every admitted, non-terminal run it keeps the history in local RocksDB (with the history
+offsets it reflects, written in the same batch), and whenever the run is decidable it replays
+``run_workflow``, validates the command with the core and proposes
+``{run_id, expected_sequence, events}`` on ``{ns}.requests``. Proposals need no transaction:
+the journal applies one only if the run's last sequence still equals ``expected_sequence``, so
+a duplicate or late proposal is harmless. A decision that cannot be made (drift, failing code,
+an invalid command) becomes an incident on ``{ns}.incidents``, never a crash.
+
+Delayed retries are woken here, not by the timer: the retry attempt must go through a replay
+(so code that changed while the step waited is caught as ``NonDeterministic``), and replay is
+the processor's job. Its retry timers are rebuilt from local state on restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import inspect
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+
+from streamflow import faults
+from streamflow.core import decide as d
+from streamflow.core import events as ev
+from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.commands import RuntimeCommand
+from streamflow.core.errors import FlowError, ReplayLimitExceeded, RuntimeFailure
+from streamflow.core.projection import ProjectedRun as CachedRun
+from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.kafka import admin
+from streamflow.kafka.clients import consumer, partition_count, producer
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import Names, partition_for
+from streamflow.serde import codec
+from streamflow.serde import messages as m
+from streamflow.serde.errors import error_info
+from streamflow.topologies.common import (
+    LocalState,
+    decode_offset,
+    encode_offset,
+    envelope_bytes,
+    envelope_from,
+    send_dead_letter,
+    utc_now,
+)
+from streamflow.topologies.registry import Advertiser
+from streamflow.workflow.runtime import FlowRuntime, HistoryView, WorkflowInvocation, json_copy
+
+log = logging.getLogger("streamflow.processor")
+COMPONENT = "processor"
+REPROPOSE_AFTER = 10.0
+
+
+def served_builds(compatibility: RuntimeBuildCompatibility | None) -> list[str | None]:
+    """The builds whose runs (and step tasks) a group with ``compatibility`` serves."""
+    if compatibility is None:
+        return [None]
+    builds: list[str | None] = list(compatibility.builds())
+    if compatibility.accepts_unpinned:
+        builds.append(None)
+    return builds
+
+
+class Processor:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        runtime: FlowRuntime,
+        *,
+        state_dir: Path,
+        compatibility: RuntimeBuildCompatibility | None = None,
+        instance: str = "0",
+        clock: Callable[[], datetime] = utc_now,
+        max_replay_iterations: int = 1024,
+        topic_profile: str = "production",
+        session_timeout_ms: int = 10_000,
+    ) -> None:
+        self._settings = settings
+        self._runtime = runtime
+        self._compat = compatibility
+        self._build = None if compatibility is None else str(compatibility.current)
+        self._names = Names(settings.namespace)
+        self._instance = instance
+        self._clock = clock
+        self._max_iterations = max_replay_iterations
+        self._topic_profile = topic_profile
+        self._group = self._names.processor_group(self._build)
+        self._state = LocalState(state_dir, ("events", "meta"))
+        self._consumer = consumer(
+            settings, self._group, **{"session.timeout.ms": session_timeout_ms}
+        )
+        self._producer = producer(settings)
+        self._partitions = partition_count(self._consumer, self._names.requests)
+        self._runs: dict[str, CachedRun] = {}
+        self._proposed: dict[str, tuple[int, float]] = {}
+        self._incidents: dict[str, int] = {}
+        self._timers: list[tuple[float, str]] = []
+        self._pending: set[str] = set()
+        self._loop = asyncio.new_event_loop()
+        self._advertiser = Advertiser(
+            settings,
+            group=self._group,
+            instance=instance,
+            role="processor",
+            compatibility=compatibility,
+        )
+        self.ready = threading.Event()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        for build in served_builds(self._compat):
+            admin.ensure_tasks_topic(
+                self._settings, build, partitions=self._partitions, profile=self._topic_profile
+            )
+        self._advertiser.beat(self._clock(), force=True)
+        self._consumer.subscribe(
+            [self._names.history], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        self.ready.set()
+        try:
+            while not stop.is_set():
+                self._advertiser.beat(self._clock())
+                messages = self._consumer.consume(num_messages=500, timeout=0.05)
+                self._apply(messages)
+                self._fire_timers()
+                for run_id in sorted(self._pending):
+                    self._decide(run_id)
+                self._pending.clear()
+                self._producer.poll(0)
+        finally:
+            self._shutdown()
+
+    def _apply(self, messages: list[Message]) -> None:
+        if not messages:
+            return
+        batch = self._state.batch()
+        offsets: dict[int, int] = {}
+        now = self._clock()
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                log.warning("processor consumer: %s", error)
+                continue
+            offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
+            value = msg.value()
+            if value is None:
+                continue
+            try:
+                envelope = codec.decode_history(value)
+            except FlowError as exc:
+                send_dead_letter(self._producer, self._names, msg, str(exc), COMPONENT, now=now)
+                continue
+            self._absorb(envelope, batch)
+        for partition, offset in offsets.items():
+            batch.put("meta", _offset_key(partition), encode_offset(offset))
+        self._state.write(batch)
+
+    def _absorb(self, envelope: ev.FlowEventEnvelope, batch: object) -> None:
+        run_id = envelope.run_id
+        cached = self._runs.get(run_id)
+        if cached is None:
+            event = envelope.event
+            if not isinstance(event, ev.RunCreated) or envelope.sequence != 1:
+                return  # a run of another build, or one that already ended here
+            if not admits(self._compat, event.spec.runtime_build_id):
+                return
+            cached = self._runs[run_id] = CachedRun(run_id)
+        if envelope.sequence <= cached.snapshot.last_sequence:
+            return  # seen before (a restore overlaps what local state already had)
+        try:
+            cached.apply(envelope)
+        except FlowError as exc:
+            log.error("run %s: history does not project (%s); dropping it here", run_id, exc)
+            self._runs.pop(run_id, None)
+            return
+        prefix = run_id.encode() + b"\x00"
+        if cached.snapshot.is_terminal:
+            self._runs.pop(run_id, None)
+            self._proposed.pop(run_id, None)
+            self._incidents.pop(run_id, None)
+            batch.delete_range("events", prefix, run_id.encode() + b"\x01")  # type: ignore[attr-defined]
+        else:
+            key = prefix + envelope.sequence.to_bytes(8, "big")
+            batch.put("events", key, envelope_bytes(envelope))  # type: ignore[attr-defined]
+            self._pending.add(run_id)
+
+    # -- deciding ------------------------------------------------------------------------------
+
+    def _decide(self, run_id: str, *, retry_proposal: bool = False) -> None:
+        cached = self._runs.get(run_id)
+        if cached is None:
+            return
+        snap = cached.snapshot
+        if snap.is_terminal or snap.base_status is WorkflowRunStatus.PENDING:
+            return
+        if self._incidents.get(run_id) == snap.last_sequence:
+            return
+        proposed = self._proposed.get(run_id)
+        if proposed is not None and proposed[0] == snap.last_sequence and not retry_proposal:
+            return
+        now = self._clock()
+        outcome = d.prepare(snap, now, self._compat)
+        if outcome is d.FINISHED or isinstance(outcome, d.Rejected):
+            return
+        if outcome is d.SUSPENDED:
+            self._schedule_retry(cached, now)
+            return
+        if isinstance(outcome, d.Decision):
+            self._propose(cached, outcome.events, now)
+            return
+        if snap.running_steps and not snap.due_retries(now):
+            return  # a step result is on its way; deciding now could only redeliver it
+        try:
+            command = self._invoke(cached)
+        except FlowError as exc:
+            self._incident(cached, exc, now)
+            return
+        decision = d.decide_command(snap, command, now)
+        if isinstance(decision, d.Rejected):
+            self._incident(cached, decision.error, now)
+        elif decision.events:
+            self._propose(cached, decision.events, now)
+        elif not decision.effects and not decision.suspend:
+            # The command changes nothing (e.g. an already-completed wait): replaying again
+            # would return it forever. The embedded engine spends its budget and fails the
+            # same way.
+            self._incident(cached, ReplayLimitExceeded(self._max_iterations), now)
+        else:
+            self._schedule_retry(cached, now)
+
+    def _invoke(self, cached: CachedRun) -> RuntimeCommand:
+        snap = cached.snapshot
+        assert snap.spec is not None
+        invocation = WorkflowInvocation(
+            run_id=snap.run_id,
+            spec=snap.spec,
+            input=json_copy(snap.input),
+            history=HistoryView(cached.history),
+            snapshot=snap,
+        )
+        try:
+            result = self._runtime.run_workflow(invocation)
+            if inspect.isawaitable(result):
+                result = self._loop.run_until_complete(result)
+        except FlowError:
+            raise
+        except Exception as exc:
+            raise RuntimeFailure(f"run_workflow failed: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(result, RuntimeCommand):
+            raise RuntimeFailure(
+                f"run_workflow must return a RuntimeCommand, got {type(result).__name__}"
+            )
+        return result
+
+    def _propose(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...], now: datetime) -> None:
+        snap = cached.snapshot
+        request = m.Request(
+            request_id=str(uuid.uuid4()),
+            run_id=snap.run_id,
+            sent_at=now,
+            body=m.Proposal(
+                expected_sequence=snap.last_sequence,
+                events=tuple(events),
+                build=self._build,
+                processor=self._instance,
+            ),
+        )
+        self._producer.produce(
+            self._names.requests,
+            key=snap.run_id.encode(),
+            value=codec.encode_request(request),
+            partition=partition_for(snap.run_id, self._partitions),
+        )
+        faults.hit("processor.after_propose")
+        self._proposed[snap.run_id] = (snap.last_sequence, time.monotonic())
+        # If history has not moved on after a while (the proposal was lost with a dying
+        # journal transaction, say), decide again.
+        heapq.heappush(self._timers, (time.monotonic() + REPROPOSE_AFTER, snap.run_id))
+
+    def _incident(self, cached: CachedRun, error: FlowError, now: datetime) -> None:
+        snap = cached.snapshot
+        incident = m.Incident(
+            run_id=snap.run_id,
+            sequence=snap.last_sequence,
+            build=self._build,
+            error=error_info(error),
+            processor=f"{self._group}/{self._instance}",
+            at=now,
+        )
+        self._producer.produce(
+            self._names.incidents, key=snap.run_id.encode(), value=codec.encode_incident(incident)
+        )
+        self._incidents[snap.run_id] = snap.last_sequence
+        log.warning("run %s at sequence %d: %s", snap.run_id, snap.last_sequence, error)
+
+    def _schedule_retry(self, cached: CachedRun, now: datetime) -> None:
+        afters = [
+            after
+            for step_id in cached.snapshot.retry_steps
+            if (after := cached.snapshot.steps[step_id].retry_after) is not None
+        ]
+        if afters:
+            delay = max((min(afters) - now).total_seconds(), 0.0)
+            heapq.heappush(self._timers, (time.monotonic() + delay, cached.snapshot.run_id))
+
+    def _fire_timers(self) -> None:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, run_id = heapq.heappop(self._timers)
+            proposed = self._proposed.get(run_id)
+            stale = proposed is not None and now - proposed[1] >= REPROPOSE_AFTER
+            if stale:
+                self._decide(run_id, retry_proposal=True)
+            else:
+                self._pending.add(run_id)
+
+    # -- rebalancing and restore -------------------------------------------------------------
+
+    def _on_assign(self, consumer_: object, partitions: list[TopicPartition]) -> None:
+        owned = {tp.partition for tp in partitions}
+        self._load(owned)
+        for tp in partitions:
+            stored = decode_offset(self._state.get("meta", _offset_key(tp.partition)))
+            tp.offset = OFFSET_BEGINNING if stored is None else stored
+        self._consumer.assign(partitions)
+        log.info("processor %s/%s assigned %s", self._group, self._instance, sorted(owned))
+
+    def _on_revoke(self, consumer_: object, partitions: list[TopicPartition]) -> None:
+        lost = {tp.partition for tp in partitions}
+        for run_id in [r for r in self._runs if partition_for(r, self._partitions) in lost]:
+            self._runs.pop(run_id, None)
+            self._pending.discard(run_id)
+
+    def _load(self, partitions: set[int]) -> None:
+        """Rebuild in-memory runs of these partitions from local state; decide them all."""
+        current: CachedRun | None = None
+        for _key, value in self._state.scan("events"):
+            envelope = envelope_from(value)
+            if partition_for(envelope.run_id, self._partitions) not in partitions:
+                continue
+            if current is None or current.snapshot.run_id != envelope.run_id:
+                current = CachedRun(envelope.run_id)
+                self._runs[envelope.run_id] = current
+            current.apply(envelope)
+            self._pending.add(envelope.run_id)
+
+    def _shutdown(self) -> None:
+        try:
+            self._advertiser.withdraw()
+        except Exception:
+            log.exception("processor: could not withdraw the build registration")
+        try:
+            self._consumer.close()
+        finally:
+            self._producer.flush(10)
+            self._producer.close()
+            self._state.close()
+            self._loop.close()
+
+
+def _offset_key(partition: int) -> bytes:
+    return b"history:" + str(partition).encode()

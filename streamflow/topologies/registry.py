@@ -1,0 +1,180 @@
+"""The build registry: which runtime builds have a live route (a processor group that admits
+them), advertised on ``{ns}.builds`` with heartbeats and read by the journal.
+
+A processor instance writes its registration (current build, compatible builds,
+``accept_unpinned``) when it starts, refreshes it every ``heartbeat``, and tombstones it on a
+graceful stop. A registration is live while ``heartbeat_at + ttl`` is in the future. The
+journal admits a start, a cancellation request or a timer wake-up only for a run whose build
+some live registration admits — the distributed form of the seed's runtime-build admission.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
+
+from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.kafka.clients import caught_up, partition_count, read_targets, reader
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import Names
+from streamflow.serde import codec
+from streamflow.serde.messages import BuildRegistration
+from streamflow.topologies.common import (
+    utc_now,
+)
+
+log = logging.getLogger("streamflow.registry")
+DEFAULT_HEARTBEAT = timedelta(seconds=5)
+DEFAULT_TTL = timedelta(seconds=20)
+
+
+def registration_key(group: str, instance: str) -> bytes:
+    return f"{group}/{instance}".encode()
+
+
+def compatibility_of(registration: BuildRegistration) -> RuntimeBuildCompatibility | None:
+    if registration.current is None:
+        return None
+    compat = RuntimeBuildCompatibility.new(registration.current)
+    for build in registration.compatible:
+        compat = compat.with_compatible_build(build)
+    return compat.accept_unpinned() if registration.accepts_unpinned else compat
+
+
+def admitted_by(registration: BuildRegistration, build: str | None) -> bool:
+    return admits(compatibility_of(registration), build)
+
+
+class Advertiser:
+    """Keeps one instance's registration alive on ``{ns}.builds``."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        group: str,
+        instance: str,
+        role: str,
+        compatibility: RuntimeBuildCompatibility | None,
+        heartbeat: timedelta = DEFAULT_HEARTBEAT,
+        ttl: timedelta = DEFAULT_TTL,
+    ) -> None:
+        self._names = Names(settings.namespace)
+        self._producer = Producer(settings.client(**{"enable.idempotence": True, "acks": "all"}))
+        self._key = registration_key(group, instance)
+        self._heartbeat = heartbeat
+        self._last: datetime | None = None
+        self._template = BuildRegistration(
+            group=group,
+            instance=instance,
+            role=role,
+            current=None if compatibility is None else str(compatibility.current),
+            compatible=()
+            if compatibility is None
+            else tuple(sorted(str(b) for b in compatibility.compatible)),
+            accepts_unpinned=compatibility is None or compatibility.accepts_unpinned,
+            heartbeat_at=utc_now(),
+            ttl_ms=int(ttl.total_seconds() * 1000),
+        )
+
+    def beat(self, now: datetime, *, force: bool = False) -> None:
+        if not force and self._last is not None and now - self._last < self._heartbeat:
+            return
+        record = replace(self._template, heartbeat_at=now)
+        self._producer.produce(
+            self._names.builds, key=self._key, value=codec.encode_registration(record)
+        )
+        self._producer.flush(10)
+        self._last = now
+
+    def withdraw(self) -> None:
+        """Tombstone the registration (graceful stop) and release the producer."""
+        self._producer.produce(self._names.builds, key=self._key, value=None)
+        self._producer.flush(10)
+        self._producer.close()
+
+
+class RouteTable:
+    """The journal's view of live registrations, read from ``{ns}.builds``."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._settings = settings
+        self._names = Names(settings.namespace)
+        self._reader = reader(settings)
+        self._registrations: dict[bytes, BuildRegistration] = {}
+        self._lock = threading.Lock()
+        self._partitions = partition_count(self._reader, self._names.builds)
+        self._reader.assign(
+            [
+                TopicPartition(self._names.builds, p, OFFSET_BEGINNING)
+                for p in range(self._partitions)
+            ]
+        )
+        self.refresh(to_end=True)
+
+    def refresh(self, *, to_end: bool = False, timeout: float = 10.0) -> None:
+        """Apply registrations that arrived; with ``to_end``, first read every partition up to
+        its current end, so nothing written before this call is missed."""
+        targets = read_targets(self._reader, self._names.builds, self._partitions) if to_end else {}
+        deadline = time.monotonic() + timeout
+        while True:
+            messages = self._reader.consume(num_messages=500, timeout=0.05 if to_end else 0)
+            for msg in messages:
+                if msg.error() is None:
+                    self._apply(msg.key() or b"", msg.value())
+            if not to_end:
+                if not messages:
+                    return
+                continue
+            if caught_up(self._reader, self._names.builds, targets):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {self._names.builds} took over {timeout}s")
+
+    def _apply(self, key: bytes, value: bytes | None) -> None:
+        with self._lock:
+            if value is None:
+                self._registrations.pop(key, None)
+                return
+            try:
+                self._registrations[key] = codec.decode_registration(value)
+            except Exception:
+                log.warning("ignoring an undecodable build registration %r", key)
+
+    def live(self, now: datetime) -> list[BuildRegistration]:
+        with self._lock:
+            return [
+                r
+                for r in self._registrations.values()
+                if r.heartbeat_at + timedelta(milliseconds=r.ttl_ms) > now
+            ]
+
+    def has_route(self, build: str | None, now: datetime, *, role: str = "processor") -> bool:
+        """Whether a live registration of ``role`` admits ``build``; re-reads the topic once
+        before answering no, so a just-started group is never missed."""
+        if self._admitted(build, now, role):
+            return True
+        self.refresh(to_end=True)
+        return self._admitted(build, now, role)
+
+    def _admitted(self, build: str | None, now: datetime, role: str) -> bool:
+        return any(r.role == role and admitted_by(r, build) for r in self.live(now))
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def routes_for(registrations: Iterable[BuildRegistration]) -> dict[str, list[str]]:
+    """Builds → the groups that serve them (for operators' listings)."""
+    out: dict[str, list[str]] = {}
+    for r in registrations:
+        for build in (r.current, *r.compatible):
+            if build is not None:
+                out.setdefault(build, []).append(r.group)
+    return out

@@ -1,0 +1,205 @@
+"""The timer: indexes open timer waits by due time and republishes due wake-ups.
+
+One consumer group (``{ns}.timer``) tails ``{ns}.history`` and keeps, in local RocksDB, every
+waiting ``wait_created`` of a non-terminal run ordered by ``resume_at`` (with the history
+offsets it reflects, in the same batch). Each tick produces a ``WakeUp`` request for every due
+wait of its partitions, and produces it again after ``resend_after`` while the wait is still
+open. Duplicates are harmless: the journal completes a wait once and ignores the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+
+from streamflow import faults
+from streamflow.core import events as ev
+from streamflow.core.errors import FlowError
+from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
+from streamflow.kafka.clients import consumer, partition_count, producer
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import Names, partition_for
+from streamflow.serde import codec
+from streamflow.serde import messages as m
+from streamflow.topologies.common import (
+    LocalState,
+    StateBatch,
+    decode_offset,
+    encode_offset,
+    send_dead_letter,
+    utc_now,
+)
+
+log = logging.getLogger("streamflow.timer")
+COMPONENT = "timer"
+_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
+
+
+def _due_key(due: datetime, run_id: str, wait_id: str) -> bytes:
+    micros = to_micros(due) + _OFFSET
+    return micros.to_bytes(8, "big") + run_id.encode() + b"\x00" + wait_id.encode()
+
+
+class Timer:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        state_dir: Path,
+        instance: str = "0",
+        clock: Callable[[], datetime] = utc_now,
+        tick: float = 0.05,
+        resend_after: float = 5.0,
+        session_timeout_ms: int = 10_000,
+    ) -> None:
+        self._names = Names(settings.namespace)
+        self._instance = instance
+        self._clock = clock
+        self._tick = tick
+        self._resend_after = resend_after
+        self._state = LocalState(state_dir, ("due", "runs", "meta"))
+        self._consumer = consumer(
+            settings, self._names.timer_group, **{"session.timeout.ms": session_timeout_ms}
+        )
+        self._producer = producer(settings)
+        self._partitions = partition_count(self._consumer, self._names.requests)
+        self._owned: set[int] = set()
+        self._sent: dict[bytes, float] = {}
+        self.ready = threading.Event()
+
+    def run(self, stop: threading.Event) -> None:
+        self._consumer.subscribe(
+            [self._names.history], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        self.ready.set()
+        last_tick = 0.0
+        try:
+            while not stop.is_set():
+                messages = self._consumer.consume(num_messages=500, timeout=self._tick)
+                self._apply(messages)
+                if time.monotonic() - last_tick >= self._tick:
+                    self._fire(self._clock())
+                    last_tick = time.monotonic()
+                self._producer.poll(0)
+        finally:
+            self._consumer.close()
+            self._producer.flush(10)
+            self._producer.close()
+            self._state.close()
+
+    # -- indexing ------------------------------------------------------------------------------
+
+    def _apply(self, messages: list[Message]) -> None:
+        if not messages:
+            return
+        batch = self._state.batch()
+        offsets: dict[int, int] = {}
+        waits: dict[str, dict[str, str]] = {}  # this batch's view of each touched run
+        for msg in messages:
+            if msg.error() is not None:
+                log.warning("timer consumer: %s", msg.error())
+                continue
+            offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
+            value = msg.value()
+            if value is None:
+                continue
+            try:
+                envelope = codec.decode_history(value)
+            except FlowError as exc:
+                send_dead_letter(
+                    self._producer, self._names, msg, str(exc), COMPONENT, now=self._clock()
+                )
+                continue
+            self._index(envelope, batch, waits)
+        for run_id, open_waits in waits.items():
+            if open_waits:
+                batch.put("runs", run_id.encode(), json.dumps(open_waits).encode())
+            else:
+                batch.delete("runs", run_id.encode())
+        for partition, offset in offsets.items():
+            batch.put("meta", _offset_key(partition), encode_offset(offset))
+        self._state.write(batch)
+
+    def _index(
+        self,
+        envelope: ev.FlowEventEnvelope,
+        batch: StateBatch,
+        waits: dict[str, dict[str, str]],
+    ) -> None:
+        event = envelope.event
+        run_id = envelope.run_id
+        relevant = isinstance(
+            event, ev.WaitCreated | ev.WaitCompleted | ev.RunCancellationRequested
+        )
+        if not relevant and not event.is_terminal():
+            return
+        if run_id not in waits:
+            raw = self._state.get("runs", run_id.encode())
+            waits[run_id] = {} if raw is None else json.loads(raw)
+        open_waits = waits[run_id]
+        if isinstance(event, ev.WaitCreated):
+            open_waits[event.wait_id] = format_utc(event.resume_at)
+            batch.put("due", _due_key(event.resume_at, run_id, event.wait_id), b"")
+            return
+        closing = [event.wait_id] if isinstance(event, ev.WaitCompleted) else list(open_waits)
+        for wait_id in closing:
+            due = open_waits.pop(wait_id, None)
+            if due is not None:
+                key = _due_key(parse_utc(due), run_id, wait_id)
+                batch.delete("due", key)
+                self._sent.pop(key, None)
+
+    # -- firing ----------------------------------------------------------------------------------
+
+    def _fire(self, now: datetime) -> None:
+        limit = (to_micros(now) + _OFFSET).to_bytes(8, "big")
+        clock = time.monotonic()
+        for key, _ in self._state.scan("due"):
+            if key[:8] > limit:
+                break
+            run_id, _, wait_id = key[8:].partition(b"\x00")
+            run = run_id.decode()
+            if partition_for(run, self._partitions) not in self._owned:
+                continue
+            sent = self._sent.get(key)
+            if sent is not None and clock - sent < self._resend_after:
+                continue
+            due = EPOCH + timedelta(microseconds=int.from_bytes(key[:8], "big") - _OFFSET)
+            request = m.Request(
+                request_id=str(uuid.uuid4()),
+                run_id=run,
+                sent_at=now,
+                body=m.WakeUp(wait_id=wait_id.decode(), due_at=due),
+            )
+            self._producer.produce(
+                self._names.requests,
+                key=run.encode(),
+                value=codec.encode_request(request),
+                partition=partition_for(run, self._partitions),
+            )
+            faults.hit("timer.after_wakeup")
+            self._sent[key] = clock
+
+    # -- rebalancing --------------------------------------------------------------------------
+
+    def _on_assign(self, consumer_: object, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            stored = decode_offset(self._state.get("meta", _offset_key(tp.partition)))
+            tp.offset = OFFSET_BEGINNING if stored is None else stored
+        self._owned |= {tp.partition for tp in partitions}
+        self._consumer.assign(partitions)
+
+    def _on_revoke(self, consumer_: object, partitions: list[TopicPartition]) -> None:
+        self._owned -= {tp.partition for tp in partitions}
+
+
+def _offset_key(partition: int) -> bytes:
+    return b"history:" + str(partition).encode()

@@ -1,0 +1,277 @@
+"""The worker: executes step tasks at least once and reports their results to the journal.
+
+One consumer group per runtime build (``{ns}.worker.{build}``) reads the task topics of every
+build it serves. Many tasks run at once (``max_in_flight``); a partition's offset is committed
+only below its lowest unfinished task, and a task counts as finished once its result is
+acknowledged by Kafka, so a crash anywhere redelivers the task — with the same attempt number
+and idempotency key — and the journal keeps exactly one outcome per attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+from confluent_kafka import KafkaError, Message, TopicPartition
+
+from streamflow import faults
+from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.core.errors import FlowError
+from streamflow.core.jsonvalue import normalize
+from streamflow.kafka import admin
+from streamflow.kafka.clients import consumer, partition_count, producer
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import Names, partition_for
+from streamflow.serde import codec
+from streamflow.serde import messages as m
+from streamflow.topologies.common import (
+    send_dead_letter,
+    utc_now,
+)
+from streamflow.topologies.processor import served_builds
+from streamflow.topologies.registry import Advertiser
+from streamflow.workflow.runtime import FlowRuntime, StepInvocation, json_copy
+
+log = logging.getLogger("streamflow.worker")
+COMPONENT = "worker"
+Partition = tuple[str, int]
+
+
+class OffsetTracker:
+    """Per partition: offsets in flight, and the next offset after everything consumed."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[Partition, set[int]] = {}
+        self.consumed: dict[Partition, int] = {}
+        self.committed: dict[Partition, int] = {}
+
+    def take(self, tp: Partition, offset: int) -> None:
+        self.in_flight.setdefault(tp, set()).add(offset)
+        self.consumed[tp] = max(self.consumed.get(tp, 0), offset + 1)
+
+    def finish(self, tp: Partition, offset: int) -> None:
+        self.in_flight.get(tp, set()).discard(offset)
+
+    def safe_offsets(self) -> dict[Partition, int]:
+        """Commit positions: the lowest unfinished offset, else everything consumed."""
+        out = {}
+        for tp, consumed in self.consumed.items():
+            pending = self.in_flight.get(tp)
+            position = min(pending) if pending else consumed
+            if position != self.committed.get(tp):
+                out[tp] = position
+        return out
+
+    def forget(self, tps: set[Partition]) -> None:
+        for tp in tps:
+            self.in_flight.pop(tp, None)
+            self.consumed.pop(tp, None)
+            self.committed.pop(tp, None)
+
+    def busy(self) -> int:
+        return sum(len(offsets) for offsets in self.in_flight.values())
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        runtime: FlowRuntime,
+        *,
+        compatibility: RuntimeBuildCompatibility | None = None,
+        instance: str = "0",
+        max_in_flight: int = 64,
+        commit_interval: float = 0.2,
+        drain_timeout: float = 30.0,
+        clock: Callable[[], datetime] = utc_now,
+        topic_profile: str = "production",
+        session_timeout_ms: int = 10_000,
+    ) -> None:
+        self._settings = settings
+        self._runtime = runtime
+        self._compat = compatibility
+        self._names = Names(settings.namespace)
+        build = None if compatibility is None else str(compatibility.current)
+        self._group = self._names.worker_group(build)
+        self._builds = served_builds(compatibility)
+        self._topics = [self._names.tasks(b) for b in self._builds]
+        self._instance = instance
+        self._max_in_flight = max_in_flight
+        self._commit_interval = commit_interval
+        self._drain_timeout = drain_timeout
+        self._clock = clock
+        self._topic_profile = topic_profile
+        self._consumer = consumer(
+            settings, self._group, **{"session.timeout.ms": session_timeout_ms}
+        )
+        self._producer = producer(settings)
+        self._partitions = partition_count(self._consumer, self._names.requests)
+        self._offsets = OffsetTracker()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="sf-step")
+        self._advertiser = Advertiser(
+            settings,
+            group=self._group,
+            instance=instance,
+            role="worker",
+            compatibility=compatibility,
+        )
+        self.ready = threading.Event()
+
+    async def run(self, stop: threading.Event) -> None:
+        for build in self._builds:
+            admin.ensure_tasks_topic(
+                self._settings, build, partitions=self._partitions, profile=self._topic_profile
+            )
+        self._advertiser.beat(self._clock(), force=True)
+        self._consumer.subscribe(self._topics, on_revoke=self._on_revoke)
+        self.ready.set()
+        last_commit = time.monotonic()
+        try:
+            while not stop.is_set():
+                self._advertiser.beat(self._clock())
+                room = self._max_in_flight - len(self._tasks)
+                messages = self._consumer.consume(num_messages=room, timeout=0) if room > 0 else []
+                for msg in messages:
+                    self._accept(msg)
+                self._producer.poll(0)
+                if time.monotonic() - last_commit >= self._commit_interval:
+                    self._commit()
+                    last_commit = time.monotonic()
+                if not messages:
+                    await self._idle()
+        finally:
+            await self._shutdown()
+
+    async def _idle(self) -> None:
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=0.002, return_when=asyncio.FIRST_COMPLETED)
+        else:
+            await asyncio.sleep(0.002)
+
+    def _accept(self, msg: Message) -> None:
+        error = msg.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("worker consumer: %s", error)
+            return
+        tp = (msg.topic() or "", msg.partition() or 0)
+        offset = msg.offset() or 0
+        self._offsets.take(tp, offset)
+        value = msg.value()
+        try:
+            if value is None:
+                raise FlowError("empty task record")
+            task = codec.decode_task(value)
+        except FlowError as exc:
+            send_dead_letter(
+                self._producer, self._names, msg, str(exc), COMPONENT, now=self._clock()
+            )
+            self._offsets.finish(tp, offset)
+            return
+        running = asyncio.ensure_future(self._execute(task, tp, offset))
+        self._tasks.add(running)
+        running.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, task: m.StepTask, tp: Partition, offset: int) -> None:
+        invocation = StepInvocation(
+            run_id=task.run_id,
+            step_id=task.step_id,
+            step_name=task.step_name,
+            input=json_copy(task.input),
+            history=(),
+            attempt=task.attempt,
+            idempotency_key=task.idempotency_key,
+        )
+        try:
+            output = await self._call(invocation)
+            result = m.StepResult(
+                step_id=task.step_id,
+                attempt=task.attempt,
+                ok=True,
+                output=normalize(output, f"step {task.step_id} output"),
+                finished_at=self._clock(),
+            )
+        except FlowError as exc:
+            result = self._failure(task, str(exc))
+        except Exception as exc:
+            result = self._failure(task, f"{type(exc).__name__}: {exc}")
+        faults.hit("worker.after_effect_before_result")
+        request = m.Request(
+            request_id=str(uuid.uuid4()), run_id=task.run_id, sent_at=self._clock(), body=result
+        )
+
+        def delivered(error: KafkaError | None, _msg: Message) -> None:
+            if error is None:
+                self._offsets.finish(tp, offset)
+            else:
+                log.error("result of %s/%s was not delivered: %s", task.run_id, task.step_id, error)
+
+        self._producer.produce(
+            self._names.requests,
+            key=task.run_id.encode(),
+            value=codec.encode_request(request),
+            partition=partition_for(task.run_id, self._partitions),
+            on_delivery=delivered,
+        )
+
+    async def _call(self, invocation: StepInvocation) -> object:
+        run_step = self._runtime.run_step
+        if inspect.iscoroutinefunction(run_step):
+            return await run_step(invocation)
+        loop = asyncio.get_running_loop()
+        output = await loop.run_in_executor(self._pool, run_step, invocation)
+        if inspect.isawaitable(output):
+            output = await output
+        return output
+
+    def _failure(self, task: m.StepTask, error: str) -> m.StepResult:
+        return m.StepResult(
+            step_id=task.step_id,
+            attempt=task.attempt,
+            ok=False,
+            error=error,
+            finished_at=self._clock(),
+        )
+
+    def _commit(self) -> None:
+        positions = self._offsets.safe_offsets()
+        if not positions:
+            return
+        faults.hit("worker.after_result_before_commit")
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()],
+                asynchronous=False,
+            )
+        except Exception as exc:  # a rebalance in progress; the next commit catches up
+            log.info("worker commit deferred: %s", exc)
+            return
+        self._offsets.committed.update(positions)
+
+    def _on_revoke(self, _consumer: object, partitions: list[TopicPartition]) -> None:
+        self._producer.flush(10)
+        self._commit()
+        self._offsets.forget({(tp.topic, tp.partition) for tp in partitions})
+
+    async def _shutdown(self) -> None:
+        """Stop taking tasks, finish (or abandon after ``drain_timeout``) the ones in flight,
+        deliver their results, commit, leave the group. Unfinished tasks are redelivered."""
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=self._drain_timeout)
+        self._producer.flush(10)
+        self._commit()
+        try:
+            self._advertiser.withdraw()
+        except Exception:
+            log.exception("worker: could not withdraw the build registration")
+        self._consumer.close()
+        self._producer.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
