@@ -4,6 +4,7 @@ Set ``STREAMFLOW_FAULTS`` to a comma-separated list of ``point:action[@n]`` entr
 ``STREAMFLOW_FAULTS=engine.after_step_effect_before_commit:kill@2``. Actions:
 
 * ``kill``  — SIGKILL this process (a real crash: no cleanup, no flush);
+* ``stop``  — SIGSTOP this process (a zombie: frozen until someone sends SIGCONT);
 * ``exit``  — ``os._exit(86)``;
 * ``raise`` — raise :class:`FaultInjected` (for in-process tests).
 
@@ -18,7 +19,7 @@ import signal
 import threading
 
 ENV = "STREAMFLOW_FAULTS"
-ACTIONS = ("kill", "exit", "raise")
+ACTIONS = ("kill", "stop", "exit", "raise")
 
 
 class FaultInjected(Exception):
@@ -71,7 +72,7 @@ def hit(name: str) -> None:
         raise FaultInjected(name)
     if point.action == "exit":
         os._exit(86)
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGSTOP if point.action == "stop" else signal.SIGKILL)
 
 
 configure(os.environ.get(ENV))

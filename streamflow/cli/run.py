@@ -50,6 +50,18 @@ def register(subparsers: Any) -> None:
         choices=("production", "dev"),
     )
     run.add_argument("-X", dest="properties", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=int(os.environ.get("STREAMFLOW_SESSION_TIMEOUT_MS", "10000")),
+        help="consumer group session timeout",
+    )
+    run.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=int(os.environ.get("STREAMFLOW_TRANSACTION_TIMEOUT_MS", "10000")),
+        help="journal transaction timeout (keep it at or below the session timeout)",
+    )
 
 
 def load_runtime(spec: str | None) -> FlowRuntime:
@@ -83,11 +95,24 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
     if args.role == "journal":
         from streamflow.topologies.journal import Journal
 
-        return "journal", Journal(settings, state_dir=state, instance=args.instance).run
+        journal = Journal(
+            settings,
+            state_dir=state,
+            instance=args.instance,
+            session_timeout_ms=args.session_timeout_ms,
+            transaction_timeout_ms=args.transaction_timeout_ms,
+        )
+        return "journal", journal.run
     if args.role == "timer":
         from streamflow.topologies.timer import Timer
 
-        return "timer", Timer(settings, state_dir=state, instance=args.instance).run
+        timer = Timer(
+            settings,
+            state_dir=state,
+            instance=args.instance,
+            session_timeout_ms=args.session_timeout_ms,
+        )
+        return "timer", timer.run
     runtime = load_runtime(args.app)
     if args.role == "processor":
         from streamflow.topologies.processor import Processor
@@ -99,6 +124,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             compatibility=compatibility(args),
             instance=args.instance,
             topic_profile=args.topic_profile,
+            session_timeout_ms=args.session_timeout_ms,
         )
         return "processor", processor.run
     from streamflow.topologies.worker import Worker
@@ -109,6 +135,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
         compatibility=compatibility(args),
         instance=args.instance,
         topic_profile=args.topic_profile,
+        session_timeout_ms=args.session_timeout_ms,
     )
     return "worker", worker.run
 

@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from streamflow.core import decide as d
 from streamflow.core.builds import RuntimeBuildCompatibility
-from streamflow.core.errors import FlowError
+from streamflow.core.errors import FlowError, RunNotFound
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.inspect import WorkflowRunSummary, summarize
 from streamflow.core.snapshot import WorkflowRunSnapshot
@@ -196,7 +196,13 @@ class KafkaDriver:
             errors = self._errors()
             if errors:
                 raise RuntimeError(f"a topology failed: {errors}")
-            snap = await self.client.snapshot(run_id)
+            try:
+                snap = await self.client.snapshot(run_id)
+            except RunNotFound:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.01)  # started by someone else and not appended yet
+                continue
             error = await self._incident_error(snap)
             if error is not None:
                 key = (run_id, snap.last_sequence)

@@ -151,6 +151,7 @@ class Journal:
         self._task_partitions: dict[str, int] = {}
         self._routes = RouteTable(settings)
         self._txn: _Transaction | None = None
+        self._fenced = False
         self.ready = threading.Event()
 
     # -- the loop -------------------------------------------------------------------------
@@ -517,6 +518,10 @@ class Journal:
                     continue
                 if error.txn_requires_abort():
                     raise _Abortable(error.str()) from exc
+                # Fenced (a newer instance took over) or another fatal error: this producer is
+                # dead. Drop the transaction; the coordinator aborts it.
+                self._fenced = True
+                self._txn = None
                 raise JournalFenced(f"journal transaction failed fatally: {error.str()}") from exc
 
     def _abort(self, txn: _Transaction, reason: str) -> None:
@@ -546,7 +551,7 @@ class Journal:
         )
 
     def _on_revoke(self, _consumer: object, partitions: list[TopicPartition]) -> None:
-        if self._txn is not None:
+        if self._txn is not None and not self._fenced:
             try:
                 self._commit()
             except JournalFenced:
@@ -554,8 +559,9 @@ class Journal:
         self._cache.clear()
 
     def _on_lost(self, _consumer: object, partitions: list[TopicPartition]) -> None:
-        if self._txn is not None:
+        if self._txn is not None and not self._fenced:
             self._abort(self._txn, "partitions lost")
+        self._txn = None
         self._cache.clear()
 
     def _restore(self, partition: int) -> None:
@@ -612,16 +618,26 @@ class Journal:
             self._cache[run_id] = project(run_id, history)
 
     def _shutdown(self) -> None:
-        try:
-            if self._txn is not None:
+        """Commit what is staged (unless fenced), leave the group, close everything.
+
+        A fenced journal must not touch its producer again: anything it had staged belongs to
+        an aborted transaction, and the instance that fenced it owns the partitions now.
+        """
+        if self._txn is not None and not self._fenced:
+            try:
                 self._commit()
-        except Exception:
-            log.exception("journal: final commit failed")
+            except Exception:
+                log.exception("journal: final commit failed")
         try:
             self._consumer.close()
         finally:
-            self._producer.flush(10)
-            self._producer.close()
+            if not self._fenced:
+                self._producer.flush(10)
+            try:
+                self._producer.close()
+            except KafkaException:
+                if not self._fenced:
+                    raise
             self._routes.close()
             self._state.close()
 

@@ -59,6 +59,7 @@ class Timer:
         tick: float = 0.05,
         resend_after: float = 5.0,
         session_timeout_ms: int = 10_000,
+        group: str | None = None,
     ) -> None:
         self._names = Names(settings.namespace)
         self._instance = instance
@@ -67,7 +68,9 @@ class Timer:
         self._resend_after = resend_after
         self._state = LocalState(state_dir, ("due", "runs", "meta"))
         self._consumer = consumer(
-            settings, self._names.timer_group, **{"session.timeout.ms": session_timeout_ms}
+            settings,
+            group or self._names.timer_group,
+            **{"session.timeout.ms": session_timeout_ms},
         )
         self._producer = producer(settings)
         self._partitions = partition_count(self._consumer, self._names.requests)

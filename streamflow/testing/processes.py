@@ -1,0 +1,218 @@
+"""Topologies as real operating-system processes, for crash and fencing tests.
+
+Each :class:`TopologyProcess` is ``python -m streamflow.cli.main run <role> ...`` with its own
+state directory, log file and optional fault points (``STREAMFLOW_FAULTS``), so a test can
+kill it with SIGKILL, freeze it with SIGSTOP, and start a replacement on the same state.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from streamflow.kafka.config import KafkaSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class TopologyProcess:
+    def __init__(
+        self,
+        role: str,
+        settings: KafkaSettings,
+        *,
+        app: str,
+        state_dir: Path,
+        log_dir: Path,
+        instance: str = "0",
+        build: str | None = None,
+        faults: str | None = None,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
+        self.role = role
+        self.instance = instance
+        self._settings = settings
+        self._app = app
+        self._state_dir = state_dir
+        self._build = build
+        self._env = env or {}
+        self._args = args
+        self.faults = faults
+        self.log_path = log_dir / f"{role}-{instance}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: object | None = None
+
+    def start(self) -> TopologyProcess:
+        env = {k: v for k, v in os.environ.items() if k != "STREAMFLOW_FAULTS"}
+        env.update(
+            {
+                "STREAMFLOW_BOOTSTRAP": self._settings.bootstrap,
+                "STREAMFLOW_NAMESPACE": self._settings.namespace,
+                "STREAMFLOW_TOPIC_PROFILE": "dev",
+                "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+            }
+        )
+        env.update(self._env)
+        if self.faults:
+            env["STREAMFLOW_FAULTS"] = self.faults
+        command = [
+            sys.executable,
+            "-m",
+            "streamflow.cli.main",
+            "run",
+            self.role,
+            "--app",
+            self._app,
+            "--state-dir",
+            str(self._state_dir),
+            "--instance",
+            self.instance,
+            *self._args,
+        ]
+        if self._build is not None:
+            command += ["--build", self._build]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 (kept open for the child's lifetime)
+        self._log = log
+        self._proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def wait_exit(self, timeout: float) -> int:
+        assert self._proc is not None
+        return self._proc.wait(timeout)
+
+    def stopped(self) -> bool:
+        """Whether the process is frozen by SIGSTOP (state ``T`` in /proc)."""
+        try:
+            status = Path(f"/proc/{self.pid}/stat").read_text()
+        except FileNotFoundError:
+            return False
+        return status.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+    def wait_stopped(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.stopped():
+            if self.returncode is not None or time.monotonic() > deadline:
+                raise TimeoutError(f"{self.role} did not stop at its fault point: {self.tail()}")
+            time.sleep(0.05)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(10)
+
+    def terminate(self, timeout: float = 30.0) -> int | None:
+        """Graceful stop (SIGTERM, SIGCONT in case it is frozen), SIGKILL after ``timeout``."""
+        if self._proc is None:
+            return None
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            os.kill(self._proc.pid, signal.SIGCONT)
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(10)
+        if self._log is not None:
+            self._log.close()  # type: ignore[attr-defined]
+            self._log = None
+        return self._proc.returncode
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "<no log>"
+
+
+class Cluster:
+    """A journal, processor, worker and timer as processes, restartable one by one."""
+
+    ROLES = ("journal", "processor", "worker", "timer")
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        root: Path,
+        *,
+        app: str,
+        faults: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        args: dict[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._root = root
+        self._app = app
+        self._faults = faults or {}
+        self._env = env or {}
+        self._args = args or {}
+        self.processes: dict[str, TopologyProcess] = {}
+
+    def spawn(
+        self, role: str, *, instance: str = "0", faults: str | None = None
+    ) -> TopologyProcess:
+        process = TopologyProcess(
+            role,
+            self._settings,
+            app=self._app,
+            state_dir=self._root / "state",
+            log_dir=self._root / "logs",
+            instance=instance,
+            faults=faults,
+            env=self._env,
+            args=self._args.get(role, ()),
+        ).start()
+        self.processes[f"{role}-{instance}"] = process
+        return process
+
+    def start(self) -> Cluster:
+        for role in self.ROLES:
+            self.spawn(role, faults=self._faults.get(role))
+        return self
+
+    def __getitem__(self, role: str) -> TopologyProcess:
+        return self.processes[f"{role}-0"] if "-" not in role else self.processes[role]
+
+    def restart(self, role: str, *, instance: str = "0") -> TopologyProcess:
+        old = self.processes[f"{role}-{instance}"]
+        old.terminate()
+        return self.spawn(role, instance=instance)
+
+    def wait_for_route(self, build: str | None = None, timeout: float = 60.0) -> None:
+        """Block until a live processor registration admits ``build`` (runs can start)."""
+        from streamflow.topologies.common import utc_now
+        from streamflow.topologies.registry import RouteTable
+
+        routes = RouteTable(self._settings)
+        try:
+            deadline = time.monotonic() + timeout
+            while not routes.has_route(build, utc_now()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no live route for build {build!r}:\n{self.logs()}")
+                time.sleep(0.1)
+        finally:
+            routes.close()
+
+    def logs(self) -> str:
+        return "\n\n".join(f"== {name}\n{p.tail()}" for name, p in self.processes.items())
+
+    def stop(self) -> None:
+        for process in reversed(list(self.processes.values())):
+            process.terminate()

@@ -1,0 +1,51 @@
+"""Applications the Kafka process tests run with ``streamflow run <role> --app ...``.
+
+Every step execution appends ``run step attempt key`` to the ledger file named by
+``STREAMFLOW_TEST_LEDGER`` (flushed and fsynced), so a test can count real side effects
+across process deaths.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from streamflow import (
+    FlowRuntime,
+    RuntimeCommand,
+    StepCompleted,
+    StepInvocation,
+    WorkflowInvocation,
+)
+
+STEPS = 3
+PAUSE = timedelta(milliseconds=300)
+
+
+class Ledgered(FlowRuntime):
+    """Three sequential steps, a short timer after the second, then completion."""
+
+    def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
+        ctx = invocation.context()
+        for i in range(1, STEPS + 1):
+            step_id = f"s{i}"
+            if not ctx.step_completed(step_id):
+                return ctx.schedule_step(step_id, "effect", {"i": i})
+            if i == 2 and not ctx.wait_completed("pause"):
+                done = next(
+                    e.timestamp
+                    for e in ctx.history
+                    if isinstance(e.event, StepCompleted) and e.event.step_id == "s2"
+                )
+                return ctx.wait_until("pause", done + PAUSE)
+        return ctx.complete({"steps": STEPS})
+
+    def run_step(self, invocation: StepInvocation) -> object:
+        path = os.environ["STREAMFLOW_TEST_LEDGER"]
+        line = f"{invocation.run_id} {invocation.step_id} {invocation.attempt} "
+        line += f"{invocation.idempotency_key}\n"
+        with open(path, "a") as ledger:
+            ledger.write(line)
+            ledger.flush()
+            os.fsync(ledger.fileno())
+        return {"done": invocation.step_id}
