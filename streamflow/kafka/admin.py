@@ -310,7 +310,7 @@ class _Cluster:
     """One AdminClient and the calls made with it, each bounded by the timeout."""
 
     def __init__(self, settings: KafkaSettings, timeout: float) -> None:
-        config = settings.client(**{"client.id": "streamflow-topics"})
+        config = settings.client({"client.id": "streamflow-topics"})
         self.admin = AdminClient(cast("dict[str, str | int | float | bool]", config))
         self.timeout = timeout
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -27,8 +28,11 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
 from streamflow.core.values import CancellationRequest, ChildOperationReference, WorkflowProgress
 from streamflow.kafka.clients import (
+    APPEND_WOKEN,
     caught_up,
+    end_offset,
     partition_count,
+    poll_batch,
     producer,
     read_targets,
     reader,
@@ -42,12 +46,18 @@ from streamflow.serde.errors import to_error
 log = logging.getLogger("streamflow.client")
 
 
+Record = tuple[bytes | None, bytes | None]
+
+
 class TopicReader:
     """Reads one topic incrementally, partition by partition, up to the current end."""
 
     def __init__(self, settings: KafkaSettings, topic: str) -> None:
         self._topic = topic
         self._reader = reader(settings)
+        # Watermark queries go through a consumer that never fetches, so they are never
+        # queued behind the reader's fetch long-poll on the same broker connection.
+        self._offsets = reader(settings, APPEND_WOKEN)  # never assigned: it only answers queries
         self._partitions = partition_count(self._reader, topic)
         self._reader.assign(
             [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self._partitions)]
@@ -58,26 +68,32 @@ class TopicReader:
     def partitions(self) -> int:
         return self._partitions
 
-    def catch_up(
-        self, partitions: set[int] | None = None
-    ) -> list[tuple[bytes | None, bytes | None]]:
-        """(key, value) records of ``partitions`` (all if ``None``) up to their current end."""
-        wanted = set(range(self._partitions)) if partitions is None else partitions
+    def catch_up(self, partitions: set[int] | None = None) -> list[Record]:
+        """(key, value) records read until ``partitions`` (all if ``None``) reach the end they
+        had when the call began (records of other partitions may come along)."""
+        wanted = range(self._partitions) if partitions is None else partitions
+        targets = {p: end_offset(self._offsets, self._topic, p) for p in wanted}
         with self._lock:
-            targets = {
-                p: end
-                for p, end in read_targets(self._reader, self._topic, self._partitions).items()
-                if p in wanted
-            }
-            out: list[tuple[bytes | None, bytes | None]] = []
+            out: list[Record] = []
             while not caught_up(self._reader, self._topic, targets):
-                for msg in self._reader.consume(num_messages=1000, timeout=0.1):
-                    if msg.error() is None:
-                        out.append((msg.key(), msg.value()))
+                out += self._take(0.1)
             return out
+
+    def drain(self, timeout: float) -> list[Record]:
+        """Whatever arrives within ``timeout`` (at most one wait)."""
+        with self._lock:
+            return self._take(timeout)
+
+    def _take(self, timeout: float) -> list[Record]:
+        return [
+            (msg.key(), msg.value())
+            for msg in poll_batch(self._reader, 1000, timeout)
+            if msg.error() is None
+        ]
 
     def close(self) -> None:
         self._reader.close()
+        self._offsets.close()
 
 
 class HistoryReader:
@@ -87,23 +103,43 @@ class HistoryReader:
         self._names = Names(settings.namespace)
         self._topic = TopicReader(settings, self._names.history)
         self._runs: dict[str, list[FlowEventEnvelope]] = defaultdict(list)
+        self._lock = threading.Lock()
 
-    def _absorb(self, records: list[tuple[bytes | None, bytes | None]]) -> None:
-        for _key, value in records:
-            if value is None:
-                continue
-            envelope = codec.decode_history(value)
-            events = self._runs[envelope.run_id]
-            if envelope.sequence == len(events) + 1:
-                events.append(envelope)
+    def _absorb(self, records: list[Record]) -> None:
+        with self._lock:
+            for _key, value in records:
+                if value is None:
+                    continue
+                envelope = codec.decode_history(value)
+                events = self._runs[envelope.run_id]
+                if envelope.sequence == len(events) + 1:
+                    events.append(envelope)
+
+    def _known(self, run_id: str) -> list[FlowEventEnvelope]:
+        with self._lock:
+            return list(self._runs.get(run_id, ()))
 
     def history(self, run_id: str) -> list[FlowEventEnvelope]:
+        """The run's whole committed history as of this call."""
         self._absorb(self._topic.catch_up({partition_for(run_id, self._topic.partitions)}))
-        return list(self._runs.get(run_id, ()))
+        return self._known(run_id)
+
+    def history_through(
+        self, run_id: str, sequence: int, timeout: float
+    ) -> list[FlowEventEnvelope]:
+        """The run's history once it holds at least ``sequence`` events (known to be
+        committed, e.g. from a ``run_finished`` notice): no end-offset query needed."""
+        deadline = time.monotonic() + timeout
+        while len(known := self._known(run_id)) < sequence:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"history of run {run_id} did not reach sequence {sequence}")
+            self._absorb(self._topic.drain(0.05))
+        return known
 
     def run_ids(self) -> list[str]:
         self._absorb(self._topic.catch_up())
-        return sorted(run for run, events in self._runs.items() if events)
+        with self._lock:
+            return sorted(run for run, events in self._runs.items() if events)
 
     def close(self) -> None:
         self._topic.close()
@@ -252,8 +288,11 @@ class FlowClient:
             snap = await self.snapshot(run_id)
             if snap.is_terminal:
                 return snap
-            await asyncio.wait_for(future, timeout)
-            return await self.snapshot(run_id)
+            notice = await asyncio.wait_for(future, timeout)
+            events = await asyncio.to_thread(
+                self._history.history_through, run_id, notice.last_sequence, timeout or 60.0
+            )
+            return project(run_id, events)
         finally:
             with self._lock:
                 waiters = self._finished.get(run_id, [])
@@ -282,7 +321,7 @@ class FlowClient:
 
     def _listen(self) -> None:
         while not self._stop.is_set():
-            for msg in self._replies.consume(num_messages=500, timeout=0.1):
+            for msg in poll_batch(self._replies, 500, 0.1):
                 value = msg.value()
                 if msg.error() is not None or value is None:
                     continue

@@ -17,40 +17,71 @@ from confluent_kafka import (
 
 from streamflow.kafka.config import KafkaSettings
 
+CONSUMER_DEFAULTS: dict[str, object] = {
+    "auto.offset.reset": "earliest",
+    "enable.partition.eof": False,
+    # A read_committed fetch that is parked in the broker's purgatory is not woken when a
+    # transaction commits (only new appends wake it), so every hop through a transactional
+    # topic would wait the whole long-poll. Keep it short; under load fetches return at once.
+    "fetch.wait.max.ms": 5,
+}
 
-def consumer(settings: KafkaSettings, group: str | None, **overrides: object) -> Consumer:
-    config: dict[str, object] = {
+
+# For topics written WITHOUT transactions (requests, builds, incidents): a new append wakes a
+# parked fetch at once, so a long wait costs no latency and saves the broker the polling.
+APPEND_WOKEN: dict[str, object] = {"fetch.wait.max.ms": 500}
+
+
+def consumer(
+    settings: KafkaSettings,
+    group: str | None,
+    tuning: dict[str, object] | None = None,
+    **overrides: object,
+) -> Consumer:
+    """A read_committed consumer that never commits on its own. ``tuning`` adjusts defaults
+    (the pass-through properties still win); ``overrides`` are required settings."""
+    required: dict[str, object] = {
         "group.id": group or "streamflow.unused",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": False,
     }
-    config.update(overrides)
-    return Consumer(settings.client(**config))
+    required.update(overrides)
+    return Consumer(settings.client({**CONSUMER_DEFAULTS, **(tuning or {})}, **required))
 
 
-def reader(settings: KafkaSettings, **overrides: object) -> Consumer:
-    """A group-less read_committed consumer for reading partitions to their end.
+def poll_batch(source: Consumer, max_messages: int, timeout: float) -> list[Message]:
+    """Up to ``max_messages`` records: wait at most ``timeout`` for the first, then take only
+    what is already buffered.
 
-    Its fetch long-poll is kept short: watermark queries travel on the same broker connection
-    and would otherwise wait behind an idle fetch for up to ``fetch.wait.max.ms``.
+    ``Consumer.consume(n, timeout)`` waits the whole timeout unless ``n`` records arrive, which
+    would add that timeout to every hop of a lightly loaded pipeline.
     """
-    config: dict[str, object] = {"fetch.wait.max.ms": 10}
-    config.update(overrides)
-    return consumer(settings, None, **config)
+    first = source.poll(timeout)
+    if first is None:
+        return []
+    if max_messages <= 1:
+        return [first]
+    return [first, *source.consume(num_messages=max_messages - 1, timeout=0)]
+
+
+def reader(
+    settings: KafkaSettings, tuning: dict[str, object] | None = None, **overrides: object
+) -> Consumer:
+    """A group-less read_committed consumer for reading partitions to their end."""
+    return consumer(settings, None, tuning, **overrides)
+
+
+# Every hop of a run (client → journal → processor → journal → worker → …) waits for the
+# sender's linger, so it stays short; under load, in-flight requests batch records anyway.
+PRODUCER_DEFAULTS: dict[str, object] = {"linger.ms": 1, "compression.type": "zstd"}
 
 
 def producer(settings: KafkaSettings, **overrides: object) -> Producer:
-    config: dict[str, object] = {
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "compression.type": "zstd",
-    }
-    config.update(overrides)
-    return Producer(settings.client(**config))
+    """An idempotent, acks=all producer (``overrides`` add e.g. a transactional id)."""
+    required: dict[str, object] = {"enable.idempotence": True, "acks": "all"}
+    required.update(overrides)
+    return Producer(settings.client(PRODUCER_DEFAULTS, **required))
 
 
 def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> int:
@@ -122,7 +153,7 @@ def read_to_end(
         source.assign([TopicPartition(topic, partition, first)])
         deadline = time.monotonic() + timeout
         while True:
-            for msg in source.consume(num_messages=1000, timeout=0.1):
+            for msg in poll_batch(source, 1000, 0.1):
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:

@@ -64,12 +64,17 @@ class KafkaSettings:
     def with_namespace(self, namespace: str) -> KafkaSettings:
         return replace(self, namespace=namespace)
 
-    def client(self, **overrides: object) -> dict[str, object]:
-        """A librdkafka configuration: bootstrap + pass-through properties + ``overrides``."""
+    def client(
+        self, defaults: Mapping[str, object] | None = None, **required: object
+    ) -> dict[str, object]:
+        """A librdkafka configuration, in increasing precedence: bootstrap, tunable
+        ``defaults``, the pass-through properties, then ``required`` settings that correctness
+        depends on (isolation level, transactional id, …) and that nothing may override."""
         # librdkafka's own log lines go through Python logging instead of raw stderr.
         config: dict[str, object] = {"bootstrap.servers": self.bootstrap, "logger": _LIBRDKAFKA}
+        config.update(defaults or {})
         config.update(self.properties)
-        config.update(overrides)
+        config.update(required)
         return config
 
     def redacted(self) -> dict[str, str]:

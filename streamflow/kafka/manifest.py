@@ -23,7 +23,8 @@ from typing import Any
 from streamflow.kafka.naming import build_slug
 
 ENV_MANIFESTS = "STREAMFLOW_MANIFESTS"
-DEFAULT_DIRECTORY = Path(__file__).resolve().parents[2] / "topologies"
+# The repository's topologies/, reached through the package so an installed wheel has them.
+DEFAULT_DIRECTORY = Path(__file__).resolve().parents[1] / "_contract" / "topologies"
 TOPICS_FILE = "topics.toml"
 FORMAT_VERSION = 1
 PLACEHOLDERS = frozenset({"ns", "build"})

@@ -28,7 +28,8 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from streamflow.core.errors import SerializationError
 
 NAMESPACE = "streamflow.v1"
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+# The repository's schemas/, reached through the package so an installed wheel finds them too.
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "_contract" / "schemas"
 """Where the shipped ``.avsc`` files live (the repository's ``schemas/``)."""
 
 TOP_LEVEL: tuple[str, ...] = (

@@ -28,7 +28,7 @@ from streamflow.core.values import CancellationRequest, ChildOperationReference,
 from streamflow.engine.observers import FlowEventObserver, notify
 from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
-from streamflow.kafka.clients import caught_up, partition_count, read_targets, reader
+from streamflow.kafka.clients import caught_up, partition_count, poll_batch, read_targets, reader
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.manifest import load_manifest
 from streamflow.kafka.naming import Names
@@ -65,7 +65,7 @@ class ObserverFeed:
         try:
             while not stop.is_set():
                 with self._lock:
-                    self._deliver(self._reader.consume(num_messages=500, timeout=0.05))
+                    self._deliver(poll_batch(self._reader, 500, 0.05))
         finally:
             self._reader.close()
             self._loop.close()

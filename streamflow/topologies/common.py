@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -12,7 +11,6 @@ from typing import Any, cast
 from confluent_kafka import Message, Producer
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from streamflow.core import events as ev
 from streamflow.kafka.naming import Names
 from streamflow.serde import codec
 from streamflow.serde.messages import DeadLetter
@@ -102,13 +100,17 @@ def decode_offset(raw: bytes | None) -> int | None:
     return None if raw is None else int.from_bytes(raw, "big", signed=True)
 
 
-def envelope_bytes(envelope: ev.FlowEventEnvelope) -> bytes:
-    """Local-state form of an event (JSON: independent of the wire schema's evolution)."""
-    return json.dumps(envelope.to_json(), separators=(",", ":")).encode()
+TYPE_HEADER = "sf.type"
+"""History records carry their event type in a header, so a consumer that needs only some
+types (the timer) can skip decoding the rest."""
 
 
-def envelope_from(raw: bytes) -> ev.FlowEventEnvelope:
-    return ev.FlowEventEnvelope.from_json(json.loads(raw))
+def event_type(msg: Message) -> str | None:
+    headers = cast(list[tuple[str, bytes | None]] | None, msg.headers())
+    for key, value in headers or ():
+        if key == TYPE_HEADER and value is not None:
+            return value.decode()
+    return None
 
 
 def send_dead_letter(

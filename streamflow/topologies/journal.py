@@ -37,19 +37,25 @@ from streamflow.core.errors import (
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.projection import evolve, project
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.kafka.clients import consumer, partition_count, producer, read_to_end
+from streamflow.kafka.clients import (
+    APPEND_WOKEN,
+    consumer,
+    partition_count,
+    poll_batch,
+    producer,
+    read_to_end,
+)
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, history_key, partition_for
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import error_info
 from streamflow.topologies.common import (
+    TYPE_HEADER,
     LocalState,
     StateBatch,
     decode_offset,
     encode_offset,
-    envelope_bytes,
-    envelope_from,
     send_dead_letter,
     utc_now,
 )
@@ -132,6 +138,7 @@ class Journal:
         self._consumer = consumer(
             settings,
             self._names.journal_group,
+            APPEND_WOKEN,
             **{"session.timeout.ms": session_timeout_ms, "max.poll.interval.ms": 300_000},
         )
         self._producer = producer(
@@ -169,7 +176,7 @@ class Journal:
         try:
             while not stop.is_set():
                 self._routes.refresh()
-                messages = self._consumer.consume(num_messages=self._max_batch, timeout=0.05)
+                messages = poll_batch(self._consumer, self._max_batch, self._wait())
                 for msg in messages:
                     self._dispatch(msg)
                 txn = self._txn
@@ -181,6 +188,12 @@ class Journal:
                     self._commit()
         finally:
             self._shutdown()
+
+    def _wait(self) -> float:
+        """How long to wait for input: a normal poll without a transaction; with one open, not
+        at all — it commits as soon as nothing more is buffered, so latency never pays for
+        batching, while a burst keeps filling it up to the commit interval."""
+        return 0.05 if self._txn is None else 0.0
 
     def _dispatch(self, msg: Message) -> None:
         error = msg.error()
@@ -360,14 +373,16 @@ class Journal:
         for envelope in envelopes:
             event = envelope.event
             key = history_key(run_id, envelope.sequence)
+            value = codec.encode_history(envelope)
             self._producer.produce(
                 self._names.history,
                 key=key,
-                value=codec.encode_history(envelope),
+                value=value,
                 partition=partition,
+                headers=[(TYPE_HEADER, event.TYPE.encode())],
                 on_delivery=partial(_track, txn),
             )
-            txn.batch.put("events", key, envelope_bytes(envelope))
+            txn.batch.put("events", key, value)  # local state keeps the wire bytes
             txn.staged.setdefault(run_id, []).append(envelope)
             if isinstance(event, ev.StepStarted):
                 self._task(snap, event, envelope.sequence)
@@ -463,6 +478,7 @@ class Journal:
     def _commit(self) -> None:
         """Commit the open transaction. The whole protocol, in order:
 
+        0. Flush: every record produced for this transaction is now in the log, uncommitted.
         1. Offer the consumer positions of the whole assignment, with the group metadata, to
            the transaction (``send_offsets_to_transaction``): the requests consumed are now
            part of the same atomic unit as everything produced for them (history events,
@@ -485,7 +501,9 @@ class Journal:
         txn = self._txn
         if txn is None:
             return
-        faults.hit("journal.after_produce_before_commit")
+        self._producer.flush(30)
+        if txn.staged:  # the crash window that matters: history in the log, not committed
+            faults.hit("journal.after_produce_before_commit")
         try:
             self._with_retries(
                 lambda: self._producer.send_offsets_to_transaction(
@@ -577,7 +595,7 @@ class Journal:
             if value is None:
                 batch.delete("events", key)  # a retention tombstone
             else:
-                batch.put("events", key, envelope_bytes(codec.decode_history(value)))
+                batch.put("events", key, value)
             last = msg.offset()
         if last is not None:
             batch.put("meta", _offset_key(partition), encode_offset(last + 1))
@@ -591,13 +609,19 @@ class Journal:
             self._cache.move_to_end(run_id)
             return cached
         history = [
-            envelope_from(v) for _, v in self._state.scan("events", run_id.encode() + b"\x00")
+            codec.decode_history(v)
+            for _, v in self._state.scan("events", run_id.encode() + b"\x00")
         ]
         if not history:
             return None
         snap = project(run_id, history)
         self._cache[run_id] = snap
         return snap
+
+    def _stored(self, run_id: str) -> list[ev.FlowEventEnvelope]:
+        """The run's committed history as local state holds it."""
+        prefix = run_id.encode() + b"\x00"
+        return [codec.decode_history(value) for _, value in self._state.scan("events", prefix)]
 
     def _ensure_snapshot(
         self, run_id: str, snap: WorkflowRunSnapshot | None
@@ -611,7 +635,8 @@ class Journal:
         already produced for it (a rejected event list mutated the cached view part way)."""
         self._cache.pop(run_id, None)
         history = [
-            envelope_from(v) for _, v in self._state.scan("events", run_id.encode() + b"\x00")
+            codec.decode_history(v)
+            for _, v in self._state.scan("events", run_id.encode() + b"\x00")
         ]
         history += txn.staged.get(run_id, [])
         if history:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import inspect
+import json
 import logging
 import threading
 import time
@@ -38,7 +39,7 @@ from streamflow.core.errors import FlowError, ReplayLimitExceeded, RuntimeFailur
 from streamflow.core.projection import ProjectedRun as CachedRun
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.kafka import admin
-from streamflow.kafka.clients import consumer, partition_count, producer
+from streamflow.kafka.clients import consumer, partition_count, poll_batch, producer
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
@@ -46,10 +47,9 @@ from streamflow.serde import messages as m
 from streamflow.serde.errors import error_info
 from streamflow.topologies.common import (
     LocalState,
+    StateBatch,
     decode_offset,
     encode_offset,
-    envelope_bytes,
-    envelope_from,
     send_dead_letter,
     utc_now,
 )
@@ -96,8 +96,9 @@ class Processor:
         self._topic_profile = topic_profile
         self._group = self._names.processor_group(self._build)
         self._state = LocalState(state_dir, ("events", "meta"))
+        self._reset_if_identity_changed()
         self._consumer = consumer(
-            settings, self._group, **{"session.timeout.ms": session_timeout_ms}
+            settings, self._group, None, **{"session.timeout.ms": session_timeout_ms}
         )
         self._producer = producer(settings)
         self._partitions = partition_count(self._consumer, self._names.requests)
@@ -116,6 +117,20 @@ class Processor:
         )
         self.ready = threading.Event()
 
+    def _reset_if_identity_changed(self) -> None:
+        """Local state reflects what the *previous* configuration admitted. A processor that
+        now admits other builds must see every run's ``run_created`` again: start over."""
+        identity = json.dumps(
+            {"group": self._group, "admits": [str(b) for b in served_builds(self._compat)]}
+        ).encode()
+        if self._state.get("meta", b"identity") == identity:
+            return
+        batch = self._state.batch()
+        batch.delete_range("events", b"\x00", b"\xff")
+        batch.delete_range("meta", b"\x00", b"\xff")
+        batch.put("meta", b"identity", identity)
+        self._state.write(batch)
+
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
@@ -131,7 +146,7 @@ class Processor:
         try:
             while not stop.is_set():
                 self._advertiser.beat(self._clock())
-                messages = self._consumer.consume(num_messages=500, timeout=0.05)
+                messages = poll_batch(self._consumer, 500, 0.05)
                 self._apply(messages)
                 self._fire_timers()
                 for run_id in sorted(self._pending):
@@ -161,12 +176,12 @@ class Processor:
             except FlowError as exc:
                 send_dead_letter(self._producer, self._names, msg, str(exc), COMPONENT, now=now)
                 continue
-            self._absorb(envelope, batch)
+            self._absorb(envelope, value, batch)
         for partition, offset in offsets.items():
             batch.put("meta", _offset_key(partition), encode_offset(offset))
         self._state.write(batch)
 
-    def _absorb(self, envelope: ev.FlowEventEnvelope, batch: object) -> None:
+    def _absorb(self, envelope: ev.FlowEventEnvelope, raw: bytes, batch: StateBatch) -> None:
         run_id = envelope.run_id
         cached = self._runs.get(run_id)
         if cached is None:
@@ -189,10 +204,10 @@ class Processor:
             self._runs.pop(run_id, None)
             self._proposed.pop(run_id, None)
             self._incidents.pop(run_id, None)
-            batch.delete_range("events", prefix, run_id.encode() + b"\x01")  # type: ignore[attr-defined]
+            batch.delete_range("events", prefix, run_id.encode() + b"\x01")
         else:
             key = prefix + envelope.sequence.to_bytes(8, "big")
-            batch.put("events", key, envelope_bytes(envelope))  # type: ignore[attr-defined]
+            batch.put("events", key, raw)  # local state keeps the wire bytes
             self._pending.add(run_id)
 
     # -- deciding ------------------------------------------------------------------------------
@@ -346,7 +361,7 @@ class Processor:
         """Rebuild in-memory runs of these partitions from local state; decide them all."""
         current: CachedRun | None = None
         for _key, value in self._state.scan("events"):
-            envelope = envelope_from(value)
+            envelope = codec.decode_history(value)
             if partition_for(envelope.run_id, self._partitions) not in partitions:
                 continue
             if current is None or current.snapshot.run_id != envelope.run_id:

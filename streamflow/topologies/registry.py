@@ -17,10 +17,18 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
-from streamflow.kafka.clients import caught_up, partition_count, read_targets, reader
+from streamflow.kafka.clients import (
+    APPEND_WOKEN,
+    caught_up,
+    partition_count,
+    poll_batch,
+    producer,
+    read_targets,
+    reader,
+)
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.serde import codec
@@ -66,7 +74,7 @@ class Advertiser:
         ttl: timedelta = DEFAULT_TTL,
     ) -> None:
         self._names = Names(settings.namespace)
-        self._producer = Producer(settings.client(**{"enable.idempotence": True, "acks": "all"}))
+        self._producer = producer(settings)
         self._key = registration_key(group, instance)
         self._heartbeat = heartbeat
         self._last: datetime | None = None
@@ -106,7 +114,7 @@ class RouteTable:
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
         self._names = Names(settings.namespace)
-        self._reader = reader(settings)
+        self._reader = reader(settings, APPEND_WOKEN)
         self._registrations: dict[bytes, BuildRegistration] = {}
         self._lock = threading.Lock()
         self._partitions = partition_count(self._reader, self._names.builds)
@@ -124,7 +132,7 @@ class RouteTable:
         targets = read_targets(self._reader, self._names.builds, self._partitions) if to_end else {}
         deadline = time.monotonic() + timeout
         while True:
-            messages = self._reader.consume(num_messages=500, timeout=0.05 if to_end else 0)
+            messages = poll_batch(self._reader, 500, 0.05 if to_end else 0)
             for msg in messages:
                 if msg.error() is None:
                     self._apply(msg.key() or b"", msg.value())

@@ -1,11 +1,16 @@
-"""Runs topology instances on threads of this process (tests, ``streamflow dev``) with a clean,
-ordered shutdown."""
+"""Runs topology instances on threads of this process with a clean, ordered shutdown.
+
+``STREAMFLOW_PROFILE_DIR=DIR`` profiles each instance with cProfile and writes
+``DIR/<name>-<pid>.prof`` when it stops (for performance work).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import inspect
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -24,13 +29,21 @@ class TopologyThread:
         self._thread = threading.Thread(target=self._main, name=f"sf-{name}", daemon=True)
 
     def _main(self) -> None:
+        profile_dir = os.environ.get("STREAMFLOW_PROFILE_DIR")
+        profiler = cProfile.Profile() if profile_dir else None
         try:
+            if profiler is not None:
+                profiler.enable()
             result = self._run(self._stop)
             if inspect.isawaitable(result):
                 asyncio.run(_await(result))
         except BaseException as exc:
             self.error = exc
             log.exception("topology %s stopped with an error", self.name)
+        finally:
+            if profiler is not None and profile_dir:
+                profiler.disable()
+                profiler.dump_stats(os.path.join(profile_dir, f"{self.name}-{os.getpid()}.prof"))
 
     def start(self) -> TopologyThread:
         self._thread.start()

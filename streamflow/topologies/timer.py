@@ -24,7 +24,7 @@ from streamflow import faults
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
-from streamflow.kafka.clients import consumer, partition_count, producer
+from streamflow.kafka.clients import consumer, partition_count, poll_batch, producer
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
@@ -34,6 +34,7 @@ from streamflow.topologies.common import (
     StateBatch,
     decode_offset,
     encode_offset,
+    event_type,
     send_dead_letter,
     utc_now,
 )
@@ -41,6 +42,12 @@ from streamflow.topologies.common import (
 log = logging.getLogger("streamflow.timer")
 COMPONENT = "timer"
 _OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
+
+
+_INDEXED = frozenset(
+    {"wait_created", "wait_completed", "run_cancellation_requested"}
+    | {t for t, cls in ev.EVENT_TYPES.items() if cls.TERMINAL}
+)
 
 
 def _due_key(due: datetime, run_id: str, wait_id: str) -> bytes:
@@ -70,6 +77,8 @@ class Timer:
         self._consumer = consumer(
             settings,
             group or self._names.timer_group,
+            # Indexing a new wait a little late only matters if it is due within that time.
+            {"fetch.wait.max.ms": 100},
             **{"session.timeout.ms": session_timeout_ms},
         )
         self._producer = producer(settings)
@@ -86,7 +95,7 @@ class Timer:
         last_tick = 0.0
         try:
             while not stop.is_set():
-                messages = self._consumer.consume(num_messages=500, timeout=self._tick)
+                messages = poll_batch(self._consumer, 500, self._tick)
                 self._apply(messages)
                 if time.monotonic() - last_tick >= self._tick:
                     self._fire(self._clock())
@@ -112,8 +121,9 @@ class Timer:
                 continue
             offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
             value = msg.value()
-            if value is None:
-                continue
+            kind = event_type(msg)
+            if value is None or (kind is not None and kind not in _INDEXED):
+                continue  # not an event the due index depends on: no need to decode it
             try:
                 envelope = codec.decode_history(value)
             except FlowError as exc:

@@ -109,7 +109,7 @@ class Worker:
         self._clock = clock
         self._topic_profile = topic_profile
         self._consumer = consumer(
-            settings, self._group, **{"session.timeout.ms": session_timeout_ms}
+            settings, self._group, None, **{"session.timeout.ms": session_timeout_ms}
         )
         self._producer = producer(settings)
         self._partitions = partition_count(self._consumer, self._names.requests)

@@ -48,8 +48,10 @@ async def test_a_paused_journal_whose_partitions_moved_on_cannot_commit(kafka, t
         assert [s.status for s in finished] == [WorkflowRunStatus.COMPLETED] * RUNS, cluster.logs()
 
         zombie.resume()  # wakes up inside its commit, with partitions that moved on
-        assert await asyncio.to_thread(zombie.wait_exit, 60) == 1  # refused, and it stops
-        assert "fenced by a newer instance" in zombie.log_path.read_text()
+        # Its commit is refused: fenced (fatal: it exits) or, when its transaction already
+        # timed out, aborted (it drops what it staged and rejoins as an ordinary member).
+        reaction = await asyncio.to_thread(_refusal, zombie)
+        assert reaction in ("fenced", "aborted"), zombie.tail()
         assert successor.returncode is None
     finally:
         client.close()
@@ -64,3 +66,17 @@ async def test_a_paused_journal_whose_partitions_moved_on_cannot_commit(kafka, t
     # read_uncommitted readers and absent for every read_committed one.
     assert frozen_at > 0
     assert raw_history_records(kafka) > sum(len(events) for events in log.values())
+
+
+def _refusal(process, timeout: float = 60.0) -> str:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = process.log_path.read_text(errors="replace")
+        if "fenced by a newer instance" in text and process.returncode == 1:
+            return "fenced"
+        if "aborting a transaction" in text:
+            return "aborted"
+        time.sleep(0.1)
+    return "committed or hung"

@@ -59,4 +59,6 @@ async def test_a_wake_up_delivered_twice_completes_the_wait_once(kafka, tmp_path
         ]
     finally:
         reader.close()
-    assert len(wake_ups) >= 5  # two timers + three redeliveries, one completion
+    # At least one timer and the three host redeliveries; the second timer also fires unless it
+    # saw the completion first (a race real deployments have too). One completion either way.
+    assert len(wake_ups) >= 4

@@ -1,0 +1,27 @@
+"""Workflows the Kafka benchmarks run (imported by topology processes via ``--app``)."""
+
+from __future__ import annotations
+
+from streamflow import (
+    FlowRuntime,
+    RuntimeCommand,
+    StepCompleted,
+    StepInvocation,
+    WorkflowInvocation,
+)
+
+
+class NoopSteps(FlowRuntime):
+    """``input["steps"]`` sequential no-op steps, decided from the last event (O(1))."""
+
+    def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
+        ctx = invocation.context()
+        steps = int(ctx.input["steps"])  # type: ignore[index]
+        last = ctx.history[-1].event
+        done = int(last.step_id[1:]) + 1 if isinstance(last, StepCompleted) else 0
+        if done < steps:
+            return ctx.schedule_step(f"s{done}", "noop", None)
+        return ctx.complete(done)
+
+    async def run_step(self, invocation: StepInvocation) -> object:
+        return None

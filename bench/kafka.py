@@ -1,0 +1,213 @@
+"""Kafka benchmarks (figures, not pass/fail), all on one local broker in one invocation:
+
+* W1 — 1,000 runs x 3 no-op steps started at once: runs/s, steps/s, history events/s;
+* W2 — start-to-result latency of single-step runs started one after another: p50/p99;
+* baseline — a raw confluent-kafka transactional consume→produce loop with the journal's
+  batching (commit every ~100 ms or 500 records), one output per input; W1's event rate is
+  reported as a fraction of its records/s;
+* RSS — resident memory of each topology process after ``--rss-runs`` completed runs.
+
+The topologies run as separate processes (``streamflow run <role>``), as in a deployment.
+Run: ``.venv/bin/python -m bench.kafka [--runs 1000] [--latency-runs 200] [--rss-runs 10000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streamflow import WorkflowSpec
+from streamflow.kafka import admin
+from streamflow.kafka.client import FlowClient
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.manifest import load_manifest
+from streamflow.testing.broker import broker_from_environment
+from streamflow.testing.processes import Cluster
+
+SPEC = WorkflowSpec.python("bench.noop", "1", "bench.apps", "NoopSteps")
+PARTITIONS = 4
+
+
+async def run_batch(client: FlowClient, count: int, steps: int) -> float:
+    run_ids = [f"w1-{uuid.uuid4().hex[:12]}" for _ in range(count)]
+    began = time.perf_counter()
+    await asyncio.gather(*(client.start_with_id(r, SPEC, {"steps": steps}) for r in run_ids))
+    await asyncio.gather(*(client.result(r, timeout=600) for r in run_ids))
+    return time.perf_counter() - began
+
+
+async def w2(client: FlowClient, count: int) -> dict[str, float]:
+    latencies = []
+    for _ in range(count):
+        run_id = f"w2-{uuid.uuid4().hex[:12]}"
+        began = time.perf_counter()
+        await client.start_with_id(run_id, SPEC, {"steps": 1})
+        await client.result(run_id, timeout=60)
+        latencies.append((time.perf_counter() - began) * 1000)
+    latencies.sort()
+    return {
+        "runs": count,
+        "p50_ms": statistics.median(latencies),
+        "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)],
+        "max_ms": latencies[-1],
+    }
+
+
+def baseline(bootstrap: str, records: int) -> dict[str, float]:
+    """A raw transactional consume→produce loop with the journal's batching."""
+    suffix = uuid.uuid4().hex[:8]
+    source, sink = f"baseline-in-{suffix}", f"baseline-out-{suffix}"
+    admin_client = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin_client.create_topics(
+        [NewTopic(source, PARTITIONS, 1), NewTopic(sink, PARTITIONS, 1)]
+    ).values():
+        future.result()
+    time.sleep(1)  # let partition leadership settle before producing
+    feeder = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    payload = b"x" * 200
+    for i in range(records):
+        feeder.produce(source, key=str(i).encode(), value=payload)
+        if i % 10_000 == 0:
+            feeder.poll(0)
+    feeder.flush(60)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"baseline-{suffix}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"baseline-{suffix}",
+            "linger.ms": 5,
+            "compression.type": "zstd",
+        }
+    )
+    producer.init_transactions(30)
+    consumer.subscribe([source])
+    done = 0
+    began: float | None = None
+    in_txn = 0
+    opened = 0.0
+    while done < records:
+        for msg in consumer.consume(num_messages=500, timeout=0.05):
+            if msg.error() is not None:
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(msg.error())
+                continue
+            if began is None:
+                began = time.perf_counter()
+            if not in_txn:
+                producer.begin_transaction()
+                opened = time.perf_counter()
+            producer.produce(sink, key=msg.key(), value=msg.value(), partition=msg.partition())
+            in_txn += 1
+            done += 1
+        if in_txn and (in_txn >= 500 or time.perf_counter() - opened >= 0.1 or done >= records):
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+            )
+            producer.commit_transaction(30)
+            in_txn = 0
+    elapsed = time.perf_counter() - (began or time.perf_counter())
+    consumer.close()
+    return {"records": records, "seconds": elapsed, "records_per_s": records / elapsed}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def main(runs: int, latency_runs: int, rss_runs: int) -> dict[str, object]:
+    broker = broker_from_environment()
+    root = Path(tempfile.mkdtemp(prefix="streamflow-kbench-"))
+    settings = KafkaSettings(bootstrap=broker.bootstrap, namespace=f"bench-{uuid.uuid4().hex[:6]}")
+    admin.apply(settings, load_manifest(), profile="dev", partitions=PARTITIONS)
+    env = {"STREAMFLOW_LOG_LEVEL": "WARNING"}
+    if os.environ.get("STREAMFLOW_PROFILE_DIR"):
+        env["STREAMFLOW_PROFILE_DIR"] = os.environ["STREAMFLOW_PROFILE_DIR"]
+    cluster = Cluster(settings, root, app="bench.apps:NoopSteps", env=env)
+    cluster.start()
+    client = FlowClient(settings, request_timeout=300)
+    results: dict[str, object] = {"partitions": PARTITIONS}
+    try:
+        await asyncio.to_thread(cluster.wait_for_route)
+        await run_batch(client, 50, 3)  # warm-up: group joins, caches, JIT of the broker
+        pids = {name: p.pid for name, p in cluster.processes.items()}
+        pids["bench-client"] = os.getpid()
+        broker_pid = getattr(broker, "pid", None)
+        if broker_pid is not None:
+            pids["kafka-broker"] = broker_pid
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        # Three repetitions; the median is reported (one batch lasts only seconds on 2 cores).
+        repetitions = sorted([await run_batch(client, runs, 3) for _ in range(3)])
+        seconds = repetitions[1]
+        cpu = {
+            name: round((cpu_seconds(pid) - cpu_before[name]) / 3, 2) for name, pid in pids.items()
+        }
+        events = runs * 12
+        results["W1"] = {
+            "runs": runs,
+            "seconds": seconds,
+            "runs_per_s": runs / seconds,
+            "steps_per_s": 3 * runs / seconds,
+            "events_per_s": events / seconds,
+            "repetitions_s": [round(r, 3) for r in repetitions],
+            "cpu_seconds_per_repetition": cpu,
+        }
+        results["W2"] = await w2(client, latency_runs)
+        completed = 50 + 3 * runs + latency_runs
+        while completed < rss_runs:
+            batch = min(1000, rss_runs - completed)
+            await run_batch(client, batch, 3)
+            completed += batch
+        results["RSS_MB"] = {
+            "completed_runs": completed,
+            **{name: rss_mb(p.pid) for name, p in cluster.processes.items()},
+        }
+    finally:
+        client.close()
+        cluster.stop()
+    results["baseline"] = await asyncio.to_thread(baseline, broker.bootstrap, runs * 12)
+    w1 = results["W1"]
+    assert isinstance(w1, dict)
+    results["W1_events_over_baseline"] = w1["events_per_s"] / results["baseline"]["records_per_s"]  # type: ignore[index]
+    broker.stop()
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--latency-runs", type=int, default=200)
+    parser.add_argument("--rss-runs", type=int, default=10_000)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    figures = asyncio.run(main(args.runs, args.latency_runs, args.rss_runs))
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
