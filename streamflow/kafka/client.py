@@ -97,32 +97,33 @@ class TopicReader:
 
 
 class HistoryReader:
-    """Every committed envelope of a namespace, cached per run as partitions are read."""
+    """Every committed envelope of a namespace, cached per run as partitions are read.
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    Reading records and adding them to the cache happen under one lock: two concurrent calls
+    must never add their batches in the opposite order of reading them.
+    """
+
+    def __init__(self, settings: KafkaSettings, topic: TopicReader | None = None) -> None:
         self._names = Names(settings.namespace)
-        self._topic = TopicReader(settings, self._names.history)
+        self._topic = topic or TopicReader(settings, self._names.history)
         self._runs: dict[str, list[FlowEventEnvelope]] = defaultdict(list)
         self._lock = threading.Lock()
 
     def _absorb(self, records: list[Record]) -> None:
-        with self._lock:
-            for _key, value in records:
-                if value is None:
-                    continue
-                envelope = codec.decode_history(value)
-                events = self._runs[envelope.run_id]
-                if envelope.sequence == len(events) + 1:
-                    events.append(envelope)
-
-    def _known(self, run_id: str) -> list[FlowEventEnvelope]:
-        with self._lock:
-            return list(self._runs.get(run_id, ()))
+        for _key, value in records:
+            if value is None:
+                continue
+            envelope = codec.decode_history(value)
+            events = self._runs[envelope.run_id]
+            if envelope.sequence == len(events) + 1:
+                events.append(envelope)
 
     def history(self, run_id: str) -> list[FlowEventEnvelope]:
         """The run's whole committed history as of this call."""
-        self._absorb(self._topic.catch_up({partition_for(run_id, self._topic.partitions)}))
-        return self._known(run_id)
+        partition = partition_for(run_id, self._topic.partitions)
+        with self._lock:
+            self._absorb(self._topic.catch_up({partition}))
+            return list(self._runs.get(run_id, ()))
 
     def history_through(
         self, run_id: str, sequence: int, timeout: float
@@ -130,15 +131,18 @@ class HistoryReader:
         """The run's history once it holds at least ``sequence`` events (known to be
         committed, e.g. from a ``run_finished`` notice): no end-offset query needed."""
         deadline = time.monotonic() + timeout
-        while len(known := self._known(run_id)) < sequence:
+        while True:
+            with self._lock:
+                known = self._runs.get(run_id, [])
+                if len(known) >= sequence:
+                    return list(known)
+                self._absorb(self._topic.drain(0.05))
             if time.monotonic() > deadline:
                 raise TimeoutError(f"history of run {run_id} did not reach sequence {sequence}")
-            self._absorb(self._topic.drain(0.05))
-        return known
 
     def run_ids(self) -> list[str]:
-        self._absorb(self._topic.catch_up())
         with self._lock:
+            self._absorb(self._topic.catch_up())
             return sorted(run for run, events in self._runs.items() if events)
 
     def close(self) -> None:
