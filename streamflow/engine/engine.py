@@ -22,11 +22,9 @@ from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import (
     EventConflict,
-    FlowError,
     ReplayLimitExceeded,
     RunNotFound,
     RuntimeBuildUnavailable,
-    RuntimeFailure,
 )
 from streamflow.core.ids import validate_run_id
 from streamflow.core.inspect import (
@@ -50,8 +48,11 @@ from streamflow.workflow.runtime import (
     FlowRuntime,
     HistoryView,
     StepInvocation,
-    WorkflowInvocation,
+    checked_command,
     json_copy,
+    step_error,
+    workflow_failures,
+    workflow_invocation,
 )
 
 log = logging.getLogger("streamflow.engine")
@@ -204,28 +205,11 @@ class FlowEngine:
     # -- workflow and step execution ----------------------------------------------------------
 
     async def _invoke_workflow(self, cached: CachedRun) -> RuntimeCommand:
-        snap = cached.snapshot
-        assert snap.spec is not None
-        invocation = WorkflowInvocation(
-            run_id=snap.run_id,
-            spec=snap.spec,
-            input=json_copy(snap.input),
-            history=HistoryView(cached.history),
-            snapshot=snap,
-        )
-        try:
-            result = self._s.runtime.run_workflow(invocation)
+        with workflow_failures():
+            result = self._s.runtime.run_workflow(workflow_invocation(cached))
             if inspect.isawaitable(result):
                 result = await result
-        except FlowError:
-            raise
-        except Exception as exc:
-            raise RuntimeFailure(f"run_workflow failed: {type(exc).__name__}: {exc}") from exc
-        if not isinstance(result, RuntimeCommand):
-            raise RuntimeFailure(
-                f"run_workflow must return a RuntimeCommand, got {type(result).__name__}"
-            )
-        return result
+        return checked_command(result)
 
     async def _execute_step(self, effect: d.RunStep, cached: CachedRun) -> d.StepResult:
         invocation = StepInvocation(
@@ -242,10 +226,8 @@ class FlowEngine:
             if inspect.isawaitable(output):
                 output = await output
             return d.StepSucceeded(normalize(output, f"step {effect.step_id} output"))
-        except FlowError as exc:
-            return d.StepErrored(str(exc))
         except Exception as exc:
-            return d.StepErrored(f"{type(exc).__name__}: {exc}")
+            return d.StepErrored(step_error(exc))
 
     async def _run_steps(
         self, cached: CachedRun, effects: tuple[d.RunStep, ...], now: datetime

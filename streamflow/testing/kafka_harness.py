@@ -34,6 +34,7 @@ from streamflow.kafka.manifest import load_manifest
 from streamflow.kafka.naming import Names
 from streamflow.serde import codec
 from streamflow.serde.errors import to_error
+from streamflow.topologies.common import utc_now
 from streamflow.topologies.journal import Journal
 from streamflow.topologies.processor import Processor
 from streamflow.topologies.runner import TopologyThread
@@ -218,7 +219,7 @@ class KafkaDriver:
 
     async def _quiesce(self, run_id: str) -> WorkflowRunSnapshot:
         snap = await self._watch(
-            run_id, lambda s: self._quiescent(s, _now()), raise_incidents=False
+            run_id, lambda s: self._quiescent(s, utc_now()), raise_incidents=False
         )
         if self._feed is not None:
             deadline = time.monotonic() + SETTLE_TIMEOUT
@@ -230,7 +231,9 @@ class KafkaDriver:
 
     async def settle(self, run_id: str) -> WorkflowRunSnapshot:
         await self._quiesce(run_id)
-        return await self._watch(run_id, lambda s: self._quiescent(s, _now()), raise_incidents=True)
+        return await self._watch(
+            run_id, lambda s: self._quiescent(s, utc_now()), raise_incidents=True
+        )
 
     async def wait_for(
         self,
@@ -293,9 +296,3 @@ class KafkaDriver:
 
     async def run_summary(self) -> WorkflowRunSummary:
         return summarize([await self.snapshot(r) for r in await self.list_run_ids()])
-
-
-def _now() -> datetime:
-    from streamflow.topologies.common import utc_now
-
-    return utc_now()

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 from streamflow.kafka.config import KafkaSettings
+from streamflow.topologies.common import utc_now
+from streamflow.topologies.registry import RouteTable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -197,9 +199,6 @@ class Cluster:
 
     def wait_for_route(self, build: str | None = None, timeout: float = 60.0) -> None:
         """Block until a live processor registration admits ``build`` (runs can start)."""
-        from streamflow.topologies.common import utc_now
-        from streamflow.topologies.registry import RouteTable
-
         routes = RouteTable(self._settings)
         try:
             deadline = time.monotonic() + timeout

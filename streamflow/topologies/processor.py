@@ -35,7 +35,7 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
-from streamflow.core.errors import FlowError, ReplayLimitExceeded, RuntimeFailure
+from streamflow.core.errors import FlowError, ReplayLimitExceeded
 from streamflow.core.projection import ProjectedRun as CachedRun
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.kafka import admin
@@ -54,7 +54,12 @@ from streamflow.topologies.common import (
     utc_now,
 )
 from streamflow.topologies.registry import Advertiser
-from streamflow.workflow.runtime import FlowRuntime, HistoryView, WorkflowInvocation, json_copy
+from streamflow.workflow.runtime import (
+    FlowRuntime,
+    checked_command,
+    workflow_failures,
+    workflow_invocation,
+)
 
 log = logging.getLogger("streamflow.processor")
 COMPONENT = "processor"
@@ -255,28 +260,11 @@ class Processor:
             self._schedule_retry(cached, now)
 
     def _invoke(self, cached: CachedRun) -> RuntimeCommand:
-        snap = cached.snapshot
-        assert snap.spec is not None
-        invocation = WorkflowInvocation(
-            run_id=snap.run_id,
-            spec=snap.spec,
-            input=json_copy(snap.input),
-            history=HistoryView(cached.history),
-            snapshot=snap,
-        )
-        try:
-            result = self._runtime.run_workflow(invocation)
+        with workflow_failures():
+            result = self._runtime.run_workflow(workflow_invocation(cached))
             if inspect.isawaitable(result):
                 result = self._loop.run_until_complete(result)
-        except FlowError:
-            raise
-        except Exception as exc:
-            raise RuntimeFailure(f"run_workflow failed: {type(exc).__name__}: {exc}") from exc
-        if not isinstance(result, RuntimeCommand):
-            raise RuntimeFailure(
-                f"run_workflow must return a RuntimeCommand, got {type(result).__name__}"
-            )
-        return result
+        return checked_command(result)
 
     def _propose(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...], now: datetime) -> None:
         snap = cached.snapshot

@@ -37,7 +37,7 @@ from streamflow.topologies.common import (
 )
 from streamflow.topologies.processor import served_builds
 from streamflow.topologies.registry import Advertiser
-from streamflow.workflow.runtime import FlowRuntime, StepInvocation, json_copy
+from streamflow.workflow.runtime import FlowRuntime, StepInvocation, json_copy, step_error
 
 log = logging.getLogger("streamflow.worker")
 COMPONENT = "worker"
@@ -199,10 +199,8 @@ class Worker:
                 output=normalize(output, f"step {task.step_id} output"),
                 finished_at=self._clock(),
             )
-        except FlowError as exc:
-            result = self._failure(task, str(exc))
         except Exception as exc:
-            result = self._failure(task, f"{type(exc).__name__}: {exc}")
+            result = self._failure(task, step_error(exc))
         faults.hit("worker.after_effect_before_result")
         request = m.Request(
             request_id=str(uuid.uuid4()), run_id=task.run_id, sent_at=self._clock(), body=result

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from streamflow.core.errors import RuntimeFailure
+from streamflow.core.commands import RuntimeCommand
+from streamflow.core.errors import FlowError, RuntimeFailure
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
-from streamflow.core.projection import project
+from streamflow.core.projection import ProjectedRun, project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.workflow.typed import decode
 
 if TYPE_CHECKING:
-    from streamflow.core.commands import RuntimeCommand
     from streamflow.workflow.context import WorkflowContext
 
 T = TypeVar("T")
@@ -112,6 +113,46 @@ class StepInvocation:
 
     def input_as(self, model: type[T]) -> T:
         return decode(self.input, model, f"step {self.step_id} input")
+
+
+def workflow_invocation(run: ProjectedRun) -> WorkflowInvocation:
+    """The invocation that replays ``run`` through workflow code once."""
+    snap = run.snapshot
+    assert snap.spec is not None
+    return WorkflowInvocation(
+        run_id=snap.run_id,
+        spec=snap.spec,
+        input=json_copy(snap.input),
+        history=HistoryView(run.history),
+        snapshot=snap,
+    )
+
+
+@contextmanager
+def workflow_failures() -> Iterator[None]:
+    """What workflow code's own exceptions become: ``FlowError`` as raised, anything else a
+    ``RuntimeFailure`` naming it (the run stays as it was)."""
+    try:
+        yield
+    except FlowError:
+        raise
+    except Exception as exc:
+        raise RuntimeFailure(f"run_workflow failed: {type(exc).__name__}: {exc}") from exc
+
+
+def checked_command(result: object) -> RuntimeCommand:
+    """``result`` if it is a command; workflow code that returns anything else failed."""
+    if not isinstance(result, RuntimeCommand):
+        raise RuntimeFailure(
+            f"run_workflow must return a RuntimeCommand, got {type(result).__name__}"
+        )
+    return result
+
+
+def step_error(exc: Exception) -> str:
+    """The recorded error text of a failed step attempt (``runtime error: …`` for
+    ``RuntimeFailure``, as in the seed; ``Type: message`` for any other exception)."""
+    return str(exc) if isinstance(exc, FlowError) else f"{type(exc).__name__}: {exc}"
 
 
 class FlowRuntime:
