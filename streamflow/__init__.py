@@ -75,6 +75,7 @@ from streamflow.core.ids import MAX_WORKFLOW_PATCH_MARKERS, RuntimeBuildId, Work
 from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
 from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
 from streamflow.core.snapshot import (
+    ActiveHookSnapshot,
     ChildWorkflowSnapshot,
     HookSnapshot,
     HookStatus,
@@ -89,12 +90,15 @@ from streamflow.core.snapshot import (
     WorkflowSignalSnapshot,
 )
 from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
+from streamflow.core.tokens import token_digest
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
+    ContinuationLink,
     HookCallback,
     HookMetadata,
+    ParentLink,
     WorkflowProgress,
     WorkflowSignal,
     WorkflowTerminalOutcome,
@@ -166,6 +170,10 @@ __all__ = [
     "HookMetadata",
     "HookReceived",
     "HookSnapshot",
+    "ActiveHookSnapshot",
+    "ParentLink",
+    "ContinuationLink",
+    "token_digest",
     "HookStatus",
     "HookTokenConflict",
     "HookTokenNotFound",

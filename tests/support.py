@@ -85,3 +85,28 @@ def sequential(*step_ids: str, retry: Any = None) -> WorkflowFn:
 
 def keys(history: list[Any]) -> list[str]:
     return [e.event.event_key().removeprefix("flow.") for e in history]
+
+
+CANARY_TOKEN = "sf-canary-7f3e9c1d5b2a48e6a0c4d8b1f2e3a5c7"
+"""A hook token planted by the hook tests. After the suite, ``tests/test_secret_canary.py``
+searches histories, logs, replies, incidents and dead-letters for it: it must appear 0 times.
+Derive per-run tokens from it with :func:`canary_token` so every hook test plants it."""
+
+
+def canary_token(suffix: str = "") -> str:
+    return f"{CANARY_TOKEN}{suffix}"
+
+
+class Routed(Scripted):
+    """A runtime whose workflow function is chosen by the run's spec name (parents and
+    children in one runtime); steps go to ``step`` as in :class:`Scripted`."""
+
+    def __init__(self, workflows: dict[str, WorkflowFn], step: StepFn | None = None) -> None:
+        super().__init__(self._route, step)
+        self._workflows = workflows
+        self.calls_by_name: dict[str, int] = {}
+
+    def _route(self, ctx: WorkflowContext) -> RuntimeCommand:
+        name = ctx.spec.name
+        self.calls_by_name[name] = self.calls_by_name.get(name, 0) + 1
+        return self._workflows[name](ctx)

@@ -19,6 +19,7 @@ PINNED = {
     "WorkflowRunSnapshot", "WorkflowRunStatus", "StepSnapshot", "StepStatus", "WaitSnapshot",
     "WaitStatus", "HookSnapshot", "HookStatus", "SignalWaitSnapshot", "WorkflowSignalSnapshot",
     "ChildWorkflowSnapshot", "WorkflowContinuation", "WorkflowTerminalOutcome",
+    "ActiveHookSnapshot", "ParentLink", "ContinuationLink", "token_digest",
     "WorkflowRunSummary", "WorkflowRunSuspension", "ScheduledWakeup", "WakeupKind",
     # events
     "FlowEvent", "FlowEventEnvelope", "RunCreated", "RunStarted", "RunCompleted", "RunFailed",

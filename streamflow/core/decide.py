@@ -25,16 +25,24 @@ from streamflow.core import commands as cmd
 from streamflow.core import events as ev
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.errors import (
+    ChildWorkflowDepthExceeded,
+    ContinueAsNewLimitExceeded,
     FlowError,
+    HookConflict,
+    HookTokenNotFound,
     InvalidTransition,
+    InvalidWorkflow,
     NonDeterministic,
     RunConflict,
     RunTerminal,
     RuntimeBuildUnavailable,
+    SignalConflict,
 )
 from streamflow.core.jsonvalue import JsonValue, canonical, dumps_compact, json_equal
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import (
+    ChildWorkflowSnapshot,
+    HookStatus,
     StepSnapshot,
     StepStatus,
     WaitStatus,
@@ -43,13 +51,34 @@ from streamflow.core.snapshot import (
 )
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import add_millis, format_utc, require_utc
+from streamflow.core.tokens import digests_equal, token_digest
 from streamflow.core.values import (
     CancellationRequest,
+    Cancelled,
     ChildOperationReference,
+    ChildWorkflowCancellationPolicy,
+    ContinuationLink,
+    OutcomeType,
+    ParentLink,
     WorkflowProgress,
+    WorkflowSignal,
+    WorkflowTerminalOutcome,
 )
 
 IdSource = Callable[[], str]
+
+MAX_CHILD_WORKFLOW_BATCH_SIZE = 64
+"""At most this many children in one ``start_child_workflows`` batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Engine limits that commands are checked against."""
+
+    max_continue_as_new_hops: int = 64
+    """Continue-as-new hops a chain may take (0 disables continue-as-new)."""
+    max_child_workflow_depth: int = 32
+    """How deeply children may nest (0 disables child workflows)."""
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -78,7 +107,83 @@ class RunStep:
         return f"flow:{self.run_id}:{self.step_id}"
 
 
-Effect: TypeAlias = RunStep
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartRun:
+    """Effect: create (idempotently) and start a child workflow or a continue-as-new
+    successor. An existing run with the same spec, input and origin is left as it is."""
+
+    run_id: str
+    spec: WorkflowSpec
+    input: JsonValue
+    parent: ParentLink | None = None
+    predecessor: ContinuationLink | None = None
+
+    def events(self) -> tuple[ev.FlowEvent, ev.FlowEvent]:
+        return (
+            ev.RunCreated(
+                spec=self.spec, input=self.input, parent=self.parent, predecessor=self.predecessor
+            ),
+            ev.RunStarted(),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolveParent:
+    """Effect: a child chain ended; record its outcome in the parent."""
+
+    parent_run_id: str
+    child_id: str
+    child_run_id: str
+    """The run id the parent requested (the first run of the child's chain)."""
+    outcome: WorkflowTerminalOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PropagateCancellation:
+    """Effect: hand the parent's cancellation request to a child (no same-request check)."""
+
+    run_id: str
+    request: CancellationRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForceCancelChild:
+    """Effect: the parent ended immediately; end this child chain with ``run_cancelled``."""
+
+    run_id: str
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseToken:
+    """Effect: the hook no longer holds its token (received, disposed, cancelled, run ended)."""
+
+    token_digest: str
+    run_id: str
+    hook_id: str
+    claim_id: str | None = None
+    """Release only this claim (a stale proposal's), not whatever the hook holds now."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryChild:
+    """Effect: ask a child chain to report its outcome again. Resolutions are recorded in
+    request order, so one that arrived before its elder siblings' was not recorded."""
+
+    run_id: str
+    parent_run_id: str
+    child_id: str
+
+
+Effect: TypeAlias = (
+    RunStep
+    | StartRun
+    | ResolveParent
+    | PropagateCancellation
+    | ForceCancelChild
+    | ReleaseToken
+    | QueryChild
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +208,8 @@ class Rejected:
 class Verdict(Enum):
     FINISHED = "finished"
     """The run is terminal: nothing to do."""
+    DEFERRED = "deferred"
+    """Not yet: record nothing now (a child resolution waiting for its elder siblings')."""
     SUSPENDED = "suspended"
     """The run waits on something external: do not invoke workflow code."""
     REPLAY = "replay"
@@ -110,6 +217,7 @@ class Verdict(Enum):
 
 
 FINISHED = Verdict.FINISHED
+DEFERRED = Verdict.DEFERRED
 SUSPENDED = Verdict.SUSPENDED
 REPLAY = Verdict.REPLAY
 
@@ -137,17 +245,29 @@ class StartDecision:
 
 
 def decide_start(
-    snapshot: WorkflowRunSnapshot | None, run_id: str, spec: WorkflowSpec, input: JsonValue
+    snapshot: WorkflowRunSnapshot | None,
+    run_id: str,
+    spec: WorkflowSpec,
+    input: JsonValue,
+    *,
+    parent: ParentLink | None = None,
+    predecessor: ContinuationLink | None = None,
+    system: bool = False,
 ) -> StartDecision | Rejected:
-    """Idempotent start: compare the persisted spec, then the input, before any admission."""
+    """Idempotent start: compare the persisted spec, then the input, before any admission.
+
+    ``system`` starts (a child requested by its parent, a continue-as-new successor) also
+    compare the origin: an existing run that came from somewhere else fails closed.
+    """
     if snapshot is None or snapshot.spec is None:
-        return StartDecision(
-            StartKind.NEW, (ev.RunCreated(spec=spec, input=input), ev.RunStarted())
-        )
+        created = ev.RunCreated(spec=spec, input=input, parent=parent, predecessor=predecessor)
+        return StartDecision(StartKind.NEW, (created, ev.RunStarted()))
     if snapshot.spec.to_json() != spec.to_json():
         return Rejected(RunConflict(run_id, "workflow spec differs"))
     if not json_equal(snapshot.input, input):
         return Rejected(RunConflict(run_id, "workflow input differs"))
+    if system and (snapshot.parent != parent or snapshot.predecessor != predecessor):
+        return Rejected(RunConflict(run_id, "workflow origin differs"))
     if snapshot.is_terminal:
         return StartDecision(StartKind.TERMINAL)
     if snapshot.base_status is WorkflowRunStatus.PENDING:
@@ -203,9 +323,9 @@ def prepare(
                 ),
             )
         )
-    if snapshot.open_children:
+    if snapshot.blocking_children():
         return SUSPENDED
-    pairing = _pair_signal(snapshot)
+    pairing = pair_signal(snapshot)
     if pairing is not None:
         return pairing
     if snapshot.open_waits or snapshot.active_hooks or snapshot.open_signal_waits:
@@ -215,7 +335,7 @@ def prepare(
     return REPLAY
 
 
-def _pair_signal(snapshot: WorkflowRunSnapshot) -> Decision | None:
+def pair_signal(snapshot: WorkflowRunSnapshot) -> Decision | None:
     """Pair the oldest waiting signal wait with the oldest unconsumed delivery of its name."""
     if not snapshot.open_signal_waits or not snapshot.unconsumed_signals:
         return None
@@ -400,10 +520,23 @@ def _decide_link(
     return _invalid(f"workflow rescheduled child operation {child.reference_id} without progress")
 
 
+def _no_new_ids() -> str:
+    raise AssertionError("this decision needs fresh run ids: pass new_run_id")
+
+
 def decide_command(
-    snapshot: WorkflowRunSnapshot, command: cmd.RuntimeCommand, now: datetime
+    snapshot: WorkflowRunSnapshot,
+    command: cmd.RuntimeCommand,
+    now: datetime,
+    *,
+    new_run_id: IdSource = _no_new_ids,
+    limits: Limits = Limits(),
 ) -> Decision | Rejected:
-    """Validate ``command`` against history and turn it into events and effects."""
+    """Validate ``command`` against history and turn it into events and effects.
+
+    ``new_run_id`` supplies ids for child workflows and continue-as-new successors (the core
+    never makes ids up).
+    """
     run_id = snapshot.run_id
     cancelling = snapshot.base_status is WorkflowRunStatus.CANCELLING
     if isinstance(command, cmd.ScheduleStep):
@@ -450,8 +583,219 @@ def decide_command(
         return _decide_progress(snapshot, command.progress, host=False)
     if isinstance(command, cmd.LinkChildOperation):
         return _decide_link(snapshot, command.child, host=False)
-    return _invalid(
-        f"workflow run {run_id} returned {command.TYPE}, which this engine does not support yet"
+    if isinstance(command, cmd.CreateHook):
+        return _decide_hook(snapshot, command)
+    if isinstance(command, cmd.WaitForSignal):
+        return _decide_signal_wait(snapshot, command)
+    if isinstance(command, cmd.StartChildWorkflow):
+        return _decide_children(snapshot, (command.as_child(),), new_run_id, limits, batch=False)
+    if isinstance(command, cmd.StartChildWorkflows):
+        return _decide_children(snapshot, command.children, new_run_id, limits, batch=True)
+    if isinstance(command, cmd.ContinueAsNew):
+        return _decide_continue_as_new(snapshot, command, new_run_id, limits)
+    return _invalid(f"workflow run {run_id} returned unknown command {command.TYPE}")
+
+
+def _decide_hook(snapshot: WorkflowRunSnapshot, command: cmd.CreateHook) -> Decision | Rejected:
+    hook_id = command.hook_id
+    if not isinstance(hook_id, str) or not hook_id.strip():
+        return _invalid("hook id must not be empty")
+    try:
+        digest = token_digest(command.token)
+    except InvalidTransition as exc:
+        return Rejected(exc)
+    existing = snapshot.hooks.get(hook_id)
+    if existing is None:
+        created = ev.HookCreated(hook_id=hook_id, token_digest=digest, metadata=command.metadata)
+        return Decision(events=(created,), suspend=True)
+    if not digests_equal(existing.token_digest, digest):
+        return _drift(snapshot, f"hook {hook_id} token", "<redacted>", "<redacted>")
+    if canonical(existing.metadata) != canonical(command.metadata):
+        return _drift(
+            snapshot,
+            f"hook {hook_id} metadata",
+            canonical(existing.metadata),
+            canonical(command.metadata),
+        )
+    if existing.status is HookStatus.CANCELLED:
+        return _invalid(
+            f"workflow rescheduled cancelled hook {hook_id}; cancellation cleanup must use a "
+            "distinct stable identity"
+        )
+    # Active: stay suspended. Received or disposed: the hook cannot reopen (a new round needs a
+    # new hook id); replay continues.
+    return Decision(suspend=existing.status is HookStatus.ACTIVE)
+
+
+def _decide_signal_wait(
+    snapshot: WorkflowRunSnapshot, command: cmd.WaitForSignal
+) -> Decision | Rejected:
+    wait_id, name = command.wait_id, command.signal_name
+    if not isinstance(wait_id, str) or not wait_id.strip():
+        return _invalid("signal wait id must not be empty")
+    if not isinstance(name, str) or not name.strip():
+        return _invalid("signal name must not be empty")
+    assert snapshot.spec is not None
+    if not snapshot.spec.accepts_signal(name):
+        return _invalid(f"workflow run {snapshot.run_id} does not declare signal {name}")
+    existing = snapshot.signal_waits.get(wait_id)
+    if existing is None:
+        # Not a suspension yet: the next iteration pairs it with a queued delivery, if any.
+        return Decision(events=(ev.SignalWaitCreated(wait_id=wait_id, signal_name=name),))
+    if existing.signal_name != name:
+        return _drift(
+            snapshot,
+            f"signal wait {wait_id} name",
+            dumps_compact(existing.signal_name),
+            dumps_compact(name),
+        )
+    if existing.status is WaitStatus.CANCELLED:
+        return _invalid(
+            f"workflow rescheduled cancelled signal wait {wait_id}; cancellation cleanup must "
+            "use a distinct stable identity"
+        )
+    return Decision(suspend=existing.status is WaitStatus.WAITING)
+
+
+def _child_json(child: cmd.ChildWorkflowCommand | ChildWorkflowSnapshot) -> str:
+    return dumps_compact(
+        {
+            "spec": child.spec.to_json(),
+            "input": child.input,
+            "cancellation_policy": child.cancellation_policy.value,
+        }
+    )
+
+
+def _decide_children(
+    snapshot: WorkflowRunSnapshot,
+    children: tuple[cmd.ChildWorkflowCommand, ...],
+    new_run_id: IdSource,
+    limits: Limits,
+    *,
+    batch: bool,
+) -> Decision | Rejected:
+    # The whole command is validated before anything is appended.
+    if batch and not children:
+        return _invalid("start_child_workflows requires at least one child")
+    if batch and len(children) > MAX_CHILD_WORKFLOW_BATCH_SIZE:
+        return _invalid(
+            f"start_child_workflows batch size {len(children)} exceeds "
+            f"{MAX_CHILD_WORKFLOW_BATCH_SIZE}"
+        )
+    seen: set[str] = set()
+    for child in children:
+        if not isinstance(child.child_id, str) or not child.child_id.strip():
+            return _invalid("child workflow id must not be empty")
+        if child.child_id in seen:
+            return _invalid(f"start_child_workflows contains duplicate child id {child.child_id}")
+        seen.add(child.child_id)
+        try:
+            child.spec.validate()
+        except InvalidWorkflow as exc:
+            return Rejected(exc)
+    missing: list[cmd.ChildWorkflowCommand] = []
+    resolved: list[str] = []
+    last_sequence = 0
+    for child in children:
+        existing = snapshot.child_workflows.get(child.child_id)
+        if existing is None:
+            missing.append(child)
+            continue
+        if missing or existing.requested_sequence < last_sequence:
+            order = [c.child_id for c in children]
+            return Rejected(
+                NonDeterministic(
+                    snapshot.run_id,
+                    f"child workflow batch order differs: replay={dumps_compact(order)}",
+                )
+            )
+        last_sequence = existing.requested_sequence
+        if _child_json(existing) != _child_json(child):
+            history, replay = _child_json(existing), _child_json(child)
+            return _drift(snapshot, f"child workflow {child.child_id}", history, replay)
+        if not existing.is_open:
+            resolved.append(child.child_id)
+    if not missing:
+        if len(resolved) == len(children):
+            if not batch:
+                return _invalid(
+                    f"workflow rescheduled resolved child workflow {children[0].child_id} "
+                    "without progress"
+                )
+            return _invalid(
+                "workflow rescheduled only resolved child workflows without progress: "
+                + ", ".join(resolved)
+            )
+        return Decision(suspend=True)
+    depth = snapshot.depth + 1
+    if depth > limits.max_child_workflow_depth:
+        return Rejected(ChildWorkflowDepthExceeded(limits.max_child_workflow_depth))
+    events: list[ev.FlowEvent] = []
+    effects: list[Effect] = []
+    for child in missing:
+        child_run_id = new_run_id()
+        events.append(
+            ev.ChildWorkflowRequested(
+                child_id=child.child_id,
+                child_run_id=child_run_id,
+                spec=child.spec,
+                input=child.input,
+                cancellation_policy=child.cancellation_policy,
+            )
+        )
+        link = ParentLink(
+            run_id=snapshot.run_id, child_id=child.child_id, child_run_id=child_run_id, depth=depth
+        )
+        effects.append(
+            StartRun(run_id=child_run_id, spec=child.spec, input=child.input, parent=link)
+        )
+    return Decision(events=tuple(events), effects=tuple(effects))
+
+
+def _decide_continue_as_new(
+    snapshot: WorkflowRunSnapshot,
+    command: cmd.ContinueAsNew,
+    new_run_id: IdSource,
+    limits: Limits,
+) -> Decision | Rejected:
+    run_id = snapshot.run_id
+    if snapshot.base_status is WorkflowRunStatus.CANCELLING:
+        return _invalid(
+            f"workflow run {run_id} continued as new after cancellation was requested; "
+            "cleanup-aware cancellation must return cancel or fail"
+        )
+    if snapshot.unconsumed_signals:
+        return _invalid(
+            f"workflow run {run_id} cannot continue as new with unconsumed signal "
+            f"{min(snapshot.unconsumed_signals)}"
+        )
+    if snapshot.open_signal_waits:
+        return _invalid(
+            f"workflow run {run_id} cannot continue as new with open signal wait "
+            f"{min(snapshot.open_signal_waits)}"
+        )
+    if snapshot.open_children:
+        return _invalid(
+            f"workflow run {run_id} cannot continue as new with open child workflow "
+            f"{min(snapshot.open_children)}"
+        )
+    hop = snapshot.hop + 1
+    if hop > limits.max_continue_as_new_hops:
+        return Rejected(ContinueAsNewLimitExceeded(limits.max_continue_as_new_hops))
+    assert snapshot.spec is not None
+    successor = new_run_id()
+    return Decision(
+        events=(ev.RunContinuedAsNew(successor_run_id=successor, input=command.input),),
+        effects=(
+            StartRun(
+                run_id=successor,
+                spec=snapshot.spec,
+                input=command.input,
+                parent=snapshot.parent,
+                predecessor=ContinuationLink(run_id=run_id, hop=hop),
+            ),
+        ),
     )
 
 
@@ -569,11 +913,179 @@ def decide_cancellation_request(
     return Decision(events=(requested,))
 
 
-def decide_termination(snapshot: WorkflowRunSnapshot, event: ev.FlowEvent) -> Outcome:
-    """Immediate termination (force-cancel, timeout, host shutdown): no code, no admission."""
+def termination_reason(event: ev.FlowEvent) -> str | None:
+    """The reason an immediate termination hands to the children it cancels."""
+    reason = getattr(event, "reason", None)
+    return reason if isinstance(reason, str) else None
+
+
+def decide_termination(
+    snapshot: WorkflowRunSnapshot,
+    event: ev.FlowEvent,
+    child_outcomes: dict[str, WorkflowTerminalOutcome] | None = None,
+) -> Outcome:
+    """Immediate termination (force-cancel, timeout, host shutdown): no code, no admission.
+
+    Open ``request_cancellation`` children end with the parent: their resolutions come first
+    (in request order), then the parent's terminal event. ``child_outcomes`` gives the outcome
+    each child chain actually reached when the caller ended them itself (the embedded engine);
+    without it every such child is recorded as cancelled with the parent's reason, and the
+    decision carries a :class:`ForceCancelChild` effect per child for the caller to deliver.
+    ``abandon`` children are left running.
+    """
     if snapshot.is_terminal:
         return FINISHED
-    return Decision(events=(event,))
+    reason = termination_reason(event)
+    events: list[ev.FlowEvent] = []
+    effects: list[Effect] = []
+    for child in snapshot.open_children_in_order():
+        if child.cancellation_policy is not ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION:
+            continue
+        outcome = None if child_outcomes is None else child_outcomes.get(child.child_id)
+        if outcome is None or outcome.type is OutcomeType.CONTINUED_AS_NEW:
+            outcome = Cancelled(reason=reason)
+            effects.append(ForceCancelChild(run_id=child.run_id, reason=reason))
+        events.append(ev.ChildWorkflowResolved(child_id=child.child_id, outcome=outcome))
+    events.append(event)
+    return Decision(events=tuple(events), effects=tuple(effects))
+
+
+# -- signals (code-free) -------------------------------------------------------------------------
+
+
+def check_signal(signal: WorkflowSignal) -> Rejected | None:
+    if not isinstance(signal.signal_id, str) or not signal.signal_id.strip():
+        return _invalid("signal id must not be empty")
+    if not isinstance(signal.name, str) or not signal.name.strip():
+        return _invalid("signal name must not be empty")
+    return None
+
+
+def recorded_signal(snapshot: WorkflowRunSnapshot, signal: WorkflowSignal) -> Outcome | None:
+    """How one run of a continuation chain answers a redelivered ``signal``: ``None`` when it
+    never saw the id, an empty ``Decision`` for an exact duplicate, ``SignalConflict`` for a
+    delivery with the same id and other content."""
+    existing = snapshot.signals.get(signal.signal_id)
+    if existing is None:
+        return None
+    if existing.name == signal.name and json_equal(existing.payload, signal.payload):
+        return Decision()
+    return Rejected(
+        SignalConflict(
+            snapshot.run_id,
+            signal.signal_id,
+            "name or payload differs from the durable delivery",
+        )
+    )
+
+
+def decide_signal(snapshot: WorkflowRunSnapshot, signal: WorkflowSignal) -> Outcome:
+    """Deliver ``signal`` to the active leaf of a chain whose other runs never saw its id."""
+    problem = check_signal(signal)
+    if problem is not None:
+        return problem
+    recorded = recorded_signal(snapshot, signal)
+    if recorded is not None:
+        return recorded
+    if snapshot.is_terminal:
+        return Rejected(RunTerminal(snapshot.run_id))
+    assert snapshot.spec is not None
+    if not snapshot.spec.accepts_signal(signal.name):
+        return _invalid(f"workflow run {snapshot.run_id} does not declare signal {signal.name}")
+    received = ev.SignalReceived(signal=signal)
+    if snapshot.base_status is WorkflowRunStatus.PENDING:
+        return Decision(events=(ev.RunStarted(), received))
+    return Decision(events=(received,))
+
+
+# -- hooks (code-free) ---------------------------------------------------------------------------
+
+
+def decide_resume_hook(
+    snapshot: WorkflowRunSnapshot,
+    hook_id: str,
+    payload: JsonValue,
+    *,
+    token_digest: str | None = None,
+) -> Outcome:
+    """Record a hook callback. An exact redelivery is a no-op (``Decision()``); a callback
+    that contradicts the hook's durable resolution is ``HookConflict``. Given the digest of
+    the token a by-token callback presented, the hook must still hold that token."""
+    hook = snapshot.hooks.get(hook_id)
+    if hook is None:
+        if snapshot.is_terminal:
+            return Rejected(RunTerminal(snapshot.run_id))
+        return _invalid(f"hook {hook_id} does not exist for run {snapshot.run_id}")
+    if token_digest is not None and not digests_equal(hook.token_digest, token_digest):
+        return Rejected(HookTokenNotFound(token_digest))
+    run_id = snapshot.run_id
+    if hook.status is HookStatus.ACTIVE:
+        if snapshot.is_terminal:
+            return Rejected(RunTerminal(run_id))
+        return Decision(events=(ev.HookReceived(hook_id=hook_id, payload=payload),))
+    if hook.status is HookStatus.RECEIVED:
+        if json_equal(hook.payload, payload):
+            return Decision()
+        return Rejected(
+            HookConflict(run_id, hook_id, "was already resumed with a different payload")
+        )
+    if hook.status is HookStatus.DISPOSED:
+        return Rejected(HookConflict(run_id, hook_id, "was already disposed"))
+    return Rejected(HookConflict(run_id, hook_id, "was cancelled"))
+
+
+def decide_dispose_hook(
+    snapshot: WorkflowRunSnapshot, hook_id: str, *, token_digest: str | None = None
+) -> Outcome:
+    """Revoke a hook. Disposing a disposed hook again is a no-op."""
+    hook = snapshot.hooks.get(hook_id)
+    if hook is None:
+        if snapshot.is_terminal:
+            return Rejected(RunTerminal(snapshot.run_id))
+        return _invalid(f"hook {hook_id} does not exist for run {snapshot.run_id}")
+    if token_digest is not None and not digests_equal(hook.token_digest, token_digest):
+        return Rejected(HookTokenNotFound(token_digest))
+    run_id = snapshot.run_id
+    if hook.status is HookStatus.ACTIVE:
+        if snapshot.is_terminal:
+            return Rejected(RunTerminal(run_id))
+        return Decision(events=(ev.HookDisposed(hook_id=hook_id),))
+    if hook.status is HookStatus.DISPOSED:
+        return Decision()
+    if hook.status is HookStatus.RECEIVED:
+        return Rejected(HookConflict(run_id, hook_id, "was already resumed"))
+    return Rejected(HookConflict(run_id, hook_id, "was cancelled"))
+
+
+# -- children (code-free) ------------------------------------------------------------------------
+
+
+def decide_child_resolution(
+    snapshot: WorkflowRunSnapshot, child_id: str, outcome: WorkflowTerminalOutcome
+) -> Outcome:
+    """Record a child chain's final outcome in the parent.
+
+    Resolutions are recorded in request order: while an elder sibling the parent waits for is
+    still open, this one is ``DEFERRED`` (asked for again with :class:`QueryChild` once it is
+    the eldest). A duplicate, or a resolution for a parent that already ended, records nothing.
+    """
+    child = snapshot.child_workflows.get(child_id)
+    if snapshot.is_terminal or child is None or not child.is_open:
+        return Decision()
+    if outcome.type is OutcomeType.CONTINUED_AS_NEW:
+        return Decision()  # only a chain's last run resolves its parent
+    order = (child.requested_sequence, child.child_id)
+    for elder in snapshot.blocking_children():
+        if (elder.requested_sequence, elder.child_id) < order:
+            return DEFERRED
+    return Decision(events=(ev.ChildWorkflowResolved(child_id=child_id, outcome=outcome),))
+
+
+def eldest_blocking_child(snapshot: WorkflowRunSnapshot) -> ChildWorkflowSnapshot | None:
+    if snapshot.is_terminal:
+        return None
+    blocking = snapshot.blocking_children()
+    return blocking[0] if blocking else None
 
 
 def decide_host_progress(
@@ -615,3 +1127,90 @@ def due_waits(snapshot: WorkflowRunSnapshot, now: datetime) -> list[str]:
     if snapshot.is_terminal:
         return []
     return sorted(w for w in snapshot.open_waits if snapshot.waits[w].resume_at <= now)
+
+
+# -- cross-run follow-ups of committed events -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Before:
+    """What :func:`follow_ups` needs to know about a run just before an event."""
+
+    hooks: dict[str, str]
+    """hook id → token digest of the active hooks."""
+    eldest_child: str | None
+    """The eldest open child the run waits for."""
+
+
+def before(snapshot: WorkflowRunSnapshot) -> Before:
+    eldest = eldest_blocking_child(snapshot)
+    return Before(
+        hooks=snapshot.active_hook_digests(),
+        eldest_child=None if eldest is None else eldest.child_id,
+    )
+
+
+def follow_ups(prior: Before, snapshot: WorkflowRunSnapshot, event: ev.FlowEvent) -> list[Effect]:
+    """The work other runs (and the hook-token index) owe to one committed event.
+
+    A distributed shell delivers these in the same transaction as the event, so there is no
+    window in which the event is durable and its consequence is not: a child's start with its
+    request, a successor's start with the link, a parent's resolution with the child's end, a
+    token's release with the hook's resolution.
+    """
+    out: list[Effect] = []
+    run_id = snapshot.run_id
+    if isinstance(event, ev.ChildWorkflowRequested):
+        link = ParentLink(
+            run_id=run_id,
+            child_id=event.child_id,
+            child_run_id=event.child_run_id,
+            depth=snapshot.depth + 1,
+        )
+        out.append(
+            StartRun(run_id=event.child_run_id, spec=event.spec, input=event.input, parent=link)
+        )
+    elif isinstance(event, ev.RunContinuedAsNew):
+        assert snapshot.spec is not None
+        out.append(
+            StartRun(
+                run_id=event.successor_run_id,
+                spec=snapshot.spec,
+                input=event.input,
+                parent=snapshot.parent,
+                predecessor=ContinuationLink(run_id=run_id, hop=snapshot.hop + 1),
+            )
+        )
+    elif isinstance(event, ev.RunCancellationRequested):
+        assert snapshot.cancellation is not None
+        for child in snapshot.open_children_in_order():
+            if (
+                child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
+                and child.requested_sequence < snapshot.cancellation.sequence
+            ):
+                out.append(PropagateCancellation(run_id=child.run_id, request=event.request))
+    if (
+        event.is_terminal()
+        and not isinstance(event, ev.RunContinuedAsNew)
+        and snapshot.parent is not None
+        and snapshot.terminal_outcome is not None
+    ):
+        out.append(
+            ResolveParent(
+                parent_run_id=snapshot.parent.run_id,
+                child_id=snapshot.parent.child_id,
+                child_run_id=snapshot.parent.child_run_id,
+                outcome=snapshot.terminal_outcome,
+            )
+        )
+    active = snapshot.active_hook_digests()
+    for hook_id, digest in sorted(prior.hooks.items()):
+        if active.get(hook_id) != digest:
+            out.append(ReleaseToken(token_digest=digest, run_id=run_id, hook_id=hook_id))
+    if isinstance(event, ev.ChildWorkflowResolved | ev.RunCancellationRequested):
+        eldest = eldest_blocking_child(snapshot)
+        if eldest is not None and eldest.child_id != prior.eldest_child:
+            out.append(
+                QueryChild(run_id=eldest.run_id, parent_run_id=run_id, child_id=eldest.child_id)
+            )
+    return out

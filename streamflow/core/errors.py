@@ -32,13 +32,18 @@
     ├── IoError                      file or process I/O failed
     └── ReplayLimitExceeded          a drive loop exceeded max_replay_iterations
 
-Every error carries its data as attributes. Hook tokens are never part of ``str()`` or
-``repr()``: the attribute holds the value for programmatic use, the text says ``<redacted>``.
+Every error carries its data as attributes. Hook tokens never reach an error at all: the two
+token errors carry the token's SHA-256 digest, and their text shows only its first 12 hex
+digits.
 """
 
 from __future__ import annotations
 
 REDACTED = "<redacted>"
+
+
+def _short(digest: str) -> str:
+    return f"sha256:{digest[:12]}…"
 
 
 class FlowError(Exception):
@@ -202,14 +207,15 @@ class EventConflict(FlowError):
 
 
 class HookTokenNotFound(FlowError):
-    """Raised when no active hook owns the token. The token is never shown."""
+    """Raised when no active hook owns the token.
 
-    def __init__(self, token: str) -> None:
-        super().__init__(f"no active hook owns token {REDACTED}")
-        self.token = token
+    Carries only the token's SHA-256 digest (``token_digest``); the text shows an abbreviation
+    of it, never the token.
+    """
 
-    def __repr__(self) -> str:
-        return f"HookTokenNotFound(token={REDACTED!r})"
+    def __init__(self, token_digest: str) -> None:
+        super().__init__(f"no active hook owns token {_short(token_digest)}")
+        self.token_digest = token_digest
 
 
 class LeaseLost(FlowError):
@@ -221,22 +227,19 @@ class LeaseLost(FlowError):
 
 
 class HookTokenConflict(FlowError):
-    """Raised when a hook token is already owned by an active hook of a non-terminal run."""
+    """Raised when a hook token is already owned by an active hook of a non-terminal run.
 
-    def __init__(self, token: str, existing_run_id: str, existing_hook_id: str) -> None:
+    Carries the token's SHA-256 digest (``token_digest``), never the token.
+    """
+
+    def __init__(self, token_digest: str, existing_run_id: str, existing_hook_id: str) -> None:
         super().__init__(
-            f"hook token {REDACTED} is already active for workflow run {existing_run_id} "
-            f"hook {existing_hook_id}"
+            f"hook token {_short(token_digest)} is already active for workflow run "
+            f"{existing_run_id} hook {existing_hook_id}"
         )
-        self.token = token
+        self.token_digest = token_digest
         self.existing_run_id = existing_run_id
         self.existing_hook_id = existing_hook_id
-
-    def __repr__(self) -> str:
-        return (
-            f"HookTokenConflict(token={REDACTED!r}, existing_run_id={self.existing_run_id!r}, "
-            f"existing_hook_id={self.existing_hook_id!r})"
-        )
 
 
 class HookConflict(FlowError):

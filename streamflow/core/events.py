@@ -21,6 +21,8 @@ from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
+    ContinuationLink,
+    ParentLink,
     WorkflowProgress,
     WorkflowSignal,
     WorkflowTerminalOutcome,
@@ -34,6 +36,9 @@ class Codec:
     encode: Callable[[Any], Any]
     decode: Callable[[Any], Any]
     optional: bool = False
+    omit_none: bool = False
+    """Leave the field out of the JSON form when it is ``None`` (fields added after the seed's
+    wire shape, so histories without them encode exactly as before)."""
 
 
 def _ident(value: Any) -> Any:
@@ -77,6 +82,18 @@ PROGRESS = Codec(lambda v: v.to_json(), WorkflowProgress.from_json)
 CHILD_REF = Codec(lambda v: v.to_json(), ChildOperationReference.from_json)
 SIGNAL = Codec(lambda v: v.to_json(), WorkflowSignal.from_json)
 OUTCOME = Codec(lambda v: v.to_json(), WorkflowTerminalOutcome.from_json)
+PARENT = Codec(
+    lambda v: v.to_json(),
+    lambda v: None if v is None else ParentLink.from_json(v),
+    optional=True,
+    omit_none=True,
+)
+PREDECESSOR = Codec(
+    lambda v: v.to_json(),
+    lambda v: None if v is None else ContinuationLink.from_json(v),
+    optional=True,
+    omit_none=True,
+)
 CHILD_POLICY = Codec(
     lambda v: v.value,
     lambda v: ChildWorkflowCancellationPolicy(v or "request_cancellation"),
@@ -108,6 +125,8 @@ class FlowEvent:
         out: dict[str, Any] = {"type": self.TYPE}
         for name, codec in self.FIELDS:
             value = getattr(self, name)
+            if value is None and codec.omit_none:
+                continue
             out[name] = None if value is None else codec.encode(value)
         return out
 
@@ -145,11 +164,19 @@ def _event(
 EVENT_TYPES: dict[str, type[FlowEvent]] = {}
 
 
-@_event("run_created", "flow.run.created", (("spec", SPEC), ("input", JSON)))
+@_event(
+    "run_created",
+    "flow.run.created",
+    (("spec", SPEC), ("input", JSON), ("parent", PARENT), ("predecessor", PREDECESSOR)),
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCreated(FlowEvent):
     spec: WorkflowSpec
     input: JsonValue = None
+    parent: ParentLink | None = None
+    """Set on a child workflow (and every run of its continue-as-new chain)."""
+    predecessor: ContinuationLink | None = None
+    """Set on a continue-as-new successor."""
 
 
 @_event("run_started", "flow.run.started", ())
@@ -353,16 +380,15 @@ class WaitCompleted(FlowEvent):
 @_event(
     "hook_created",
     "flow.hook.created",
-    (("hook_id", STR), ("token", STR), ("metadata", JSON)),
+    (("hook_id", STR), ("token_digest", STR), ("metadata", JSON)),
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookCreated(FlowEvent):
     hook_id: str
-    token: str
+    token_digest: str
+    """SHA-256 of the hook's token (``streamflow.core.tokens``); the token itself is never
+    recorded."""
     metadata: JsonValue = None
-
-    def __repr__(self) -> str:
-        return f"HookCreated(hook_id={self.hook_id!r}, token='<redacted>')"
 
 
 @_event("hook_received", "flow.hook.received", (("hook_id", STR), ("payload", JSON)))

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from streamflow.core.errors import FlowError, RunConflict
+from streamflow.core.jsonvalue import json_equal
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
+from streamflow.core.values import ContinuationLink
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,3 +115,21 @@ def open_suspensions(
             )
     out.sort(key=lambda s: (s.run_id, s.kind.value, s.subject_id))
     return out
+
+
+def continuation_error(
+    predecessor: WorkflowRunSnapshot, successor: WorkflowRunSnapshot
+) -> FlowError | None:
+    """Why ``successor`` is not the run ``predecessor``'s continue-as-new link started, or
+    ``None``: the same spec, the link's input, and an origin naming the predecessor."""
+    link = predecessor.continuation
+    if link is None or successor.spec is None or predecessor.spec is None:
+        return RunConflict(successor.run_id, "workflow run is not a continue-as-new successor")
+    expected = ContinuationLink(run_id=predecessor.run_id, hop=predecessor.hop + 1)
+    if successor.spec.to_json() != predecessor.spec.to_json():
+        return RunConflict(successor.run_id, "workflow spec differs")
+    if not json_equal(successor.input, link.input):
+        return RunConflict(successor.run_id, "workflow input differs")
+    if successor.predecessor != expected or successor.parent != predecessor.parent:
+        return RunConflict(successor.run_id, "workflow origin differs")
+    return None

@@ -29,6 +29,7 @@ from streamflow.core.snapshot import (
     WorkflowSignalSnapshot,
 )
 from streamflow.core.timeutil import add_millis, format_utc
+from streamflow.core.tokens import is_token_digest
 from streamflow.core.values import (
     Cancelled,
     ChildWorkflowCancellationPolicy,
@@ -186,8 +187,14 @@ def _run_created(s: S, e: ev.RunCreated, env: Env) -> None:
     if s.spec is not None or s.last_sequence != 0:
         raise _fail(s, "run_created may only be the first event")
     e.spec.validate()
+    if e.parent is not None and (e.parent.run_id == s.run_id or e.parent.depth < 1):
+        raise _fail(s, f"run_created names an invalid parent link {e.parent.to_json()}")
+    if e.predecessor is not None and e.predecessor.run_id == s.run_id:
+        raise _fail(s, "a run cannot continue itself")
     s.spec = e.spec
     s.input = e.input
+    s.parent = e.parent
+    s.predecessor = e.predecessor
     s.base_status = WorkflowRunStatus.PENDING
     s.created_at = env.timestamp
 
@@ -344,7 +351,7 @@ def _child_workflow_requested(s: S, e: ev.ChildWorkflowRequested, env: Env) -> N
     _require_id(s, e.child_id, "child workflow id")
     if e.child_id in s.child_workflows:
         raise _fail(s, f"duplicate child workflow request {e.child_id}")
-    if not is_valid_run_id(e.child_run_id):
+    if not is_valid_run_id(e.child_run_id) or e.child_run_id == s.run_id:
         raise _fail(s, f"child workflow {e.child_id} run id {e.child_run_id!r} is not valid")
     e.spec.validate()
     s.child_workflows[e.child_id] = ChildWorkflowSnapshot(
@@ -577,8 +584,13 @@ def _hook_created(s: S, e: ev.HookCreated, env: Env) -> None:
     _require_id(s, e.hook_id, "hook id")
     if e.hook_id in s.hooks:
         raise _fail(s, f"duplicate hook_created for hook {e.hook_id}")
+    if not is_token_digest(e.token_digest):
+        raise _fail(s, f"hook {e.hook_id} token digest is not a SHA-256 hex digest")
     s.hooks[e.hook_id] = HookSnapshot(
-        hook_id=e.hook_id, token=e.token, status=HookStatus.ACTIVE, metadata=e.metadata
+        hook_id=e.hook_id,
+        token_digest=e.token_digest,
+        status=HookStatus.ACTIVE,
+        metadata=e.metadata,
     )
     s.active_hooks.add(e.hook_id)
 

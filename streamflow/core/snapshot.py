@@ -18,6 +18,8 @@ from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
+    ContinuationLink,
+    ParentLink,
     WorkflowProgress,
     WorkflowTerminalOutcome,
 )
@@ -112,8 +114,8 @@ class WaitSnapshot:
 class HookSnapshot:
     hook_id: str
     """Stable identity within the run."""
-    token: str
-    """The token as recorded in history."""
+    token_digest: str
+    """SHA-256 of the hook's token, as recorded in history (the token itself never is)."""
     status: HookStatus
     """Lifecycle state."""
     metadata: JsonValue = None
@@ -121,11 +123,13 @@ class HookSnapshot:
     payload: JsonValue = None
     """Payload of the first ``hook_received``."""
 
-    def __repr__(self) -> str:
-        return (
-            f"HookSnapshot(hook_id={self.hook_id!r}, token='<redacted>', "
-            f"status={self.status.value!r})"
-        )
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActiveHookSnapshot:
+    """An active hook of a non-terminal run (``list_active_hooks``)."""
+
+    run_id: str
+    hook: HookSnapshot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,6 +227,8 @@ class WorkflowRunSnapshot:
         "open_signal_waits",
         "open_waits",
         "output",
+        "parent",
+        "predecessor",
         "progress",
         "progress_by_id",
         "retry_steps",
@@ -257,6 +263,8 @@ class WorkflowRunSnapshot:
         self.error: str | None = None
         self.terminal_outcome: WorkflowTerminalOutcome | None = None
         self.continuation: WorkflowContinuation | None = None
+        self.parent: ParentLink | None = None
+        self.predecessor: ContinuationLink | None = None
         self.last_sequence = 0
         self.created_at: datetime | None = None
         self.updated_at: datetime | None = None
@@ -291,12 +299,57 @@ class WorkflowRunSnapshot:
     def runtime_build_id(self) -> str | None:
         return None if self.spec is None else self.spec.runtime_build_id
 
+    @property
+    def depth(self) -> int:
+        """Child-workflow nesting depth: 0 for a top-level run."""
+        return 0 if self.parent is None else self.parent.depth
+
+    @property
+    def hop(self) -> int:
+        """Continue-as-new hops from the chain's root: 0 for a root."""
+        return 0 if self.predecessor is None else self.predecessor.hop
+
+    def blocks_on(self, child: ChildWorkflowSnapshot) -> bool:
+        """Whether the open ``child`` keeps this run suspended.
+
+        Every open child does, except an ``abandon`` child requested before a cancellation
+        request: the parent's cleanup does not wait for it.
+        """
+        if not child.is_open:
+            return False
+        abandoned = (
+            self.cancellation is not None
+            and child.cancellation_policy is ChildWorkflowCancellationPolicy.ABANDON
+            and child.requested_sequence < self.cancellation.sequence
+        )
+        return not abandoned
+
+    def blocking_children(self) -> list[ChildWorkflowSnapshot]:
+        """Open children this run waits for, in request order."""
+        children = (self.child_workflows[c] for c in self.open_children)
+        return sorted(
+            (c for c in children if self.blocks_on(c)),
+            key=lambda c: (c.requested_sequence, c.child_id),
+        )
+
+    def open_children_in_order(self) -> list[ChildWorkflowSnapshot]:
+        return sorted(
+            (self.child_workflows[c] for c in self.open_children),
+            key=lambda c: (c.requested_sequence, c.child_id),
+        )
+
+    def active_hook_digests(self) -> dict[str, str]:
+        """hook id → token digest of every active hook (empty once the run is terminal)."""
+        if self.is_terminal:
+            return {}
+        return {h: self.hooks[h].token_digest for h in self.active_hooks}
+
     def has_open_suspension(self) -> bool:
         return bool(
             self.open_waits
             or self.active_hooks
             or self.open_signal_waits
-            or self.open_children
+            or any(self.blocks_on(self.child_workflows[c]) for c in self.open_children)
             or self.retry_steps
         )
 

@@ -281,6 +281,65 @@ class HookMetadata:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class ParentLink:
+    """Where a child workflow came from, recorded in its ``run_created`` (and inherited by
+    every run of its continue-as-new chain): the parent that requested it."""
+
+    run_id: str
+    """The parent run."""
+    child_id: str
+    """The child's id within the parent."""
+    child_run_id: str
+    """The run id the parent requested (the first run of the child's chain)."""
+    depth: int = 1
+    """Nesting depth of the child (a top-level run's children have depth 1)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "child_id": self.child_id,
+            "child_run_id": self.child_run_id,
+            "depth": self.depth,
+        }
+
+    @staticmethod
+    def from_json(data: object) -> ParentLink:
+        obj = _obj(data, "parent link")
+        link = ParentLink(
+            run_id=_str(obj, "run_id", "parent"),
+            child_id=_str(obj, "child_id", "parent"),
+            child_run_id=_str(obj, "child_run_id", "parent"),
+            depth=_uint(obj, "depth", "parent"),
+        )
+        if not is_valid_run_id(link.run_id) or not is_valid_run_id(link.child_run_id):
+            raise SerializationError(f"parent link names an invalid run id: {link!r}")
+        return link
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuationLink:
+    """Where a continue-as-new successor came from, recorded in its ``run_created``."""
+
+    run_id: str
+    """The predecessor run."""
+    hop: int
+    """How many continue-as-new hops separate this run from the chain's root (>= 1)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "hop": self.hop}
+
+    @staticmethod
+    def from_json(data: object) -> ContinuationLink:
+        obj = _obj(data, "continuation link")
+        link = ContinuationLink(
+            run_id=_str(obj, "run_id", "predecessor"), hop=_uint(obj, "hop", "predecessor")
+        )
+        if not is_valid_run_id(link.run_id) or link.hop < 1:
+            raise SerializationError(f"invalid continuation link: {link!r}")
+        return link
+
+
 class ChildWorkflowCancellationPolicy(StrEnum):
     """What a parent's cancellation does to a child workflow."""
 

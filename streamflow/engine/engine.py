@@ -8,10 +8,12 @@ observers. The drive loop is the seed's (reference §2.0).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,8 +23,16 @@ from streamflow.core import events as ev
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import (
+    ChildWorkflowCycle,
+    ChildWorkflowDepthExceeded,
+    ContinueAsNewCycle,
+    ContinueAsNewLimitExceeded,
     EventConflict,
+    FlowError,
+    HookTokenNotFound,
+    InvalidTransition,
     ReplayLimitExceeded,
+    RunConflict,
     RunNotFound,
     RuntimeBuildUnavailable,
 )
@@ -30,15 +40,30 @@ from streamflow.core.ids import validate_run_id
 from streamflow.core.inspect import (
     WorkflowRunSummary,
     WorkflowRunSuspension,
+    continuation_error,
     open_suspensions,
     summarize,
 )
-from streamflow.core.jsonvalue import normalize
+from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.projection import evolve, project
-from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.snapshot import (
+    ActiveHookSnapshot,
+    ChildWorkflowSnapshot,
+    WorkflowRunSnapshot,
+)
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
-from streamflow.core.values import CancellationRequest, ChildOperationReference, WorkflowProgress
+from streamflow.core.tokens import token_digest
+from streamflow.core.values import (
+    CancellationRequest,
+    ChildOperationReference,
+    ChildWorkflowCancellationPolicy,
+    ContinuationLink,
+    ParentLink,
+    WorkflowProgress,
+    WorkflowSignal,
+    WorkflowTerminalOutcome,
+)
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, scheduled_wakeups, sort_key
 from streamflow.engine.observers import FlowEventObserver, notify
 from streamflow.engine.runs import CachedRun, RunCache
@@ -61,6 +86,11 @@ DEFAULT_MAX_REPLAY_ITERATIONS = 1024
 DEFAULT_MAX_CONTINUE_AS_NEW_HOPS = 64
 DEFAULT_MAX_CHILD_WORKFLOW_DEPTH = 32
 
+_DRIVING: ContextVar[frozenset[str]] = ContextVar("streamflow_driving", default=frozenset())
+"""Runs whose drive is in progress further up this call chain (a parent reconciling its
+children): a child that is already among them is a cycle, and a child that ends must not drive
+its parent from inside the parent's own drive."""
+
 
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
@@ -76,6 +106,16 @@ class EngineSettings:
     clock: Clock = utc_now
     new_run_id: Callable[[], str] = lambda: str(uuid.uuid4())
     cache_runs: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class HostResult:
+    snapshot: WorkflowRunSnapshot
+    """The run after the call."""
+    appended: bool
+    """Whether this call appended anything."""
+    effects: tuple[d.Effect, ...]
+    """What the decision asks the caller to do next."""
 
 
 class FlowEngine:
@@ -123,6 +163,13 @@ class FlowEngine:
     def supports_runtime_build(self, build: str | None) -> bool:
         return admits(self._s.compatibility, build)
 
+    @property
+    def limits(self) -> d.Limits:
+        return d.Limits(
+            max_continue_as_new_hops=self._s.max_continue_as_new_hops,
+            max_child_workflow_depth=self._s.max_child_workflow_depth,
+        )
+
     # -- start and drive ----------------------------------------------------------------------
 
     async def start(self, spec: WorkflowSpec, input: object = None) -> str:
@@ -130,42 +177,143 @@ class FlowEngine:
         return await self.start_with_id(self.new_run_id(), spec, input)
 
     async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
-        """Idempotent start: an exact retry appends nothing; drift raises ``RunConflict``."""
+        """Idempotent start: an exact retry appends nothing; drift raises ``RunConflict``.
+
+        Returns ``run_id`` (the chain's root) even when the run continued as new; the chain is
+        driven to its active leaf.
+        """
+        await self.record_start(run_id, spec, input)
+        # A terminal root is acknowledged without admission; following its continuation links
+        # repairs a missing successor code-free and drives the active leaf (if any is open).
+        await self.drive_at(run_id, self._s.clock())
+        return run_id
+
+    async def record_start(
+        self, run_id: str, spec: WorkflowSpec, input: object = None
+    ) -> WorkflowRunSnapshot:
+        """The durable half of :meth:`start_with_id`: validate, compare with an existing run,
+        admit and append ``run_created`` + ``run_started`` as needed, without driving."""
         validate_run_id(run_id)
         spec.validate()
         value = normalize(input, "workflow input")
         async with self._runs.locked(run_id):
             for _ in range(self._s.max_replay_iterations):
                 cached = await self._runs.sync(run_id)
-                decision = d.decide_start(
-                    None if cached is None else cached.snapshot, run_id, spec, value
-                )
+                snap = None if cached is None else cached.snapshot
+                decision = d.decide_start(snap, run_id, spec, value)
                 if isinstance(decision, d.Rejected):
                     raise decision.error
-                if decision.kind is d.StartKind.TERMINAL:
-                    return run_id
                 if decision.kind in (d.StartKind.NEW, d.StartKind.REPAIR):
                     self._admit(run_id, spec.runtime_build_id)
-                if not decision.events:
-                    break
+                target = cached or self._runs.fresh(run_id)
                 try:
-                    await self._commit(cached or self._runs.fresh(run_id), decision.events)
+                    await self._commit(target, decision.events)
                 except EventConflict:
                     continue
-                break
-            else:
-                raise ReplayLimitExceeded(self._s.max_replay_iterations)
-            await self._drive_locked(run_id, self._s.clock())
-        return run_id
+                return target.snapshot.copy()
+        raise ReplayLimitExceeded(self._s.max_replay_iterations)
 
     async def drive(self, run_id: str) -> WorkflowRunSnapshot:
-        """Replay until the run is terminal or durably suspended; returns its snapshot."""
+        """Replay until the run is terminal or durably suspended; returns its snapshot.
+
+        Given a run that continued as new, drives (and returns) the chain's active leaf.
+        """
         return await self.drive_at(run_id, self._s.clock())
 
     async def drive_at(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
         now = require_utc(now, "drive time")
-        async with self._runs.locked(run_id):
-            return await self._drive_locked(run_id, now)
+        snap = await self._drive_chain(run_id, now)
+        return await self._propagate(snap, now)
+
+    async def _drive_chain(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
+        """Drive ``run_id`` and then every continue-as-new successor, to the active leaf."""
+        validate_run_id(run_id)
+        current, seen = run_id, {run_id}
+        while True:
+            if current in _DRIVING.get():
+                raise ChildWorkflowCycle(current)
+            token = _DRIVING.set(_DRIVING.get() | {current})
+            try:
+                async with self._runs.locked(current):
+                    snap = await self._drive_locked(current, now)
+            finally:
+                _DRIVING.reset(token)
+            if snap.continuation is None:
+                return snap
+            current = await self._next_in_chain(snap, seen)
+
+    async def _next_in_chain(self, snap: WorkflowRunSnapshot, seen: set[str]) -> str:
+        """The successor of a run that continued as new, created from the durable link if a
+        crash lost it (no workflow code runs). A link back into the chain is a cycle."""
+        assert snap.continuation is not None
+        assert snap.spec is not None
+        successor = snap.continuation.successor_run_id
+        if successor in seen:
+            raise ContinueAsNewCycle(successor)
+        seen.add(successor)
+        await self._ensure_run(
+            d.StartRun(
+                run_id=successor,
+                spec=snap.spec,
+                input=snap.continuation.input,
+                parent=snap.parent,
+                predecessor=ContinuationLink(run_id=snap.run_id, hop=snap.hop + 1),
+            )
+        )
+        return successor
+
+    async def _leaf(self, run_id: str) -> WorkflowRunSnapshot:
+        """The active leaf of ``run_id``'s continuation chain (repairing missing successors),
+        without driving anything."""
+        validate_run_id(run_id)
+        snap, seen = await self._load(run_id), {run_id}
+        while snap.continuation is not None:
+            snap = await self._load(await self._next_in_chain(snap, seen))
+        return snap
+
+    async def _ensure_run(self, start: d.StartRun) -> WorkflowRunSnapshot:
+        """Create (idempotently) a child or successor run with its exact spec, input and origin.
+
+        An existing run with the same authority is left as it is; one with another authority
+        fails closed with ``RunConflict``. No workflow code runs.
+        """
+        async with self._runs.locked(start.run_id):
+            for _ in range(self._s.max_replay_iterations):
+                cached = await self._runs.sync(start.run_id)
+                decision = d.decide_start(
+                    None if cached is None else cached.snapshot,
+                    start.run_id,
+                    start.spec,
+                    start.input,
+                    parent=start.parent,
+                    predecessor=start.predecessor,
+                    system=True,
+                )
+                if isinstance(decision, d.Rejected):
+                    raise decision.error
+                target = cached or self._runs.fresh(start.run_id)
+                try:
+                    await self._commit(target, decision.events)
+                except EventConflict:
+                    continue
+                return target.snapshot.copy()
+        raise ReplayLimitExceeded(self._s.max_replay_iterations)
+
+    async def _propagate(self, snap: WorkflowRunSnapshot, now: datetime) -> WorkflowRunSnapshot:
+        """A child chain that just ended wakes its parent (unless the parent is the one driving
+        it). Errors from the parent's drive are logged, not raised: they belong to the parent,
+        and the next drive of the parent reports them again."""
+        current = snap
+        while current.is_terminal and current.parent is not None:
+            parent_id = current.parent.run_id
+            if _DRIVING.get():
+                break
+            try:
+                current = await self._drive_chain(parent_id, now)
+            except FlowError as exc:
+                log.warning("driving parent %s of finished child failed: %s", parent_id, exc)
+                break
+        return snap
 
     async def _drive_locked(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
         budget = self._s.max_replay_iterations
@@ -183,6 +331,13 @@ class FlowEngine:
             if budget <= 0:
                 raise ReplayLimitExceeded(self._s.max_replay_iterations)
             budget -= 1
+            if (
+                snap.open_children
+                and not snap.failed_fail_run_steps
+                and d.admission_error(snap, self._s.compatibility) is None
+                and await self._reconcile_children(cached, now)
+            ):
+                continue
             outcome = d.prepare(snap, now, self._s.compatibility)
             if outcome is d.FINISHED or outcome is d.SUSPENDED:
                 return snap.copy()
@@ -192,15 +347,97 @@ class FlowEngine:
                 await self._commit_tolerant(cached, outcome.events)
                 continue
             command = await self._invoke_workflow(cached)
-            decision = d.decide_command(snap, command, now)
+            decision = d.decide_command(
+                snap, command, now, new_run_id=self._s.new_run_id, limits=self.limits
+            )
             if isinstance(decision, d.Rejected):
                 raise decision.error
             if not await self._commit_tolerant(cached, decision.events):
                 continue
-            if decision.effects:
-                await self._run_steps(cached, decision.effects, now)
+            steps = tuple(e for e in decision.effects if isinstance(e, d.RunStep))
+            if steps:
+                await self._run_steps(cached, steps, now)
             elif decision.suspend:
                 return snap.copy()
+            # Child requests are created and driven by the reconciliation of the next
+            # iteration; a successor by the chain loop once this run returns as terminal.
+
+    # -- child workflows ---------------------------------------------------------------------
+
+    async def _reconcile_children(self, cached: CachedRun, now: datetime) -> bool:
+        """The seed's step 5: create missing child streams, hand a cancellation request on,
+        drive open children concurrently, and record the outcomes of those that ended, in
+        request order. Returns whether anything was appended to the parent."""
+        snap = cached.snapshot
+        children = snap.open_children_in_order()
+        if len(children) > d.MAX_CHILD_WORKFLOW_BATCH_SIZE:
+            raise InvalidTransition(
+                f"workflow run {snap.run_id} has {len(children)} open child workflows; at most "
+                f"{d.MAX_CHILD_WORKFLOW_BATCH_SIZE} may be open at once"
+            )
+        if snap.depth + 1 > self._s.max_child_workflow_depth:
+            raise ChildWorkflowDepthExceeded(self._s.max_child_workflow_depth)
+        for child in children:
+            if child.run_id in _DRIVING.get():
+                raise ChildWorkflowCycle(child.run_id)
+        parent = snap.copy()
+        outcomes = await asyncio.gather(*(self._settle_child(parent, c, now) for c in children))
+        resolved = {c.child_id: o for c, o in zip(children, outcomes, strict=True) if o}
+        progressed = False
+        for child in children:
+            outcome = resolved.get(child.child_id)
+            if outcome is None:
+                continue
+            decision = d.decide_child_resolution(cached.snapshot, child.child_id, outcome)
+            if not isinstance(decision, d.Decision) or not decision.events:
+                continue
+            if not await self._commit_tolerant(cached, decision.events):
+                return True  # lost a race: re-read and reconcile again
+            progressed = True
+        return progressed
+
+    async def _settle_child(
+        self, parent: WorkflowRunSnapshot, child: ChildWorkflowSnapshot, now: datetime
+    ) -> WorkflowTerminalOutcome | None:
+        """Bring one open child chain as far as this engine may; its outcome once it ended."""
+        build = child.spec.runtime_build_id
+        admitted = admits(self._s.compatibility, build)
+        blocking = parent.blocks_on(child)
+        link = ParentLink(
+            run_id=parent.run_id,
+            child_id=child.child_id,
+            child_run_id=child.run_id,
+            depth=parent.depth + 1,
+        )
+        if blocking and not admitted and not await self._exists(child.run_id):
+            # The child stream is not created by an engine that could not run it.
+            self._admit(child.run_id, build)
+        # Creates a missing child stream; an existing one must have this very authority (an
+        # unrelated run under the child's id fails closed with RunConflict).
+        await self._ensure_run(
+            d.StartRun(run_id=child.run_id, spec=child.spec, input=child.input, parent=link)
+        )
+        leaf = await self._leaf(child.run_id)
+        if (
+            parent.cancellation is not None
+            and child.requested_sequence < parent.cancellation.sequence
+            and child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
+            and not leaf.is_terminal
+        ):
+            # A child with a request of its own keeps it: propagation does not compare.
+            with contextlib.suppress(RunConflict):
+                await self.record_cancellation_request(leaf.run_id, parent.cancellation.request)
+        if not leaf.is_terminal:
+            if admitted:
+                leaf = await self._drive_chain(child.run_id, now)
+            elif blocking:
+                self._admit(leaf.run_id, build)
+        if leaf.is_terminal and leaf.continuation is None:
+            return leaf.terminal_outcome
+        return None
+
+    async def _exists(self, run_id: str) -> bool:
+        return await self._runs.sync(run_id) is not None
 
     # -- workflow and step execution ----------------------------------------------------------
 
@@ -274,7 +511,8 @@ class FlowEngine:
             except EventConflict:
                 await self._runs.sync(cached.snapshot.run_id)
                 continue
-            return decision.effects[0] if decision.effects else None
+            steps = [e for e in decision.effects if isinstance(e, d.RunStep)]
+            return steps[0] if steps else None
         raise ReplayLimitExceeded(self._s.max_replay_iterations)
 
     # -- appends ------------------------------------------------------------------------------
@@ -318,9 +556,9 @@ class FlowEngine:
         decider: Callable[[WorkflowRunSnapshot], d.Outcome],
         *,
         admission: bool,
-    ) -> tuple[WorkflowRunSnapshot, bool]:
-        """Decide on a fresh projection and append; retry lost races. Returns the snapshot
-        after the append and whether this call appended anything."""
+    ) -> HostResult:
+        """Decide on a fresh projection and append; retry lost races. Reports the snapshot
+        after the append, whether this call appended anything, and the decision's effects."""
         validate_run_id(run_id)
         for _ in range(self._s.max_replay_iterations):
             snap = await self._load(run_id)
@@ -330,7 +568,7 @@ class FlowEngine:
             if isinstance(outcome, d.Rejected):
                 raise outcome.error
             if not isinstance(outcome, d.Decision) or not outcome.events:
-                return snap, False
+                return HostResult(snap, False, ())
             try:
                 for event in outcome.events:
                     envelope = await self._s.store.append_if_sequence(
@@ -340,36 +578,39 @@ class FlowEngine:
                     await self._notify(envelope)
             except EventConflict:
                 continue
-            return snap, True
+            return HostResult(snap, True, outcome.effects)
         raise ReplayLimitExceeded(self._s.max_replay_iterations)
+
+    async def _drive_unless_terminal(self, snap: WorkflowRunSnapshot) -> WorkflowRunSnapshot:
+        if snap.is_terminal:
+            return await self._propagate(snap, self._s.clock())
+        return await self.drive(snap.run_id)
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
     ) -> WorkflowRunSnapshot:
-        """Record a cleanup-aware cancellation request and drive the run's cleanup."""
+        """Record a cleanup-aware cancellation request on the chain's active leaf and drive
+        the cleanup (children requested before it receive the same request)."""
         snap = await self.record_cancellation_request(run_id, request)
-        if snap.is_terminal:
-            return snap
-        return await self.drive(run_id)
+        return await self._drive_unless_terminal(snap)
 
     async def record_cancellation_request(
         self, run_id: str, request: CancellationRequest | None = None
     ) -> WorkflowRunSnapshot:
         """The durable half of :meth:`request_cancellation`: append the request (or confirm the
-        identical one) without driving the cleanup."""
+        identical one) on the active leaf without driving the cleanup."""
         req = request or CancellationRequest()
-        snap, _ = await self._host(
-            run_id, lambda s: d.decide_cancellation_request(s, req), admission=True
+        leaf = await self._leaf(run_id)
+        result = await self._host(
+            leaf.run_id, lambda s: d.decide_cancellation_request(s, req), admission=True
         )
-        return snap
+        return result.snapshot
 
     async def force_cancel(self, run_id: str, reason: str | None = None) -> WorkflowRunSnapshot:
-        """End the run now with ``run_cancelled``: no workflow code, no admission."""
-        event = ev.RunCancelled(reason=reason)
-        snap, _ = await self._host(
-            run_id, lambda s: d.decide_termination(s, event), admission=False
-        )
-        return snap
+        """End the chain's active leaf now with ``run_cancelled``: no workflow code, no
+        admission. Open ``request_cancellation`` children end the same way first (their
+        outcomes are recorded in the parent); ``abandon`` children keep running."""
+        return await self._terminate(run_id, ev.RunCancelled(reason=reason))
 
     cancel = force_cancel
 
@@ -378,42 +619,202 @@ class FlowEngine:
     ) -> WorkflowRunSnapshot:
         """End the run now as timed out (status Failed, outcome TimedOut)."""
         event = ev.RunTimedOut(deadline=require_utc(deadline, "deadline"), reason=reason)
-        snap, _ = await self._host(
-            run_id, lambda s: d.decide_termination(s, event), admission=False
-        )
-        return snap
+        return await self._terminate(run_id, event)
 
     async def terminate_for_host_shutdown(
         self, run_id: str, reason: str | None = None
     ) -> WorkflowRunSnapshot:
         """End the run for good. Ordinary shutdowns must NOT call this: they leave runs
         non-terminal so a replacement process resumes them."""
-        event = ev.RunHostShutdown(reason=reason)
-        snap, _ = await self._host(
-            run_id, lambda s: d.decide_termination(s, event), admission=False
+        return await self._terminate(run_id, ev.RunHostShutdown(reason=reason))
+
+    async def _terminate(
+        self, run_id: str, event: ev.FlowEvent, ancestry: frozenset[str] = frozenset()
+    ) -> WorkflowRunSnapshot:
+        leaf = await self._leaf(run_id)
+        if leaf.run_id in ancestry:
+            raise ChildWorkflowCycle(leaf.run_id)
+        if leaf.is_terminal:
+            return leaf
+        lineage = ancestry | {leaf.run_id}
+        reason = d.termination_reason(event)
+        outcomes: dict[str, WorkflowTerminalOutcome] = {}
+        for child in leaf.open_children_in_order():
+            link = ParentLink(
+                run_id=leaf.run_id,
+                child_id=child.child_id,
+                child_run_id=child.run_id,
+                depth=leaf.depth + 1,
+            )
+            start = d.StartRun(run_id=child.run_id, spec=child.spec, input=child.input, parent=link)
+            await self._ensure_run(start)  # restored if missing (never driven); checked if not
+            if child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION:
+                ended = await self._terminate(child.run_id, ev.RunCancelled(reason=reason), lineage)
+                if ended.terminal_outcome is not None:
+                    outcomes[child.child_id] = ended.terminal_outcome
+        result = await self._host(
+            leaf.run_id,
+            lambda s: d.decide_termination(s, event, outcomes),
+            admission=False,
         )
-        return snap
+        for effect in result.effects:
+            # A child requested while we were ending the others: end it too.
+            if isinstance(effect, d.ForceCancelChild):
+                await self._terminate(effect.run_id, ev.RunCancelled(reason=effect.reason), lineage)
+        if ancestry:
+            return result.snapshot  # a child ended by its parent's termination: no wake-up
+        return await self._propagate(result.snapshot, self._s.clock())
 
     async def record_progress(self, run_id: str, progress: WorkflowProgress) -> WorkflowRunSnapshot:
-        """Record host progress (idempotent by ``progress_id``); does not drive the run."""
-        snap, _ = await self._host(
-            run_id, lambda s: d.decide_host_progress(s, progress), admission=False
+        """Record host progress on the chain's active leaf (idempotent by ``progress_id``);
+        does not drive."""
+        leaf = await self._leaf(run_id)
+        result = await self._host(
+            leaf.run_id, lambda s: d.decide_host_progress(s, progress), admission=False
         )
-        return snap
+        return result.snapshot
 
     async def link_child_operation(
         self, run_id: str, child: ChildOperationReference
     ) -> WorkflowRunSnapshot:
-        """Link an external child operation (idempotent by ``reference_id``); does not drive."""
-        snap, _ = await self._host(run_id, lambda s: d.decide_host_link(s, child), admission=False)
-        return snap
+        """Link an external child operation on the chain's active leaf (idempotent by
+        ``reference_id``); does not drive."""
+        leaf = await self._leaf(run_id)
+        result = await self._host(
+            leaf.run_id, lambda s: d.decide_host_link(s, child), admission=False
+        )
+        return result.snapshot
+
+    # -- signals -----------------------------------------------------------------------------
+
+    async def send_signal(self, run_id: str, signal: WorkflowSignal) -> WorkflowRunSnapshot:
+        """Deliver a named signal and drive; returns the active leaf's snapshot.
+
+        De-duplicated by ``signal_id`` along the continuation chain of ``run_id``: the same
+        delivery again writes nothing (even after the run ended), a different one with the same
+        id is ``SignalConflict``. A new delivery to an ended leaf is ``RunTerminal``.
+        """
+        snap, _ = await self.record_signal(run_id, signal)
+        return await self._drive_unless_terminal(snap)
+
+    async def record_signal(
+        self, run_id: str, signal: WorkflowSignal
+    ) -> tuple[WorkflowRunSnapshot, bool]:
+        """The durable half of :meth:`send_signal`: append ``signal_received`` to the active
+        leaf (or recognise the delivery) without driving. Returns the leaf's snapshot and
+        whether *this call* committed the delivery, so redelivered tasks report only the
+        commits they made."""
+        problem = d.check_signal(signal)
+        if problem is not None:
+            raise problem.error
+        validate_run_id(run_id)
+        snap, seen = await self._load(run_id), {run_id}
+        while True:
+            recorded = d.recorded_signal(snap, signal)
+            if isinstance(recorded, d.Rejected):
+                raise recorded.error
+            if recorded is not None:  # an exact redelivery: nothing to write
+                return await self._leaf(snap.run_id), False
+            if snap.continuation is None:
+                break
+            snap = await self._load(await self._next_in_chain(snap, seen))
+        leaf_id = snap.run_id
+        result = await self._host(leaf_id, lambda s: d.decide_signal(s, signal), admission=True)
+        return result.snapshot, result.appended
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    async def resume_hook(
+        self, run_id: str, hook_id: str, payload: object = None
+    ) -> WorkflowRunSnapshot:
+        """Deliver a hook callback and drive. An identical redelivery is a no-op (no admission
+        needed once the run ended); a contradicting one is ``HookConflict``."""
+        snap, _ = await self.receive_hook(run_id, hook_id, payload)
+        return await self._after_hook(snap)
+
+    async def receive_hook(
+        self,
+        run_id: str,
+        hook_id: str,
+        payload: object = None,
+        *,
+        token_digest: str | None = None,
+    ) -> tuple[WorkflowRunSnapshot, bool]:
+        """The durable half of :meth:`resume_hook`: record ``hook_received`` without driving.
+        Returns the snapshot and whether this call committed it."""
+        value: JsonValue = normalize(payload, "hook payload")
+        result = await self._host(
+            run_id,
+            lambda s: d.decide_resume_hook(s, hook_id, value, token_digest=token_digest),
+            admission=True,
+        )
+        return result.snapshot, result.appended
+
+    async def dispose_hook(self, run_id: str, hook_id: str) -> WorkflowRunSnapshot:
+        """Revoke an active hook and drive (the workflow branches on ``hook_disposed``)."""
+        snap, _ = await self.revoke_hook(run_id, hook_id)
+        return await self._after_hook(snap)
+
+    async def revoke_hook(
+        self, run_id: str, hook_id: str, *, token_digest: str | None = None
+    ) -> tuple[WorkflowRunSnapshot, bool]:
+        """The durable half of :meth:`dispose_hook`."""
+        result = await self._host(
+            run_id,
+            lambda s: d.decide_dispose_hook(s, hook_id, token_digest=token_digest),
+            admission=True,
+        )
+        return result.snapshot, result.appended
+
+    async def _after_hook(self, snap: WorkflowRunSnapshot) -> WorkflowRunSnapshot:
+        # Hook resolutions address one run of a chain; a matching redelivery to a run that has
+        # since continued as new drives the active leaf.
+        if snap.continuation is not None:
+            snap = await self._leaf(snap.run_id)
+        return await self._drive_unless_terminal(snap)
+
+    async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
+        """Resume the active hook holding ``token``; returns ``(run_id, hook_id)``.
+
+        Only active hooks are found (a late callback after receipt or disposal gets
+        ``HookTokenNotFound``): keep the returned ids to redeliver by id.
+        """
+        run_id, hook_id, digest = await self.find_hook_by_token(token)
+        snap, _ = await self.receive_hook(run_id, hook_id, payload, token_digest=digest)
+        await self._after_hook(snap)
+        return run_id, hook_id
+
+    async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
+        """Revoke the active hook holding ``token``; returns ``(run_id, hook_id)``."""
+        run_id, hook_id, digest = await self.find_hook_by_token(token)
+        snap, _ = await self.revoke_hook(run_id, hook_id, token_digest=digest)
+        await self._after_hook(snap)
+        return run_id, hook_id
+
+    async def find_hook_by_token(self, token: str) -> tuple[str, str, str]:
+        """``(run_id, hook_id, token_digest)`` of the one active hook holding ``token``."""
+        digest = token_digest(token)
+        owners = await self._s.store.find_active_hooks(digest)
+        if not owners:
+            raise HookTokenNotFound(digest)
+        if len(owners) > 1:
+            raise InvalidTransition("hook token is active in multiple runs (value redacted)")
+        run_id, hook_id = owners[0]
+        return run_id, hook_id, digest
+
+    async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
+        """Active hooks of non-terminal runs, sorted by (run, hook). Hooks carry their token's
+        SHA-256 digest, never the token."""
+        return await self._s.store.list_active_hooks()
+
+    # -- timers ---------------------------------------------------------------------------------
 
     async def resume_wait(self, run_id: str, wait_id: str) -> WorkflowRunSnapshot:
         """Complete a timer wait (due-ness is the caller's decision) and drive."""
         snap, _ = await self.complete_wait(run_id, wait_id)
-        if snap.is_terminal:
-            return snap
-        return await self.drive(run_id)
+        if snap.continuation is not None:
+            snap = await self._leaf(snap.run_id)
+        return await self._drive_unless_terminal(snap)
 
     async def complete_wait(self, run_id: str, wait_id: str) -> tuple[WorkflowRunSnapshot, bool]:
         """Append ``wait_completed`` if the wait is still waiting, without driving.
@@ -421,7 +822,37 @@ class FlowEngine:
         Returns the snapshot and whether *this call* committed the completion, so redelivered
         timer tasks can report only the commits they made.
         """
-        return await self._host(run_id, lambda s: d.decide_resume_wait(s, wait_id), admission=True)
+        result = await self._host(
+            run_id, lambda s: d.decide_resume_wait(s, wait_id), admission=True
+        )
+        return result.snapshot, result.appended
+
+    # -- continuation chains ------------------------------------------------------------------
+
+    async def continuation_chain(self, run_id: str) -> list[str]:
+        """Run ids from ``run_id`` along its continue-as-new links to the last run, checking
+        that every successor was started by its predecessor's link (spec, input, origin).
+
+        Raises ``RunNotFound`` for a missing successor, ``ContinueAsNewCycle`` for a link back
+        into the chain, ``ContinueAsNewLimitExceeded`` past the hop limit and ``RunConflict``
+        for a successor started by something else.
+        """
+        validate_run_id(run_id)
+        snap = await self._load(run_id)
+        chain = [run_id]
+        while snap.continuation is not None:
+            successor = snap.continuation.successor_run_id
+            if successor in chain:
+                raise ContinueAsNewCycle(successor)
+            if len(chain) > self._s.max_continue_as_new_hops:
+                raise ContinueAsNewLimitExceeded(self._s.max_continue_as_new_hops)
+            nxt = await self._load(successor)
+            problem = continuation_error(snap, nxt)
+            if problem is not None:
+                raise problem
+            chain.append(successor)
+            snap = nxt
+        return chain
 
     # -- scheduled work ------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from streamflow.core.errors import (
     RuntimeBuildRouteNotFound,
     SerializationError,
 )
-from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.timeutil import format_utc, parse_utc
 from streamflow.core.values import WorkflowSignal
 
@@ -78,6 +78,35 @@ class FlowTask:
     @staticmethod
     def resume_wait(run_id: str, wait_id: str) -> FlowTask:
         return FlowTask(type=FlowTaskKind.RESUME_WAIT, run_id=run_id, wait_id=wait_id)
+
+    @staticmethod
+    def send_signal(run_id: str, signal: WorkflowSignal) -> FlowTask:
+        return FlowTask(type=FlowTaskKind.SEND_SIGNAL, run_id=run_id, signal=signal)
+
+    @staticmethod
+    def resume_hook(run_id: str, hook_id: str, payload: object = None) -> FlowTask:
+        return FlowTask(
+            type=FlowTaskKind.RESUME_HOOK,
+            run_id=run_id,
+            hook_id=hook_id,
+            payload=normalize(payload, "hook payload"),
+        )
+
+    @staticmethod
+    def resume_hook_by_token(token: str, payload: object = None) -> FlowTask:
+        return FlowTask(
+            type=FlowTaskKind.RESUME_HOOK_BY_TOKEN,
+            token=token,
+            payload=normalize(payload, "hook payload"),
+        )
+
+    @staticmethod
+    def dispose_hook(run_id: str, hook_id: str) -> FlowTask:
+        return FlowTask(type=FlowTaskKind.DISPOSE_HOOK, run_id=run_id, hook_id=hook_id)
+
+    @staticmethod
+    def dispose_hook_by_token(token: str) -> FlowTask:
+        return FlowTask(type=FlowTaskKind.DISPOSE_HOOK_BY_TOKEN, token=token)
 
     @staticmethod
     def resume_scheduled_run(run_id: str, now: datetime) -> FlowTask:
@@ -180,7 +209,41 @@ async def handle_task(engine: FlowEngine, task: FlowTask) -> FlowTaskOutcome:
             run_ids=tuple(sorted({r for r, _ in driven})),
             resumed_retries=tuple(driven),
         )
+    if kind is FlowTaskKind.SEND_SIGNAL and task.run_id is not None and task.signal is not None:
+        snap, committed = await engine.record_signal(task.run_id, task.signal)
+        snap = await engine.drive(snap.run_id) if not snap.is_terminal else snap
+        delivered = (snap.run_id, task.signal.signal_id) if committed else None
+        return FlowTaskOutcome(task=task, run_ids=(snap.run_id,), delivered_signal=delivered)
+    if kind in (FlowTaskKind.RESUME_HOOK, FlowTaskKind.DISPOSE_HOOK) and (
+        task.run_id is not None and task.hook_id is not None
+    ):
+        return await _hook_task(engine, task, task.run_id, task.hook_id, None)
+    if kind in (FlowTaskKind.RESUME_HOOK_BY_TOKEN, FlowTaskKind.DISPOSE_HOOK_BY_TOKEN) and (
+        task.token is not None
+    ):
+        run_id, hook_id, digest = await engine.find_hook_by_token(task.token)
+        return await _hook_task(engine, task, run_id, hook_id, digest)
     raise InvalidTransition(f"flow task {kind.value} is missing its target or is not supported")
+
+
+async def _hook_task(
+    engine: FlowEngine, task: FlowTask, run_id: str, hook_id: str, digest: str | None
+) -> FlowTaskOutcome:
+    resume = task.type in (FlowTaskKind.RESUME_HOOK, FlowTaskKind.RESUME_HOOK_BY_TOKEN)
+    if resume:
+        snap, committed = await engine.receive_hook(
+            run_id, hook_id, task.payload, token_digest=digest
+        )
+    else:
+        snap, committed = await engine.revoke_hook(run_id, hook_id, token_digest=digest)
+    snap = await engine.drive(snap.run_id) if not snap.is_terminal else snap
+    done = (run_id, hook_id) if committed else None
+    return FlowTaskOutcome(
+        task=task,
+        run_ids=(snap.run_id,),
+        resumed_hook=done if resume else None,
+        disposed_hook=None if resume else done,
+    )
 
 
 @runtime_checkable

@@ -10,13 +10,15 @@ from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from streamflow.core import events as ev
-from streamflow.core.errors import EventConflict, InvalidTransition
+from streamflow.core.errors import EventConflict, HookTokenConflict, InvalidTransition
 from streamflow.core.ids import validate_run_id
 from streamflow.core.projection import evolve
-from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.wakeups import ScheduledWakeup, scheduled_wakeups
 
 Clock = Callable[[], datetime]
+ActiveHook = tuple[str, str, str]
+"""(token digest, run id, hook id) of one active hook of a non-terminal run."""
 
 
 def utc_now() -> datetime:
@@ -50,6 +52,15 @@ class FlowEventStore(Protocol):
 
     async def next_scheduled_wakeup(self) -> ScheduledWakeup | None: ...
 
+    async def find_active_hooks(self, token_digest: str) -> builtins.list[tuple[str, str]]:
+        """(run id, hook id) of every active hook of a non-terminal run holding the token
+        with this digest (at most one, unless a legacy history says otherwise)."""
+        ...
+
+    async def list_active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
+        """Active hooks of non-terminal runs, sorted by (run, hook)."""
+        ...
+
 
 @dataclass(slots=True)
 class StoreRun:
@@ -57,6 +68,20 @@ class StoreRun:
 
     snapshot: WorkflowRunSnapshot
     wakeups: frozenset[ScheduledWakeup]
+    hooks: frozenset[ActiveHook] = frozenset()
+
+
+def active_hooks(snapshot: WorkflowRunSnapshot) -> frozenset[ActiveHook]:
+    run_id = snapshot.run_id
+    return frozenset(
+        (digest, run_id, hook_id) for hook_id, digest in snapshot.active_hook_digests().items()
+    )
+
+
+def store_run(snapshot: WorkflowRunSnapshot) -> StoreRun:
+    return StoreRun(
+        snapshot=snapshot, wakeups=scheduled_wakeups(snapshot), hooks=active_hooks(snapshot)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +89,8 @@ class PreparedAppend:
     envelope: ev.FlowEventEnvelope
     removed: frozenset[ScheduledWakeup]
     added: frozenset[ScheduledWakeup]
+    hooks_removed: frozenset[ActiveHook] = frozenset()
+    hooks_added: frozenset[ActiveHook] = frozenset()
 
 
 def prepare_append(
@@ -75,13 +102,16 @@ def prepare_append(
     timestamp: datetime,
     event_id: str,
     run_exists: Callable[[str], bool],
+    token_owners: Callable[[str], builtins.list[tuple[str, str]]],
 ) -> tuple[StoreRun, PreparedAppend]:
     """Validate an append against the run's projection and apply it to ``run`` in place.
 
     Raises ``EventConflict`` for a stale ``expected_sequence`` and ``InvalidTransition`` (or
     ``InvalidWorkflow``) for an event that breaks the history contract; in both cases nothing
-    changed. The caller persists the returned envelope and wake-up delta atomically, and must
-    drop ``run`` from any cache if persisting fails.
+    changed. A ``hook_created`` whose token an active hook of another (non-terminal) run holds
+    raises ``HookTokenConflict``: checked here, under the store's append lock, the claim is
+    atomic. The caller persists the returned envelope, wake-up and active-hook deltas
+    atomically, and must drop ``run`` from any cache if persisting fails.
     """
     validate_run_id(run_id)
     actual = 0 if run is None else run.snapshot.last_sequence
@@ -94,13 +124,23 @@ def prepare_append(
                 f"child operation {event.child.reference_id} links workflow run {linked}, which "
                 "does not exist in this store"
             )
+    if isinstance(event, ev.HookCreated):
+        for owner_run, owner_hook in token_owners(event.token_digest):
+            if (owner_run, owner_hook) != (run_id, event.hook_id):
+                raise HookTokenConflict(event.token_digest, owner_run, owner_hook)
     if run is None:
         run = StoreRun(snapshot=WorkflowRunSnapshot(run_id), wakeups=frozenset())
     envelope = ev.FlowEventEnvelope(
         run_id=run_id, sequence=actual + 1, event_id=event_id, timestamp=timestamp, event=event
     )
     evolve(run.snapshot, envelope)
-    before = run.wakeups
-    after = scheduled_wakeups(run.snapshot)
-    run.wakeups = after
-    return run, PreparedAppend(envelope=envelope, removed=before - after, added=after - before)
+    before, hooks_before = run.wakeups, run.hooks
+    after, hooks_after = scheduled_wakeups(run.snapshot), active_hooks(run.snapshot)
+    run.wakeups, run.hooks = after, hooks_after
+    return run, PreparedAppend(
+        envelope=envelope,
+        removed=before - after,
+        added=after - before,
+        hooks_removed=hooks_before - hooks_after,
+        hooks_added=hooks_after - hooks_before,
+    )

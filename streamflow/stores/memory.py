@@ -9,6 +9,7 @@ from datetime import datetime
 
 from streamflow.core import events as ev
 from streamflow.core.errors import RunNotFound
+from streamflow.core.snapshot import ActiveHookSnapshot
 from streamflow.core.wakeups import ScheduledWakeup, sort_key
 from streamflow.stores.base import Clock, StoreRun, new_event_id, prepare_append, utc_now
 
@@ -20,7 +21,8 @@ def _wake_key(w: ScheduledWakeup) -> _WakeKey:
 
 
 class InMemoryEventStore:
-    """Atomic expected-sequence appends and an ordered wake-up index, all in memory."""
+    """Atomic expected-sequence appends, an ordered wake-up index and an active-hook index by
+    token digest, all in memory."""
 
     def __init__(self, *, clock: Clock = utc_now) -> None:
         self._clock = clock
@@ -29,6 +31,7 @@ class InMemoryEventStore:
         self._runs: dict[str, StoreRun] = {}
         self._due: list[_WakeKey] = []
         self._wakeups: dict[_WakeKey, ScheduledWakeup] = {}
+        self._hooks: dict[str, set[tuple[str, str]]] = {}
 
     async def append_if_sequence(
         self, run_id: str, expected_sequence: int, event: ev.FlowEvent
@@ -50,6 +53,7 @@ class InMemoryEventStore:
                 timestamp=self._clock(),
                 event_id=new_event_id(),
                 run_exists=self._histories.__contains__,
+                token_owners=self._owners,
             )
             self._runs[run_id] = run
             self._histories.setdefault(run_id, []).append(prepared.envelope)
@@ -63,7 +67,30 @@ class InMemoryEventStore:
                 key = _wake_key(wakeup)
                 bisect.insort(self._due, key)
                 self._wakeups[key] = wakeup
+            for digest, owner_run, hook_id in prepared.hooks_removed:
+                owners = self._hooks.get(digest, set())
+                owners.discard((owner_run, hook_id))
+                if not owners:
+                    self._hooks.pop(digest, None)
+            for digest, owner_run, hook_id in prepared.hooks_added:
+                self._hooks.setdefault(digest, set()).add((owner_run, hook_id))
             return prepared.envelope
+
+    def _owners(self, token_digest: str) -> builtins.list[tuple[str, str]]:
+        return sorted(self._hooks.get(token_digest, ()))
+
+    async def find_active_hooks(self, token_digest: str) -> builtins.list[tuple[str, str]]:
+        with self._lock:
+            return self._owners(token_digest)
+
+    async def list_active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
+        with self._lock:
+            found = [
+                ActiveHookSnapshot(run_id=run_id, hook=self._runs[run_id].snapshot.hooks[hook_id])
+                for owners in self._hooks.values()
+                for run_id, hook_id in owners
+            ]
+        return sorted(found, key=lambda a: (a.run_id, a.hook.hook_id))
 
     async def list(self, run_id: str) -> ev.History:
         with self._lock:

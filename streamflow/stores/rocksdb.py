@@ -6,6 +6,9 @@ Layout (raw bytes, three column families, every append one atomic ``WriteBatch``
 * ``runs``    ``run_id`` → ``{"last_sequence": n}``
 * ``wakeups`` ``u64be(due µs) kind 0x00 run_id 0x00 subject`` → wake-up JSON, so a scheduler tick
   reads only the due prefix instead of replaying histories.
+* ``hooks``   ``token_digest 0x00 run_id 0x00 hook_id`` → empty: the active hooks of non-terminal
+  runs by token digest, so a callback by token and the token-uniqueness check are one prefix
+  read. (A directory written before this index existed gets it rebuilt on open.)
 
 Writes go to RocksDB's write-ahead log before ``append`` returns, so they survive the death of
 the process; pass ``sync=True`` to also fsync each append (power-loss durability, slower).
@@ -27,11 +30,21 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound, SerializationError, StoreError
 from streamflow.core.projection import project
+from streamflow.core.snapshot import ActiveHookSnapshot
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
-from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, scheduled_wakeups, sort_key
-from streamflow.stores.base import Clock, StoreRun, new_event_id, prepare_append, utc_now
+from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, sort_key
+from streamflow.stores.base import (
+    ActiveHook,
+    Clock,
+    StoreRun,
+    new_event_id,
+    prepare_append,
+    store_run,
+    utc_now,
+)
 
-_FAMILIES = ("events", "runs", "wakeups")
+_FAMILIES = ("events", "runs", "wakeups", "hooks")
+_HOOK_INDEX_READY = b"\xff/index-ready"
 # Shift so instants before 1970 still sort correctly as unsigned big-endian keys.
 _MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
 
@@ -73,6 +86,11 @@ def _wake_decode(raw: bytes) -> ScheduledWakeup:
         scheduled_at=parse_utc(data["scheduled_at"]),
         runtime_build_id=data.get("runtime_build_id"),
     )
+
+
+def _hook_key(hook: ActiveHook) -> bytes:
+    digest, run_id, hook_id = hook
+    return digest.encode() + b"\x00" + run_id.encode() + b"\x00" + hook_id.encode()
 
 
 def _decode_envelope(raw: bytes) -> ev.FlowEventEnvelope:
@@ -126,11 +144,25 @@ class RocksDBEventStore:
             self._events = self._db.get_column_family("events")
             self._runs = self._db.get_column_family("runs")
             self._wakeups = self._db.get_column_family("wakeups")
+            self._hooks = self._db.get_column_family("hooks")
             self._handles = {name: self._db.get_column_family_handle(name) for name in _FAMILIES}
         except Exception as exc:
             raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
         self._write_options = WriteOptions()
         self._write_options.sync = sync
+        if self._hooks.get(_HOOK_INDEX_READY) is None:
+            self._rebuild_hook_index()
+
+    def _rebuild_hook_index(self) -> None:
+        """Index the active hooks of every stored run (a directory from before the index)."""
+        db = self._require_open()
+        batch = WriteBatch(raw_mode=True)
+        for key, _ in _items(self._runs):
+            run = self._load(key.decode())
+            for hook in () if run is None else run.hooks:
+                batch.put(_hook_key(hook), b"", self._handles["hooks"])
+        batch.put(_HOOK_INDEX_READY, b"", self._handles["hooks"])
+        db.write(batch, self._write_options)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -155,6 +187,7 @@ class RocksDBEventStore:
                 timestamp=self._clock(),
                 event_id=new_event_id(),
                 run_exists=lambda other: self._runs.get(other.encode()) is not None,
+                token_owners=self._owners,
             )
             envelope = prepared.envelope
             batch = WriteBatch(raw_mode=True)
@@ -172,6 +205,10 @@ class RocksDBEventStore:
                 batch.delete(_wake_key(wakeup), self._handles["wakeups"])
             for wakeup in prepared.added:
                 batch.put(_wake_key(wakeup), _wake_value(wakeup), self._handles["wakeups"])
+            for hook in prepared.hooks_removed:
+                batch.delete(_hook_key(hook), self._handles["hooks"])
+            for hook in prepared.hooks_added:
+                batch.put(_hook_key(hook), b"", self._handles["hooks"])
             try:
                 db.write(batch, self._write_options)
             except Exception as exc:
@@ -204,7 +241,7 @@ class RocksDBEventStore:
             snapshot = project(run_id, history)
         except FlowError as exc:
             raise StoreError(f"stored history of run {run_id} is invalid: {exc}") from exc
-        run = StoreRun(snapshot=snapshot, wakeups=scheduled_wakeups(snapshot))
+        run = store_run(snapshot)
         self._remember(run_id, run)
         return run
 
@@ -252,6 +289,35 @@ class RocksDBEventStore:
                 return _wake_decode(value)
         return None
 
+    def _owners(self, token_digest: str) -> builtins.list[tuple[str, str]]:
+        prefix = token_digest.encode() + b"\x00"
+        owners = []
+        for key, _ in _items(self._hooks, prefix):
+            if not key.startswith(prefix):
+                break
+            run_id, _, hook_id = key[len(prefix) :].decode().partition("\x00")
+            owners.append((run_id, hook_id))
+        return owners
+
+    async def find_active_hooks(self, token_digest: str) -> builtins.list[tuple[str, str]]:
+        with self._lock:
+            self._require_open()
+            return self._owners(token_digest)
+
+    async def list_active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
+        found = []
+        with self._lock:
+            self._require_open()
+            for key, _ in _items(self._hooks):
+                if key == _HOOK_INDEX_READY:
+                    continue
+                _, run_id, hook_id = key.decode().split("\x00")
+                run = self._load(run_id)
+                hook = None if run is None else run.snapshot.hooks.get(hook_id)
+                if hook is not None:
+                    found.append(ActiveHookSnapshot(run_id=run_id, hook=hook))
+        return sorted(found, key=lambda a: (a.run_id, a.hook.hook_id))
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     def _require_open(self) -> Rdict:
@@ -266,7 +332,7 @@ class RocksDBEventStore:
             if db is None:
                 return
             # Column-family objects keep the database alive; drop them before closing.
-            self._events = self._runs = self._wakeups = None  # type: ignore[assignment]
+            self._events = self._runs = self._wakeups = self._hooks = None  # type: ignore[assignment]
             self._handles.clear()
             self._cache.clear()
             db.close()

@@ -18,17 +18,17 @@ from typing import Protocol, TypeVar
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.errors import (
     FlowError,
-    InvalidRunId,
-    InvalidWorkflow,
-    RunConflict,
-    RuntimeBuildUnavailable,
-    SerializationError,
 )
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.inspect import WorkflowRunSummary
-from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.values import CancellationRequest, ChildOperationReference, WorkflowProgress
+from streamflow.core.values import (
+    CancellationRequest,
+    ChildOperationReference,
+    WorkflowProgress,
+    WorkflowSignal,
+)
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.observers import FlowEventObserver
 from streamflow.engine.scheduler import FlowScheduler
@@ -39,13 +39,6 @@ from streamflow.stores.rocksdb import RocksDBEventStore
 from streamflow.workflow.runtime import FlowRuntime
 
 T = TypeVar("T")
-START_REJECTIONS = (
-    RunConflict,
-    RuntimeBuildUnavailable,
-    InvalidRunId,
-    InvalidWorkflow,
-    SerializationError,
-)
 
 
 class RunDriver(Protocol):
@@ -92,6 +85,23 @@ class RunDriver(Protocol):
     async def link_child_operation(self, run_id: str, child: ChildOperationReference) -> None: ...
 
     async def resume_wait(self, run_id: str, wait_id: str) -> None: ...
+
+    async def send_signal(self, run_id: str, signal: WorkflowSignal) -> None:
+        """Deliver (or redeliver) a signal; rejections (``SignalConflict``, ``RunTerminal``,
+        undeclared names) raise from the call."""
+
+    async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> None: ...
+
+    async def dispose_hook(self, run_id: str, hook_id: str) -> None: ...
+
+    async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
+        """Returns ``(run_id, hook_id)`` of the hook that held the token."""
+
+    async def dispose_hook_by_token(self, token: str) -> tuple[str, str]: ...
+
+    async def continuation_chain(self, run_id: str) -> list[str]: ...
+
+    async def list_active_hooks(self) -> list[ActiveHookSnapshot]: ...
 
     async def list_run_ids(self) -> list[str]: ...
 
@@ -152,16 +162,17 @@ class EmbeddedDriver:
         return builder.build()
 
     async def _driving(self, run_id: str, action: Awaitable[T]) -> None:
+        """Run a drive; what goes wrong while driving is the run's incident (``settle``
+        raises it), as on a distributed backend."""
         try:
             await action
-        except START_REJECTIONS:
-            raise
         except FlowError as exc:
             self._incidents[run_id] = exc
 
     async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
         self._incidents.pop(run_id, None)
-        await self._driving(run_id, self.engine.start_with_id(run_id, spec, input))
+        await self.engine.record_start(run_id, spec, input)  # rejections raise from the call
+        await self._driving(run_id, self.engine.drive(run_id))
         return run_id
 
     async def start(self, spec: WorkflowSpec, input: object = None) -> str:
@@ -240,6 +251,42 @@ class EmbeddedDriver:
         snap, _ = await self.engine.complete_wait(run_id, wait_id)
         if not snap.is_terminal:
             await self._driving(run_id, self.engine.drive(run_id))
+
+    async def send_signal(self, run_id: str, signal: WorkflowSignal) -> None:
+        snap, _ = await self.engine.record_signal(run_id, signal)
+        await self._drive_after(snap)
+
+    async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> None:
+        snap, _ = await self.engine.receive_hook(run_id, hook_id, payload)
+        await self._drive_after(snap)
+
+    async def dispose_hook(self, run_id: str, hook_id: str) -> None:
+        snap, _ = await self.engine.revoke_hook(run_id, hook_id)
+        await self._drive_after(snap)
+
+    async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
+        run_id, hook_id, digest = await self.engine.find_hook_by_token(token)
+        snap, _ = await self.engine.receive_hook(run_id, hook_id, payload, token_digest=digest)
+        await self._drive_after(snap)
+        return run_id, hook_id
+
+    async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
+        run_id, hook_id, digest = await self.engine.find_hook_by_token(token)
+        snap, _ = await self.engine.revoke_hook(run_id, hook_id, token_digest=digest)
+        await self._drive_after(snap)
+        return run_id, hook_id
+
+    async def _drive_after(self, snap: WorkflowRunSnapshot) -> None:
+        """Drive the run a durable change was recorded on (its active leaf if it continued as
+        new); what goes wrong while driving is the run's incident, as on Kafka."""
+        run_id = snap.run_id
+        await self._driving(run_id, self.engine.drive(run_id))
+
+    async def continuation_chain(self, run_id: str) -> list[str]:
+        return await self.engine.continuation_chain(run_id)
+
+    async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
+        return await self.engine.list_active_hooks()
 
     async def list_run_ids(self) -> list[str]:
         return await self.engine.list_run_ids()

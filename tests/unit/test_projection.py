@@ -25,6 +25,7 @@ from streamflow import (
     WorkflowSpec,
 )
 from streamflow.core.projection import HANDLERS, project
+from streamflow.core.tokens import token_digest
 from streamflow.core.values import Completed, ContinuedAsNew
 from tests.support import T0
 
@@ -254,7 +255,7 @@ def test_wait_and_hook_transitions_only_from_open_states():
     )
     rejects(
         *START,
-        ev.HookCreated(hook_id="h", token="t"),
+        ev.HookCreated(hook_id="h", token_digest=token_digest("t")),
         ev.HookReceived(hook_id="h", payload=1),
         ev.HookDisposed(hook_id="h"),
         match="not active",
