@@ -4,6 +4,12 @@ CRC-64-AVRO fingerprint of the writer schema, then the Avro binary body.
 Decoding accepts only fingerprints of shipped schemas, requires the whole buffer to be consumed
 and enforces a size limit; every failure is a ``SerializationError`` whose text says why, so a
 topology can dead-letter the record with that reason.
+
+``HookRequest`` values may carry a plaintext hook token (``HookCallback.token``). No error text
+quotes it (fastavro's text for a refused ``HookRequest`` record is withheld, since it may quote
+the whole datum), and the errors of such a value are raised without their underlying exception:
+a ``UnicodeDecodeError`` or ``JSONDecodeError`` holds the bytes it failed on, which may be the
+token, and a logged traceback or an error reporter would show them.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from streamflow.serde import records
 from streamflow.serde.messages import (
     BuildRegistration,
     DeadLetter,
+    HookRequest,
     Incident,
     Reply,
     Request,
     StepTask,
+    TokenRecord,
 )
 from streamflow.serde.records import AvroRecord, WireValue
 from streamflow.serde.schemas import SchemaRegistry, ShippedSchema, shipped_registry
@@ -40,6 +48,21 @@ DEAD_LETTER_MAX_SIZE = 2 * DEFAULT_MAX_SIZE
 may itself be up to ``DEFAULT_MAX_SIZE``, so parking it must not fail on the same limit."""
 
 _T = TypeVar("_T")
+
+SECRET_BEARING = frozenset({"HookRequest"})
+"""Top-level schemas whose values may hold a plaintext hook token."""
+
+
+def _failure(message: str, cause: BaseException, schema: str) -> SerializationError:
+    """The error to raise for ``cause``: chained to it, unless ``schema`` may hold a token.
+
+    Raise the result outside the ``except`` block that caught ``cause``, or Python records the
+    cause as the implicit ``__context__`` anyway.
+    """
+    error = SerializationError(message)
+    if schema not in SECRET_BEARING:
+        error.__cause__ = cause
+    return error
 
 
 class WireCodec:
@@ -59,7 +82,16 @@ class WireCodec:
 
     def encode(self, value: WireValue) -> bytes:
         """The single-object buffer of a Python wire value."""
-        name, record = records.to_avro(value)
+        name = records.schema_name_for(value)
+        if name not in SECRET_BEARING:
+            return self.encode_record(*records.to_avro(value))
+        failure: SerializationError | None = None
+        try:
+            record = records.to_avro(value)[1]
+        except SerializationError as exc:
+            failure = _failure(str(exc), exc, name)
+        if failure is not None:
+            raise failure
         return self.encode_record(name, record)
 
     def decode(self, data: bytes) -> WireValue:
@@ -84,10 +116,19 @@ class WireCodec:
         out = io.BytesIO()
         out.write(MAGIC)
         out.write(shipped.fingerprint)
+        failure: SerializationError | None = None
         try:
             schemaless_writer(out, shipped.parsed, record)
         except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError/...
-            raise SerializationError(f"cannot encode {shipped.name}: {exc}") from exc
+            # fastavro may quote the whole datum (a token and all) when no union branch fits.
+            reason = (
+                f"{type(exc).__name__} (details withheld: the record may hold a hook token)"
+                if shipped.name in SECRET_BEARING
+                else str(exc)
+            )
+            failure = _failure(f"cannot encode {shipped.name}: {reason}", exc, shipped.name)
+        if failure is not None:
+            raise failure
         data = out.getvalue()
         if len(data) > self.max_size:
             raise SerializationError(
@@ -131,6 +172,7 @@ class WireCodec:
         reader = None if writer.current else self.registry.schema(writer.name).parsed
         body = io.BytesIO(data)
         body.seek(HEADER_SIZE)
+        failure: SerializationError | None = None
         try:
             record = schemaless_reader(
                 body,
@@ -141,9 +183,11 @@ class WireCodec:
             )
         except Exception as exc:  # EOFError, IndexError, UnicodeDecodeError, OverflowError, ...
             reason = str(exc) or "unexpected end of buffer"
-            raise SerializationError(
-                f"malformed {writer.name} body ({type(exc).__name__}: {reason})"
-            ) from exc
+            failure = _failure(
+                f"malformed {writer.name} body ({type(exc).__name__}: {reason})", exc, writer.name
+            )
+        if failure is not None:
+            raise failure
         left = len(data) - body.tell()
         if left:
             raise SerializationError(f"{left} trailing byte(s) after the {writer.name} body")
@@ -153,14 +197,16 @@ class WireCodec:
 
     @staticmethod
     def _from_avro(shipped: ShippedSchema, record: AvroRecord) -> WireValue:
+        failure: SerializationError
         try:
             return records.from_avro(shipped.name, record)
         except SerializationError as exc:
-            raise SerializationError(f"invalid {shipped.name}: {exc}") from exc
+            failure = _failure(f"invalid {shipped.name}: {exc}", exc, shipped.name)
         except Exception as exc:  # core validators raise their own FlowErrors and ValueErrors
-            raise SerializationError(
-                f"invalid {shipped.name}: {type(exc).__name__}: {exc}"
-            ) from exc
+            failure = _failure(
+                f"invalid {shipped.name}: {type(exc).__name__}: {exc}", exc, shipped.name
+            )
+        raise failure
 
 
 _SCHEMA_OF_TYPE: dict[type[Any], str] = {cls: name for name, cls in records.PYTHON_TYPES.items()}
@@ -251,6 +297,24 @@ def encode_registration(
 
 def decode_registration(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> BuildRegistration:
     return _codec(max_size).decode_as(data, BuildRegistration)
+
+
+def encode_hook_request(request: HookRequest, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(request)
+
+
+def decode_hook_request(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> HookRequest:
+    """A ``{ns}.hook-requests`` value. A ``HookCallback`` holds a plaintext token: no error
+    text quotes it (see ``records``), but the buffer itself does, so never copy it elsewhere."""
+    return _codec(max_size).decode_as(data, HookRequest)
+
+
+def encode_token_record(record: TokenRecord, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(record)
+
+
+def decode_token_record(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> TokenRecord:
+    return _codec(max_size).decode_as(data, TokenRecord)
 
 
 def schema_name_of(data: bytes) -> str:

@@ -1,5 +1,6 @@
-"""``FlowError`` ⇄ :class:`ErrorInfo`: typed errors cross process boundaries intact, secrets
-never do (a ``token`` field is dropped before encoding)."""
+"""``FlowError`` ⇄ :class:`ErrorInfo`: typed errors cross process boundaries intact. Errors never
+hold a hook token (only its digest); a ``token`` attribute, should one ever appear, is dropped
+before encoding as a second line of defence."""
 
 from __future__ import annotations
 
@@ -31,6 +32,4 @@ def to_error(info: ErrorInfo) -> errors.FlowError:
     error.message = info.message
     for name, raw in info.fields.items():
         setattr(error, name, json.loads(raw))
-    if cls in (errors.HookTokenNotFound, errors.HookTokenConflict):
-        error.token = errors.REDACTED  # type: ignore[attr-defined]
     return error

@@ -3,13 +3,16 @@
 Topic → value type:
 
 * ``{ns}.requests``     :class:`Request` (header + one body: start, cancel, force-cancel,
-  terminate, host progress, child link, step result, wake-up, proposal)
+  terminate, host progress, child link, step result, wake-up, proposal, signal, hook
+  resolution, child resolution, child query)
 * ``{ns}.history``      ``FlowEventEnvelope`` (the core's)
 * ``{ns}.tasks.{build}`` :class:`StepTask`
 * ``{ns}.replies``      :class:`Reply` (keyed by request id, or by run id for run_finished)
 * ``{ns}.incidents``    :class:`Incident` (compacted by run id)
 * ``{ns}.dead-letters`` :class:`DeadLetter`
 * ``{ns}.builds``       :class:`BuildRegistration` (compacted by group/instance)
+* ``{ns}.hook-requests`` :class:`HookRequest` (keyed by token digest: claim, release, callback)
+* ``{ns}.hook-tokens``  :class:`TokenRecord` (compacted by token digest; tombstone = released)
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ from streamflow.core.events import FlowEvent
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.values import CancellationRequest, ChildOperationReference, WorkflowProgress
+from streamflow.core.values import (
+    CancellationRequest,
+    ChildOperationReference,
+    ContinuationLink,
+    ParentLink,
+    WorkflowProgress,
+    WorkflowSignal,
+    WorkflowTerminalOutcome,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +56,16 @@ class ErrorInfo:
 class StartRun:
     spec: WorkflowSpec
     input: JsonValue = None
+    parent: ParentLink | None = None
+    """Set when a parent's ``child_workflow_requested`` starts this run (journal only)."""
+    predecessor: ContinuationLink | None = None
+    """Set when a predecessor's ``run_continued_as_new`` starts this run (journal only)."""
+
+    @property
+    def system(self) -> bool:
+        """Written by the journal as the consequence of another run's event: compared by
+        origin too, and never refused for a missing build route (the run waits for one)."""
+        return self.parent is not None or self.predecessor is not None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,11 +73,16 @@ class CancelRun:
     """Cleanup-aware cancellation request."""
 
     request: CancellationRequest
+    propagated: bool = False
+    """Handed on by a parent's cancellation: an existing different request is kept, not a
+    conflict, and no build route is required."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForceCancelRun:
     reason: str | None = None
+    propagated: bool = False
+    """A parent ended immediately and takes this child chain with it."""
 
 
 class TerminationKind(str, Enum):
@@ -116,6 +142,51 @@ class Proposal:
     """The proposing processor's build."""
     processor: str = ""
     """The proposing processor instance (diagnostics)."""
+    claim_id: str | None = None
+    """Set when the hooks topology forwards a proposal whose ``hook_created`` claimed a token:
+    the claim the journal releases if the proposal turns out stale."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendSignal:
+    """Deliver a named signal (de-duplicated by ``signal_id`` along the continuation chain)."""
+
+    signal: WorkflowSignal
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeHook:
+    """A hook callback. ``token_digest`` is set when the hooks topology routed a callback by
+    token: the hook must still hold that token."""
+
+    hook_id: str
+    payload: JsonValue = None
+    token_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisposeHook:
+    hook_id: str
+    token_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolveChild:
+    """A child chain ended: record its outcome in the parent (``run_id`` of the request)."""
+
+    child_id: str
+    child_run_id: str
+    """The run id the parent requested (the first run of the child's chain)."""
+    outcome: WorkflowTerminalOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryChild:
+    """Ask a child chain (``run_id`` of the request) to report its outcome to the parent
+    again, if it has one (resolutions are recorded in request order)."""
+
+    parent_run_id: str
+    child_id: str
 
 
 RequestBody: TypeAlias = (
@@ -128,6 +199,11 @@ RequestBody: TypeAlias = (
     | StepResult
     | WakeUp
     | Proposal
+    | SendSignal
+    | ResumeHook
+    | DisposeHook
+    | ResolveChild
+    | QueryChild
 )
 
 
@@ -144,6 +220,9 @@ class Request:
     body: RequestBody
     reply: bool = False
     """Whether the sender waits for a :class:`Reply`."""
+    forwarded: int = 0
+    """How many times a journal handed this request on along a continuation chain (a
+    request for a run that continued as new acts on its successor)."""
 
 
 # -- other topics -------------------------------------------------------------------------------
@@ -183,6 +262,9 @@ class Reply:
     """Run status after the request was handled."""
     last_sequence: int = 0
     at: datetime
+    subject: str | None = None
+    """What the request acted on when the caller did not name it: the hook id of a callback
+    by token."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,3 +313,69 @@ class BuildRegistration:
     """When this registration was last refreshed."""
     ttl_ms: int
     """How long it stays live without a refresh."""
+
+
+# -- the hook-token index ({ns}.hook-requests, {ns}.hook-tokens) --------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimToken:
+    """A processor asks for a token before ``hook_created`` may be appended. Granted, the
+    hooks topology forwards ``proposal`` to the run; refused, it reports ``HookTokenConflict``
+    as an incident of the run."""
+
+    token_digest: str
+    run_id: str
+    hook_id: str
+    proposal: Proposal
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseToken:
+    """The hook no longer holds the token. With ``claim_id``, only that claim is released
+    (a stale proposal's); without, whatever (run, hook) holds."""
+
+    token_digest: str
+    run_id: str
+    hook_id: str
+    claim_id: str | None = None
+
+
+class CallbackAction(str, Enum):
+    RESUME = "resume"
+    DISPOSE = "dispose"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookCallback:
+    """A caller resumes or disposes a hook by token. The only record that carries a token in
+    plaintext: the hooks topology hashes it, compares it with the key in constant time, and
+    routes a digest-only request to the owning run."""
+
+    token: str = field(repr=False)
+    action: CallbackAction
+    payload: JsonValue = None
+    request_id: str
+    reply: bool = True
+    sent_at: datetime
+
+
+HookRequestBody: TypeAlias = ClaimToken | ReleaseToken | HookCallback
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookRequest:
+    """Everything on ``{ns}.hook-requests`` (keyed by token digest)."""
+
+    body: HookRequestBody
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenRecord:
+    """Which active hook holds a token (``{ns}.hook-tokens``, compacted by digest)."""
+
+    token_digest: str
+    run_id: str
+    hook_id: str
+    claim_id: str
+    claimed_at: datetime

@@ -9,6 +9,10 @@ Conventions (they are the codec's contract with fastavro):
   ``None`` or the plain record.
 * JSON values are ``bytes`` of compact UTF-8 JSON; instants are timezone-aware ``datetime``\\ s
   (``timestamp-micros``); enums are their string values.
+* Token digests are checked to be 64 lowercase hex characters both ways. ``HookCallback.token``
+  is the one plaintext hook token on the wire: no error text ever quotes it (nor a digest
+  field's value, which a confused client may have filled with the token), and a failing union
+  branch is named by type, never shown.
 
 Each record type is declared once, as a :class:`RecordMap` of ``(attribute, Conv)`` pairs, and
 both directions are derived from it; event records are derived from the core's own ``FIELDS``.
@@ -31,15 +35,18 @@ from streamflow.core.events import EVENT_TYPES, FlowEvent, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.tokens import is_token_digest
 from streamflow.core.values import (
     CancellationRequest,
     Cancelled,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
     Completed,
+    ContinuationLink,
     ContinuedAsNew,
     Failed,
     HostShutdown,
+    ParentLink,
     RetryExhausted,
     TimedOut,
     WorkflowProgress,
@@ -48,23 +55,35 @@ from streamflow.core.values import (
 )
 from streamflow.serde.messages import (
     BuildRegistration,
+    CallbackAction,
     CancelRun,
+    ClaimToken,
     DeadLetter,
+    DisposeHook,
     ErrorInfo,
     ForceCancelRun,
+    HookCallback,
+    HookRequest,
+    HookRequestBody,
     Incident,
     LinkChild,
     Proposal,
+    QueryChild,
     RecordProgress,
+    ReleaseToken,
     Reply,
     ReplyKind,
     Request,
     RequestBody,
+    ResolveChild,
+    ResumeHook,
+    SendSignal,
     StartRun,
     StepResult,
     StepTask,
     TerminateRun,
     TerminationKind,
+    TokenRecord,
     WakeUp,
 )
 from streamflow.serde.schemas import NAMESPACE
@@ -73,7 +92,15 @@ AvroRecord: TypeAlias = dict[str, Any]
 Branch: TypeAlias = tuple[str, AvroRecord]
 """A value of a multi-record union: ``(full record name, record)``."""
 WireValue: TypeAlias = (
-    Request | FlowEventEnvelope | StepTask | Reply | Incident | DeadLetter | BuildRegistration
+    Request
+    | FlowEventEnvelope
+    | StepTask
+    | Reply
+    | Incident
+    | DeadLetter
+    | BuildRegistration
+    | HookRequest
+    | TokenRecord
 )
 """Everything a topic value can be, i.e. what a single-object buffer decodes to."""
 
@@ -138,6 +165,34 @@ def _sequence(value: int) -> int:
     return value
 
 
+def _count(value: int) -> int:
+    if _long(value) < 0:
+        raise SerializationError(f"must be >= 0, got {value}")
+    return value
+
+
+def _digest(value: Any) -> str:
+    # Never quote the value: a confused client may have put the plaintext token here.
+    if not is_token_digest(value):
+        raise SerializationError("must be a SHA-256 token digest (64 lowercase hex characters)")
+    return cast(str, value)
+
+
+def _secret(value: Any) -> str:
+    # The plaintext hook token: checked without ever quoting it (or chaining the
+    # UnicodeEncodeError, which holds it).
+    if not isinstance(value, str):
+        raise SerializationError(f"must be a string, got {type(value).__name__}")
+    encodable = True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        encodable = False
+    if not encodable:  # raised outside the handler: not even the implicit context holds it
+        raise SerializationError("must be encodable as UTF-8")
+    return value
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -162,6 +217,11 @@ JSON = Conv(json_to_bytes, json_from_bytes)
 INSTANT = Conv(_instant_to, _instant_from)
 OPT_INSTANT = Conv(_optional(_instant_to), _optional(_instant_from))
 LONG = Conv(_long, _same)
+COUNT = Conv(_count, _count)
+"""A non-negative long."""
+DIGEST = Conv(_digest, _digest)
+OPT_DIGEST = Conv(_optional(_digest), _optional(_digest))
+SECRET = Conv(_secret, _secret)
 
 
 def _enum(cls: type[Enum]) -> Conv:
@@ -207,6 +267,11 @@ def _nested(record: RecordMap) -> Conv:
     return Conv(record.to_avro, record.from_avro)
 
 
+def _optional_nested(record: RecordMap) -> Conv:
+    """A ``["null", Record]`` union: ``None`` or the plain record."""
+    return Conv(_optional(record.to_avro), _optional(record.from_avro))
+
+
 def _union(what: str, *records: RecordMap) -> Conv:
     by_type = {r.cls: r for r in records}
     by_name = {r.full_name: r for r in records}
@@ -219,7 +284,10 @@ def _union(what: str, *records: RecordMap) -> Conv:
 
     def back(branch: Any) -> Any:
         if not (isinstance(branch, tuple) and len(branch) == 2 and isinstance(branch[0], str)):
-            raise SerializationError(f"{what} must be a (record name, record) pair: {branch!r}")
+            # The type only: the branch may hold a hook token (HookCallback).
+            raise SerializationError(
+                f"{what} must be a (record name, record) pair, got {type(branch).__name__}"
+            )
         record = by_name.get(branch[0])
         if record is None:
             raise SerializationError(f"unknown {what} record {branch[0]!r}")
@@ -291,6 +359,18 @@ SIGNAL = RecordMap(
     (("signal_id", SAME), ("name", SAME), ("payload", JSON)),
     build=WorkflowSignal.from_json,
 )
+PARENT = RecordMap(
+    "ParentLink",
+    ParentLink,
+    (("run_id", SAME), ("child_id", SAME), ("child_run_id", SAME), ("depth", LONG)),
+    build=ParentLink.from_json,
+)
+PREDECESSOR = RecordMap(
+    "ContinuationLink",
+    ContinuationLink,
+    (("run_id", SAME), ("hop", LONG)),
+    build=ContinuationLink.from_json,
+)
 ERROR_INFO = RecordMap(
     "ErrorInfo", ErrorInfo, (("type", SAME), ("message", SAME), ("fields", Conv(dict, dict)))
 )
@@ -331,6 +411,8 @@ _EVENT_FIELD_CONVS: dict[ev.Codec, Conv] = {
     ev.SIGNAL: _nested(SIGNAL),
     ev.OUTCOME: OUTCOME,
     ev.CHILD_POLICY: _enum(ChildWorkflowCancellationPolicy),
+    ev.PARENT: _optional_nested(PARENT),
+    ev.PREDECESSOR: _optional_nested(PREDECESSOR),
 }
 
 EVENTS: tuple[RecordMap, ...] = tuple(
@@ -344,11 +426,39 @@ EVENT = _union("event", *EVENTS)
 
 # -- request bodies -----------------------------------------------------------------------------
 
+PROPOSAL = RecordMap(
+    "Proposal",
+    Proposal,
+    (
+        ("expected_sequence", SAME),
+        (
+            "events",
+            Conv(
+                lambda events: [EVENT.to(e) for e in events],
+                lambda branches: tuple(EVENT.back(b) for b in branches),
+            ),
+        ),
+        ("build", SAME),
+        ("processor", SAME),
+        ("claim_id", SAME),
+    ),
+)
+"""``Proposal``: a request body, and nested in ``ClaimToken``."""
+
 BODY = _union(
     "request body",
-    RecordMap("StartRun", StartRun, (("spec", _nested(SPEC)), ("input", JSON))),
-    RecordMap("CancelRun", CancelRun, (("request", _nested(CANCELLATION)),)),
-    RecordMap("ForceCancelRun", ForceCancelRun, (("reason", SAME),)),
+    RecordMap(
+        "StartRun",
+        StartRun,
+        (
+            ("spec", _nested(SPEC)),
+            ("input", JSON),
+            ("parent", _optional_nested(PARENT)),
+            ("predecessor", _optional_nested(PREDECESSOR)),
+        ),
+    ),
+    RecordMap("CancelRun", CancelRun, (("request", _nested(CANCELLATION)), ("propagated", SAME))),
+    RecordMap("ForceCancelRun", ForceCancelRun, (("reason", SAME), ("propagated", SAME))),
     RecordMap(
         "TerminateRun",
         TerminateRun,
@@ -369,24 +479,57 @@ BODY = _union(
         ),
     ),
     RecordMap("WakeUp", WakeUp, (("wait_id", SAME), ("due_at", INSTANT))),
+    PROPOSAL,
+    RecordMap("SendSignal", SendSignal, (("signal", _nested(SIGNAL)),)),
     RecordMap(
-        "Proposal",
-        Proposal,
+        "ResumeHook",
+        ResumeHook,
+        (("hook_id", SAME), ("payload", JSON), ("token_digest", OPT_DIGEST)),
+    ),
+    RecordMap("DisposeHook", DisposeHook, (("hook_id", SAME), ("token_digest", OPT_DIGEST))),
+    RecordMap(
+        "ResolveChild",
+        ResolveChild,
+        (("child_id", SAME), ("child_run_id", SAME), ("outcome", OUTCOME)),
+    ),
+    RecordMap("QueryChild", QueryChild, (("parent_run_id", SAME), ("child_id", SAME))),
+)
+"""The request body union (``Request.body``)."""
+
+
+# -- hook requests ------------------------------------------------------------------------------
+
+HOOK_BODY = _union(
+    "hook request body",
+    RecordMap(
+        "ClaimToken",
+        ClaimToken,
         (
-            ("expected_sequence", SAME),
-            (
-                "events",
-                Conv(
-                    lambda events: [EVENT.to(e) for e in events],
-                    lambda branches: tuple(EVENT.back(b) for b in branches),
-                ),
-            ),
-            ("build", SAME),
-            ("processor", SAME),
+            ("token_digest", DIGEST),
+            ("run_id", SAME),
+            ("hook_id", SAME),
+            ("proposal", _nested(PROPOSAL)),
+        ),
+    ),
+    RecordMap(
+        "ReleaseToken",
+        ReleaseToken,
+        (("token_digest", DIGEST), ("run_id", SAME), ("hook_id", SAME), ("claim_id", SAME)),
+    ),
+    RecordMap(
+        "HookCallback",
+        HookCallback,
+        (
+            ("token", SECRET),
+            ("action", _enum(CallbackAction)),
+            ("payload", JSON),
+            ("request_id", SAME),
+            ("reply", SAME),
+            ("sent_at", INSTANT),
         ),
     ),
 )
-"""The request body union (``Request.body``)."""
+"""The hook request body union (``HookRequest.body``)."""
 
 
 # -- top-level topic values ---------------------------------------------------------------------
@@ -401,6 +544,7 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ("sent_at", INSTANT),
             ("reply", SAME),
             ("body", BODY),
+            ("forwarded", COUNT),
         ),
     ),
     RecordMap(
@@ -437,10 +581,11 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ("run_id", SAME),
             ("kind", _enum(ReplyKind)),
             ("ok", SAME),
-            ("error", Conv(_optional(ERROR_INFO.to_avro), _optional(ERROR_INFO.from_avro))),
+            ("error", _optional_nested(ERROR_INFO)),
             ("status", SAME),
             ("last_sequence", SAME),
             ("at", INSTANT),
+            ("subject", SAME),
         ),
     ),
     RecordMap(
@@ -481,6 +626,18 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ("accepts_unpinned", SAME),
             ("heartbeat_at", INSTANT),
             ("ttl_ms", SAME),
+        ),
+    ),
+    RecordMap("HookRequest", HookRequest, (("body", HOOK_BODY),)),
+    RecordMap(
+        "TokenRecord",
+        TokenRecord,
+        (
+            ("token_digest", DIGEST),
+            ("run_id", SAME),
+            ("hook_id", SAME),
+            ("claim_id", SAME),
+            ("claimed_at", INSTANT),
         ),
     ),
 )
@@ -527,6 +684,14 @@ def body_to_avro(body: RequestBody) -> Branch:
 
 def body_from_avro(branch: Branch) -> RequestBody:
     return cast(RequestBody, BODY.back(branch))
+
+
+def hook_body_to_avro(body: HookRequestBody) -> Branch:
+    return cast(Branch, HOOK_BODY.to(body))
+
+
+def hook_body_from_avro(branch: Branch) -> HookRequestBody:
+    return cast(HookRequestBody, HOOK_BODY.back(branch))
 
 
 def outcome_to_avro(outcome: WorkflowTerminalOutcome) -> Branch:

@@ -40,6 +40,8 @@ TOP_LEVEL: tuple[str, ...] = (
     "Incident",
     "DeadLetter",
     "BuildRegistration",
+    "HookRequest",
+    "TokenRecord",
 )
 """The topic value types: the only schemas a single-object buffer may carry."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import timedelta, timezone
 
@@ -16,9 +17,11 @@ from streamflow.core.values import (
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
     Completed,
+    ContinuationLink,
     ContinuedAsNew,
     Failed,
     HostShutdown,
+    ParentLink,
     RetryExhausted,
     TimedOut,
     WorkflowProgress,
@@ -27,23 +30,35 @@ from streamflow.core.values import (
 )
 from streamflow.serde.messages import (
     BuildRegistration,
+    CallbackAction,
     CancelRun,
+    ClaimToken,
     DeadLetter,
+    DisposeHook,
     ErrorInfo,
     ForceCancelRun,
+    HookCallback,
+    HookRequest,
+    HookRequestBody,
     Incident,
     LinkChild,
     Proposal,
+    QueryChild,
     RecordProgress,
+    ReleaseToken,
     Reply,
     ReplyKind,
     Request,
     RequestBody,
+    ResolveChild,
+    ResumeHook,
+    SendSignal,
     StartRun,
     StepResult,
     StepTask,
     TerminateRun,
     TerminationKind,
+    TokenRecord,
     WakeUp,
 )
 from streamflow.serde.records import WireValue
@@ -92,6 +107,13 @@ ERROR_FULL = ErrorInfo(
     fields={"run_id": json.dumps("r-1"), "reason": json.dumps("spec differs")},
 )
 ERROR_MIN = ErrorInfo(type="RuntimeFailure", message="")
+PARENT_FULL = ParentLink(run_id="parent-1", child_id="c", child_run_id="order-1", depth=3)
+PREDECESSOR_FULL = ContinuationLink(run_id="order-1-1", hop=2)
+
+TOKEN = "tok-S3cr3t-9f8e7d6c5b4a"
+"""A plaintext hook token: only ``HookCallback`` may carry it."""
+DIGEST = hashlib.sha256(TOKEN.encode()).hexdigest()
+DIGEST_MIN = hashlib.sha256(b"x").hexdigest()
 
 OUTCOMES_FULL: list[WorkflowTerminalOutcome] = [
     Completed(output=RICH),
@@ -113,7 +135,7 @@ OUTCOMES_MIN: list[WorkflowTerminalOutcome] = [
 ]
 
 EVENTS_FULL: list[FlowEvent] = [
-    ev.RunCreated(spec=SPEC_FULL, input=RICH),
+    ev.RunCreated(spec=SPEC_FULL, input=RICH, parent=PARENT_FULL, predecessor=PREDECESSOR_FULL),
     ev.RunStarted(),
     ev.RunCompleted(output=RICH),
     ev.RunFailed(error="boom"),
@@ -143,7 +165,7 @@ EVENTS_FULL: list[FlowEvent] = [
     ev.StepFailed(step_id="s-1", attempt=7, error="503"),
     ev.WaitCreated(wait_id="w-2", resume_at=T1),
     ev.WaitCompleted(wait_id="w-2"),
-    ev.HookCreated(hook_id="h-1", token="tok-secret", metadata={"kind": "human_approval"}),
+    ev.HookCreated(hook_id="h-1", token_digest=DIGEST, metadata={"kind": "human_approval"}),
     ev.HookReceived(hook_id="h-1", payload={"approved": True}),
     ev.HookDisposed(hook_id="h-1"),
 ]
@@ -172,21 +194,35 @@ EVENTS_MIN: list[FlowEvent] = [
     ev.StepFailed(step_id="s", attempt=1, error=""),
     ev.WaitCreated(wait_id="w", resume_at=T0),
     ev.WaitCompleted(wait_id="w"),
-    ev.HookCreated(hook_id="h", token=""),
+    ev.HookCreated(hook_id="h", token_digest=DIGEST_MIN),
     ev.HookReceived(hook_id="h"),
     ev.HookDisposed(hook_id="h"),
 ]
 
+PROPOSAL_FULL = Proposal(
+    expected_sequence=41,
+    events=tuple(EVENTS_FULL),
+    build="b-7",
+    processor="proc-3",
+    claim_id="cl-9",
+)
+PROPOSAL_MIN = Proposal(expected_sequence=0, events=())
+
 BODIES_FULL: list[RequestBody] = [
-    StartRun(spec=SPEC_FULL, input=RICH),
-    CancelRun(request=CancellationRequest("customer asked")),
-    ForceCancelRun(reason="stuck"),
+    StartRun(spec=SPEC_FULL, input=RICH, parent=PARENT_FULL, predecessor=PREDECESSOR_FULL),
+    CancelRun(request=CancellationRequest("customer asked"), propagated=True),
+    ForceCancelRun(reason="stuck", propagated=True),
     TerminateRun(kind=TerminationKind.TIMEOUT, deadline=T1, reason="sla"),
     RecordProgress(progress=PROGRESS_FULL),
     LinkChild(child=CHILD_FULL),
     StepResult(step_id="s-1", attempt=3, ok=False, output=RICH, error="503", finished_at=T_OFFSET),
     WakeUp(wait_id="w-2", due_at=T1),
-    Proposal(expected_sequence=41, events=tuple(EVENTS_FULL), build="b-7", processor="proc-3"),
+    PROPOSAL_FULL,
+    SendSignal(signal=WorkflowSignal("sig-1", "approve", RICH)),
+    ResumeHook(hook_id="h-1", payload=RICH, token_digest=DIGEST),
+    DisposeHook(hook_id="h-1", token_digest=DIGEST),
+    ResolveChild(child_id="c", child_run_id="c-run", outcome=Completed(output=RICH)),
+    QueryChild(parent_run_id="parent-1", child_id="c"),
 ]
 BODIES_MIN: list[RequestBody] = [
     StartRun(spec=SPEC_MIN),
@@ -197,14 +233,43 @@ BODIES_MIN: list[RequestBody] = [
     LinkChild(child=CHILD_MIN),
     StepResult(step_id="s", attempt=1, ok=True, finished_at=T0),
     WakeUp(wait_id="w", due_at=T0),
-    Proposal(expected_sequence=0, events=()),
+    PROPOSAL_MIN,
+    SendSignal(signal=WorkflowSignal("sig-0", "go")),
+    ResumeHook(hook_id="h"),
+    DisposeHook(hook_id="h"),
+    ResolveChild(child_id="c", child_run_id="c-run", outcome=Cancelled()),
+    QueryChild(parent_run_id="p", child_id="c"),
+]
+
+HOOK_BODIES_FULL: list[HookRequestBody] = [
+    ClaimToken(token_digest=DIGEST, run_id="order-1", hook_id="h-1", proposal=PROPOSAL_FULL),
+    ReleaseToken(token_digest=DIGEST, run_id="order-1", hook_id="h-1", claim_id="cl-9"),
+    HookCallback(
+        token=TOKEN,
+        action=CallbackAction.RESUME,
+        payload=RICH,
+        request_id="req-7",
+        reply=True,
+        sent_at=T_OFFSET,
+    ),
+]
+HOOK_BODIES_MIN: list[HookRequestBody] = [
+    ClaimToken(token_digest=DIGEST_MIN, run_id="r", hook_id="h", proposal=PROPOSAL_MIN),
+    ReleaseToken(token_digest=DIGEST_MIN, run_id="r", hook_id="h"),
+    HookCallback(token="", action=CallbackAction.DISPOSE, request_id="", reply=False, sent_at=T0),
 ]
 
 
 def request(body: RequestBody, *, full: bool = True) -> Request:
     if full:
-        return Request(request_id="req-1", run_id="order-1", sent_at=T1, body=body, reply=True)
+        return Request(
+            request_id="req-1", run_id="order-1", sent_at=T1, body=body, reply=True, forwarded=2
+        )
     return Request(request_id="", run_id="r", sent_at=T0, body=body)
+
+
+def hook_request(body: HookRequestBody) -> HookRequest:
+    return HookRequest(body=body)
 
 
 def envelope(event: FlowEvent, sequence: int = 1) -> FlowEventEnvelope:
@@ -246,6 +311,7 @@ REPLY_FULL = Reply(
     status="failed",
     last_sequence=9,
     at=T1,
+    subject="h-1",
 )
 REPLY_MIN = Reply(request_id="", run_id="r", kind=ReplyKind.REQUEST, ok=True, at=T0)
 INCIDENT_FULL = Incident(
@@ -279,6 +345,12 @@ REGISTRATION_FULL = BuildRegistration(
 REGISTRATION_MIN = BuildRegistration(
     group="g", instance="i", role="worker", current=None, heartbeat_at=T0, ttl_ms=0
 )
+TOKEN_RECORD_FULL = TokenRecord(
+    token_digest=DIGEST, run_id="order-1", hook_id="h-1", claim_id="cl-9", claimed_at=T_OFFSET
+)
+TOKEN_RECORD_MIN = TokenRecord(
+    token_digest=DIGEST_MIN, run_id="r", hook_id="h", claim_id="", claimed_at=T0
+)
 
 TOP_LEVEL_FULL: list[WireValue] = [
     request(BODIES_FULL[0]),
@@ -288,6 +360,8 @@ TOP_LEVEL_FULL: list[WireValue] = [
     INCIDENT_FULL,
     DEAD_LETTER_FULL,
     REGISTRATION_FULL,
+    hook_request(HOOK_BODIES_FULL[0]),
+    TOKEN_RECORD_FULL,
 ]
 TOP_LEVEL_MIN: list[WireValue] = [
     request(BODIES_MIN[0], full=False),
@@ -297,6 +371,8 @@ TOP_LEVEL_MIN: list[WireValue] = [
     INCIDENT_MIN,
     DEAD_LETTER_MIN,
     REGISTRATION_MIN,
+    hook_request(HOOK_BODIES_MIN[0]),
+    TOKEN_RECORD_MIN,
 ]
 
 EVERY_VALUE: list[WireValue] = [
@@ -304,18 +380,27 @@ EVERY_VALUE: list[WireValue] = [
     *TOP_LEVEL_MIN,
     *(request(body) for body in BODIES_FULL),
     *(request(body, full=False) for body in BODIES_MIN),
+    *(request(ResolveChild(child_id="c", child_run_id="c-run", outcome=o)) for o in OUTCOMES_FULL),
+    *(request(ResolveChild(child_id="c", child_run_id="c", outcome=o)) for o in OUTCOMES_MIN),
+    *(hook_request(body) for body in HOOK_BODIES_FULL),
+    *(hook_request(body) for body in HOOK_BODIES_MIN),
     *(envelope(event, n) for n, event in enumerate(EVENTS_FULL, start=1)),
     *(envelope(event, n) for n, event in enumerate(EVENTS_MIN, start=1)),
     *(envelope(ev.ChildWorkflowResolved(child_id="c", outcome=o)) for o in OUTCOMES_FULL),
     *(envelope(ev.ChildWorkflowResolved(child_id="c", outcome=o)) for o in OUTCOMES_MIN),
 ]
-"""Every example wrapped as a topic value (events in envelopes, bodies in requests)."""
+"""Every example wrapped as a topic value (events in envelopes, bodies in requests and hook
+requests)."""
 
 
 def label(value: object) -> str:
     """A readable pytest id: the value type and, for wrappers, what they wrap."""
     if isinstance(value, Request):
+        if isinstance(value.body, ResolveChild):
+            return f"Request[ResolveChild[{type(value.body.outcome).__name__}]]"
         return f"Request[{type(value.body).__name__}]"
+    if isinstance(value, HookRequest):
+        return f"HookRequest[{type(value.body).__name__}]"
     if isinstance(value, FlowEventEnvelope):
         inner = value.event
         if isinstance(inner, ev.ChildWorkflowResolved):

@@ -8,6 +8,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import avro.errors
 import avro.io
 import pytest
 
@@ -15,12 +16,18 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.serde import codec, records
 from streamflow.serde.codec import HEADER_SIZE, MAGIC
 from streamflow.serde.messages import (
+    CallbackAction,
     CancelRun,
+    DisposeHook,
     ForceCancelRun,
+    HookCallback,
+    HookRequest,
     LinkChild,
     RecordProgress,
     Request,
     RequestBody,
+    ResumeHook,
+    SendSignal,
     StartRun,
     TerminateRun,
 )
@@ -80,8 +87,11 @@ def test_a_request_built_by_hand_with_apache_avro_decodes() -> None:
                     "signal_names": ["approve"],
                 },
                 "input": json.dumps({"paymentId": "pay-8842", "amount": 12.5}).encode(),
+                "parent": None,
+                "predecessor": None,
             },
         ),
+        "forwarded": 0,
     }
     data = (
         MAGIC
@@ -117,7 +127,17 @@ CLIENT_BODIES = [
     body
     for body in [*ex.BODIES_FULL, *ex.BODIES_MIN]
     if isinstance(
-        body, (StartRun, CancelRun, ForceCancelRun, TerminateRun, RecordProgress, LinkChild)
+        body,
+        (
+            StartRun,
+            CancelRun,
+            ForceCancelRun,
+            TerminateRun,
+            RecordProgress,
+            LinkChild,
+            SendSignal,
+            ResumeHook,
+        ),
     )
 ]
 
@@ -133,3 +153,45 @@ def test_the_stock_apache_writer_picks_the_right_client_body(body: RequestBody) 
     buffer = io.BytesIO()
     avro.io.DatumWriter(schema).write(_plain(datum), avro.io.BinaryEncoder(buffer))
     assert codec.decode_request(data[:HEADER_SIZE] + buffer.getvalue()) == value
+
+
+def test_the_stock_apache_writer_cannot_tell_dispose_hook_from_resume_hook() -> None:
+    """The caveat docs/wire-format.md states: a DisposeHook's fields are a subset of the
+    ResumeHook's, which comes first in the union, so the stock writer needs a named record."""
+    value = ex.request(DisposeHook(hook_id="h-1", token_digest=ex.DIGEST))
+    data = codec.encode_request(value)
+    schema = apache.parse(codec.schema_json("Request"))
+    datum, _ = apache.read_body(schema, data[HEADER_SIZE:])
+    with pytest.raises(avro.errors.AvroTypeException, match="payload"):
+        avro.io.DatumWriter(schema).write(_plain(datum), avro.io.BinaryEncoder(io.BytesIO()))
+    assert apache.write_body(schema, datum) == data[HEADER_SIZE:]  # named: fine
+
+
+def test_a_hook_callback_written_by_the_stock_apache_writer_decodes() -> None:
+    """A callback client (docs/wire-format.md) with nothing but avro-python: plain dicts, every
+    field present; the stock writer resolves the hook request union to HookCallback."""
+    schema_json = codec.schema_json("HookRequest")
+    sent_at = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
+    datum = {
+        "body": {
+            "token": ex.TOKEN,
+            "action": "resume",
+            "payload": json.dumps({"approved": True}).encode(),
+            "request_id": "req-43",
+            "reply": True,
+            "sent_at": sent_at,
+        }
+    }
+    buffer = io.BytesIO()
+    avro.io.DatumWriter(apache.parse(schema_json)).write(datum, avro.io.BinaryEncoder(buffer))
+    data = MAGIC + apache.fingerprint(schema_json) + buffer.getvalue()
+    assert codec.decode_hook_request(data) == HookRequest(
+        body=HookCallback(
+            token=ex.TOKEN,
+            action=CallbackAction.RESUME,
+            payload={"approved": True},
+            request_id="req-43",
+            reply=True,
+            sent_at=sent_at,
+        )
+    )

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import streamflow.core.events as ev
 from streamflow.core.errors import SerializationError
 from streamflow.core.retry import RetryPolicy
-from streamflow.serde import codec
+from streamflow.serde import codec, records
 from streamflow.serde.codec import (
     DEAD_LETTER_MAX_SIZE,
     DEFAULT_MAX_SIZE,
@@ -22,13 +22,15 @@ from streamflow.serde.codec import (
     MAGIC,
     WireCodec,
 )
-from streamflow.serde.messages import StartRun
+from streamflow.serde.messages import DisposeHook, ResumeHook, StartRun
 from streamflow.serde.records import WireValue
 from tests.serde import examples as ex
 
-REQUEST = codec.encode_request(ex.request(ex.BODIES_FULL[-1]))
+REQUEST = codec.encode_request(ex.request(ex.PROPOSAL_FULL))
 """A Proposal request with all 27 events: every schema feature in one buffer."""
 TASK = codec.encode_task(ex.TASK_FULL)
+CALLBACK = codec.encode_hook_request(ex.hook_request(ex.HOOK_BODIES_FULL[2]))
+"""A HookCallback: the one record with a plaintext token (``ex.TOKEN``)."""
 
 
 def test_wrong_magic_is_rejected() -> None:
@@ -116,6 +118,8 @@ def test_a_configured_limit_applies_to_both_directions() -> None:
         (codec.decode_incident, "StepTask"),
         (codec.decode_dead_letter, "StepTask"),
         (codec.decode_registration, "StepTask"),
+        (codec.decode_hook_request, "StepTask"),
+        (codec.decode_token_record, "StepTask"),
     ],
 )
 def test_typed_decoders_refuse_other_record_types(decode: Any, found: str) -> None:
@@ -126,6 +130,18 @@ def test_typed_decoders_refuse_other_record_types(decode: Any, found: str) -> No
 def test_decode_task_refuses_a_request() -> None:
     with pytest.raises(SerializationError, match="expected a StepTask buffer, got Request"):
         codec.decode_task(REQUEST)
+    with pytest.raises(SerializationError, match="expected a StepTask buffer, got HookRequest"):
+        codec.decode_task(CALLBACK)
+
+
+def test_a_request_is_not_a_hook_request() -> None:
+    with pytest.raises(SerializationError, match="expected a HookRequest buffer, got Request"):
+        codec.decode_hook_request(REQUEST)
+    with pytest.raises(SerializationError, match="expected a Request buffer, got HookRequest"):
+        codec.decode_request(CALLBACK)
+    token = codec.encode_token_record(ex.TOKEN_RECORD_FULL)
+    with pytest.raises(SerializationError, match="expected a HookRequest buffer, got TokenRecord"):
+        codec.decode_hook_request(token)
 
 
 def test_non_bytes_input_is_rejected() -> None:
@@ -247,3 +263,187 @@ def test_corrupted_buffers_decode_or_fail_cleanly(data: st.DataObject) -> None:
         buffer[at] = data.draw(st.integers(0, 255))
     with contextlib.suppress(SerializationError):
         codec.decode(bytes(buffer))
+
+
+def test_a_negative_forward_count_is_rejected() -> None:
+    with pytest.raises(SerializationError, match=r"Request\.forwarded: must be >= 0"):
+        codec.encode_request(dataclasses.replace(ex.request(ex.BODIES_MIN[0]), forwarded=-1))
+    _, record = codec.decode_record(REQUEST)
+    record["forwarded"] = -1
+    with pytest.raises(SerializationError, match=r"Request\.forwarded: must be >= 0"):
+        codec.decode_request(codec.encode_record("Request", record))
+
+
+# -- hook tokens --------------------------------------------------------------------------------
+
+BAD_DIGESTS = [
+    ex.TOKEN,  # the plaintext token where its digest belongs: a confused client
+    ex.DIGEST.upper(),
+    ex.DIGEST[:-1],
+    ex.DIGEST + "0",
+    "",
+]
+
+
+def _messages(exc: BaseException) -> str:
+    """The text of ``exc`` and of every exception chained to it, as a log line shows them."""
+    texts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        texts += [str(current), repr(current)]
+        current = current.__cause__ or current.__context__
+    return "\n".join(texts)
+
+
+def _assert_no_token(exc: BaseException, token: str = ex.TOKEN) -> None:
+    text = _messages(exc)
+    for start in range(len(token) - 7):
+        assert token[start : start + 8] not in text, text
+
+
+DIGEST_CARRIERS: list[WireValue] = [
+    ex.TOKEN_RECORD_FULL,
+    ex.hook_request(ex.HOOK_BODIES_FULL[0]),
+    ex.hook_request(ex.HOOK_BODIES_FULL[1]),
+    ex.request(ResumeHook(hook_id="h", token_digest=ex.DIGEST)),
+    ex.request(DisposeHook(hook_id="h", token_digest=ex.DIGEST)),
+]
+
+
+def _with_digest(value: Any, digest: str) -> Any:
+    """``value`` (a Python value or an Avro record) with its token digest replaced."""
+    if isinstance(value, dict):
+        if "token_digest" in value:
+            return {**value, "token_digest": digest}
+        name, body = value["body"]
+        return {**value, "body": (name, {**body, "token_digest": digest})}
+    if hasattr(value, "token_digest"):
+        return dataclasses.replace(value, token_digest=digest)
+    return dataclasses.replace(value, body=dataclasses.replace(value.body, token_digest=digest))
+
+
+@pytest.mark.parametrize("digest", BAD_DIGESTS)
+@pytest.mark.parametrize("value", DIGEST_CARRIERS, ids=ex.label)
+def test_token_digests_are_checked_both_ways_without_quoting_them(
+    value: WireValue, digest: str
+) -> None:
+    secret = digest or ex.TOKEN
+    with pytest.raises(SerializationError, match="must be a SHA-256 token digest") as refused:
+        codec.encode(_with_digest(value, digest))
+    _assert_no_token(refused.value, secret)
+    # A foreign writer is not stopped by our encoder: the decoder checks again.
+    name, record = records.to_avro(value)
+    data = codec.encode_record(name, _with_digest(record, digest))
+    with pytest.raises(SerializationError, match="must be a SHA-256 token digest") as bad:
+        codec.decode(data)
+    _assert_no_token(bad.value, secret)
+
+
+def _callback_record(**fields: Any) -> dict[str, Any]:
+    _, record = codec.decode_record(CALLBACK)
+    name, body = record["body"]
+    assert name == "streamflow.v1.HookCallback"
+    return {"body": (name, {**body, **fields})}
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"payload": b"{not json"}, "HookCallback.payload: not UTF-8 JSON"),
+        ({"payload": b"\xff" + ex.TOKEN.encode()}, "HookCallback.payload: not UTF-8 JSON"),
+        ({"payload": ex.TOKEN.encode()}, "HookCallback.payload: not UTF-8 JSON"),
+        ({"payload": b"NaN"}, "non-finite number NaN"),
+    ],
+)
+def test_an_invalid_hook_callback_is_rejected_without_its_token(
+    fields: dict[str, Any], reason: str
+) -> None:
+    data = codec.encode_record("HookRequest", _callback_record(**fields))
+    with pytest.raises(SerializationError, match=reason) as refused:
+        codec.decode_hook_request(data)
+    _assert_no_token(refused.value)
+
+
+def test_an_unknown_callback_action_is_rejected_without_the_token() -> None:
+    # Fields token, action, …: the action's enum index follows the token's bytes.
+    at = CALLBACK.index(ex.TOKEN.encode()) + len(ex.TOKEN)
+    assert CALLBACK[at] == 0  # resume, zigzag-encoded
+    for index in (2, 63):
+        corrupt = CALLBACK[:at] + bytes([index * 2]) + CALLBACK[at + 1 :]
+        with pytest.raises(SerializationError, match="malformed HookRequest body") as refused:
+            codec.decode_hook_request(corrupt)
+        _assert_no_token(refused.value)
+
+
+def test_a_hook_callback_with_invalid_utf8_in_its_token_is_rejected_without_it() -> None:
+    start = CALLBACK.index(ex.TOKEN.encode())
+    corrupt = bytearray(CALLBACK)
+    corrupt[start + 4] = 0xFF  # "tok-\xffS3cr3t…": still the same length
+    with pytest.raises(SerializationError, match="malformed HookRequest body") as refused:
+        codec.decode_hook_request(bytes(corrupt))
+    _assert_no_token(refused.value)
+    _assert_no_token(refused.value, ex.TOKEN[5:])
+
+
+def test_framing_errors_of_a_hook_callback_never_show_its_token() -> None:
+    for cut in range(len(CALLBACK)):
+        with pytest.raises(SerializationError) as refused:
+            codec.decode_hook_request(CALLBACK[:cut])
+        _assert_no_token(refused.value)
+    with pytest.raises(SerializationError, match="3 trailing byte") as trailing:
+        codec.decode_hook_request(CALLBACK + b"abc")
+    _assert_no_token(trailing.value)
+    with pytest.raises(SerializationError, match="over the 64-byte limit") as big:
+        codec.decode_hook_request(CALLBACK, max_size=64)
+    _assert_no_token(big.value)
+
+
+def test_a_hook_callback_that_is_not_a_named_branch_is_rejected_without_the_token() -> None:
+    _, body = _callback_record()["body"]
+    with pytest.raises(SerializationError, match="pair, got dict") as refused:
+        records.from_avro("HookRequest", {"body": body})
+    _assert_no_token(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        (b"tok-S3cr3t-9f8e7d6c5b4a", "HookCallback.token: must be a string, got bytes"),
+        (ex.TOKEN + "\ud800", "HookCallback.token: must be encodable as UTF-8"),
+    ],
+)
+def test_an_unencodable_token_is_refused_without_quoting_it(token: Any, reason: str) -> None:
+    value = ex.hook_request(dataclasses.replace(ex.HOOK_BODIES_FULL[2], token=token))
+    with pytest.raises(SerializationError, match=reason) as refused:
+        codec.encode_hook_request(value)
+    _assert_no_token(refused.value)
+
+
+def test_a_raw_hook_request_record_that_fastavro_refuses_is_not_quoted() -> None:
+    """fastavro quotes the whole datum when no union branch fits; the codec withholds that."""
+    _, body = _callback_record()["body"]
+    for record in ({"body": {**body, "action": 5}}, {"body": {**body, "token": 5}}):
+        with pytest.raises(SerializationError, match="cannot encode HookRequest") as refused:
+            codec.encode_record("HookRequest", record)
+        _assert_no_token(refused.value)
+        assert refused.value.__cause__ is None
+        assert refused.value.__context__ is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_a_corrupted_hook_callback_never_shows_its_token(data: st.DataObject) -> None:
+    """Flipped bytes outside the token (a buggy client, not an attacker who knows it) may make
+    any field invalid; no resulting error quotes the token."""
+    token_at = CALLBACK.index(ex.TOKEN.encode())
+    token_end = token_at + len(ex.TOKEN)
+    positions = [i for i in range(HEADER_SIZE, len(CALLBACK)) if not token_at <= i < token_end]
+    buffer = bytearray(CALLBACK)
+    for _ in range(data.draw(st.integers(1, 4))):
+        buffer[data.draw(st.sampled_from(positions))] = data.draw(st.integers(0, 255))
+    try:
+        codec.decode(bytes(buffer))
+    except SerializationError as exc:
+        _assert_no_token(exc)

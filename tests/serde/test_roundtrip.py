@@ -15,19 +15,27 @@ import streamflow.core.events as ev
 from streamflow.core.errors import SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
-from streamflow.core.values import OutcomeType
+from streamflow.core.values import CancellationRequest, OutcomeType
 from streamflow.serde import codec
 from streamflow.serde.messages import (
     BuildRegistration,
+    CancelRun,
+    ClaimToken,
     DeadLetter,
+    ForceCancelRun,
+    HookCallback,
+    HookRequest,
+    HookRequestBody,
     Incident,
     Proposal,
     Reply,
     Request,
     RequestBody,
+    ResumeHook,
     StartRun,
     StepResult,
     StepTask,
+    TokenRecord,
 )
 from streamflow.serde.records import json_from_bytes, json_to_bytes
 from tests.serde import examples as ex
@@ -78,7 +86,20 @@ def test_examples_cover_every_event_body_and_outcome() -> None:
     assert {type(b) for b in ex.BODIES_MIN} == bodies
     assert {o.type for o in ex.OUTCOMES_FULL} == set(OutcomeType)
     assert {o.type for o in ex.OUTCOMES_MIN} == set(OutcomeType)
-    top = {Request, FlowEventEnvelope, StepTask, Reply, Incident, DeadLetter, BuildRegistration}
+    hook_bodies = set(get_args(HookRequestBody))
+    assert {type(b) for b in ex.HOOK_BODIES_FULL} == hook_bodies
+    assert {type(b) for b in ex.HOOK_BODIES_MIN} == hook_bodies
+    top = {
+        Request,
+        FlowEventEnvelope,
+        StepTask,
+        Reply,
+        Incident,
+        DeadLetter,
+        BuildRegistration,
+        HookRequest,
+        TokenRecord,
+    }
     assert {type(v) for v in ex.TOP_LEVEL_FULL} == top
     assert {type(v) for v in ex.TOP_LEVEL_MIN} == top
 
@@ -104,6 +125,8 @@ def test_typed_helpers_round_trip(value: Any) -> None:
         Incident: (codec.encode_incident, codec.decode_incident),
         DeadLetter: (codec.encode_dead_letter, codec.decode_dead_letter),
         BuildRegistration: (codec.encode_registration, codec.decode_registration),
+        HookRequest: (codec.encode_hook_request, codec.decode_hook_request),
+        TokenRecord: (codec.encode_token_record, codec.decode_token_record),
     }
     encode, decode = pairs[type(value)]
     data = encode(value)
@@ -112,7 +135,7 @@ def test_typed_helpers_round_trip(value: Any) -> None:
 
 
 def test_a_proposal_carries_all_27_events_in_order() -> None:
-    value = ex.request(ex.BODIES_FULL[-1])
+    value = ex.request(ex.PROPOSAL_FULL)
     decoded = codec.decode_request(codec.encode_request(value))
     assert isinstance(decoded.body, Proposal)
     assert [type(e) for e in decoded.body.events] == [type(e) for e in ex.EVENTS_FULL]
@@ -218,3 +241,40 @@ def test_sent_at_before_the_epoch_round_trips() -> None:
     early = datetime(1901, 12, 13, 20, 45, 52, 1, tzinfo=UTC)
     value = Request(request_id="r", run_id="r", sent_at=early, body=ex.BODIES_MIN[2])
     assert codec.decode_request(codec.encode_request(value)).sent_at == early
+
+
+def test_a_claim_token_carries_its_whole_proposal() -> None:
+    value = ex.hook_request(ex.HOOK_BODIES_FULL[0])
+    decoded = codec.decode_hook_request(codec.encode_hook_request(value))
+    assert decoded == value
+    assert isinstance(decoded.body, ClaimToken)
+    assert decoded.body.proposal.events == tuple(ex.EVENTS_FULL)
+    assert decoded.body.proposal.claim_id == "cl-9"
+
+
+def test_added_fields_decode_to_their_python_defaults() -> None:
+    """Bodies that leave the added fields unset read back with the dataclass defaults."""
+    minimal: list[tuple[RequestBody, dict[str, object]]] = [
+        (StartRun(spec=ex.SPEC_MIN), {"parent": None, "predecessor": None}),
+        (CancelRun(request=CancellationRequest()), {"propagated": False}),
+        (ForceCancelRun(), {"propagated": False}),
+        (Proposal(expected_sequence=0, events=()), {"claim_id": None}),
+        (ResumeHook(hook_id="h"), {"payload": None, "token_digest": None}),
+    ]
+    for body, defaults in minimal:
+        decoded = codec.decode_request(codec.encode_request(ex.request(body, full=False)))
+        assert decoded.forwarded == 0
+        for name, default in defaults.items():
+            assert getattr(decoded.body, name) == default, f"{type(body).__name__}.{name}"
+    assert codec.decode_reply(codec.encode_reply(ex.REPLY_MIN)).subject is None
+
+
+def test_a_hook_callback_keeps_its_token_out_of_repr() -> None:
+    callback = ex.HOOK_BODIES_FULL[2]
+    assert isinstance(callback, HookCallback)
+    decoded = codec.decode_hook_request(codec.encode_hook_request(ex.hook_request(callback)))
+    assert isinstance(decoded.body, HookCallback)
+    assert decoded.body.token == ex.TOKEN
+    assert ex.TOKEN not in repr(decoded)
+    assert decoded.body.sent_at == ex.T1
+    assert decoded.body.sent_at.tzinfo is UTC

@@ -24,9 +24,11 @@ from streamflow.core.values import (
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
     Completed,
+    ContinuationLink,
     ContinuedAsNew,
     Failed,
     HostShutdown,
+    ParentLink,
     RetryExhausted,
     TimedOut,
     WorkflowProgress,
@@ -50,13 +52,15 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "ffaf9661611cf73d",
-    "HistoryRecord": "98a4acd55463915f",
+    "Request": "51a92df0ffbd2875",
+    "HistoryRecord": "b3a607ef21af0cb6",
     "StepTask": "b18216d3ff1d3f24",
-    "Reply": "a0d19991f97fa3ce",
+    "Reply": "640cb8b095318ffc",
     "Incident": "9045929b847bc9a9",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "d186cdd37e2c5317",
+    "HookRequest": "2e574cd53edb9253",
+    "TokenRecord": "c24e40eebab4077a",
 }
 """The 8 header bytes of every shipped top-level schema, as hex.
 
@@ -73,6 +77,8 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "Incident": messages.Incident,
     "DeadLetter": messages.DeadLetter,
     "BuildRegistration": messages.BuildRegistration,
+    "HookRequest": messages.HookRequest,
+    "TokenRecord": messages.TokenRecord,
     "ErrorInfo": messages.ErrorInfo,
     "StartRun": messages.StartRun,
     "CancelRun": messages.CancelRun,
@@ -83,6 +89,14 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "StepResult": messages.StepResult,
     "WakeUp": messages.WakeUp,
     "Proposal": messages.Proposal,
+    "SendSignal": messages.SendSignal,
+    "ResumeHook": messages.ResumeHook,
+    "DisposeHook": messages.DisposeHook,
+    "ResolveChild": messages.ResolveChild,
+    "QueryChild": messages.QueryChild,
+    "ClaimToken": messages.ClaimToken,
+    "ReleaseToken": messages.ReleaseToken,
+    "HookCallback": messages.HookCallback,
     "WorkflowSpec": WorkflowSpec,
     "WorkflowRuntime": WorkflowRuntime,
     "RetryPolicy": RetryPolicy,
@@ -90,6 +104,8 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "ChildOperationReference": ChildOperationReference,
     "CancellationRequest": CancellationRequest,
     "WorkflowSignal": WorkflowSignal,
+    "ParentLink": ParentLink,
+    "ContinuationLink": ContinuationLink,
     "CompletedOutcome": Completed,
     "FailedOutcome": Failed,
     "CancelledOutcome": Cancelled,
@@ -102,6 +118,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
 ENUM_TYPES: dict[str, type[Enum]] = {
     "TerminationKind": messages.TerminationKind,
     "ReplyKind": messages.ReplyKind,
+    "CallbackAction": messages.CallbackAction,
     "RetryBackoff": RetryBackoff,
     "StepFailureAction": StepFailureAction,
     "ChildWorkflowCancellationPolicy": ChildWorkflowCancellationPolicy,
@@ -136,7 +153,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 63
+    assert len(FILES) == len(DEFINITIONS) == 76
 
 
 def test_shipped_fingerprints_are_pinned() -> None:
@@ -201,12 +218,93 @@ def test_unions_list_every_variant_in_python_order() -> None:
     assert union_names(request["body"]["type"]) == [
         c.__name__ for c in get_args(messages.RequestBody)
     ]
+    hook_request = {f["name"]: f for f in definition("HookRequest")["fields"]}
+    assert union_names(hook_request["body"]["type"]) == [
+        c.__name__ for c in get_args(messages.HookRequestBody)
+    ]
     resolved = {f["name"]: f for f in definition("ChildWorkflowResolved")["fields"]}
     outcomes = union_names(resolved["outcome"]["type"])
     assert [RECORD_TYPES[n].TYPE.value for n in outcomes] == [
         "completed", "failed", "cancelled", "timed_out", "retry_exhausted", "host_shutdown",
         "continued_as_new",
     ]  # fmt: skip
+    resolve_child = {f["name"]: f for f in definition("ResolveChild")["fields"]}
+    assert resolve_child["outcome"]["type"] == resolved["outcome"]["type"]
+
+
+ADDED_FIELDS: dict[str, dict[str, object]] = {
+    "StartRun": {"parent": None, "predecessor": None},
+    "CancelRun": {"propagated": False},
+    "ForceCancelRun": {"propagated": False},
+    "Proposal": {"claim_id": None},
+    "Request": {"forwarded": 0},
+    "Reply": {"subject": None},
+}
+"""Fields added to records that had shipped before, with their defaults."""
+ADDED_BODIES = ["SendSignal", "ResumeHook", "DisposeHook", "ResolveChild", "QueryChild"]
+
+
+def test_fields_added_to_existing_records_have_defaults() -> None:
+    """Fields added after a record first shipped must carry defaults (schema evolution rule 3),
+    so a reader of the new schema can resolve records written with the old one."""
+    for name, defaults in ADDED_FIELDS.items():
+        fields = {f["name"]: f for f in definition(name)["fields"]}
+        python = {f.name: f for f in dataclasses.fields(RECORD_TYPES[name])}
+        for field, default in defaults.items():
+            assert fields[field]["default"] == default, f"{name}.{field}"
+            assert python[field].default == default, f"{name}.{field}"
+
+
+def test_records_written_without_the_added_fields_resolve_to_their_defaults(
+    tmp_path: Path,
+) -> None:
+    old_dir = _copy_schemas(tmp_path / "old")
+    for name, defaults in ADDED_FIELDS.items():
+        path = old_dir / f"{name}.avsc"
+        schema = json.loads(path.read_text())
+        schema["fields"] = [f for f in schema["fields"] if f["name"] not in defaults]
+        if name == "Request":
+            body = next(f for f in schema["fields"] if f["name"] == "body")
+            body["type"] = [b for b in body["type"] if b not in ADDED_BODIES]
+        path.write_text(json.dumps(schema))
+    old = WireCodec(build_registry(old_dir))
+
+    new_dir = _copy_schemas(tmp_path / "new")
+    (new_dir / "retired").mkdir()
+    for name in ("Request", "Reply"):
+        shipped = old.registry.schema(name)
+        assert shipped.fingerprint != codec.fingerprint_of(name)
+        retired = new_dir / "retired" / f"{name}.{shipped.fingerprint.hex()}.avsc"
+        retired.write_text(json.dumps(shipped.expanded))
+    new = WireCodec(build_registry(new_dir))
+
+    values: list[Any] = [
+        ex.request(messages.StartRun(spec=ex.SPEC_FULL, input=ex.RICH), full=False),
+        ex.request(messages.CancelRun(request=CancellationRequest("why")), full=False),
+        ex.request(messages.ForceCancelRun(reason="stuck"), full=False),
+        ex.request(dataclasses.replace(ex.PROPOSAL_FULL, claim_id=None), full=False),
+        dataclasses.replace(ex.REPLY_FULL, subject=None),
+    ]
+    for value in values:
+        data = old.encode(value)
+        assert new.decode(data) == value
+
+
+def test_only_hook_callback_has_a_token_field() -> None:
+    """The plaintext hook token appears in exactly one record; everything else has digests."""
+    with_token = [
+        full for full, schema in DEFINITIONS.items()
+        for f in schema.get("fields", []) if f["name"] == "token"
+    ]  # fmt: skip
+    assert with_token == [f"{NAMESPACE}.HookCallback"]
+    for name in TOP_LEVEL:
+        carriers = {
+            node["name"]
+            for node in walk(codec.schema_json(name))
+            if isinstance(node, dict) and node.get("type") == "record"
+            and any(f["name"] == "token" for f in node["fields"])
+        }  # fmt: skip
+        assert carriers == ({"HookCallback"} if name == "HookRequest" else set()), name
 
 
 @pytest.mark.parametrize("name", sorted(ENUM_TYPES))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import timedelta
 
@@ -27,6 +28,7 @@ from streamflow import (
     WorkflowSpec,
 )
 from streamflow.core.commands import COMMAND_TYPES
+from streamflow.core.tokens import token_digest
 from streamflow.core.values import (
     Cancelled,
     Completed,
@@ -73,7 +75,11 @@ ONE_OF_EACH_EVENT = [
     ev.StepFailed(step_id="s", attempt=2, error="e"),
     ev.WaitCreated(wait_id="w", resume_at=T0),
     ev.WaitCompleted(wait_id="w"),
-    ev.HookCreated(hook_id="h", token="t", metadata=HookMetadata.human_approval("PO-1").to_json()),
+    ev.HookCreated(
+        hook_id="h",
+        token_digest=token_digest("t"),
+        metadata=HookMetadata.human_approval("PO-1").to_json(),
+    ),
     ev.HookReceived(hook_id="h", payload={"approved": True}),
     ev.HookDisposed(hook_id="h"),
 ]
@@ -190,7 +196,11 @@ def test_command_json_values_are_normalised_like_a_store_round_trip():
 
 def test_hook_token_never_appears_in_command_or_event_repr():
     assert "s3cr3t" not in repr(RuntimeCommand.create_hook("h", "s3cr3t"))
-    assert "s3cr3t" not in repr(ev.HookCreated(hook_id="h", token="s3cr3t"))
+    created = ev.HookCreated(hook_id="h", token_digest=token_digest("s3cr3t"))
+    assert not hasattr(created, "token")  # the event only ever holds the digest
+    assert "s3cr3t" not in repr(created)
+    assert "s3cr3t" not in json.dumps(created.to_json())
+    assert created.to_json()["token_digest"] == hashlib.sha256(b"s3cr3t").hexdigest()
 
 
 @pytest.mark.parametrize(
