@@ -1,4 +1,5 @@
-"""``streamflow run journal|processor|worker|timer``: run one topology instance in this process.
+"""``streamflow run journal|processor|worker|timer|hooks``: run one topology instance in this
+process.
 
 Configuration comes from flags, then environment variables (``STREAMFLOW_BOOTSTRAP``,
 ``STREAMFLOW_NAMESPACE``, ``STREAMFLOW_APP``, ``STREAMFLOW_BUILD``, ``STREAMFLOW_STATE_DIR``,
@@ -21,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.core.decide import Limits
 from streamflow.kafka.config import KafkaSettings
 from streamflow.topologies.runner import TopologyThread
 from streamflow.workflow.runtime import FlowRuntime
 
-ROLES = ("journal", "processor", "worker", "timer")
+ROLES = ("journal", "processor", "worker", "timer", "hooks")
 log = logging.getLogger("streamflow.cli")
 
 
@@ -60,7 +62,19 @@ def register(subparsers: Any) -> None:
         "--transaction-timeout-ms",
         type=int,
         default=int(os.environ.get("STREAMFLOW_TRANSACTION_TIMEOUT_MS", "10000")),
-        help="journal transaction timeout (keep it at or below the session timeout)",
+        help="journal and hooks transaction timeout (keep it at or below the session timeout)",
+    )
+    run.add_argument(
+        "--max-continue-as-new-hops",
+        type=int,
+        default=int(os.environ.get("STREAMFLOW_MAX_CONTINUE_AS_NEW_HOPS", "64")),
+        help="processor: continue-as-new hops a chain may take (0 disables continue-as-new)",
+    )
+    run.add_argument(
+        "--max-child-workflow-depth",
+        type=int,
+        default=int(os.environ.get("STREAMFLOW_MAX_CHILD_WORKFLOW_DEPTH", "32")),
+        help="processor: how deeply child workflows may nest (0 disables them)",
     )
 
 
@@ -113,6 +127,17 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             session_timeout_ms=args.session_timeout_ms,
         )
         return "timer", timer.run
+    if args.role == "hooks":
+        from streamflow.topologies.hooks import Hooks
+
+        hooks = Hooks(
+            settings,
+            state_dir=state,
+            instance=args.instance,
+            session_timeout_ms=args.session_timeout_ms,
+            transaction_timeout_ms=args.transaction_timeout_ms,
+        )
+        return "hooks", hooks.run
     runtime = load_runtime(args.app)
     if args.role == "processor":
         from streamflow.topologies.processor import Processor
@@ -123,6 +148,10 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             state_dir=state,
             compatibility=compatibility(args),
             instance=args.instance,
+            limits=Limits(
+                max_continue_as_new_hops=max(0, args.max_continue_as_new_hops),
+                max_child_workflow_depth=max(0, args.max_child_workflow_depth),
+            ),
             topic_profile=args.topic_profile,
             session_timeout_ms=args.session_timeout_ms,
         )

@@ -14,19 +14,33 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from streamflow.core.errors import FlowError, InvalidTransition, RunNotFound
+from streamflow.core import decide as d
+from streamflow.core.errors import (
+    ContinueAsNewCycle,
+    FlowError,
+    InvalidTransition,
+    RunNotFound,
+)
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.ids import validate_run_id
-from streamflow.core.jsonvalue import normalize
+from streamflow.core.inspect import continuation_error
+from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.projection import project
-from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
-from streamflow.core.values import CancellationRequest, ChildOperationReference, WorkflowProgress
+from streamflow.core.tokens import token_digest
+from streamflow.core.values import (
+    CancellationRequest,
+    ChildOperationReference,
+    WorkflowProgress,
+    WorkflowSignal,
+)
 from streamflow.kafka.clients import (
     APPEND_WOKEN,
     caught_up,
@@ -159,6 +173,7 @@ class FlowClient:
         self._timeout = request_timeout
         self._producer = producer(settings)
         self._partitions = partition_count(self._producer, self._names.requests)
+        self._hook_partitions = partition_count(self._producer, self._names.hook_requests)
         self._waiters: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[m.Reply]]] = {}
         self._finished: dict[
             str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[m.Reply]]]
@@ -232,13 +247,64 @@ class FlowClient:
         now = datetime.now(tz=UTC)
         return await self._request(run_id, m.WakeUp(wait_id=wait_id, due_at=now))
 
+    async def send_signal(self, run_id: str, signal: WorkflowSignal) -> m.Reply:
+        """Deliver a named signal to the run's chain (its active leaf receives it). The same
+        delivery again is acknowledged without a second event; the same ``signal_id`` with
+        other content raises ``SignalConflict``; a new one for an ended run ``RunTerminal``."""
+        problem = d.check_signal(signal)
+        if problem is not None:
+            raise problem.error
+        return await self._request(run_id, m.SendSignal(signal=signal))
+
+    async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> m.Reply:
+        """Deliver a hook callback by run and hook id (idempotent for the same payload)."""
+        body = m.ResumeHook(hook_id=hook_id, payload=normalize(payload, "hook payload"))
+        return await self._request(run_id, body)
+
+    async def dispose_hook(self, run_id: str, hook_id: str) -> m.Reply:
+        return await self._request(run_id, m.DisposeHook(hook_id=hook_id))
+
+    async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
+        """Resume the active hook holding ``token``; returns ``(run_id, hook_id)``.
+
+        The token travels once, to the hooks topology, which hashes it; a token no active
+        hook holds raises ``HookTokenNotFound``. Keep the returned ids to redeliver by id.
+        """
+        value = normalize(payload, "hook payload")
+        reply = await self._callback(token, m.CallbackAction.RESUME, value)
+        return reply.run_id, reply.subject or ""
+
+    async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
+        """Revoke the active hook holding ``token``; returns ``(run_id, hook_id)``."""
+        reply = await self._callback(token, m.CallbackAction.DISPOSE, None)
+        return reply.run_id, reply.subject or ""
+
+    async def _callback(self, token: str, action: m.CallbackAction, payload: JsonValue) -> m.Reply:
+        digest = token_digest(token)
+        request_id = str(uuid.uuid4())
+        callback = m.HookCallback(
+            token=token,
+            action=action,
+            payload=payload,
+            request_id=request_id,
+            reply=True,
+            sent_at=datetime.now(tz=UTC),
+        )
+        value = codec.encode_hook_request(m.HookRequest(body=callback))
+        return await self._await_reply(
+            request_id,
+            lambda: self._producer.produce(
+                self._names.hook_requests,
+                key=digest.encode(),
+                value=value,
+                partition=partition_for(digest, self._hook_partitions),
+            ),
+            f"hook callback ({action.value})",
+        )
+
     async def _request(self, run_id: str, body: m.RequestBody) -> m.Reply:
         validate_run_id(run_id)
-        loop = asyncio.get_running_loop()
         request_id = str(uuid.uuid4())
-        future: asyncio.Future[m.Reply] = loop.create_future()
-        with self._lock:
-            self._waiters[request_id] = (loop, future)
         request = m.Request(
             request_id=request_id,
             run_id=run_id,
@@ -246,19 +312,29 @@ class FlowClient:
             body=body,
             reply=True,
         )
-        self._producer.produce(
-            self._names.requests,
-            key=run_id.encode(),
-            value=codec.encode_request(request),
-            partition=partition_for(run_id, self._partitions),
+        return await self._await_reply(
+            request_id,
+            lambda: self._producer.produce(
+                self._names.requests,
+                key=run_id.encode(),
+                value=codec.encode_request(request),
+                partition=partition_for(run_id, self._partitions),
+            ),
+            f"{type(body).__name__} for run {run_id}",
         )
+
+    async def _await_reply(self, request_id: str, send: Callable[[], None], what: str) -> m.Reply:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[m.Reply] = loop.create_future()
+        with self._lock:
+            self._waiters[request_id] = (loop, future)
+        send()
         self._producer.poll(0)
         try:
             reply = await asyncio.wait_for(future, self._timeout)
         except TimeoutError:
             raise TimeoutError(
-                f"no reply to {type(body).__name__} for run {run_id} within {self._timeout}s; "
-                "is the journal running?"
+                f"no reply to {what} within {self._timeout}s; are the topologies running?"
             ) from None
         finally:
             with self._lock:
@@ -283,7 +359,65 @@ class FlowClient:
         return await asyncio.to_thread(self._history.run_ids)
 
     async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot:
-        """Wait until the run is terminal and return its snapshot."""
+        """Wait until the run's chain ends and return the snapshot of its last run (a run that
+        continued as new is followed to its successor)."""
+        snap = await self._segment_result(run_id, timeout)
+        seen = {run_id}
+        while snap.continuation is not None:
+            successor = snap.continuation.successor_run_id
+            if successor in seen:
+                raise ContinueAsNewCycle(successor)
+            seen.add(successor)
+            snap = await self._segment_result(successor, timeout)
+        return snap
+
+    async def continuation_chain(self, run_id: str) -> list[str]:
+        """Run ids from ``run_id`` along its continue-as-new links to the last run, checking
+        that every successor was started by its predecessor's link. A successor's start is
+        written with the link, so one not visible yet is waited for (up to the request
+        timeout) before ``RunNotFound``."""
+        snap = await self.snapshot(run_id)
+        chain = [run_id]
+        while snap.continuation is not None:
+            successor = snap.continuation.successor_run_id
+            if successor in chain:
+                raise ContinueAsNewCycle(successor)
+            nxt = await self._await_run(successor)
+            problem = continuation_error(snap, nxt)
+            if problem is not None:
+                raise problem
+            chain.append(successor)
+            snap = nxt
+        return chain
+
+    async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
+        """Active hooks of non-terminal runs, sorted by (run, hook), with token digests.
+
+        Reads every history of the namespace: fine for development and tests; production
+        inspection belongs to an observer-maintained index."""
+        found: list[ActiveHookSnapshot] = []
+        for run_id in await self.list_run_ids():
+            snap = await self.snapshot(run_id)
+            if snap.is_terminal:
+                continue
+            found += [
+                ActiveHookSnapshot(run_id=run_id, hook=snap.hooks[h]) for h in snap.active_hooks
+            ]
+        return sorted(found, key=lambda a: (a.run_id, a.hook.hook_id))
+
+    async def _await_run(self, run_id: str) -> WorkflowRunSnapshot:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            events = await asyncio.to_thread(self._history.history, run_id)
+            if events:
+                return project(run_id, events)
+            if time.monotonic() > deadline:
+                raise RunNotFound(run_id)
+            await asyncio.sleep(0.02)
+
+    async def _segment_result(
+        self, run_id: str, timeout: float | None = None
+    ) -> WorkflowRunSnapshot:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[m.Reply] = loop.create_future()
         with self._lock:

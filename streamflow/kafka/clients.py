@@ -78,8 +78,17 @@ PRODUCER_DEFAULTS: dict[str, object] = {"linger.ms": 1, "compression.type": "zst
 
 
 def producer(settings: KafkaSettings, **overrides: object) -> Producer:
-    """An idempotent, acks=all producer (``overrides`` add e.g. a transactional id)."""
-    required: dict[str, object] = {"enable.idempotence": True, "acks": "all"}
+    """An idempotent, acks=all producer (``overrides`` add e.g. a transactional id).
+
+    Keyed records produced without an explicit partition (incidents, replies, dead letters)
+    go where Kafka's Java client would put them, ``murmur2(key)``, so readers can find a
+    key's partition with ``partition_for``; librdkafka's own default is CRC32.
+    """
+    required: dict[str, object] = {
+        "enable.idempotence": True,
+        "acks": "all",
+        "partitioner": "murmur2_random",
+    }
     required.update(overrides)
     return Producer(settings.client(PRODUCER_DEFAULTS, **required))
 

@@ -28,9 +28,21 @@ DEFAULT_DIRECTORY = Path(__file__).resolve().parents[1] / "_contract" / "topolog
 TOPICS_FILE = "topics.toml"
 FORMAT_VERSION = 1
 PLACEHOLDERS = frozenset({"ns", "build"})
-REQUIRED_ROLES = ("requests", "history", "tasks", "replies", "incidents", "dead_letters", "builds")
+REQUIRED_ROLES = (
+    "requests",
+    "history",
+    "tasks",
+    "replies",
+    "incidents",
+    "dead_letters",
+    "builds",
+    "hook_requests",
+    "hook_tokens",
+)
 COPARTITIONED = ("requests", "history", "tasks")
 """Roles partitioned by ``murmur2(run_id)``: their partition counts must be equal."""
+TOKEN_COPARTITIONED = ("hook_requests", "hook_tokens")
+"""Roles partitioned by ``murmur2(token digest)``: their partition counts must be equal."""
 UNCLEAN = "unclean.leader.election.enable"
 CLEANUP = "cleanup.policy"
 MIN_ISR = "min.insync.replicas"
@@ -272,7 +284,7 @@ class Manifest:
     def _partitions(self, template: TopicTemplate, override: int | None) -> int:
         if override is not None:
             _check_override("partitions", override)
-            if template.role in COPARTITIONED or template.partitions is None:
+            if template.role in COPARTITIONED + TOKEN_COPARTITIONED or template.partitions is None:
                 return override
         return template.partitions or self.default_partitions
 
@@ -450,6 +462,14 @@ def _check_topics(manifest: Manifest) -> None:
             f"partition counts differ ({', '.join(f'{r} {n}' for r, n in counts.items())}): "
             "requests, history and tasks are co-partitioned by murmur2(run_id) and must have "
             "equal counts"
+        )
+    tokens = {
+        r: manifest.topics[r].partitions or manifest.default_partitions for r in TOKEN_COPARTITIONED
+    }
+    if len(set(tokens.values())) > 1:
+        raise bad(
+            "partition counts of hook_requests and hook_tokens differ: both are partitioned by "
+            "murmur2(token digest) and must have equal counts"
         )
     configs = [("defaults.config", manifest.default_config)]
     configs += [(f"profiles.{n}.config", p.config) for n, p in manifest.profiles.items()]

@@ -63,8 +63,11 @@ class Names:
         self.dead_letters = f"{ns}.dead-letters"
         self.incidents = f"{ns}.incidents"
         self.builds = f"{ns}.builds"
+        self.hook_requests = f"{ns}.hook-requests"
+        self.hook_tokens = f"{ns}.hook-tokens"
         self.journal_group = f"{ns}.journal"
         self.timer_group = f"{ns}.timer"
+        self.hooks_group = f"{ns}.hooks"
 
     def tasks(self, build: str | None) -> str:
         return f"{self.namespace}.tasks.{build_slug(build)}"

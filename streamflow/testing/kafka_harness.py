@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -22,9 +22,14 @@ from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.errors import FlowError, RunNotFound
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.inspect import WorkflowRunSummary, summarize
-from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.values import CancellationRequest, ChildOperationReference, WorkflowProgress
+from streamflow.core.values import (
+    CancellationRequest,
+    ChildOperationReference,
+    WorkflowProgress,
+    WorkflowSignal,
+)
 from streamflow.engine.observers import FlowEventObserver, notify
 from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
@@ -35,6 +40,7 @@ from streamflow.kafka.naming import Names
 from streamflow.serde import codec
 from streamflow.serde.errors import to_error
 from streamflow.topologies.common import utc_now
+from streamflow.topologies.hooks import Hooks
 from streamflow.topologies.journal import Journal
 from streamflow.topologies.processor import Processor
 from streamflow.topologies.runner import TopologyThread
@@ -132,16 +138,18 @@ class KafkaDriver:
         )
         worker = Worker(s, self._runtime, compatibility=self._compatibility, topic_profile="dev")
         timer = Timer(s, state_dir=root / "timer")
+        hooks = Hooks(s, state_dir=root / "hooks", commit_interval=0.02)
         self._threads = [
             TopologyThread("journal", journal.run).start(),
             TopologyThread("processor", processor.run).start(),
             TopologyThread("worker", worker.run).start(),
             TopologyThread("timer", timer.run).start(),
+            TopologyThread("hooks", hooks.run).start(),
         ]
         if self._observers and self._feed is None:
             self._feed = ObserverFeed(s, self._observers)
             self._threads.append(TopologyThread("observers", self._feed.run).start())
-        for ready in (journal.ready, processor.ready, worker.ready, timer.ready):
+        for ready in (journal.ready, processor.ready, worker.ready, timer.ready, hooks.ready):
             if not ready.wait(30):
                 raise RuntimeError(f"a topology did not start: {self._errors()}")
 
@@ -169,14 +177,80 @@ class KafkaDriver:
 
     # -- settling ----------------------------------------------------------------------------
 
-    def _quiescent(self, snap: WorkflowRunSnapshot, now: datetime) -> bool:
-        """Nothing will happen to the run without outside input."""
+    async def _quiescent(self, snap: WorkflowRunSnapshot, now: datetime, depth: int = 0) -> bool:
+        """Nothing will happen to the run without outside input: its own decisions, its
+        children's, its successor's, and the records in flight between them (a child's start,
+        a resolution, a handed-on cancellation) have all landed."""
+        if depth > 64:
+            return True
+        if snap.continuation is not None:
+            successor = await self._maybe_snapshot(snap.continuation.successor_run_id)
+            return successor is not None and await self._quiescent(successor, now, depth + 1)
         if snap.is_terminal:
             return True
         if snap.running_steps:
             return False
+        if snap.parent is not None and not await self._parent_settled_with(snap):
+            return False
+        blocking = snap.blocking_children()
+        for child in snap.open_children_in_order():
+            leaf = await self._chain_leaf(child.run_id)
+            if leaf is None:
+                return False  # its start request is on its way
+            if leaf.is_terminal:
+                elder_open = blocking and blocking[0].child_id != child.child_id
+                if snap.blocks_on(child) and not elder_open:
+                    return False  # its resolution is on its way
+                continue
+            cancellation = snap.cancellation
+            if (
+                cancellation is not None
+                and child.requested_sequence < cancellation.sequence
+                and child.cancellation_policy.value == "request_cancellation"
+                and leaf.cancellation is None
+            ):
+                return False  # the handed-on cancellation request is on its way
+            if not await self._quiescent(leaf, now, depth + 1):
+                return False
         outcome = d.prepare(snap, now, self._compatibility)
         return outcome is d.SUSPENDED or isinstance(outcome, d.Rejected)
+
+    async def _parent_settled_with(self, child: WorkflowRunSnapshot) -> bool:
+        """False while a parent's decision about this child chain is on its way to it: the
+        parent recorded its outcome (an immediate termination ended it) or handed on its
+        cancellation request, and the child does not show it yet."""
+        assert child.parent is not None
+        parent = await self._chain_leaf(child.parent.run_id)
+        if parent is None:
+            return True
+        entry = parent.child_workflows.get(child.parent.child_id)
+        if entry is None or entry.cancellation_policy.value != "request_cancellation":
+            return True
+        if not entry.is_open:
+            return False  # recorded as ended: the force-cancel is in flight
+        cancellation = parent.cancellation
+        return (
+            cancellation is None
+            or entry.requested_sequence > cancellation.sequence
+            or child.cancellation is not None
+        )
+
+    async def _maybe_snapshot(self, run_id: str) -> WorkflowRunSnapshot | None:
+        try:
+            return await self.client.snapshot(run_id)
+        except RunNotFound:
+            return None
+
+    async def _chain_leaf(self, run_id: str) -> WorkflowRunSnapshot | None:
+        snap = await self._maybe_snapshot(run_id)
+        seen = {run_id}
+        while snap is not None and snap.continuation is not None:
+            successor = snap.continuation.successor_run_id
+            if successor in seen:
+                return snap
+            seen.add(successor)
+            snap = await self._maybe_snapshot(successor)
+        return snap
 
     async def _incident_error(self, snap: WorkflowRunSnapshot) -> FlowError | None:
         incident = await self.client.incident(snap.run_id)
@@ -187,7 +261,7 @@ class KafkaDriver:
     async def _watch(
         self,
         run_id: str,
-        done: Callable[[WorkflowRunSnapshot], bool],
+        done: Callable[[WorkflowRunSnapshot], bool | Awaitable[bool]],
         *,
         raise_incidents: bool,
         timeout: float = SETTLE_TIMEOUT,
@@ -211,7 +285,10 @@ class KafkaDriver:
                     self._raised.add(key)
                     raise error
                 return snap  # the processor will not act again until history changes
-            if done(snap):
+            reached = done(snap)
+            if not isinstance(reached, bool):
+                reached = await reached
+            if reached:
                 return snap
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} did not settle: {snap!r}")
@@ -272,14 +349,17 @@ class KafkaDriver:
 
     async def force_cancel(self, run_id: str, reason: str | None = None) -> None:
         await self.client.force_cancel(run_id, reason)
+        await self._quiesce(run_id)
 
     async def terminate_for_timeout(
         self, run_id: str, deadline: datetime, reason: str | None = None
     ) -> None:
         await self.client.terminate_for_timeout(run_id, deadline, reason)
+        await self._quiesce(run_id)
 
     async def terminate_for_host_shutdown(self, run_id: str, reason: str | None = None) -> None:
         await self.client.terminate_for_host_shutdown(run_id, reason)
+        await self._quiesce(run_id)
 
     async def record_progress(self, run_id: str, progress: WorkflowProgress) -> None:
         await self.client.record_progress(run_id, progress)
@@ -290,6 +370,34 @@ class KafkaDriver:
     async def resume_wait(self, run_id: str, wait_id: str) -> None:
         await self.client.resume_wait(run_id, wait_id)
         await self._quiesce(run_id)
+
+    async def send_signal(self, run_id: str, signal: WorkflowSignal) -> None:
+        await self.client.send_signal(run_id, signal)
+        await self._quiesce(run_id)
+
+    async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> None:
+        await self.client.resume_hook(run_id, hook_id, payload)
+        await self._quiesce(run_id)
+
+    async def dispose_hook(self, run_id: str, hook_id: str) -> None:
+        await self.client.dispose_hook(run_id, hook_id)
+        await self._quiesce(run_id)
+
+    async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
+        run_id, hook_id = await self.client.resume_hook_by_token(token, payload)
+        await self._quiesce(run_id)
+        return run_id, hook_id
+
+    async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
+        run_id, hook_id = await self.client.dispose_hook_by_token(token)
+        await self._quiesce(run_id)
+        return run_id, hook_id
+
+    async def continuation_chain(self, run_id: str) -> list[str]:
+        return await self.client.continuation_chain(run_id)
+
+    async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
+        return await self.client.list_active_hooks()
 
     async def list_run_ids(self) -> list[str]:
         return await self.client.list_run_ids()

@@ -145,9 +145,10 @@ class TopologyProcess:
 
 
 class Cluster:
-    """A journal, processor, worker and timer as processes, restartable one by one."""
+    """A journal, processor, worker, timer and hooks topology as processes, restartable one by
+    one."""
 
-    ROLES = ("journal", "processor", "worker", "timer")
+    ROLES = ("journal", "processor", "worker", "timer", "hooks")
 
     def __init__(
         self,

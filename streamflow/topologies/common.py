@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -121,14 +122,24 @@ def send_dead_letter(
     component: str,
     *,
     now: datetime,
+    withhold_value: bool = False,
 ) -> None:
-    """Park an input record that cannot be processed, with where it came from and why."""
+    """Park an input record that cannot be processed, with where it came from and why.
+
+    ``withhold_value`` keeps the raw value out of the dead letter (records that may carry a
+    hook token): the letter names its size and a digest prefix instead.
+    """
+    value = msg.value()
+    if withhold_value and value is not None:
+        digest = hashlib.sha256(value).hexdigest()[:16]
+        reason = f"{reason} (value withheld: {len(value)} bytes, sha256 {digest}…)"
+        value = None
     letter = DeadLetter(
         topic=msg.topic() or "",
         partition=msg.partition() or 0,
         offset=msg.offset() or 0,
         key=msg.key(),
-        value=msg.value(),
+        value=value,
         reason=reason,
         component=component,
         at=now,

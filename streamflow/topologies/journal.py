@@ -13,22 +13,21 @@ route in the build registry.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, Message
 
 from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core.errors import (
+    ContinueAsNewLimitExceeded,
     FlowError,
     InvalidTransition,
     RunNotFound,
@@ -37,14 +36,7 @@ from streamflow.core.errors import (
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.projection import evolve, project
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.kafka.clients import (
-    APPEND_WOKEN,
-    consumer,
-    partition_count,
-    poll_batch,
-    producer,
-    read_to_end,
-)
+from streamflow.kafka.clients import APPEND_WOKEN, partition_count, read_to_end
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, history_key, partition_for
 from streamflow.serde import codec
@@ -59,6 +51,7 @@ from streamflow.topologies.common import (
     send_dead_letter,
     utc_now,
 )
+from streamflow.topologies.eos import Fenced, TransactionalTopology
 from streamflow.topologies.registry import RouteTable
 
 log = logging.getLogger("streamflow.journal")
@@ -88,31 +81,40 @@ PROPOSABLE: frozenset[type[ev.FlowEvent]] = frozenset(
 )
 
 
-class JournalFenced(RuntimeError):
-    """Another instance took over this journal's transactional id or partitions: stop now."""
+JournalFenced = Fenced
+MAX_FORWARDS = 1024
+"""A request handed on along a continuation chain more often than this is refused (a chain
+can never be that long; it guards against a corrupt link)."""
 
 
 @dataclass
 class _Transaction:
     """What one Kafka transaction has staged so far."""
 
-    started: float
     batch: StateBatch
     touched: set[str] = field(default_factory=set)
     staged: dict[str, list[ev.FlowEventEnvelope]] = field(default_factory=dict)
     history_offsets: dict[int, int] = field(default_factory=dict)
-    requests: int = 0
+    child_starts: int = 0
+    """Child start requests produced in this transaction (for the child-request drill)."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Outcome:
     events: tuple[ev.FlowEvent, ...] = ()
+    effects: tuple[d.Effect, ...] = ()
     error: FlowError | None = None
     incident: bool = False
     """Report ``error`` as a run incident (a rejected proposal) rather than in a reply."""
+    subject: str | None = None
+    """What the reply names when the caller did not (the hook of a callback by token)."""
+    forward_to: str | None = None
+    """Hand the request on to this run (the successor of a run that continued as new)."""
 
 
-class Journal:
+class Journal(TransactionalTopology):
+    component = COMPONENT
+
     def __init__(
         self,
         settings: KafkaSettings,
@@ -126,28 +128,24 @@ class Journal:
         transaction_timeout_ms: int = 10_000,
         session_timeout_ms: int = 10_000,
     ) -> None:
-        self._settings = settings
-        self._names = Names(settings.namespace)
+        names = Names(settings.namespace)
+        super().__init__(
+            settings,
+            group=names.journal_group,
+            input_topic=names.requests,
+            transactional_id=names.transactional_id(COMPONENT, instance),
+            consumer_overrides=APPEND_WOKEN,
+            commit_interval=commit_interval,
+            max_batch=max_batch,
+            transaction_timeout_ms=transaction_timeout_ms,
+            session_timeout_ms=session_timeout_ms,
+        )
+        self._names = names
         self._clock = clock
         self._instance = instance
-        self._commit_interval = commit_interval
-        self._max_batch = max_batch
         self._cache_runs = cache_runs
         self._state = LocalState(state_dir, ("events", "meta"))
         self._cache: OrderedDict[str, WorkflowRunSnapshot] = OrderedDict()
-        self._consumer = consumer(
-            settings,
-            self._names.journal_group,
-            APPEND_WOKEN,
-            **{"session.timeout.ms": session_timeout_ms, "max.poll.interval.ms": 300_000},
-        )
-        self._producer = producer(
-            settings,
-            **{
-                "transactional.id": self._names.transactional_id(COMPONENT, instance),
-                "transaction.timeout.ms": transaction_timeout_ms,
-            },
-        )
         self._partitions = partition_count(self._consumer, self._names.requests)
         history_partitions = partition_count(self._consumer, self._names.history)
         if history_partitions != self._partitions:
@@ -155,59 +153,51 @@ class Journal:
                 f"{self._names.requests} has {self._partitions} partitions but "
                 f"{self._names.history} has {history_partitions}: they must be equal"
             )
+        self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
         self._task_partitions: dict[str, int] = {}
         self._routes = RouteTable(settings)
         self._txn: _Transaction | None = None
-        self._fenced = False
-        self.ready = threading.Event()
 
-    # -- the loop -------------------------------------------------------------------------
+    # -- the transactional topology's hooks ----------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
-        """Consume, decide and commit until ``stop`` is set; graceful on the way out."""
-        self._producer.init_transactions(30)
-        self._consumer.subscribe(
-            [self._names.requests],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
-        self.ready.set()
-        try:
-            while not stop.is_set():
-                self._routes.refresh()
-                messages = poll_batch(self._consumer, self._max_batch, self._wait())
-                for msg in messages:
-                    self._dispatch(msg)
-                txn = self._txn
-                if txn is not None and (
-                    not messages
-                    or txn.requests >= self._max_batch
-                    or time.monotonic() - txn.started >= self._commit_interval
-                ):
-                    self._commit()
-        finally:
-            self._shutdown()
+    def tick(self) -> None:
+        self._routes.refresh()
 
-    def _wait(self) -> float:
-        """How long to wait for input: a normal poll without a transaction; with one open, not
-        at all — it commits as soon as nothing more is buffered, so latency never pays for
-        batching, while a burst keeps filling it up to the commit interval."""
-        return 0.05 if self._txn is None else 0.0
+    def begin(self) -> None:
+        self._txn = _Transaction(batch=self._state.batch())
 
-    def _dispatch(self, msg: Message) -> None:
-        error = msg.error()
-        if error is not None:
-            if error.fatal():
-                raise KafkaException(error)
-            log.warning("journal consumer: %s", error)
-            return
+    def handle(self, msg: Message) -> None:
+        assert self._txn is not None
+        self._handle(msg, self._txn)
+
+    def has_output(self) -> bool:
+        return self._txn is not None and bool(self._txn.staged)
+
+    def committed(self) -> None:
         txn = self._txn
         if txn is None:
-            self._producer.begin_transaction()
-            txn = self._txn = _Transaction(started=time.monotonic(), batch=self._state.batch())
-        txn.requests += 1
-        self._handle(msg, txn)
+            return
+        if txn.child_starts:
+            faults.hit("journal.after_child_request_commit")
+        for partition, offset in txn.history_offsets.items():
+            txn.batch.put("meta", _offset_key(partition), encode_offset(offset + 1))
+        self._state.write(txn.batch)
+        self._txn = None
+        while len(self._cache) > self._cache_runs:
+            self._cache.popitem(last=False)
+
+    def aborted(self) -> None:
+        if self._txn is not None:
+            for run_id in self._txn.touched:
+                self._cache.pop(run_id, None)
+        self._txn = None
+
+    def forget(self) -> None:
+        self._cache.clear()
+
+    def close_state(self) -> None:
+        self._routes.close()
+        self._state.close()
 
     # -- one request ------------------------------------------------------------------------
 
@@ -235,10 +225,13 @@ class Journal:
             return
         snap = self._snapshot(run_id)
         outcome = self._decide(request, snap, now)
+        if outcome.forward_to is not None:
+            self._forward(request, outcome.forward_to, now)
+            return
         if outcome.events:
             snap = self._ensure_snapshot(run_id, snap)
             try:
-                self._append(txn, snap, outcome.events, now)
+                effects = self._append(txn, snap, outcome.events, now)
             except FlowError as exc:
                 # A proposal (or, if ever, a decision) that does not follow from history:
                 # restore the staged view and report instead of writing anything.
@@ -246,10 +239,23 @@ class Journal:
                 outcome = _Outcome(
                     error=InvalidTransition(f"proposal rejected: {exc}"), incident=True
                 )
+            else:
+                for effect in (*effects, *outcome.effects):
+                    self._effect(run_id, effect, now)
+        elif outcome.effects:
+            for effect in outcome.effects:
+                self._effect(run_id, effect, now)
         if outcome.incident and outcome.error is not None:
             self._incident(run_id, self._snapshot(run_id), outcome.error, request, now)
         if request.reply:
-            self._reply(request, run_id, error=outcome.error, snap=self._snapshot(run_id), now=now)
+            self._reply(
+                request,
+                run_id,
+                error=outcome.error,
+                snap=self._snapshot(run_id),
+                now=now,
+                subject=outcome.subject,
+            )
 
     def _decide(
         self, request: m.Request, snap: WorkflowRunSnapshot | None, now: datetime
@@ -259,9 +265,11 @@ class Journal:
         if isinstance(body, m.StartRun):
             return self._start(run_id, body, snap, now)
         if snap is None or snap.spec is None:
-            if isinstance(body, m.Proposal | m.StepResult | m.WakeUp) and not request.reply:
+            quiet = (m.Proposal, m.StepResult, m.WakeUp, m.ResolveChild, m.QueryChild)
+            if isinstance(body, quiet) and not request.reply:
                 return _Outcome()
             return _Outcome(error=_not_found(run_id))
+        successor = None if snap.continuation is None else snap.continuation.successor_run_id
         if isinstance(body, m.Proposal):
             return self._proposal(snap, body)
         if isinstance(body, m.StepResult):
@@ -277,7 +285,29 @@ class Journal:
             if not snap.is_terminal and not self._routes.has_route(snap.runtime_build_id, now):
                 return _Outcome(error=_no_route(snap))
             return _from(d.decide_resume_wait(snap, body.wait_id))
+        if isinstance(body, m.ResumeHook | m.DisposeHook):
+            return self._hook(snap, body, now)
+        if isinstance(body, m.ResolveChild):
+            return _from(d.decide_child_resolution(snap, body.child_id, body.outcome))
+        # Everything below acts on a chain's active leaf: a run that continued as new hands
+        # the request on to its successor.
+        if isinstance(body, m.SendSignal):
+            recorded = d.recorded_signal(snap, body.signal)
+            if recorded is not None:
+                return _from(recorded)
+            if successor is not None:
+                return _Outcome(forward_to=successor)
+            if not snap.is_terminal and not self._routes.has_route(snap.runtime_build_id, now):
+                return _Outcome(error=_no_route(snap))
+            return _from(d.decide_signal(snap, body.signal))
+        if successor is not None:
+            return _Outcome(forward_to=successor)
+        if isinstance(body, m.QueryChild):
+            return self._query_child(snap, body)
         if isinstance(body, m.CancelRun):
+            if body.propagated:
+                outcome = d.decide_cancellation_request(snap, body.request)
+                return _Outcome() if isinstance(outcome, d.Rejected) else _from(outcome)
             if not snap.is_terminal and not self._routes.has_route(snap.runtime_build_id, now):
                 return _Outcome(error=_no_route(snap))
             return _from(d.decide_cancellation_request(snap, body.request))
@@ -303,11 +333,21 @@ class Journal:
         try:
             body.spec.validate()
         except FlowError as exc:
-            return _Outcome(error=exc)
-        decision = d.decide_start(snap, run_id, body.spec, body.input)
+            return _Outcome(error=exc, incident=body.system)
+        decision = d.decide_start(
+            snap,
+            run_id,
+            body.spec,
+            body.input,
+            parent=body.parent,
+            predecessor=body.predecessor,
+            system=body.system,
+        )
         if isinstance(decision, d.Rejected):
-            return _Outcome(error=decision.error)
-        if decision.kind in (d.StartKind.NEW, d.StartKind.REPAIR):
+            # A child or successor whose id is taken by another run fails closed; nobody
+            # waits for a reply, so it is reported as an incident of that run.
+            return _Outcome(error=decision.error, incident=body.system)
+        if not body.system and decision.kind in (d.StartKind.NEW, d.StartKind.REPAIR):
             build = body.spec.runtime_build_id
             if not self._routes.has_route(build, now):
                 return _Outcome(
@@ -318,8 +358,30 @@ class Journal:
         return _Outcome(events=decision.events)
 
     def _proposal(self, snap: WorkflowRunSnapshot, body: m.Proposal) -> _Outcome:
+        claims = [e for e in body.events if isinstance(e, ev.HookCreated)]
+        if claims and body.claim_id is None:
+            return _Outcome(
+                error=InvalidTransition(
+                    "proposal rejected: hook_created must claim its token through the hooks "
+                    "topology"
+                ),
+                incident=True,
+            )
         if body.expected_sequence != snap.last_sequence:
-            return _Outcome()  # stale: the processor re-decides from the newer history
+            # Stale: the processor re-decides from the newer history. A token claimed for a
+            # hook this proposal would have created goes back, unless the hook holds it.
+            held = snap.active_hook_digests()
+            releases = tuple(
+                d.ReleaseToken(
+                    token_digest=c.token_digest,
+                    run_id=snap.run_id,
+                    hook_id=c.hook_id,
+                    claim_id=body.claim_id,
+                )
+                for c in claims
+                if held.get(c.hook_id) != c.token_digest
+            )
+            return _Outcome(effects=releases)
         for event in body.events:
             if type(event) not in PROPOSABLE:
                 return _Outcome(
@@ -329,6 +391,38 @@ class Journal:
                     incident=True,
                 )
         return _Outcome(events=body.events)
+
+    def _hook(
+        self, snap: WorkflowRunSnapshot, body: m.ResumeHook | m.DisposeHook, now: datetime
+    ) -> _Outcome:
+        if not snap.is_terminal and not self._routes.has_route(snap.runtime_build_id, now):
+            return _Outcome(error=_no_route(snap))
+        if isinstance(body, m.ResumeHook):
+            outcome = d.decide_resume_hook(
+                snap, body.hook_id, body.payload, token_digest=body.token_digest
+            )
+        else:
+            outcome = d.decide_dispose_hook(snap, body.hook_id, token_digest=body.token_digest)
+        subject = None if body.token_digest is None else body.hook_id
+        result = _from(outcome)
+        return _Outcome(events=result.events, error=result.error, subject=subject)
+
+    def _query_child(self, snap: WorkflowRunSnapshot, body: m.QueryChild) -> _Outcome:
+        link = snap.parent
+        if (
+            not snap.is_terminal
+            or snap.terminal_outcome is None
+            or link is None
+            or (link.run_id, link.child_id) != (body.parent_run_id, body.child_id)
+        ):
+            return _Outcome()  # still running: it reports by itself when it ends
+        resolve = d.ResolveParent(
+            parent_run_id=link.run_id,
+            child_id=link.child_id,
+            child_run_id=link.child_run_id,
+            outcome=snap.terminal_outcome,
+        )
+        return _Outcome(effects=(resolve,))
 
     def _link(self, snap: WorkflowRunSnapshot, body: m.LinkChild, now: datetime) -> _Outcome:
         linked = body.child.flow_run_id
@@ -354,13 +448,17 @@ class Journal:
         snap: WorkflowRunSnapshot,
         events: tuple[ev.FlowEvent, ...],
         now: datetime,
-    ) -> None:
+    ) -> list[d.Effect]:
+        """Append ``events`` whole or not at all; returns what other runs (and the token
+        index) owe to them, to be produced in this same transaction."""
         run_id = snap.run_id
         partition = partition_for(run_id, self._partitions)
         txn.touched.add(run_id)
         # Validate every event before producing any: a list is appended whole or not at all.
         envelopes = []
+        effects: list[d.Effect] = []
         for event in events:
+            prior = d.before(snap)
             envelope = ev.FlowEventEnvelope(
                 run_id=run_id,
                 sequence=snap.last_sequence + 1,
@@ -370,6 +468,7 @@ class Journal:
             )
             evolve(snap, envelope)
             envelopes.append(envelope)
+            effects += d.follow_ups(prior, snap, event)
         for envelope in envelopes:
             event = envelope.event
             key = history_key(run_id, envelope.sequence)
@@ -388,6 +487,80 @@ class Journal:
                 self._task(snap, event, envelope.sequence)
             if event.is_terminal():
                 self._finished(snap, now)
+        return effects
+
+    def _effect(self, origin: str, effect: d.Effect, now: datetime) -> None:
+        """Produce the record that carries one follow-up to its run (or to the token index)."""
+        if isinstance(effect, d.RunStep):
+            return  # step tasks go with their step_started
+        if isinstance(effect, d.ReleaseToken):
+            self._release(effect)
+            return
+        body: m.RequestBody
+        if isinstance(effect, d.StartRun):
+            target = effect.run_id
+            body = m.StartRun(
+                spec=effect.spec,
+                input=effect.input,
+                parent=effect.parent,
+                predecessor=effect.predecessor,
+            )
+            if effect.parent is not None and effect.predecessor is None and self._txn is not None:
+                self._txn.child_starts += 1
+        elif isinstance(effect, d.ResolveParent):
+            target = effect.parent_run_id
+            body = m.ResolveChild(
+                child_id=effect.child_id, child_run_id=effect.child_run_id, outcome=effect.outcome
+            )
+        elif isinstance(effect, d.PropagateCancellation):
+            target = effect.run_id
+            body = m.CancelRun(request=effect.request, propagated=True)
+        elif isinstance(effect, d.ForceCancelChild):
+            target = effect.run_id
+            body = m.ForceCancelRun(reason=effect.reason, propagated=True)
+        else:
+            target = effect.run_id
+            body = m.QueryChild(parent_run_id=effect.parent_run_id, child_id=effect.child_id)
+        self._send(m.Request(request_id=str(uuid.uuid4()), run_id=target, sent_at=now, body=body))
+        if isinstance(effect, d.StartRun) and effect.parent and effect.predecessor is None:
+            # The parent's child_workflow_requested and the child's start are both produced,
+            # neither committed: the window the child-request drill kills the journal in.
+            faults.hit("journal.after_child_request_produced")
+
+    def _send(self, request: m.Request) -> None:
+        self._producer.produce(
+            self._names.requests,
+            key=request.run_id.encode(),
+            value=codec.encode_request(request),
+            partition=partition_for(request.run_id, self._partitions),
+        )
+
+    def _forward(self, request: m.Request, successor: str, now: datetime) -> None:
+        """Hand a request for a run that continued as new on to its successor; the journal
+        that finally applies it replies."""
+        if request.forwarded >= MAX_FORWARDS:
+            error = ContinueAsNewLimitExceeded(MAX_FORWARDS)
+            if request.reply:
+                self._reply(request, request.run_id, error=error, snap=None, now=now)
+            return
+        self._send(replace(request, run_id=successor, forwarded=request.forwarded + 1))
+
+    def _release(self, release: d.ReleaseToken) -> None:
+        digest = release.token_digest
+        record = m.HookRequest(
+            body=m.ReleaseToken(
+                token_digest=digest,
+                run_id=release.run_id,
+                hook_id=release.hook_id,
+                claim_id=release.claim_id,
+            )
+        )
+        self._producer.produce(
+            self._names.hook_requests,
+            key=digest.encode(),
+            value=codec.encode_hook_request(record),
+            partition=partition_for(digest, self._hook_partitions),
+        )
 
     def _task(self, snap: WorkflowRunSnapshot, event: ev.StepStarted, sequence: int) -> None:
         step = snap.steps[event.step_id]
@@ -436,6 +609,7 @@ class Journal:
         error: FlowError | None,
         snap: WorkflowRunSnapshot | None,
         now: datetime,
+        subject: str | None = None,
     ) -> None:
         reply = m.Reply(
             request_id=request.request_id,
@@ -446,6 +620,7 @@ class Journal:
             status=None if snap is None or snap.spec is None else snap.status.value,
             last_sequence=0 if snap is None else snap.last_sequence,
             at=now,
+            subject=subject,
         )
         self._producer.produce(
             self._names.replies, key=request.request_id.encode(), value=codec.encode_reply(reply)
@@ -473,114 +648,10 @@ class Journal:
         )
         log.warning("run %s: %s", run_id, error)
 
-    # -- the commit protocol -------------------------------------------------------------------
+    # -- restore --------------------------------------------------------------------------------
 
-    def _commit(self) -> None:
-        """Commit the open transaction. The whole protocol, in order:
-
-        0. Flush: every record produced for this transaction is now in the log, uncommitted.
-        1. Offer the consumer positions of the whole assignment, with the group metadata, to
-           the transaction (``send_offsets_to_transaction``): the requests consumed are now
-           part of the same atomic unit as everything produced for them (history events,
-           step tasks, replies, incidents, dead letters).
-        2. ``commit_transaction``: Kafka makes all of it visible to read_committed readers at
-           once, or none of it. A process that dies before this point leaves an open
-           transaction that the coordinator aborts (a restart of the same instance aborts it
-           at ``init_transactions``); the requests are consumed again and nothing was lost or
-           written twice, because RocksDB has not changed yet.
-        3. Only now write the staged RocksDB batch (events + the next history offset per
-           partition). A process that dies between 2 and 3 loses nothing: on restart, or on
-           the next owner, the history catch-up in ``_restore`` re-applies the committed
-           events from the history topic (idempotent: same keys).
-        4. Forget the transaction; trim the snapshot cache.
-
-        A retriable error repeats the failing call; an abortable one aborts, drops the staged
-        snapshots and rewinds the consumer to its committed offsets; a fatal one (fenced by a
-        newer instance or a rebalance) stops the journal.
-        """
-        txn = self._txn
-        if txn is None:
-            return
-        self._producer.flush(30)
-        if txn.staged:  # the crash window that matters: history in the log, not committed
-            faults.hit("journal.after_produce_before_commit")
-        try:
-            self._with_retries(
-                lambda: self._producer.send_offsets_to_transaction(
-                    self._consumer.position(self._consumer.assignment()),
-                    self._consumer.consumer_group_metadata(),
-                    30,
-                )
-            )
-            self._with_retries(lambda: self._producer.commit_transaction(30))
-        except _Abortable as exc:
-            self._abort(txn, str(exc))
-            return
-        faults.hit("journal.after_commit_before_state")
-        self._producer.poll(0)  # serve delivery reports: the history offsets just committed
-        for partition, offset in txn.history_offsets.items():
-            txn.batch.put("meta", _offset_key(partition), encode_offset(offset + 1))
-        self._state.write(txn.batch)
-        self._txn = None
-        while len(self._cache) > self._cache_runs:
-            self._cache.popitem(last=False)
-
-    def _with_retries(self, call: Callable[[], object]) -> None:
-        for attempt in range(5):
-            try:
-                call()
-                return
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.retriable() and attempt < 4:
-                    continue
-                if error.txn_requires_abort():
-                    raise _Abortable(error.str()) from exc
-                # Fenced (a newer instance took over) or another fatal error: this producer is
-                # dead. Drop the transaction; the coordinator aborts it.
-                self._fenced = True
-                self._txn = None
-                raise JournalFenced(f"journal transaction failed fatally: {error.str()}") from exc
-
-    def _abort(self, txn: _Transaction, reason: str) -> None:
-        log.warning("journal: aborting a transaction of %d requests: %s", txn.requests, reason)
-        self._producer.abort_transaction(30)
-        for run_id in txn.touched:
-            self._cache.pop(run_id, None)
-        self._txn = None
-        assignment = self._consumer.assignment()
-        if assignment:
-            for tp in self._consumer.committed(assignment, timeout=30):
-                offset = tp.offset if tp.offset >= 0 else 0
-                self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
-
-    # -- rebalancing and restore ------------------------------------------------------------------
-
-    def _on_assign(self, _consumer: object, partitions: list[TopicPartition]) -> None:
-        self._cache.clear()
-        # Wait until every pending transactional offset commit on these partitions is resolved
-        # (read_committed implies require_stable_offsets), so the history written by a previous
-        # owner's last transaction is decided before we read it.
-        self._consumer.committed(partitions, timeout=60)
-        for tp in partitions:
-            self._restore(tp.partition)
-        log.info(
-            "journal %s assigned %s", self._instance, sorted(tp.partition for tp in partitions)
-        )
-
-    def _on_revoke(self, _consumer: object, partitions: list[TopicPartition]) -> None:
-        if self._txn is not None and not self._fenced:
-            try:
-                self._commit()
-            except JournalFenced:
-                log.warning("journal: could not commit before losing partitions")
-        self._cache.clear()
-
-    def _on_lost(self, _consumer: object, partitions: list[TopicPartition]) -> None:
-        if self._txn is not None and not self._fenced:
-            self._abort(self._txn, "partitions lost")
-        self._txn = None
-        self._cache.clear()
+    def restore(self, partition: int) -> None:
+        self._restore(partition)
 
     def _restore(self, partition: int) -> None:
         """Bring local state up to history partition ``partition``'s committed end."""
@@ -642,34 +713,6 @@ class Journal:
         if history:
             self._cache[run_id] = project(run_id, history)
 
-    def _shutdown(self) -> None:
-        """Commit what is staged (unless fenced), leave the group, close everything.
-
-        A fenced journal must not touch its producer again: anything it had staged belongs to
-        an aborted transaction, and the instance that fenced it owns the partitions now.
-        """
-        if self._txn is not None and not self._fenced:
-            try:
-                self._commit()
-            except Exception:
-                log.exception("journal: final commit failed")
-        try:
-            self._consumer.close()
-        finally:
-            if not self._fenced:
-                self._producer.flush(10)
-            try:
-                self._producer.close()
-            except KafkaException:
-                if not self._fenced:
-                    raise
-            self._routes.close()
-            self._state.close()
-
-
-class _Abortable(Exception):
-    pass
-
 
 def _offset_key(partition: int) -> bytes:
     return b"history:" + str(partition).encode()
@@ -686,7 +729,7 @@ def _from(outcome: d.Outcome) -> _Outcome:
     if isinstance(outcome, d.Rejected):
         return _Outcome(error=outcome.error)
     if isinstance(outcome, d.Decision):
-        return _Outcome(events=outcome.events)
+        return _Outcome(events=outcome.events, effects=outcome.effects)
     return _Outcome()
 
 

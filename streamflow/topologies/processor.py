@@ -87,6 +87,7 @@ class Processor:
         instance: str = "0",
         clock: Callable[[], datetime] = utc_now,
         max_replay_iterations: int = 1024,
+        limits: d.Limits = d.Limits(),  # noqa: B008 - frozen value
         topic_profile: str = "production",
         session_timeout_ms: int = 10_000,
     ) -> None:
@@ -98,6 +99,7 @@ class Processor:
         self._instance = instance
         self._clock = clock
         self._max_iterations = max_replay_iterations
+        self._limits = limits
         self._topic_profile = topic_profile
         self._group = self._names.processor_group(self._build)
         self._state = LocalState(state_dir, ("events", "meta"))
@@ -107,6 +109,7 @@ class Processor:
         )
         self._producer = producer(settings)
         self._partitions = partition_count(self._consumer, self._names.requests)
+        self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
         self._runs: dict[str, CachedRun] = {}
         self._proposed: dict[str, tuple[int, float]] = {}
         self._incidents: dict[str, int] = {}
@@ -246,7 +249,9 @@ class Processor:
         except FlowError as exc:
             self._incident(cached, exc, now)
             return
-        decision = d.decide_command(snap, command, now)
+        decision = d.decide_command(
+            snap, command, now, new_run_id=lambda: str(uuid.uuid4()), limits=self._limits
+        )
         if isinstance(decision, d.Rejected):
             self._incident(cached, decision.error, now)
         elif decision.events:
@@ -268,23 +273,39 @@ class Processor:
 
     def _propose(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...], now: datetime) -> None:
         snap = cached.snapshot
-        request = m.Request(
-            request_id=str(uuid.uuid4()),
-            run_id=snap.run_id,
-            sent_at=now,
-            body=m.Proposal(
-                expected_sequence=snap.last_sequence,
-                events=tuple(events),
-                build=self._build,
-                processor=self._instance,
-            ),
+        proposal = m.Proposal(
+            expected_sequence=snap.last_sequence,
+            events=tuple(events),
+            build=self._build,
+            processor=self._instance,
         )
-        self._producer.produce(
-            self._names.requests,
-            key=snap.run_id.encode(),
-            value=codec.encode_request(request),
-            partition=partition_for(snap.run_id, self._partitions),
-        )
+        hooks = [e for e in events if isinstance(e, ev.HookCreated)]
+        if hooks:
+            # A new hook needs its token first: the hooks topology owns the global index and
+            # forwards the proposal to the journal once the token is ours.
+            claim = m.ClaimToken(
+                token_digest=hooks[0].token_digest,
+                run_id=snap.run_id,
+                hook_id=hooks[0].hook_id,
+                proposal=proposal,
+            )
+            digest = claim.token_digest
+            self._producer.produce(
+                self._names.hook_requests,
+                key=digest.encode(),
+                value=codec.encode_hook_request(m.HookRequest(body=claim)),
+                partition=partition_for(digest, self._hook_partitions),
+            )
+        else:
+            request = m.Request(
+                request_id=str(uuid.uuid4()), run_id=snap.run_id, sent_at=now, body=proposal
+            )
+            self._producer.produce(
+                self._names.requests,
+                key=snap.run_id.encode(),
+                value=codec.encode_request(request),
+                partition=partition_for(snap.run_id, self._partitions),
+            )
         faults.hit("processor.after_propose")
         self._proposed[snap.run_id] = (snap.last_sequence, time.monotonic())
         # If history has not moved on after a while (the proposal was lost with a dying

@@ -49,3 +49,31 @@ class Ledgered(FlowRuntime):
             ledger.flush()
             os.fsync(ledger.fileno())
         return {"done": invocation.step_id}
+
+
+PARENT_SPEC_NAME = "drills.parent"
+CHILD_SPEC_NAME = "drills.child"
+
+
+class Family(FlowRuntime):
+    """A parent that starts a batch of two children, each running one ledgered step; the
+    parent completes with both outcomes (seed drill 3)."""
+
+    def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
+        ctx = invocation.context()
+        if ctx.spec.name == CHILD_SPEC_NAME:
+            if not ctx.step_completed("work"):
+                return ctx.schedule_step("work", "effect", ctx.input)
+            return ctx.complete({"child": ctx.input})
+        first = ctx.child_workflow_outcome("a")
+        if first is None:
+            child = ctx.spec.__class__.python(CHILD_SPEC_NAME, "1", "tests.kafka.apps", "Family")
+            return ctx.start_child_workflows(
+                [ctx.child_workflow("a", child, {"n": 1}), ctx.child_workflow("b", child, {"n": 2})]
+            )
+        second = ctx.child_workflow_outcome("b")
+        assert second is not None
+        return ctx.complete({"a": first.to_json(), "b": second.to_json()})
+
+    def run_step(self, invocation: StepInvocation) -> object:
+        return Ledgered().run_step(invocation)

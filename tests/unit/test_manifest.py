@@ -25,7 +25,7 @@ from streamflow.kafka.naming import Names
 DAY_MS = 86_400_000
 NAMESPACES = ["streamflow", "t-ns_1.x"]
 BUILDS = ["v1", "orders:2026/sha@1+x", None]
-TOPOLOGIES = ("journal", "processor", "worker", "timer")
+TOPOLOGIES = ("journal", "processor", "worker", "timer", "hooks")
 Docs = tuple[dict[str, Any], dict[str, dict[str, Any]]]
 
 
@@ -65,6 +65,8 @@ def test_the_shipped_manifests_load_from_the_repository(manifest):
         "incidents",
         "dead_letters",
         "builds",
+        "hook_requests",
+        "hook_tokens",
     }
     assert set(manifest.profiles) == {"production", "dev"}
 
@@ -85,6 +87,8 @@ def test_topic_templates_render_to_the_names_the_code_uses(manifest, namespace, 
         "incidents": names.incidents,
         "dead_letters": names.dead_letters,
         "builds": names.builds,
+        "hook_requests": names.hook_requests,
+        "hook_tokens": names.hook_tokens,
     }
 
 
@@ -100,6 +104,11 @@ def test_topology_templates_render_to_the_names_the_code_uses(manifest, namespac
     assert processor.group == names.processor_group(build)
     assert worker.group == names.worker_group(build)
     assert timer.group == names.timer_group
+    hooks = manifest.topology("hooks", namespace)
+    assert hooks.group == names.hooks_group
+    assert hooks.inputs == (names.hook_requests,)
+    assert hooks.reads == (names.hook_tokens,)
+    assert names.hook_tokens in hooks.outputs
     assert journal.inputs == (names.requests,)
     assert journal.reads == (names.history, names.builds)
     assert processor.inputs == timer.inputs == (names.history,)
@@ -109,9 +118,11 @@ def test_topology_templates_render_to_the_names_the_code_uses(manifest, namespac
     assert [for_build(o, build) for o in tasks_outputs] == [names.tasks(build)]
 
 
-def test_only_the_journal_is_transactional_and_every_consumer_reads_committed(manifest):
+def test_only_the_journal_and_hooks_are_transactional_and_every_consumer_reads_committed(
+    manifest,
+):
     specs = {name: manifest.topology(name, "ns", build="b") for name in TOPOLOGIES}
-    assert {n for n, s in specs.items() if s.transactional} == {"journal"}
+    assert {n for n, s in specs.items() if s.transactional} == {"journal", "hooks"}
     assert {s.isolation_level for s in specs.values()} == {"read_committed"}
     assert {s.consumer_config()["isolation.level"] for s in specs.values()} == {"read_committed"}
     assert {n: s.state for n, s in specs.items()} == {
@@ -119,6 +130,7 @@ def test_only_the_journal_is_transactional_and_every_consumer_reads_committed(ma
         "processor": "rocksdb",
         "worker": "none",
         "timer": "rocksdb",
+        "hooks": "rocksdb",
     }
     writers = {n for n, s in specs.items() if "ns.history" in s.outputs}
     assert writers == {"journal"}
@@ -143,7 +155,11 @@ def test_cleanup_policies_and_retention_are_as_designed(manifest):
         "incidents": "compact",
         "dead_letters": "delete",
         "builds": "compact",
+        "hook_requests": "delete",
+        "hook_tokens": "compact",
     }
+    # Callbacks by token carry the token in plaintext: they are kept for an hour at most.
+    assert int(specs["hook_requests"].config["retention.ms"]) <= 3_600_000
     history = specs["history"].config
     assert int(history["min.compaction.lag.ms"]) >= DAY_MS
     assert int(history["delete.retention.ms"]) >= DAY_MS

@@ -1,0 +1,328 @@
+"""The hooks topology: the global hook-token index, exactly once.
+
+Runs are partitioned by run id, but a hook token is global: two runs on different partitions
+must never hold the same token at once, and a callback that names only a token must find its
+run. One consumer group (``{ns}.hooks``) reads ``{ns}.hook-requests``, keyed and partitioned by
+token digest, and owns ``{ns}.hook-tokens`` (compacted, co-partitioned): digest → the (run,
+hook) holding it.
+
+* **Claim** (from a processor whose workflow created a hook): free, or already held by the same
+  (run, hook) → record the holder and forward the processor's proposal (with a claim id) to
+  the journal, which appends ``hook_created`` if the run has not moved on. Held by another
+  hook → a ``HookTokenConflict`` incident for the claiming run.
+* **Release** (from the journal, in the transaction of ``hook_received``, ``hook_disposed``, a
+  cancellation or the end of the run; or of a stale claimed proposal, naming its claim id):
+  forget the holder.
+* **Callback** (from a caller, the only record that carries a token in plaintext): hash the
+  token, compare with the record key in constant time, and route a digest-only resume or
+  dispose request to the holder's run; the journal replies. An unknown token gets a typed
+  ``HookTokenNotFound`` reply from here.
+
+Records of this topic may carry tokens, so a record that cannot be decoded is dead-lettered
+without its value.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+
+from confluent_kafka import KafkaError, Message
+
+from streamflow.core.errors import (
+    FlowError,
+    HookTokenConflict,
+    HookTokenNotFound,
+    InvalidTransition,
+)
+from streamflow.core.tokens import digests_equal, is_token_digest, token_digest
+from streamflow.kafka.clients import APPEND_WOKEN, partition_count, read_to_end
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import Names, partition_for
+from streamflow.serde import codec
+from streamflow.serde import messages as m
+from streamflow.serde.errors import error_info
+from streamflow.topologies.common import (
+    LocalState,
+    StateBatch,
+    decode_offset,
+    encode_offset,
+    send_dead_letter,
+    utc_now,
+)
+from streamflow.topologies.eos import TransactionalTopology
+
+log = logging.getLogger("streamflow.hooks")
+COMPONENT = "hooks"
+
+
+class Hooks(TransactionalTopology):
+    component = COMPONENT
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        state_dir: Path,
+        instance: str = "0",
+        clock: Callable[[], datetime] = utc_now,
+        commit_interval: float = 0.05,
+        max_batch: int = 500,
+        transaction_timeout_ms: int = 10_000,
+        session_timeout_ms: int = 10_000,
+    ) -> None:
+        names = Names(settings.namespace)
+        super().__init__(
+            settings,
+            group=names.hooks_group,
+            input_topic=names.hook_requests,
+            transactional_id=names.transactional_id(COMPONENT, instance),
+            consumer_overrides=APPEND_WOKEN,
+            commit_interval=commit_interval,
+            max_batch=max_batch,
+            transaction_timeout_ms=transaction_timeout_ms,
+            session_timeout_ms=session_timeout_ms,
+        )
+        self._names = names
+        self._clock = clock
+        self._instance = instance
+        self._state = LocalState(state_dir, ("tokens", "meta"))
+        self._partitions = partition_count(self._consumer, names.hook_requests)
+        token_partitions = partition_count(self._consumer, names.hook_tokens)
+        if token_partitions != self._partitions:
+            raise RuntimeError(
+                f"{names.hook_requests} has {self._partitions} partitions but "
+                f"{names.hook_tokens} has {token_partitions}: they must be equal"
+            )
+        self._run_partitions = partition_count(self._consumer, names.requests)
+        self._batch: StateBatch | None = None
+        self._staged: dict[str, m.TokenRecord | None] = {}
+        self._offsets: dict[int, int] = {}
+        self._produced = False
+
+    # -- the transactional topology's hooks ----------------------------------------------------
+
+    def begin(self) -> None:
+        self._batch = self._state.batch()
+        self._staged = {}
+        self._offsets = {}
+        self._produced = False
+
+    def has_output(self) -> bool:
+        return self._produced
+
+    def committed(self) -> None:
+        batch = self._batch
+        if batch is None:
+            return
+        for digest, record in self._staged.items():
+            if record is None:
+                batch.delete("tokens", digest.encode())
+            else:
+                batch.put("tokens", digest.encode(), codec.encode_token_record(record))
+        for partition, offset in self._offsets.items():
+            batch.put("meta", _offset_key(partition), encode_offset(offset + 1))
+        self._state.write(batch)
+        self._batch = None
+        self._staged = {}
+
+    def aborted(self) -> None:
+        self._batch = None
+        self._staged = {}
+
+    def restore(self, partition: int) -> None:
+        """Bring the token index of ``partition`` up to ``{ns}.hook-tokens``' committed end."""
+        start = decode_offset(self._state.get("meta", _offset_key(partition)))
+        batch = self._state.batch()
+        last: int | None = None
+        for msg in read_to_end(self._settings, self._names.hook_tokens, partition, start):
+            key = msg.key()
+            if key is not None:
+                value = msg.value()
+                if value is None:
+                    batch.delete("tokens", key)
+                else:
+                    batch.put("tokens", key, value)
+            last = msg.offset()
+        if last is not None:
+            batch.put("meta", _offset_key(partition), encode_offset(last + 1))
+        self._state.write(batch)
+
+    def close_state(self) -> None:
+        self._state.close()
+
+    # -- one record ----------------------------------------------------------------------------
+
+    def handle(self, msg: Message) -> None:
+        now = self._clock()
+        raw = msg.value()
+        if raw is None:
+            self._dead_letter(msg, "empty value", now)
+            return
+        try:
+            request = codec.decode_hook_request(raw)
+        except FlowError as exc:
+            self._dead_letter(msg, str(exc), now)
+            return
+        body = request.body
+        if isinstance(body, m.HookCallback):
+            self._callback(msg, body, now)
+            return
+        digest = body.token_digest
+        if (
+            not is_token_digest(digest)
+            or msg.key() != digest.encode()
+            or partition_for(digest, self._partitions) != msg.partition()
+        ):
+            self._dead_letter(msg, "hook request is keyed or partitioned for another token", now)
+            return
+        if isinstance(body, m.ClaimToken):
+            self._claim(msg, body, now)
+        else:
+            self._release(msg, body)
+
+    def _claim(self, msg: Message, claim: m.ClaimToken, now: datetime) -> None:
+        digest = claim.token_digest
+        holder = self._holder(digest)
+        if holder is not None and (holder.run_id, holder.hook_id) != (claim.run_id, claim.hook_id):
+            conflict = HookTokenConflict(digest, holder.run_id, holder.hook_id)
+            incident = m.Incident(
+                run_id=claim.run_id,
+                sequence=claim.proposal.expected_sequence,
+                build=claim.proposal.build,
+                error=error_info(conflict),
+                processor=f"{COMPONENT}/{self._instance}",
+                at=now,
+            )
+            self._producer.produce(
+                self._names.incidents,
+                key=claim.run_id.encode(),
+                value=codec.encode_incident(incident),
+            )
+            self._produced = True
+            log.info("run %s hook %s: %s", claim.run_id, claim.hook_id, conflict)
+            return
+        claim_id = f"{msg.partition()}:{msg.offset()}"
+        record = m.TokenRecord(
+            token_digest=digest,
+            run_id=claim.run_id,
+            hook_id=claim.hook_id,
+            claim_id=claim_id,
+            claimed_at=now,
+        )
+        self._put(msg.partition() or 0, digest, record)
+        proposal = m.Proposal(
+            expected_sequence=claim.proposal.expected_sequence,
+            events=claim.proposal.events,
+            build=claim.proposal.build,
+            processor=claim.proposal.processor,
+            claim_id=claim_id,
+        )
+        self._send(m.Request(request_id=claim_id, run_id=claim.run_id, sent_at=now, body=proposal))
+
+    def _release(self, msg: Message, release: m.ReleaseToken) -> None:
+        holder = self._holder(release.token_digest)
+        if holder is None or (holder.run_id, holder.hook_id) != (release.run_id, release.hook_id):
+            return
+        if release.claim_id is not None and release.claim_id != holder.claim_id:
+            return  # a stale proposal's claim; the hook claimed the token again since
+        self._put(msg.partition() or 0, release.token_digest, None)
+
+    def _callback(self, msg: Message, callback: m.HookCallback, now: datetime) -> None:
+        try:
+            digest = token_digest(callback.token)
+        except InvalidTransition as exc:
+            self._reject(callback, exc, now)
+            return
+        key = msg.key() or b""
+        if not digests_equal(digest, key.decode("utf-8", "replace")):
+            error = InvalidTransition("hook callback is keyed by another token's digest")
+            self._reject(callback, error, now)
+            return
+        holder = self._holder(digest)
+        if holder is None:
+            self._reject(callback, HookTokenNotFound(digest), now)
+            return
+        body: m.RequestBody
+        if callback.action is m.CallbackAction.RESUME:
+            body = m.ResumeHook(
+                hook_id=holder.hook_id, payload=callback.payload, token_digest=digest
+            )
+        else:
+            body = m.DisposeHook(hook_id=holder.hook_id, token_digest=digest)
+        self._send(
+            m.Request(
+                request_id=callback.request_id,
+                run_id=holder.run_id,
+                sent_at=callback.sent_at,
+                body=body,
+                reply=callback.reply,
+            )
+        )
+
+    # -- state and output ------------------------------------------------------------------------
+
+    def _holder(self, digest: str) -> m.TokenRecord | None:
+        if digest in self._staged:
+            return self._staged[digest]
+        raw = self._state.get("tokens", digest.encode())
+        return None if raw is None else codec.decode_token_record(raw)
+
+    def _put(self, partition: int, digest: str, record: m.TokenRecord | None) -> None:
+        self._producer.produce(
+            self._names.hook_tokens,
+            key=digest.encode(),
+            value=None if record is None else codec.encode_token_record(record),
+            partition=partition,
+            on_delivery=partial(_track, self._offsets),
+        )
+        self._staged[digest] = record
+        self._produced = True
+
+    def _send(self, request: m.Request) -> None:
+        self._producer.produce(
+            self._names.requests,
+            key=request.run_id.encode(),
+            value=codec.encode_request(request),
+            partition=partition_for(request.run_id, self._run_partitions),
+        )
+        self._produced = True
+
+    def _reject(self, callback: m.HookCallback, error: FlowError, now: datetime) -> None:
+        if not callback.reply:
+            log.info("hook callback %s refused: %s", callback.request_id, error)
+            return
+        reply = m.Reply(
+            request_id=callback.request_id,
+            run_id="",
+            kind=m.ReplyKind.REQUEST,
+            ok=False,
+            error=error_info(error),
+            at=now,
+        )
+        self._producer.produce(
+            self._names.replies,
+            key=callback.request_id.encode(),
+            value=codec.encode_reply(reply),
+        )
+        self._produced = True
+
+    def _dead_letter(self, msg: Message, reason: str, now: datetime) -> None:
+        send_dead_letter(
+            self._producer, self._names, msg, reason, COMPONENT, now=now, withhold_value=True
+        )
+        self._produced = True
+
+
+def _offset_key(partition: int) -> bytes:
+    return b"hook-tokens:" + str(partition).encode()
+
+
+def _track(offsets: dict[int, int], error: KafkaError | None, msg: Message) -> None:
+    offset = msg.offset()
+    if error is None and offset is not None:
+        partition = msg.partition() or 0
+        offsets[partition] = max(offsets.get(partition, -1), offset)
