@@ -24,6 +24,13 @@ from streamflow.testing.harness import EmbeddedDriver, RunDriver
 BACKENDS = os.environ.get("STREAMFLOW_TEST_BACKENDS", "memory,rocksdb,kafka").split(",")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The secret-canary module searches what the whole suite wrote: it runs last."""
+    canary = [i for i in items if i.path.name == "test_secret_canary.py"]
+    if canary:
+        items[:] = [i for i in items if i.path.name != "test_secret_canary.py"] + canary
+
+
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[Broker]:
     try:

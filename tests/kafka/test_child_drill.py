@@ -32,11 +32,13 @@ PARENTS = 6
 FAULT_POINTS = [
     # The parent's request and the child's start are in the log, uncommitted.
     "journal.after_child_request_produced:kill@3",
-    # Both committed; the journal's local state has not caught up yet.
-    "journal.after_child_request_commit:kill@2",
-    # Any transaction of the workload (child starts, step results, child resolutions).
-    "journal.after_produce_before_commit:kill@9",
-    "journal.after_commit_before_state:kill@12",
+    # Both committed; the journal's local state has not caught up yet. The first such commit:
+    # every parent's request may land in one transaction, so there may be no second.
+    "journal.after_child_request_commit:kill@1",
+    # Any transaction of the workload (child starts, step results, child resolutions). The
+    # workload needs at least eight sequential transactions however they batch.
+    "journal.after_produce_before_commit:kill@6",
+    "journal.after_commit_before_state:kill@8",
 ]
 
 

@@ -87,6 +87,7 @@ async def test_a_start_from_an_independent_client_runs_and_its_history_decodes(k
         "run_id": run_id,
         "sent_at": datetime.now(UTC),
         "reply": False,
+        "forwarded": 0,
         "body": Named(
             "streamflow.v1.StartRun",
             {
@@ -103,6 +104,8 @@ async def test_a_start_from_an_independent_client_runs_and_its_history_decodes(k
                     "signal_names": [],
                 },
                 "input": json.dumps({"order": 42}).encode(),
+                "parent": None,
+                "predecessor": None,
             },
         ),
     }
