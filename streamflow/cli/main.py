@@ -1,7 +1,8 @@
 """``streamflow``: the command line.
 
 ``demo`` runs the embedded example, ``show`` inspects an embedded store, ``topics`` creates and
-verifies a namespace's Kafka topics, ``run`` runs one Kafka topology instance.
+verifies a namespace's Kafka topics, ``run`` runs one Kafka topology instance, ``export`` writes
+histories as JSON Lines and ``replay`` checks the current workflow code against them.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
+from streamflow.cli import history, topics
 from streamflow.cli import run as topology
-from streamflow.cli import topics
 from streamflow.cli.render import render_event, render_history
 from streamflow.core.errors import FlowError
 from streamflow.core.events import FlowEventEnvelope, RunProgressRecorded
@@ -102,12 +103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect.add_argument("--dir", type=Path, default=DEFAULT_DEMO_DIR)
     topics.register(sub)
     topology.register(sub)
+    history.register(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "topics":
             return topics.run(args)
         if args.command == "run":
             return topology.run(args)
+        if args.command in ("export", "replay"):
+            return history.run(args)
         if args.command == "demo":
             if args.fresh and args.dir.exists():
                 shutil.rmtree(args.dir)

@@ -159,6 +159,12 @@ class HistoryReader:
             self._absorb(self._topic.catch_up())
             return sorted(run for run, events in self._runs.items() if events)
 
+    def histories(self) -> dict[str, list[FlowEventEnvelope]]:
+        """Every run's whole committed history as of this call (``streamflow export``)."""
+        with self._lock:
+            self._absorb(self._topic.catch_up())
+            return {run: list(events) for run, events in sorted(self._runs.items()) if events}
+
     def close(self) -> None:
         self._topic.close()
 

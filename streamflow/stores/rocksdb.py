@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound, SerializationError, StoreError
@@ -128,18 +128,26 @@ class RocksDBEventStore:
         clock: Clock = utc_now,
         sync: bool = False,
         cache_runs: int = 4096,
+        read_only: bool = False,
     ) -> None:
+        """``read_only`` opens an existing store for reading alongside its owner (exports,
+        inspection): appends fail with ``StoreError`` and nothing is written."""
         self.path = Path(path)
         self._clock = clock
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, StoreRun] = OrderedDict()
         self._cache_runs = max(1, cache_runs)
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            if read_only:
+                if not self.path.is_dir():
+                    raise FileNotFoundError(f"no such directory: {self.path}")
+            else:
+                self.path.mkdir(parents=True, exist_ok=True)
             self._db: Rdict | None = Rdict(
                 str(self.path),
                 _options(),
                 column_families={name: Options(raw_mode=True) for name in _FAMILIES},
+                access_type=AccessType.read_only() if read_only else AccessType.read_write(),
             )
             self._events = self._db.get_column_family("events")
             self._runs = self._db.get_column_family("runs")
@@ -150,7 +158,7 @@ class RocksDBEventStore:
             raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
         self._write_options = WriteOptions()
         self._write_options.sync = sync
-        if self._hooks.get(_HOOK_INDEX_READY) is None:
+        if not read_only and self._hooks.get(_HOOK_INDEX_READY) is None:
             self._rebuild_hook_index()
 
     def _rebuild_hook_index(self) -> None:

@@ -17,6 +17,7 @@ from streamflow import (
     RetryPolicy,
     RocksDBEventStore,
     RunNotFound,
+    StoreError,
     WorkflowSpec,
 )
 from tests.support import T0, FakeClock, spec
@@ -148,3 +149,26 @@ def test_a_rocksdb_directory_has_one_owner_at_a_time(tmp_path):
             RocksDBEventStore(tmp_path / "db")
     finally:
         owner.close()
+
+
+async def test_a_read_only_rocksdb_store_reads_beside_its_owner_and_never_writes(tmp_path):
+    owner = RocksDBEventStore(tmp_path / "db")
+    try:
+        await start(owner, "run-1")
+        reader = RocksDBEventStore(tmp_path / "db", read_only=True)
+        try:
+            assert await reader.list_run_ids() == ["run-1"]
+            assert [e.event.TYPE for e in await reader.list("run-1")] == [
+                "run_created",
+                "run_started",
+            ]
+            with pytest.raises(StoreError, match="read only"):
+                await reader.append("run-2", ev.RunCreated(spec=spec()))
+        finally:
+            reader.close()
+        assert await owner.list_run_ids() == ["run-1"]
+    finally:
+        owner.close()
+    with pytest.raises(StoreError, match="no such directory"):
+        RocksDBEventStore(tmp_path / "missing", read_only=True)
+    assert not (tmp_path / "missing").exists()

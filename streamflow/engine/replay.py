@@ -1,0 +1,199 @@
+"""Replay verification: run the current workflow code against recorded histories and report
+every point where it would decide differently (``streamflow replay``).
+
+The comparison rules are pure and live in :mod:`streamflow.core.replay`; this module invokes the
+code. Nothing is written anywhere: a replay is safe to run against production histories.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from streamflow.core import decide as d
+from streamflow.core import events as ev
+from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministic
+from streamflow.core.projection import ProjectedRun
+from streamflow.core.replay import Drift, DriftKind, Origin, compare, origin, refused
+from streamflow.workflow.runtime import (
+    FlowRuntime,
+    checked_command,
+    workflow_failures,
+    workflow_invocation,
+)
+
+DEFAULT_LIMITS = d.Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class RunReplay:
+    """The verdict for one run."""
+
+    run_id: str
+    events: int
+    """Recorded events read."""
+    decisions: int
+    """Points where the current code was run and compared."""
+    drifts: tuple[Drift, ...] = ()
+    skipped: str | None = None
+    """Why the run was not replayed (another build's run, an unreadable history)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.drifts
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    runs: tuple[RunReplay, ...] = field(default_factory=tuple)
+
+    @property
+    def drifts(self) -> list[Drift]:
+        return [drift for run in self.runs for drift in run.drifts]
+
+    @property
+    def ok(self) -> bool:
+        return not self.drifts
+
+    @property
+    def replayed(self) -> int:
+        return sum(1 for run in self.runs if run.skipped is None)
+
+
+def _generated_ids(recorded: Sequence[ev.FlowEvent]) -> Iterator[str]:
+    """Ids for child runs and successors: the recorded ones, then placeholders (they are not
+    compared; the journal makes them up)."""
+    for event in recorded:
+        if isinstance(event, ev.ChildWorkflowRequested):
+            yield event.child_run_id
+        elif isinstance(event, ev.RunContinuedAsNew):
+            yield event.successor_run_id
+    n = 0
+    while True:
+        n += 1
+        yield f"replay-generated-{n}"
+
+
+async def _decide(
+    runtime: FlowRuntime,
+    run: ProjectedRun,
+    now_event: ev.FlowEventEnvelope | None,
+    recorded: Sequence[ev.FlowEvent],
+    limits: d.Limits,
+) -> tuple[Drift | None, int]:
+    """Run the code on ``run``'s prefix; the drift found, if any, and how many recorded events
+    the decision accounts for."""
+    snap = run.snapshot
+    sequence = snap.last_sequence + 1
+    now = now_event.timestamp if now_event is not None else run.history[-1].timestamp
+    try:
+        with workflow_failures():
+            result = runtime.run_workflow(workflow_invocation(run))
+            if inspect.isawaitable(result):
+                result = await result
+        command = checked_command(result)
+    except FlowError as exc:
+        failure = f"{type(exc).__name__}: {exc}"
+        return refused(snap.run_id, sequence, recorded, DriftKind.FAILED, failure), 1
+    ids = _generated_ids(recorded)
+    decision = d.decide_command(snap, command, now, new_run_id=lambda: next(ids), limits=limits)
+    if isinstance(decision, d.Rejected):
+        error = decision.error
+        text = error.reason if isinstance(error, NonDeterministic) else str(error)
+        rejection = f"{type(error).__name__}: {text}"
+        return refused(snap.run_id, sequence, recorded, DriftKind.REJECTED, rejection), 1
+    if not recorded:
+        return None, 0
+    return compare(snap.run_id, sequence, recorded, decision.events), len(decision.events)
+
+
+# Whether a run was decidable must not depend on clocks: the next recorded event already says
+# workflow code ran. Deciding "as late as possible" makes every retry due, so only the
+# time-independent rules (terminal, waits, hooks, blocking children, pairings) count.
+_LATE = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def _decidable(run: ProjectedRun) -> bool:
+    """Whether the engine could have run workflow code on this prefix (reference §2.0)."""
+    snap = run.snapshot
+    if snap.spec is None or snap.is_terminal or d.needs_start_repair(snap) is not None:
+        return False
+    build = snap.runtime_build_id
+    compat = None if build is None else RuntimeBuildCompatibility.new(str(build))
+    return d.prepare(snap, _LATE, compat) is d.REPLAY
+
+
+async def replay_history(
+    runtime: FlowRuntime,
+    run_id: str,
+    history: Sequence[ev.FlowEventEnvelope],
+    *,
+    limits: d.Limits = DEFAULT_LIMITS,
+) -> RunReplay:
+    """Replay one run's recorded history through ``runtime``'s current workflow code."""
+    run = ProjectedRun(run_id)
+    drifts: list[Drift] = []
+    decisions = 0
+    events = [envelope.event for envelope in history]
+    compared_until = 0  # events a decision already accounted for
+    for index, envelope in enumerate(history):
+        if (
+            index >= max(1, compared_until)
+            and origin(envelope.event) is not Origin.OTHER
+            and _decidable(run)
+        ):
+            decisions += 1
+            drift, width = await _decide(runtime, run, envelope, events[index:], limits)
+            compared_until = index + width
+            if drift is not None:
+                drifts.append(drift)
+        try:
+            if envelope.run_id != run_id:
+                raise InvalidTransition(f"event {envelope.sequence} belongs to {envelope.run_id}")
+            run.apply(envelope)
+        except FlowError as exc:
+            return RunReplay(
+                run_id, len(history), decisions, tuple(drifts), skipped=f"unreadable history: {exc}"
+            )
+    if history and _decidable(run):
+        # An open run: would the current code go on with it?
+        decisions += 1
+        drift, _ = await _decide(runtime, run, None, (), limits)
+        if drift is not None:
+            drifts.append(drift)
+    return RunReplay(run_id=run_id, events=len(history), decisions=decisions, drifts=tuple(drifts))
+
+
+async def replay_histories(
+    runtime: FlowRuntime,
+    histories: Mapping[str, Sequence[ev.FlowEventEnvelope]]
+    | Iterable[tuple[str, Sequence[ev.FlowEventEnvelope]]],
+    *,
+    compatibility: RuntimeBuildCompatibility | None = None,
+    all_builds: bool = True,
+    limits: d.Limits = DEFAULT_LIMITS,
+) -> ReplayReport:
+    """Replay many runs. With ``all_builds=False`` only the runs ``compatibility`` admits are
+    replayed (the runs a deploy of that build would take over); the rest are reported skipped."""
+    items = histories.items() if isinstance(histories, Mapping) else histories
+    runs: list[RunReplay] = []
+    for run_id, history in sorted(items, key=lambda item: item[0]):
+        build = _pinned_build(history)
+        if not all_builds and not admits(compatibility, build):
+            runs.append(
+                RunReplay(run_id, len(history), 0, skipped=f"build {build or '<unpinned>'}")
+            )
+            continue
+        runs.append(await replay_history(runtime, run_id, history, limits=limits))
+    return ReplayReport(tuple(runs))
+
+
+def _pinned_build(history: Sequence[ev.FlowEventEnvelope]) -> str | None:
+    for envelope in history[:1]:
+        if isinstance(envelope.event, ev.RunCreated):
+            build = envelope.event.spec.runtime_build_id
+            return None if build is None else str(build)
+    return None
