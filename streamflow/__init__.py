@@ -105,12 +105,6 @@ from streamflow.core.values import (
 )
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
 from streamflow.engine.engine import FlowEngine, FlowEngineBuilder
-from streamflow.engine.observers import (
-    FanoutFlowEventObserver,
-    FlowEventObserver,
-    InMemoryFlowEventObserver,
-    NoopFlowEventObserver,
-)
 from streamflow.engine.scheduler import FlowScheduler, FlowSchedulerTick
 from streamflow.engine.tasks import (
     FlowTask,
@@ -122,6 +116,12 @@ from streamflow.engine.tasks import (
     InMemoryFlowTaskQueue,
     InProcessTaskRunner,
     RuntimeBuildTaskRouter,
+)
+from streamflow.observe.observers import (
+    FanoutFlowEventObserver,
+    FlowEventObserver,
+    InMemoryFlowEventObserver,
+    NoopFlowEventObserver,
 )
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore

@@ -1,6 +1,7 @@
 """``streamflow``: the command line.
 
-``demo`` runs the embedded example, ``show`` inspects an embedded store, ``topics`` creates and
+``demo`` runs the embedded example, ``runs`` and ``show`` inspect an embedded store or a Kafka
+observers instance, ``topics`` creates and
 verifies a namespace's Kafka topics, ``run`` runs one Kafka topology instance, ``export`` writes
 histories as JSON Lines and ``replay`` checks the current workflow code against them.
 """
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from streamflow.cli import history, topics
+from streamflow.cli import history, inspect, topics
 from streamflow.cli import run as topology
 from streamflow.cli.render import render_event, render_history
 from streamflow.core.errors import FlowError
@@ -73,21 +74,6 @@ async def run_demo(directory: Path, run_id: str, step_delay: float) -> int:
         store.close()
 
 
-async def show(directory: Path, run_id: str | None) -> int:
-    store = RocksDBEventStore(directory)
-    try:
-        engine = FlowEngine.builder(Orders()).with_store(store).build()
-        if run_id is None:
-            for rid in await engine.list_run_ids():
-                snap = await engine.snapshot(rid)
-                print(f"{rid:<40} {snap.status.value:<12} seq={snap.last_sequence}")
-            return 0
-        print(render_history(await engine.history(run_id)))
-        return 0
-    finally:
-        store.close()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -98,9 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--run-id", default="order-1", help="run id (re-run to resume it)")
     demo.add_argument("--fresh", action="store_true", help="delete the directory first")
     demo.add_argument("--step-delay", type=float, default=0.4, help="seconds each step takes")
-    inspect = sub.add_parser("show", help="list runs, or print one run's history")
-    inspect.add_argument("run_id", nargs="?")
-    inspect.add_argument("--dir", type=Path, default=DEFAULT_DEMO_DIR)
+    inspect.register(sub)
     topics.register(sub)
     topology.register(sub)
     history.register(sub)
@@ -116,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.fresh and args.dir.exists():
                 shutil.rmtree(args.dir)
             return asyncio.run(run_demo(args.dir, args.run_id, args.step_delay))
-        return asyncio.run(show(args.dir, args.run_id))
+        return inspect.run(args)
     except FlowError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

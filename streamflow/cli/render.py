@@ -37,12 +37,51 @@ def render_event(envelope: ev.FlowEventEnvelope) -> str:
         detail = _short(event.output)
     elif isinstance(event, ev.RunFailed | ev.RunRetryExhausted):
         detail = event.error
+    elif isinstance(event, ev.RunCreated):
+        build = event.spec.runtime_build_id
+        detail = f"{event.spec.name} v{event.spec.version}" + (f" build {build}" if build else "")
+        if event.parent is not None:
+            detail += f" (child {event.parent.child_id} of {event.parent.run_id})"
+        if event.predecessor is not None:
+            detail += f" (continues {event.predecessor.run_id})"
+    elif isinstance(event, ev.SignalReceived):
+        detail = f"{event.signal.name} {event.signal.signal_id} {_short(event.signal.payload, 40)}"
+    elif isinstance(event, ev.SignalWaitCreated):
+        detail = f"{event.wait_id} for signal {event.signal_name}"
+    elif isinstance(event, ev.SignalWaitCompleted):
+        detail = f"{event.wait_id} <- {event.signal_id}"
+    elif isinstance(event, ev.HookCreated):
+        # The token's digest, shortened: never the token (history does not hold it).
+        detail = f"{event.hook_id} token sha256 {event.token_digest[:12]}…"
+    elif isinstance(event, ev.HookReceived):
+        detail = f"{event.hook_id} {_short(event.payload, 40)}"
+    elif isinstance(event, ev.HookDisposed):
+        detail = event.hook_id
+    elif isinstance(event, ev.ChildWorkflowRequested):
+        detail = f"{event.child_id} -> {event.child_run_id} ({event.spec.name})"
+    elif isinstance(event, ev.ChildWorkflowResolved):
+        detail = f"{event.child_id}: {event.outcome.type.value}"
+    elif isinstance(event, ev.RunContinuedAsNew):
+        detail = f"-> {event.successor_run_id}"
+    elif isinstance(event, ev.RunCancellationRequested):
+        detail = event.request.reason or ""
+    elif isinstance(event, ev.RunCancelled | ev.RunHostShutdown):
+        detail = event.reason or ""
+    elif isinstance(event, ev.RunTimedOut):
+        detail = f"deadline {format_utc(event.deadline)} {event.reason or ''}"
+    elif isinstance(event, ev.ChildOperationLinked):
+        detail = f"{event.child.reference_id} {event.child.kind} {event.child.operation_id}"
     return f"{event.event_key():<32} {detail}".rstrip()
 
 
 def render_history(history: Sequence[ev.FlowEventEnvelope]) -> str:
-    lines = [f"{'seq':>4}  {'time':<27}  event"]
+    """One line per event: sequence, commit time, time since the run was created, event."""
+    lines = [f"{'seq':>4}  {'time':<27}  {'after':>9}  event"]
+    start = history[0].timestamp if history else None
     for envelope in history:
         when = format_utc(envelope.timestamp)
-        lines.append(f"{envelope.sequence:>4}  {when:<27}  {render_event(envelope)}")
+        after = (envelope.timestamp - start).total_seconds() if start is not None else 0.0
+        lines.append(
+            f"{envelope.sequence:>4}  {when:<27}  {after:>8.3f}s  {render_event(envelope)}"
+        )
     return "\n".join(lines)

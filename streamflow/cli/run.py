@@ -1,5 +1,5 @@
-"""``streamflow run journal|processor|worker|timer|hooks``: run one topology instance in this
-process.
+"""``streamflow run journal|processor|worker|timer|hooks|observers``: run one topology instance
+in this process.
 
 Configuration comes from flags, then environment variables (``STREAMFLOW_BOOTSTRAP``,
 ``STREAMFLOW_NAMESPACE``, ``STREAMFLOW_APP``, ``STREAMFLOW_BUILD``, ``STREAMFLOW_STATE_DIR``,
@@ -18,16 +18,18 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.decide import Limits
 from streamflow.kafka.config import KafkaSettings
+from streamflow.observe.observers import FlowEventObserver
 from streamflow.topologies.runner import TopologyThread
 from streamflow.workflow.runtime import FlowRuntime
 
-ROLES = ("journal", "processor", "worker", "timer", "hooks")
+ROLES = ("journal", "processor", "worker", "timer", "hooks", "observers")
 log = logging.getLogger("streamflow.cli")
 
 
@@ -69,6 +71,30 @@ def register(subparsers: Any) -> None:
         type=int,
         default=int(os.environ.get("STREAMFLOW_MAX_CONTINUE_AS_NEW_HOPS", "64")),
         help="processor: continue-as-new hops a chain may take (0 disables continue-as-new)",
+    )
+    run.add_argument(
+        "--observer",
+        action="append",
+        default=[],
+        metavar="MODULE:OBJECT",
+        help="observers: a user observer (a class is instantiated; repeatable, in order)",
+    )
+    run.add_argument(
+        "--http-host",
+        default=os.environ.get("STREAMFLOW_HTTP_HOST", "127.0.0.1"),
+        help="observers: address of /metrics and the inspection API",
+    )
+    run.add_argument(
+        "--http-port",
+        type=int,
+        default=int(os.environ.get("STREAMFLOW_HTTP_PORT", "9464")),
+        help="observers: port of /metrics and the inspection API (-1: do not serve)",
+    )
+    run.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=float(os.environ.get("STREAMFLOW_METRICS_INTERVAL", "15")),
+        help="observers: seconds between metric samples on {ns}.metrics (0: never)",
     )
     run.add_argument(
         "--max-child-workflow-depth",
@@ -138,6 +164,8 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             transaction_timeout_ms=args.transaction_timeout_ms,
         )
         return "hooks", hooks.run
+    if args.role == "observers":
+        return "observers", observers_main(args, settings, state)
     runtime = load_runtime(args.app)
     if args.role == "processor":
         from streamflow.topologies.processor import Processor
@@ -167,6 +195,54 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
         session_timeout_ms=args.session_timeout_ms,
     )
     return "worker", worker.run
+
+
+def load_observer(spec: str) -> FlowEventObserver:
+    """Import ``module:Attribute``; a class is instantiated, an instance used as is."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise SystemExit(f"--observer {spec!r}: expected module:Object")
+    target = getattr(importlib.import_module(module_name), attribute)
+    observer = target() if isinstance(target, type) else target
+    if not isinstance(observer, FlowEventObserver):
+        raise SystemExit(f"{spec} has no async observe(envelope) method")
+    return observer
+
+
+def observers_main(
+    args: argparse.Namespace, settings: KafkaSettings, state: Path
+) -> Callable[[threading.Event], None]:
+    from streamflow.observe.http import ObserverServer
+    from streamflow.stores.inspect import StoreInspector
+    from streamflow.topologies.observers import Observers
+
+    topology = Observers(
+        settings,
+        state_dir=state,
+        instance=args.instance,
+        observers=[load_observer(o) for o in args.observer],
+        metrics_interval=args.metrics_interval,
+        session_timeout_ms=args.session_timeout_ms,
+        transaction_timeout_ms=max(args.transaction_timeout_ms, 60_000),
+    )
+
+    def main(stop: threading.Event) -> None:
+        server = None
+        if args.http_port >= 0:
+            server = ObserverServer(
+                args.http_host,
+                args.http_port,
+                metrics=topology.metrics,
+                inspector=StoreInspector(topology.index),
+            ).start()
+            log.info("observers: /metrics and /v1 on %s", server.url)
+        try:
+            topology.run(stop)
+        finally:
+            if server is not None:
+                server.stop()
+
+    return main
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,6 +29,8 @@ from streamflow.core.errors import (
     ContinueAsNewLimitExceeded,
     EventConflict,
     FlowError,
+    HookConflict,
+    HookTokenConflict,
     HookTokenNotFound,
     InvalidTransition,
     ReplayLimitExceeded,
@@ -65,8 +67,9 @@ from streamflow.core.values import (
     WorkflowTerminalOutcome,
 )
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, scheduled_wakeups, sort_key
-from streamflow.engine.observers import FlowEventObserver, notify
 from streamflow.engine.runs import CachedRun, RunCache
+from streamflow.observe.metrics import FlowMetrics
+from streamflow.observe.observers import FlowEventObserver, notify
 from streamflow.stores.base import Clock, FlowEventStore, utc_now
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.workflow.runtime import (
@@ -99,6 +102,7 @@ class EngineSettings:
     store: FlowEventStore
     runtime: FlowRuntime
     observers: tuple[FlowEventObserver, ...] = ()
+    metrics: FlowMetrics | None = None
     compatibility: RuntimeBuildCompatibility | None = None
     max_replay_iterations: int = DEFAULT_MAX_REPLAY_ITERATIONS
     max_continue_as_new_hops: int = DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
@@ -518,13 +522,27 @@ class FlowEngine:
     # -- appends ------------------------------------------------------------------------------
 
     async def _commit(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...]) -> None:
-        store = self._s.store
         run_id = cached.snapshot.run_id
         for event in events:
-            envelope = await store.append_if_sequence(run_id, cached.snapshot.last_sequence, event)
+            envelope = await self._append(run_id, cached.snapshot.last_sequence, event)
             faults.hit("engine.after_append")
             cached.apply(envelope)
             await self._notify(envelope)
+
+    async def _append(
+        self, run_id: str, expected: int, event: ev.FlowEvent
+    ) -> ev.FlowEventEnvelope:
+        """The one place the engine appends: conflicts are counted for the metrics."""
+        try:
+            return await self._s.store.append_if_sequence(run_id, expected, event)
+        except EventConflict:
+            if self._s.metrics is not None:
+                self._s.metrics.sequence_conflict("engine")
+            raise
+        except HookTokenConflict:
+            if self._s.metrics is not None:
+                self._s.metrics.callback_conflict("hook_token_conflict")
+            raise
 
     async def _commit_tolerant(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...]) -> bool:
         """Commit; on a lost race return ``False`` so the caller re-reads and re-decides."""
@@ -571,9 +589,7 @@ class FlowEngine:
                 return HostResult(snap, False, ())
             try:
                 for event in outcome.events:
-                    envelope = await self._s.store.append_if_sequence(
-                        run_id, snap.last_sequence, event
-                    )
+                    envelope = await self._append(run_id, snap.last_sequence, event)
                     snap = evolve(snap, envelope)
                     await self._notify(envelope)
             except EventConflict:
@@ -743,11 +759,16 @@ class FlowEngine:
         """The durable half of :meth:`resume_hook`: record ``hook_received`` without driving.
         Returns the snapshot and whether this call committed it."""
         value: JsonValue = normalize(payload, "hook payload")
-        result = await self._host(
-            run_id,
-            lambda s: d.decide_resume_hook(s, hook_id, value, token_digest=token_digest),
-            admission=True,
-        )
+        try:
+            result = await self._host(
+                run_id,
+                lambda s: d.decide_resume_hook(s, hook_id, value, token_digest=token_digest),
+                admission=True,
+            )
+        except HookConflict:
+            if self._s.metrics is not None:
+                self._s.metrics.callback_conflict("hook_conflict")
+            raise
         return result.snapshot, result.appended
 
     async def dispose_hook(self, run_id: str, hook_id: str) -> WorkflowRunSnapshot:
@@ -963,6 +984,14 @@ class FlowEngineBuilder:
 
     def with_observer(self, observer: FlowEventObserver) -> FlowEngineBuilder:
         self._observers.append(observer)
+        return self
+
+    def with_metrics(self, metrics: FlowMetrics) -> FlowEngineBuilder:
+        """Keep ``metrics`` up to date: it observes every commit, and sequence and callback
+        conflicts are counted. Serve ``metrics.exposition()`` on your ``/metrics`` route (or
+        ``streamflow.engine.http.serve``)."""
+        self._observers.append(metrics)
+        self._options["metrics"] = metrics
         return self
 
     def with_runtime_build_compatibility(

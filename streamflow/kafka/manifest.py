@@ -38,6 +38,8 @@ REQUIRED_ROLES = (
     "builds",
     "hook_requests",
     "hook_tokens",
+    "audit",
+    "metrics",
 )
 COPARTITIONED = ("requests", "history", "tasks")
 """Roles partitioned by ``murmur2(run_id)``: their partition counts must be equal."""

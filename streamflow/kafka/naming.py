@@ -65,9 +65,12 @@ class Names:
         self.builds = f"{ns}.builds"
         self.hook_requests = f"{ns}.hook-requests"
         self.hook_tokens = f"{ns}.hook-tokens"
+        self.audit = f"{ns}.audit"
+        self.metrics = f"{ns}.metrics"
         self.journal_group = f"{ns}.journal"
         self.timer_group = f"{ns}.timer"
         self.hooks_group = f"{ns}.hooks"
+        self.observers_group = f"{ns}.observers"
 
     def tasks(self, build: str | None) -> str:
         return f"{self.namespace}.tasks.{build_slug(build)}"

@@ -26,10 +26,12 @@ from streamflow.core.errors import SerializationError
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.serde import records
 from streamflow.serde.messages import (
+    AuditRecord,
     BuildRegistration,
     DeadLetter,
     HookRequest,
     Incident,
+    MetricSample,
     Reply,
     Request,
     StepTask,
@@ -287,6 +289,22 @@ def encode_dead_letter(letter: DeadLetter, *, max_size: int = DEAD_LETTER_MAX_SI
 
 def decode_dead_letter(data: bytes, *, max_size: int = DEAD_LETTER_MAX_SIZE) -> DeadLetter:
     return _codec(max_size).decode_as(data, DeadLetter)
+
+
+def encode_audit(record: AuditRecord, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(record)
+
+
+def decode_audit(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> AuditRecord:
+    return _codec(max_size).decode_as(data, AuditRecord)
+
+
+def encode_metric(sample: MetricSample, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(sample)
+
+
+def decode_metric(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> MetricSample:
+    return _codec(max_size).decode_as(data, MetricSample)
 
 
 def encode_registration(

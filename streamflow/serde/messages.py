@@ -315,6 +315,38 @@ class BuildRegistration:
     """How long it stays live without a refresh."""
 
 
+# -- observers ({ns}.audit, {ns}.metrics) --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRecord:
+    """One committed history event on ``{ns}.audit``, with the run's labels and status after it."""
+
+    run_id: str
+    sequence: int
+    event_id: str
+    committed_at: datetime
+    event_key: str
+    workflow_name: str
+    workflow_version: str
+    runtime_build_id: str | None = None
+    status: str
+    event: str
+    """The event's JSON form."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricSample:
+    """One sample of one metric on ``{ns}.metrics``."""
+
+    name: str
+    kind: str
+    labels: dict[str, str]
+    value: float
+    at: datetime
+    source: str
+
+
 # -- the hook-token index ({ns}.hook-requests, {ns}.hook-tokens) --------------------------------
 
 

@@ -54,6 +54,7 @@ from streamflow.core.values import (
     WorkflowTerminalOutcome,
 )
 from streamflow.serde.messages import (
+    AuditRecord,
     BuildRegistration,
     CallbackAction,
     CancelRun,
@@ -67,6 +68,7 @@ from streamflow.serde.messages import (
     HookRequestBody,
     Incident,
     LinkChild,
+    MetricSample,
     Proposal,
     QueryChild,
     RecordProgress,
@@ -99,6 +101,8 @@ WireValue: TypeAlias = (
     | Incident
     | DeadLetter
     | BuildRegistration
+    | AuditRecord
+    | MetricSample
     | HookRequest
     | TokenRecord
 )
@@ -626,6 +630,34 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ("accepts_unpinned", SAME),
             ("heartbeat_at", INSTANT),
             ("ttl_ms", SAME),
+        ),
+    ),
+    RecordMap(
+        "AuditRecord",
+        AuditRecord,
+        (
+            ("run_id", SAME),
+            ("sequence", SAME),
+            ("event_id", SAME),
+            ("committed_at", INSTANT),
+            ("event_key", SAME),
+            ("workflow_name", SAME),
+            ("workflow_version", SAME),
+            ("runtime_build_id", SAME),
+            ("status", SAME),
+            ("event", SAME),
+        ),
+    ),
+    RecordMap(
+        "MetricSample",
+        MetricSample,
+        (
+            ("name", SAME),
+            ("kind", SAME),
+            ("labels", Conv(dict, dict)),
+            ("value", Conv(float, float)),
+            ("at", INSTANT),
+            ("source", SAME),
         ),
     ),
     RecordMap("HookRequest", HookRequest, (("body", HOOK_BODY),)),

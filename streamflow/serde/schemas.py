@@ -42,6 +42,8 @@ TOP_LEVEL: tuple[str, ...] = (
     "BuildRegistration",
     "HookRequest",
     "TokenRecord",
+    "AuditRecord",
+    "MetricSample",
 )
 """The topic value types: the only schemas a single-object buffer may carry."""
 

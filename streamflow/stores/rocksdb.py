@@ -30,7 +30,7 @@ from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound, SerializationError, StoreError
 from streamflow.core.projection import project
-from streamflow.core.snapshot import ActiveHookSnapshot
+from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, sort_key
 from streamflow.stores.base import (
@@ -182,8 +182,36 @@ class RocksDBEventStore:
     async def append(self, run_id: str, event: ev.FlowEvent) -> ev.FlowEventEnvelope:
         return self._append(run_id, None, event)
 
+    def ingest(self, envelope: ev.FlowEventEnvelope) -> bool:
+        """Copy an envelope committed elsewhere (a Kafka history record), keeping its id and
+        timestamp. Idempotent: an envelope already held returns ``False``. It must be the run's
+        next one (``EventConflict`` otherwise) and is checked against the run's history rules;
+        checks that span runs (link targets, token owners) were made by the writer."""
+        last = self.last_sequence(envelope.run_id)
+        if envelope.sequence <= last:
+            return False
+        self._append(envelope.run_id, envelope.sequence - 1, envelope.event, copy_of=envelope)
+        return True
+
+    def last_sequence(self, run_id: str) -> int:
+        """The run's last stored sequence (0: no such run)."""
+        with self._lock:
+            run = self._load(run_id)
+            return 0 if run is None else run.snapshot.last_sequence
+
+    def snapshot(self, run_id: str) -> WorkflowRunSnapshot:
+        """A copy of the run's projection (empty for an unknown run)."""
+        with self._lock:
+            run = self._load(run_id)
+            return WorkflowRunSnapshot(run_id) if run is None else run.snapshot.copy()
+
     def _append(
-        self, run_id: str, expected: int | None, event: ev.FlowEvent
+        self,
+        run_id: str,
+        expected: int | None,
+        event: ev.FlowEvent,
+        *,
+        copy_of: ev.FlowEventEnvelope | None = None,
     ) -> ev.FlowEventEnvelope:
         with self._lock:
             db = self._require_open()
@@ -192,10 +220,14 @@ class RocksDBEventStore:
                 run_id,
                 expected,
                 event,
-                timestamp=self._clock(),
-                event_id=new_event_id(),
-                run_exists=lambda other: self._runs.get(other.encode()) is not None,
-                token_owners=self._owners,
+                timestamp=self._clock() if copy_of is None else copy_of.timestamp,
+                event_id=new_event_id() if copy_of is None else copy_of.event_id,
+                run_exists=(
+                    (lambda other: self._runs.get(other.encode()) is not None)
+                    if copy_of is None
+                    else (lambda other: True)
+                ),
+                token_owners=self._owners if copy_of is None else (lambda digest: []),
             )
             envelope = prepared.envelope
             batch = WriteBatch(raw_mode=True)
@@ -275,9 +307,18 @@ class RocksDBEventStore:
             return self._read(run_id, after_sequence)
 
     async def list_run_ids(self) -> builtins.list[str]:
+        return self.run_ids()
+
+    def run_ids(self) -> builtins.list[str]:
+        """``list_run_ids`` without an event loop (topology threads)."""
         with self._lock:
             self._require_open()
             return [key.decode() for key, _ in _items(self._runs)]
+
+    def read(self, run_id: str) -> ev.History:
+        """The run's stored history without an event loop (empty for an unknown run)."""
+        with self._lock:
+            return self._read(run_id)
 
     async def list_due_wakeups(self, now: datetime) -> builtins.list[ScheduledWakeup]:
         limit = (to_micros(now) + _MICROS_OFFSET).to_bytes(8, "big")

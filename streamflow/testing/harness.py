@@ -30,9 +30,9 @@ from streamflow.core.values import (
     WorkflowSignal,
 )
 from streamflow.engine.engine import FlowEngine
-from streamflow.engine.observers import FlowEventObserver
 from streamflow.engine.scheduler import FlowScheduler
 from streamflow.engine.tasks import InProcessTaskRunner
+from streamflow.observe.observers import FlowEventObserver
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.stores.rocksdb import RocksDBEventStore

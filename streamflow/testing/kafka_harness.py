@@ -9,13 +9,10 @@ exactly as an application would.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-
-from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from streamflow.core import decide as d
 from streamflow.core.builds import RuntimeBuildCompatibility
@@ -30,18 +27,16 @@ from streamflow.core.values import (
     WorkflowProgress,
     WorkflowSignal,
 )
-from streamflow.engine.observers import FlowEventObserver, notify
 from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
-from streamflow.kafka.clients import caught_up, partition_count, poll_batch, read_targets, reader
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.manifest import load_manifest
-from streamflow.kafka.naming import Names
-from streamflow.serde import codec
+from streamflow.observe.observers import FlowEventObserver
 from streamflow.serde.errors import to_error
 from streamflow.topologies.common import utc_now
 from streamflow.topologies.hooks import Hooks
 from streamflow.topologies.journal import Journal
+from streamflow.topologies.observers import Observers
 from streamflow.topologies.processor import Processor
 from streamflow.topologies.runner import TopologyThread
 from streamflow.topologies.timer import Timer
@@ -49,47 +44,6 @@ from streamflow.topologies.worker import Worker
 from streamflow.workflow.runtime import FlowRuntime
 
 SETTLE_TIMEOUT = 30.0
-
-
-class ObserverFeed:
-    """Delivers committed history to user observers, in order, from a thread."""
-
-    def __init__(self, settings: KafkaSettings, observers: Sequence[FlowEventObserver]) -> None:
-        self._names = Names(settings.namespace)
-        self._observers = tuple(observers)
-        self._reader = reader(settings)
-        self._partitions = partition_count(self._reader, self._names.history)
-        self._reader.assign(
-            [
-                TopicPartition(self._names.history, p, OFFSET_BEGINNING)
-                for p in range(self._partitions)
-            ]
-        )
-        self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-
-    def run(self, stop: threading.Event) -> None:
-        try:
-            while not stop.is_set():
-                with self._lock:
-                    self._deliver(poll_batch(self._reader, 500, 0.05))
-        finally:
-            self._reader.close()
-            self._loop.close()
-
-    def _deliver(self, messages: list[Message]) -> None:
-        for msg in messages:
-            value = msg.value()
-            if msg.error() is not None or value is None:
-                continue
-            envelope = codec.decode_history(value)
-            for observer in self._observers:
-                self._loop.run_until_complete(notify(observer, envelope))
-
-    def caught_up(self) -> bool:
-        with self._lock:
-            targets = read_targets(self._reader, self._names.history, self._partitions)
-            return caught_up(self._reader, self._names.history, targets)
 
 
 class KafkaDriver:
@@ -116,11 +70,16 @@ class KafkaDriver:
         self._observers = tuple(observers)
         admin.apply(settings, load_manifest(), profile="dev", partitions=partitions)
         self._threads: list[TopologyThread] = []
-        self._feed: ObserverFeed | None = None
+        self._feed: Observers | None = None
         self._raised: set[tuple[str, int]] = set()
         self._generation = 0
         self._start_topologies()
         self.client = FlowClient(settings)
+
+    @property
+    def observers_topology(self) -> Observers | None:
+        """The observers topology, when the driver was given observers."""
+        return self._feed
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -147,8 +106,13 @@ class KafkaDriver:
             TopologyThread("hooks", hooks.run).start(),
         ]
         if self._observers and self._feed is None:
-            self._feed = ObserverFeed(s, self._observers)
+            # The real observers topology (audit, run index, metrics), with the user observers.
+            self._feed = Observers(
+                s, state_dir=root / "observers", observers=self._observers, metrics_interval=0
+            )
             self._threads.append(TopologyThread("observers", self._feed.run).start())
+            if not self._feed.ready.wait(30):
+                raise RuntimeError(f"the observers did not start: {self._errors()}")
         for ready in (journal.ready, processor.ready, worker.ready, timer.ready, hooks.ready):
             if not ready.wait(30):
                 raise RuntimeError(f"a topology did not start: {self._errors()}")

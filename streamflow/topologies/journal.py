@@ -13,6 +13,7 @@ route in the build registry.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -54,6 +55,8 @@ from streamflow.topologies.common import (
 from streamflow.topologies.eos import Fenced, TransactionalTopology
 from streamflow.topologies.registry import RouteTable
 
+SEQUENCE_CONFLICTS = "streamflow_sequence_conflicts_total"
+CONFLICTS_PUBLISH_INTERVAL = 5.0
 log = logging.getLogger("streamflow.journal")
 COMPONENT = "journal"
 
@@ -144,6 +147,10 @@ class Journal(TransactionalTopology):
         self._clock = clock
         self._instance = instance
         self._cache_runs = cache_runs
+        self._conflicts = 0
+        """Stale proposals refused since start (processors re-decide from newer history)."""
+        self._published_conflicts = 0
+        self._next_publish = 0.0
         self._state = LocalState(state_dir, ("events", "meta"))
         self._cache: OrderedDict[str, WorkflowRunSnapshot] = OrderedDict()
         self._partitions = partition_count(self._consumer, self._names.requests)
@@ -169,6 +176,27 @@ class Journal(TransactionalTopology):
     def handle(self, msg: Message) -> None:
         assert self._txn is not None
         self._handle(msg, self._txn)
+        self._publish_conflicts()
+
+    def _publish_conflicts(self) -> None:
+        """Put the stale-proposal count on ``{ns}.metrics`` (in the open transaction), at
+        most every few seconds and only when it changed; the observers re-export it as
+        ``streamflow_sequence_conflicts_total{source="journal"}``."""
+        if self._conflicts == self._published_conflicts or time.monotonic() < self._next_publish:
+            return
+        sample = m.MetricSample(
+            name=SEQUENCE_CONFLICTS,
+            kind="counter",
+            labels={"source": COMPONENT},
+            value=float(self._conflicts),
+            at=self._clock(),
+            source=f"{COMPONENT}/{self._instance}",
+        )
+        self._producer.produce(
+            self._names.metrics, key=SEQUENCE_CONFLICTS.encode(), value=codec.encode_metric(sample)
+        )
+        self._published_conflicts = self._conflicts
+        self._next_publish = time.monotonic() + CONFLICTS_PUBLISH_INTERVAL
 
     def has_output(self) -> bool:
         return self._txn is not None and bool(self._txn.staged)
@@ -370,6 +398,7 @@ class Journal(TransactionalTopology):
         if body.expected_sequence != snap.last_sequence:
             # Stale: the processor re-decides from the newer history. A token claimed for a
             # hook this proposal would have created goes back, unless the hook holds it.
+            self._conflicts += 1
             held = snap.active_hook_digests()
             releases = tuple(
                 d.ReleaseToken(

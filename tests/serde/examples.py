@@ -29,6 +29,7 @@ from streamflow.core.values import (
     WorkflowTerminalOutcome,
 )
 from streamflow.serde.messages import (
+    AuditRecord,
     BuildRegistration,
     CallbackAction,
     CancelRun,
@@ -42,6 +43,7 @@ from streamflow.serde.messages import (
     HookRequestBody,
     Incident,
     LinkChild,
+    MetricSample,
     Proposal,
     QueryChild,
     RecordProgress,
@@ -352,6 +354,39 @@ TOKEN_RECORD_MIN = TokenRecord(
     token_digest=DIGEST_MIN, run_id="r", hook_id="h", claim_id="", claimed_at=T0
 )
 
+AUDIT_FULL = AuditRecord(
+    run_id="order-1",
+    sequence=7,
+    event_id="5d3c1c62-2a4f-4a57-9a52-9f0c8d2b7e11",
+    committed_at=T1,
+    event_key="flow.step.completed",
+    workflow_name="orders.fulfill",
+    workflow_version="7",
+    runtime_build_id="build-7",
+    status="running",
+    event='{"type":"step_completed","step_id":"charge","attempt":1,"output":{"ok":true}}',
+)
+AUDIT_MIN = AuditRecord(
+    run_id="r",
+    sequence=1,
+    event_id="",
+    committed_at=T0,
+    event_key="",
+    workflow_name="",
+    workflow_version="",
+    status="",
+    event="",
+)
+METRIC_FULL = MetricSample(
+    name="streamflow_step_duration_seconds_bucket",
+    kind="histogram",
+    labels={"workflow": "orders.fulfill", "version": "7", "le": "0.5"},
+    value=12.0,
+    at=T_OFFSET,
+    source="observers/0",
+)
+METRIC_MIN = MetricSample(name="m", kind="gauge", labels={}, value=0.0, at=T0, source="")
+
 TOP_LEVEL_FULL: list[WireValue] = [
     request(BODIES_FULL[0]),
     envelope(EVENTS_FULL[0]),
@@ -362,6 +397,8 @@ TOP_LEVEL_FULL: list[WireValue] = [
     REGISTRATION_FULL,
     hook_request(HOOK_BODIES_FULL[0]),
     TOKEN_RECORD_FULL,
+    AUDIT_FULL,
+    METRIC_FULL,
 ]
 TOP_LEVEL_MIN: list[WireValue] = [
     request(BODIES_MIN[0], full=False),
@@ -373,6 +410,8 @@ TOP_LEVEL_MIN: list[WireValue] = [
     REGISTRATION_MIN,
     hook_request(HOOK_BODIES_MIN[0]),
     TOKEN_RECORD_MIN,
+    AUDIT_MIN,
+    METRIC_MIN,
 ]
 
 EVERY_VALUE: list[WireValue] = [

@@ -18,6 +18,7 @@ from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.values import CancellationRequest, OutcomeType
 from streamflow.serde import codec
 from streamflow.serde.messages import (
+    AuditRecord,
     BuildRegistration,
     CancelRun,
     ClaimToken,
@@ -27,6 +28,7 @@ from streamflow.serde.messages import (
     HookRequest,
     HookRequestBody,
     Incident,
+    MetricSample,
     Proposal,
     Reply,
     Request,
@@ -99,6 +101,8 @@ def test_examples_cover_every_event_body_and_outcome() -> None:
         BuildRegistration,
         HookRequest,
         TokenRecord,
+        AuditRecord,
+        MetricSample,
     }
     assert {type(v) for v in ex.TOP_LEVEL_FULL} == top
     assert {type(v) for v in ex.TOP_LEVEL_MIN} == top
@@ -127,6 +131,8 @@ def test_typed_helpers_round_trip(value: Any) -> None:
         BuildRegistration: (codec.encode_registration, codec.decode_registration),
         HookRequest: (codec.encode_hook_request, codec.decode_hook_request),
         TokenRecord: (codec.encode_token_record, codec.decode_token_record),
+        AuditRecord: (codec.encode_audit, codec.decode_audit),
+        MetricSample: (codec.encode_metric, codec.decode_metric),
     }
     encode, decode = pairs[type(value)]
     data = encode(value)

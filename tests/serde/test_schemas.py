@@ -61,6 +61,8 @@ PINNED_FINGERPRINTS = {
     "BuildRegistration": "d186cdd37e2c5317",
     "HookRequest": "2e574cd53edb9253",
     "TokenRecord": "c24e40eebab4077a",
+    "AuditRecord": "9195f3959cf895d0",
+    "MetricSample": "63d86828325dd99c",
 }
 """The 8 header bytes of every shipped top-level schema, as hex.
 
@@ -70,6 +72,8 @@ buffers stay decodable, then update the pin.
 """
 
 RECORD_TYPES: dict[str, type[Any]] = {
+    "AuditRecord": messages.AuditRecord,
+    "MetricSample": messages.MetricSample,
     "Request": messages.Request,
     "HistoryRecord": FlowEventEnvelope,
     "StepTask": messages.StepTask,
@@ -153,7 +157,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 76
+    assert len(FILES) == len(DEFINITIONS) == 78
 
 
 def test_shipped_fingerprints_are_pinned() -> None:

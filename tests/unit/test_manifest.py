@@ -25,7 +25,7 @@ from streamflow.kafka.naming import Names
 DAY_MS = 86_400_000
 NAMESPACES = ["streamflow", "t-ns_1.x"]
 BUILDS = ["v1", "orders:2026/sha@1+x", None]
-TOPOLOGIES = ("journal", "processor", "worker", "timer", "hooks")
+TOPOLOGIES = ("journal", "processor", "worker", "timer", "hooks", "observers")
 Docs = tuple[dict[str, Any], dict[str, dict[str, Any]]]
 
 
@@ -67,6 +67,8 @@ def test_the_shipped_manifests_load_from_the_repository(manifest):
         "builds",
         "hook_requests",
         "hook_tokens",
+        "audit",
+        "metrics",
     }
     assert set(manifest.profiles) == {"production", "dev"}
 
@@ -89,6 +91,8 @@ def test_topic_templates_render_to_the_names_the_code_uses(manifest, namespace, 
         "builds": names.builds,
         "hook_requests": names.hook_requests,
         "hook_tokens": names.hook_tokens,
+        "audit": names.audit,
+        "metrics": names.metrics,
     }
 
 
@@ -109,6 +113,10 @@ def test_topology_templates_render_to_the_names_the_code_uses(manifest, namespac
     assert hooks.inputs == (names.hook_requests,)
     assert hooks.reads == (names.hook_tokens,)
     assert names.hook_tokens in hooks.outputs
+    observers = manifest.topology("observers", namespace)
+    assert observers.group == names.observers_group
+    assert observers.inputs == (names.history,)
+    assert {names.audit, names.metrics} <= set(observers.outputs)
     assert journal.inputs == (names.requests,)
     assert journal.reads == (names.history, names.builds)
     assert processor.inputs == timer.inputs == (names.history,)
@@ -118,11 +126,11 @@ def test_topology_templates_render_to_the_names_the_code_uses(manifest, namespac
     assert [for_build(o, build) for o in tasks_outputs] == [names.tasks(build)]
 
 
-def test_only_the_journal_and_hooks_are_transactional_and_every_consumer_reads_committed(
+def test_the_writers_of_exactly_once_outputs_are_transactional_and_every_consumer_reads_committed(
     manifest,
 ):
     specs = {name: manifest.topology(name, "ns", build="b") for name in TOPOLOGIES}
-    assert {n for n, s in specs.items() if s.transactional} == {"journal", "hooks"}
+    assert {n for n, s in specs.items() if s.transactional} == {"journal", "hooks", "observers"}
     assert {s.isolation_level for s in specs.values()} == {"read_committed"}
     assert {s.consumer_config()["isolation.level"] for s in specs.values()} == {"read_committed"}
     assert {n: s.state for n, s in specs.items()} == {
@@ -131,6 +139,7 @@ def test_only_the_journal_and_hooks_are_transactional_and_every_consumer_reads_c
         "worker": "none",
         "timer": "rocksdb",
         "hooks": "rocksdb",
+        "observers": "rocksdb",
     }
     writers = {n for n, s in specs.items() if "ns.history" in s.outputs}
     assert writers == {"journal"}
@@ -157,6 +166,8 @@ def test_cleanup_policies_and_retention_are_as_designed(manifest):
         "builds": "compact",
         "hook_requests": "delete",
         "hook_tokens": "compact",
+        "audit": "delete",
+        "metrics": "delete",
     }
     # Callbacks by token carry the token in plaintext: they are kept for an hour at most.
     assert int(specs["hook_requests"].config["retention.ms"]) <= 3_600_000

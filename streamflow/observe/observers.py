@@ -1,4 +1,7 @@
-"""Observers: see committed envelopes after append, in store order, and cannot alter history."""
+"""Observers: see committed envelopes after commit, in order per run, and cannot alter history.
+
+The embedded engine calls them after each append; on Kafka the observers topology calls them
+for each committed history record (see ``streamflow run observers``)."""
 
 from __future__ import annotations
 

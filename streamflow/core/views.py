@@ -1,0 +1,102 @@
+"""JSON views of runs for the inspection API (``/v1/...``) and ``streamflow runs|show``.
+
+Hooks appear with their token's SHA-256 digest only; nothing here can reveal a token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
+from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
+from streamflow.core.timeutil import format_utc
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else format_utc(value)
+
+
+def run_row(snap: WorkflowRunSnapshot) -> dict[str, Any]:
+    """One line of ``/v1/runs``."""
+    spec = snap.spec
+    return {
+        "run_id": snap.run_id,
+        "status": snap.status.value,
+        "workflow": None if spec is None else spec.name,
+        "version": None if spec is None else spec.version,
+        "build": snap.runtime_build_id,
+        "last_sequence": snap.last_sequence,
+        "created_at": _when(snap.created_at),
+        "updated_at": _when(snap.updated_at),
+    }
+
+
+def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
+    """``/v1/runs/{id}``: the run's state, without its history."""
+    view = run_row(snap)
+    view.update(
+        {
+            "input": snap.input,
+            "output": snap.output,
+            "error": snap.error,
+            "parent": None if snap.parent is None else snap.parent.to_json(),
+            "predecessor": None if snap.predecessor is None else snap.predecessor.to_json(),
+            "steps": [
+                {
+                    "step_id": s.step_id,
+                    "step_name": s.step_name,
+                    "status": s.status.value,
+                    "attempt": s.attempt,
+                    "error": s.error,
+                    "retry_after": _when(s.retry_after),
+                }
+                for s in sorted(snap.steps.values(), key=lambda s: s.step_id)
+            ],
+            "waits": [
+                {"wait_id": w.wait_id, "status": w.status.value, "resume_at": _when(w.resume_at)}
+                for w in sorted(snap.waits.values(), key=lambda w: w.wait_id)
+            ],
+            "hooks": [
+                {"hook_id": h.hook_id, "status": h.status.value, "token_digest": h.token_digest}
+                for h in sorted(snap.hooks.values(), key=lambda h: h.hook_id)
+            ],
+            "signal_waits": [
+                {"wait_id": w.wait_id, "signal_name": w.signal_name, "status": w.status.value}
+                for w in sorted(snap.signal_waits.values(), key=lambda w: w.wait_id)
+            ],
+            "children": [
+                {
+                    "child_id": c.child_id,
+                    "run_id": c.run_id,
+                    "outcome": None if c.outcome is None else c.outcome.to_json(),
+                }
+                for c in sorted(snap.child_workflows.values(), key=lambda c: c.child_id)
+            ],
+        }
+    )
+    return view
+
+
+def summary_view(summary: WorkflowRunSummary) -> dict[str, Any]:
+    return dataclasses.asdict(summary)
+
+
+def suspension_view(suspension: WorkflowRunSuspension) -> dict[str, Any]:
+    return {
+        "kind": suspension.kind.value,
+        "run_id": suspension.run_id,
+        "subject_id": suspension.subject_id,
+        "scheduled_at": _when(suspension.scheduled_at),
+        "due": suspension.due,
+    }
+
+
+def hook_view(hook: ActiveHookSnapshot) -> dict[str, Any]:
+    return {
+        "run_id": hook.run_id,
+        "hook_id": hook.hook.hook_id,
+        "token_digest": hook.hook.token_digest,
+        "metadata": hook.hook.metadata,
+    }

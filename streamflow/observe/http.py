@@ -1,0 +1,174 @@
+"""The observers' HTTP endpoint: Prometheus ``/metrics`` and a read-only inspection API.
+
+Routes (GET only; JSON unless noted):
+
+- ``/metrics``: the Prometheus text format (``FlowMetrics.exposition``);
+- ``/healthz``: ``ok`` once serving;
+- ``/v1/runs?status=S``: runs, optionally of one status;
+- ``/v1/runs/{run_id}``: one run's state; ``/v1/runs/{run_id}/history``: its events;
+- ``/v1/summary``: counts per status and open work;
+- ``/v1/suspensions``: open suspensions (waits and retries say whether they are due);
+- ``/v1/hooks``: active hooks, with token digests only.
+
+An unknown run is a 404 with ``{"error": "RunNotFound", "message": ...}``; a bad query a 400.
+The endpoint reads local state only: it never blocks, or waits for, the topology it serves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from streamflow.core.errors import FlowError, RunNotFound
+from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.observe.metrics import FlowMetrics
+
+log = logging.getLogger("streamflow.http")
+
+CONTENT_TYPE_LATEST = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Inspector(Protocol):
+    """What the inspection routes ask. Every method returns JSON-ready values."""
+
+    def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]: ...
+
+    def run(self, run_id: str) -> dict[str, Any]: ...
+
+    def history(self, run_id: str) -> list[dict[str, Any]]: ...
+
+    def summary(self) -> dict[str, Any]: ...
+
+    def suspensions(self) -> list[dict[str, Any]]: ...
+
+    def hooks(self) -> list[dict[str, Any]]: ...
+
+
+class _BadRequest(Exception):
+    pass
+
+
+class ObserverServer:
+    """Serves ``metrics`` and ``inspector`` on ``host:port`` from daemon threads (port 0: any
+    free port; read :attr:`port` after :meth:`start`)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        metrics: FlowMetrics | None = None,
+        inspector: Inspector | None = None,
+    ) -> None:
+        self._metrics = metrics
+        self._inspector = inspector
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server._serve(self)
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("%s " + format, self.address_string(), *args)
+
+        self._http = ThreadingHTTPServer((host, port), Handler)
+        self._http.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._http.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = self._http.server_address[0]
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        return f"http://{name}:{self.port}"
+
+    def start(self) -> ObserverServer:
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, name="streamflow-http", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # -- routing ------------------------------------------------------------------------------
+
+    def _serve(self, request: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(request.path)
+        path = url.path.rstrip("/") or "/"
+        try:
+            if path == "/metrics" and self._metrics is not None:
+                self._reply(request, 200, self._metrics.exposition(), CONTENT_TYPE_LATEST)
+                return
+            if path == "/healthz":
+                self._reply(request, 200, b"ok\n", "text/plain; charset=utf-8")
+                return
+            handler = self._route(path, parse_qs(url.query))
+            if handler is None:
+                self._json(request, 404, {"error": "NotFound", "message": f"no route {path}"})
+                return
+            self._json(request, 200, handler())
+        except RunNotFound as exc:
+            self._json(request, 404, {"error": "RunNotFound", "message": str(exc)})
+        except _BadRequest as exc:
+            self._json(request, 400, {"error": "BadRequest", "message": str(exc)})
+        except FlowError as exc:
+            self._json(request, 500, {"error": type(exc).__name__, "message": str(exc)})
+        except Exception:
+            log.exception("inspection request %s failed", path)
+            self._json(request, 500, {"error": "InternalError", "message": "see the server log"})
+
+    def _route(self, path: str, query: dict[str, list[str]]) -> Callable[[], Any] | None:
+        inspector = self._inspector
+        if inspector is None or not path.startswith("/v1/"):
+            return None
+        parts = [unquote(p) for p in path.split("/")[2:]]
+        if parts == ["runs"]:
+            status = _status(query)
+            return lambda: inspector.runs(status)
+        if len(parts) == 2 and parts[0] == "runs":
+            return lambda: inspector.run(parts[1])
+        if len(parts) == 3 and parts[0] == "runs" and parts[2] == "history":
+            return lambda: inspector.history(parts[1])
+        simple: dict[str, Callable[[], Any]] = {
+            "summary": inspector.summary,
+            "suspensions": inspector.suspensions,
+            "hooks": inspector.hooks,
+        }
+        return simple.get(parts[0]) if len(parts) == 1 else None
+
+    @staticmethod
+    def _json(request: BaseHTTPRequestHandler, code: int, body: Any) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        ObserverServer._reply(request, code, data, "application/json")
+
+    @staticmethod
+    def _reply(request: BaseHTTPRequestHandler, code: int, data: bytes, content_type: str) -> None:
+        request.send_response(code)
+        request.send_header("Content-Type", content_type)
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data)
+
+
+def _status(query: dict[str, list[str]]) -> WorkflowRunStatus | None:
+    values = query.get("status")
+    if not values:
+        return None
+    try:
+        return WorkflowRunStatus(values[0])
+    except ValueError:
+        known = ", ".join(s.value for s in WorkflowRunStatus)
+        raise _BadRequest(f"unknown status {values[0]!r} (one of {known})") from None

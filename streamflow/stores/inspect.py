@@ -1,0 +1,72 @@
+"""Inspection over any event store: what ``/v1/...`` and ``streamflow runs|show`` answer.
+
+The Kafka observers topology keeps a copy of every history of its partitions in a RocksDB store
+(the run index) and serves this over HTTP; an embedded application can serve its own store the
+same way. Each answer projects the stored histories it needs, at the time of the call (listing
+every run is linear in the events held: an index of summaries can replace it when it matters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from streamflow.core.errors import RunNotFound
+from streamflow.core.inspect import open_suspensions, summarize
+from streamflow.core.projection import project
+from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
+from streamflow.core.views import hook_view, run_row, run_view, summary_view, suspension_view
+from streamflow.stores.base import FlowEventStore
+
+T = TypeVar("T")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class StoreInspector:
+    """Answers inspection queries from ``store``. Safe to call from any thread without an event
+    loop (each call runs its own)."""
+
+    def __init__(self, store: FlowEventStore, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        self._store = store
+        self._clock = clock
+
+    @staticmethod
+    def _run(coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run(coro)
+
+    async def _snapshot(self, run_id: str) -> WorkflowRunSnapshot:
+        history = await self._store.list(run_id)
+        if not history:
+            raise RunNotFound(run_id)
+        return project(run_id, history)
+
+    async def _snapshots(self) -> list[WorkflowRunSnapshot]:
+        return [await self._snapshot(run_id) for run_id in await self._store.list_run_ids()]
+
+    def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
+        snaps = self._run(self._snapshots())
+        return [run_row(s) for s in snaps if status is None or s.status is status]
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return run_view(self._run(self._snapshot(run_id)))
+
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        history = self._run(self._store.list(run_id))
+        if not history:
+            raise RunNotFound(run_id)
+        return [envelope.to_json() for envelope in history]
+
+    def summary(self) -> dict[str, Any]:
+        return summary_view(summarize(self._run(self._snapshots())))
+
+    def suspensions(self) -> list[dict[str, Any]]:
+        snaps = self._run(self._snapshots())
+        return [suspension_view(s) for s in open_suspensions(snaps, self._clock())]
+
+    def hooks(self) -> list[dict[str, Any]]:
+        return [hook_view(h) for h in self._run(self._store.list_active_hooks())]

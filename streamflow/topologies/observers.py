@@ -1,0 +1,381 @@
+"""The observers topology: committed history, watched without touching it.
+
+One consumer group (``{ns}.observers``) reads ``{ns}.history`` read_committed, after the journal
+wrote it. For each history record, in order per run:
+
+1. **Observers.** A record this instance has not seen before (its run index does not hold it
+   yet) is given to the metrics (:class:`~streamflow.observe.metrics.FlowMetrics`) and to the
+   user observers (the seed's ``FanoutFlowEventObserver`` shape: ``async observe(envelope)``),
+   then copied into the run index. Observers therefore see every event at least once (again
+   only after a crash between the two), in sequence order per run; an observer's failure is
+   logged and never stops the others or the topology.
+2. **Audit.** An :class:`~streamflow.serde.messages.AuditRecord` is produced to ``{ns}.audit``
+   in the same Kafka transaction as the consumer offsets: every event is audited exactly once,
+   whatever crashes.
+
+The run index is a RocksDB event store holding every history of the instance's partitions; it
+answers the inspection API (``/v1/...``) beside Prometheus ``/metrics`` on ``--http-port``, and
+primes the metrics' gauges on start. Every ``metrics_interval`` seconds the registry's samples
+are published to ``{ns}.metrics``. Side readers count dead-letters (``{ns}.dead-letters``),
+hook-token conflicts (``{ns}.incidents``) and contradicting hook callbacks (``HookConflict``
+replies on ``{ns}.replies``) from the moment the instance starts, and follow live build routes
+(``{ns}.builds``) for route coverage.
+
+Nothing here can block or alter history: a slow observer only makes this group lag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from confluent_kafka import OFFSET_END, Message, Producer, TopicPartition
+from rocksdict import Rdict
+
+from streamflow.core.errors import FlowError, SerializationError
+from streamflow.core.events import FlowEventEnvelope
+from streamflow.kafka.clients import (
+    APPEND_WOKEN,
+    partition_count,
+    poll_batch,
+    producer,
+    read_targets,
+    read_to_end,
+    reader,
+)
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import Names
+from streamflow.observe.metrics import FlowMetrics
+from streamflow.observe.observers import FlowEventObserver, notify
+from streamflow.serde import codec
+from streamflow.serde import messages as m
+from streamflow.stores.rocksdb import RocksDBEventStore
+from streamflow.topologies.common import send_dead_letter, utc_now
+from streamflow.topologies.eos import TransactionalTopology
+from streamflow.topologies.journal import SEQUENCE_CONFLICTS
+from streamflow.topologies.registry import RouteTable
+
+log = logging.getLogger("streamflow.observers")
+COMPONENT = "observers"
+DEFAULT_METRICS_INTERVAL = 15.0
+
+
+class Observers(TransactionalTopology):
+    component = COMPONENT
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        state_dir: Path,
+        instance: str = "0",
+        observers: Sequence[FlowEventObserver] = (),
+        metrics: FlowMetrics | None = None,
+        metrics_interval: float = DEFAULT_METRICS_INTERVAL,
+        clock: Callable[[], datetime] = utc_now,
+        commit_interval: float = 0.1,
+        max_batch: int = 1000,
+        transaction_timeout_ms: int = 60_000,
+        session_timeout_ms: int = 10_000,
+    ) -> None:
+        names = Names(settings.namespace)
+        super().__init__(
+            settings,
+            group=names.observers_group,
+            input_topic=names.history,
+            transactional_id=names.transactional_id(COMPONENT, instance),
+            consumer_overrides=APPEND_WOKEN,
+            commit_interval=commit_interval,
+            max_batch=max_batch,
+            transaction_timeout_ms=transaction_timeout_ms,
+            session_timeout_ms=session_timeout_ms,
+        )
+        self._settings = settings
+        self._names = names
+        self._clock = clock
+        self._source = f"{COMPONENT}/{instance}"
+        self._observers = tuple(observers)
+        self.metrics = metrics or FlowMetrics(clock=clock)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.index = RocksDBEventStore(state_dir / "index")
+        self._offsets = Rdict(str(state_dir / "offsets"))
+        self._loop = asyncio.new_event_loop()
+        self._produced = False
+        self._routes = RouteTable(settings)
+        self.metrics.with_routes(self._live_routes)
+        self._sides = _SideReaders(settings, names, self.metrics)
+        self._publisher = _Publisher(settings, names, self.metrics, self._source, metrics_interval)
+        self._settled: dict[int, int] = {}
+        self._starts: dict[int, int] = {}
+        self._settled_lock = threading.Lock()
+        self._partitions = partition_count(self._consumer, names.history)
+        self._end_reader = reader(settings)
+        self._prime()
+
+    def caught_up(self) -> bool:
+        """Whether every history record committed before this call has been observed (indexed,
+        given to the observers, audited in an open or committed transaction)."""
+        targets = read_targets(self._end_reader, self._names.history, self._partitions)
+        with self._settled_lock:
+            settled = dict(self._settled)
+        return all(end <= 0 or settled.get(p, -1) >= end for p, end in targets.items())
+
+    # -- the transactional topology's hooks ----------------------------------------------------
+
+    def tick(self) -> None:
+        # Every record polled so far has been handled: remember where that leaves us.
+        assignment = self._consumer.assignment()
+        positions = self._consumer.position(assignment) if assignment else []
+        with self._settled_lock:
+            # Before its first record a partition has no position: it stands at its committed
+            # offset (restore() read it at assignment).
+            self._settled = {
+                tp.partition: tp.offset if tp.offset >= 0 else self._starts.get(tp.partition, -1)
+                for tp in positions
+            }
+        self._routes.refresh()
+        self._sides.poll()
+        self._publisher.maybe_publish(self._clock())
+
+    def begin(self) -> None:
+        self._produced = False
+
+    def has_output(self) -> bool:
+        return self._produced
+
+    def handle(self, msg: Message) -> None:
+        value = msg.value()
+        if value is None:
+            return  # a retention tombstone: nothing to observe
+        try:
+            envelope = codec.decode_history(value)
+        except SerializationError as exc:
+            send_dead_letter(
+                self._producer, self._names, msg, str(exc), COMPONENT, now=self._clock()
+            )
+            self._produced = True
+            return
+        status = self._observe(envelope, msg)
+        record = m.AuditRecord(
+            run_id=envelope.run_id,
+            sequence=envelope.sequence,
+            event_id=envelope.event_id,
+            committed_at=envelope.timestamp,
+            event_key=envelope.event.KEY,
+            workflow_name=status[0],
+            workflow_version=status[1],
+            runtime_build_id=status[2],
+            status=status[3],
+            event=_event_json(envelope),
+        )
+        self._producer.produce(
+            self._names.audit, key=envelope.run_id.encode(), value=codec.encode_audit(record)
+        )
+        self._produced = True
+
+    def _observe(
+        self, envelope: FlowEventEnvelope, msg: Message
+    ) -> tuple[str, str, str | None, str]:
+        """Notify (if new) and index; the run's (workflow, version, build, status) after it."""
+        try:
+            if not self._held(envelope):
+                self.metrics.apply(envelope)
+                for observer in self._observers:
+                    self._loop.run_until_complete(notify(observer, envelope))
+                self.index.ingest(envelope)
+            self._offsets[str(msg.partition())] = (msg.offset() or 0) + 1
+            snap = self.index.snapshot(envelope.run_id)
+        except FlowError as exc:
+            # A gap or a history the index cannot follow: keep observing the rest.
+            log.error(
+                "observers: cannot index %s seq %d: %s", envelope.run_id, envelope.sequence, exc
+            )
+            return ("", "", None, "unknown")
+        spec = snap.spec
+        if spec is None:
+            return ("", "", None, snap.status.value)
+        build = spec.runtime_build_id
+        return (spec.name, spec.version, None if build is None else str(build), snap.status.value)
+
+    def _held(self, envelope: FlowEventEnvelope) -> bool:
+        return envelope.sequence <= self.index.last_sequence(envelope.run_id)
+
+    def restore(self, partition: int) -> None:
+        """Bring the run index up to the group's committed offset of ``partition`` (a lost or
+        new state directory), without auditing or notifying: those happened already."""
+        committed = self._consumer.committed(
+            [TopicPartition(self._names.history, partition)], timeout=30
+        )[0].offset
+        self._starts[partition] = max(0, committed or 0)
+        if committed is None or committed <= 0:
+            return
+        raw = self._offsets.get(str(partition))
+        start = int(raw) if raw is not None else None
+        if start is not None and start >= committed:
+            return
+        copied = 0
+        for msg in read_to_end(self._settings, self._names.history, partition, start):
+            offset = msg.offset() or 0
+            if offset >= committed:
+                break
+            value = msg.value()
+            if value is not None:
+                envelope = codec.decode_history(value)
+                if not self._held(envelope):
+                    self.index.ingest(envelope)
+                    self.metrics.apply(envelope, count=False)
+                    copied += 1
+            self._offsets[str(partition)] = offset + 1
+        log.info("observers: restored %d events of history partition %d", copied, partition)
+
+    def close_state(self) -> None:
+        self._end_reader.close()
+        self._publisher.close()
+        self._sides.close()
+        self._routes.close()
+        self.index.close()
+        self._offsets.close()
+        self._loop.close()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _prime(self) -> None:
+        """Gauges for every run already in the index (counters start at zero)."""
+        run_ids = self.index.run_ids()
+        for run_id in run_ids:
+            self.metrics.prime(self.index.read(run_id))
+        if run_ids:
+            log.info("observers: primed metrics with %d indexed runs", len(run_ids))
+
+    def _live_routes(self) -> set[str | None]:
+        """Builds a live processor registration admits (``None``: unpinned runs)."""
+        builds: set[str | None] = set()
+        for registration in self._routes.live(self._clock()):
+            if registration.role != "processor":
+                continue
+            if registration.current is None or registration.accepts_unpinned:
+                builds.add(None)
+            if registration.current is not None:
+                builds.add(registration.current)
+            builds.update(registration.compatible)
+        return builds
+
+
+def _event_json(envelope: FlowEventEnvelope) -> str:
+    import json
+
+    return json.dumps(envelope.event.to_json(), separators=(",", ":"), sort_keys=True)
+
+
+class _SideReaders:
+    """Counts what other topics say, from the moment this instance starts."""
+
+    def __init__(self, settings: KafkaSettings, names: Names, metrics: FlowMetrics) -> None:
+        self._names = names
+        self._metrics = metrics
+        self._reader = reader(settings)
+        topics = (names.dead_letters, names.incidents, names.replies, names.metrics)
+        assignment = [
+            TopicPartition(topic, p, OFFSET_END)
+            for topic in topics
+            for p in range(partition_count(self._reader, topic))
+        ]
+        self._reader.assign(assignment)
+        self._prefix = f"{names.namespace}."
+        self._journal_counts: dict[str, float] = {}
+
+    def poll(self) -> None:
+        for msg in poll_batch(self._reader, 500, 0):
+            if msg.error() is not None or msg.value() is None:
+                continue
+            try:
+                self._count(msg)
+            except SerializationError:
+                continue
+
+    def _count(self, msg: Message) -> None:
+        topic = msg.topic()
+        value = msg.value()
+        assert value is not None
+        if topic == self._names.dead_letters:
+            letter = codec.decode_dead_letter(value)
+            self._metrics.dead_letter(_role(letter.topic, self._prefix))
+        elif topic == self._names.metrics:
+            sample = codec.decode_metric(value)
+            if sample.name == SEQUENCE_CONFLICTS and sample.source.startswith("journal/"):
+                # A cumulative count per journal instance: add what is new (a restarted journal
+                # counts from zero again).
+                before = self._journal_counts.get(sample.source, 0.0)
+                delta = sample.value - before if sample.value >= before else sample.value
+                self._journal_counts[sample.source] = sample.value
+                if delta > 0:
+                    self._metrics.sequence_conflict("journal", delta)
+        elif topic == self._names.incidents:
+            incident = codec.decode_incident(value)
+            if incident.error.type == "HookTokenConflict":
+                self._metrics.callback_conflict("hook_token_conflict")
+        else:
+            reply = codec.decode_reply(value)
+            if reply.error is not None and reply.error.type == "HookConflict":
+                self._metrics.callback_conflict("hook_conflict")
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def _role(topic: str, prefix: str) -> str:
+    """A topic's role (bounded) from its name: ``{ns}.tasks.v7-1a2b`` → ``tasks``."""
+    rest = topic.removeprefix(prefix)
+    return rest.split(".", 1)[0] if rest != topic else "other"
+
+
+class _Publisher:
+    """Publishes every sample of the registry to ``{ns}.metrics`` on an interval."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        names: Names,
+        metrics: FlowMetrics,
+        source: str,
+        interval: float,
+    ) -> None:
+        self._producer: Producer = producer(settings)
+        self._topic = names.metrics
+        self._metrics = metrics
+        self._source = source
+        self._interval = interval
+        self._next = time.monotonic()
+        self._lock = threading.Lock()
+
+    def maybe_publish(self, now: datetime) -> None:
+        if self._interval <= 0 or time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + self._interval
+        self.publish(now)
+
+    def publish(self, now: datetime) -> int:
+        with self._lock:
+            samples = self._metrics.samples()
+            for sample in samples:
+                record = m.MetricSample(
+                    name=sample.name,
+                    kind=sample.kind,
+                    labels=sample.labels,
+                    value=sample.value,
+                    at=now,
+                    source=self._source,
+                )
+                self._producer.produce(
+                    self._topic, key=sample.name.encode(), value=codec.encode_metric(record)
+                )
+            self._producer.poll(0)
+            return len(samples)
+
+    def close(self) -> None:
+        self._producer.flush(10)
