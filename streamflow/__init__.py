@@ -73,6 +73,12 @@ from streamflow.core.events import (
 )
 from streamflow.core.ids import MAX_WORKFLOW_PATCH_MARKERS, RuntimeBuildId, WorkflowPatchId
 from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
+from streamflow.core.retention import (
+    FlowHistoryRetentionPolicy,
+    FlowHistoryRetentionReport,
+    FlowHistoryTombstone,
+    HistoryHold,
+)
 from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
 from streamflow.core.snapshot import (
     ActiveHookSnapshot,
@@ -117,6 +123,7 @@ from streamflow.engine.tasks import (
     InProcessTaskRunner,
     RuntimeBuildTaskRouter,
 )
+from streamflow.observe.metrics import FlowMetrics
 from streamflow.observe.observers import (
     FanoutFlowEventObserver,
     FlowEventObserver,
@@ -132,6 +139,11 @@ from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInv
 __version__ = "0.1.0"
 
 __all__ = [
+    "FlowHistoryRetentionPolicy",
+    "FlowHistoryRetentionReport",
+    "FlowHistoryTombstone",
+    "HistoryHold",
+    "FlowMetrics",
     "MAX_WORKFLOW_PATCH_MARKERS",
     "CancellationRequest",
     "ChildOperationLinked",

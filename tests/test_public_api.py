@@ -33,7 +33,10 @@ PINNED = {
     "FlowTaskOutcome", "FlowTaskDispatcher", "FlowWorker", "InMemoryFlowTaskQueue",
     "InProcessTaskRunner", "RuntimeBuildTaskRouter", "FlowEventObserver",
     "NoopFlowEventObserver", "InMemoryFlowEventObserver", "FanoutFlowEventObserver",
-    "FlowEventStore", "InMemoryEventStore", "RocksDBEventStore",
+    "FlowEventStore", "InMemoryEventStore", "RocksDBEventStore", "FlowMetrics",
+    # retention
+    "FlowHistoryRetentionPolicy", "FlowHistoryRetentionReport", "FlowHistoryTombstone",
+    "HistoryHold",
     # errors
     "FlowError", "RunNotFound", "RunTerminal", "InvalidRunId", "ContinueAsNewCycle",
     "ContinueAsNewLimitExceeded", "ChildWorkflowCycle", "ChildWorkflowDepthExceeded",

@@ -48,6 +48,12 @@ from streamflow.core.inspect import (
 )
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.projection import evolve, project
+from streamflow.core.retention import (
+    FlowHistoryRetentionPolicy,
+    FlowHistoryRetentionReport,
+    FlowHistoryTombstone,
+    HistoryHold,
+)
 from streamflow.core.snapshot import (
     ActiveHookSnapshot,
     ChildWorkflowSnapshot,
@@ -964,6 +970,33 @@ class FlowEngine:
 
     async def list_open_suspensions(self, now: datetime) -> list[WorkflowRunSuspension]:
         return open_suspensions(await self.list_snapshots(), require_utc(now, "now"))
+
+    # -- retention (reference §2.10) --------------------------------------------------------
+
+    async def prune_terminal_history(
+        self, policy: FlowHistoryRetentionPolicy
+    ) -> FlowHistoryRetentionReport:
+        """Delete terminal histories that ended before ``policy.cutoff`` as whole components
+        (continue-as-new chains, parents and children, linked child operations), only when
+        every member is eligible and none is held. Deleted run ids stay reserved: starting one
+        again is ``RunConflict``."""
+        report = await self._s.store.prune_terminal_history(policy)
+        for run_id in report.deleted_run_ids:
+            self._runs.forget(run_id)
+        return report
+
+    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
+        validate_run_id(run_id)
+        return await self._s.store.hold_history(run_id, hold_id, reason)
+
+    async def history_holds(self, run_id: str) -> list[HistoryHold]:
+        return await self._s.store.history_holds(run_id)
+
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        return await self._s.store.release_history_hold(run_id, hold_id)
+
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        return await self._s.store.history_tombstone(run_id)
 
     async def runtime_build_id(self, run_id: str) -> str | None:
         return (await self.snapshot(run_id)).runtime_build_id

@@ -10,9 +10,16 @@ from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from streamflow.core import events as ev
-from streamflow.core.errors import EventConflict, HookTokenConflict, InvalidTransition
+from streamflow.core.errors import EventConflict, HookTokenConflict, InvalidTransition, RunConflict
 from streamflow.core.ids import validate_run_id
 from streamflow.core.projection import evolve
+from streamflow.core.retention import (
+    FlowHistoryRetentionPolicy,
+    FlowHistoryRetentionReport,
+    FlowHistoryTombstone,
+    HistoryHold,
+    PrunePlan,
+)
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.wakeups import ScheduledWakeup, scheduled_wakeups
 
@@ -59,6 +66,24 @@ class FlowEventStore(Protocol):
 
     async def list_active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
         """Active hooks of non-terminal runs, sorted by (run, hook)."""
+        ...
+
+    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
+        """Keep ``run_id`` (and its component) from retention; idempotent on the same reason,
+        ``RunConflict`` for the same hold id with another reason."""
+        ...
+
+    async def history_holds(self, run_id: str) -> builtins.list[HistoryHold]: ...
+
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool: ...
+
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None: ...
+
+    async def prune_terminal_history(
+        self, policy: FlowHistoryRetentionPolicy
+    ) -> FlowHistoryRetentionReport:
+        """Delete every eligible component as whole streams, atomically per component, leaving
+        tombstones; a tombstoned run id can never be appended to again."""
         ...
 
 
@@ -143,4 +168,31 @@ def prepare_append(
         added=after - before,
         hooks_removed=hooks_before - hooks_after,
         hooks_added=hooks_after - hooks_before,
+    )
+
+
+# -- retention (reference §2.10) -------------------------------------------------------------
+
+
+def pruned_run(run_id: str) -> RunConflict:
+    """The error for reusing the id of a deleted history."""
+    return RunConflict(run_id, "the run id belonged to a pruned history and cannot be reused")
+
+
+def check_hold(existing: HistoryHold | None, hold: HistoryHold) -> HistoryHold:
+    """Holds are idempotent on (run, hold id, reason); the same hold id with another reason is
+    ``RunConflict``."""
+    if existing is not None and existing.reason != hold.reason:
+        raise RunConflict(hold.run_id, f"history hold {hold.hold_id} exists with another reason")
+    return hold
+
+
+def retention_report(
+    plan: PrunePlan, tombstones: builtins.list[FlowHistoryTombstone]
+) -> FlowHistoryRetentionReport:
+    return FlowHistoryRetentionReport(
+        deleted_run_ids=tuple(sorted(t.run_id for t in tombstones)),
+        tombstones=tuple(sorted(tombstones, key=lambda t: t.run_id)),
+        retained_run_ids=plan.retained_run_ids,
+        held_run_ids=plan.held_run_ids,
     )

@@ -9,9 +9,26 @@ from datetime import datetime
 
 from streamflow.core import events as ev
 from streamflow.core.errors import RunNotFound
+from streamflow.core.retention import (
+    FlowHistoryRetentionPolicy,
+    FlowHistoryRetentionReport,
+    FlowHistoryTombstone,
+    HistoryHold,
+    plan_prune,
+    tombstone,
+)
 from streamflow.core.snapshot import ActiveHookSnapshot
 from streamflow.core.wakeups import ScheduledWakeup, sort_key
-from streamflow.stores.base import Clock, StoreRun, new_event_id, prepare_append, utc_now
+from streamflow.stores.base import (
+    Clock,
+    StoreRun,
+    check_hold,
+    new_event_id,
+    prepare_append,
+    pruned_run,
+    retention_report,
+    utc_now,
+)
 
 _WakeKey = tuple[datetime, str, str, str]
 
@@ -32,6 +49,8 @@ class InMemoryEventStore:
         self._due: list[_WakeKey] = []
         self._wakeups: dict[_WakeKey, ScheduledWakeup] = {}
         self._hooks: dict[str, set[tuple[str, str]]] = {}
+        self._holds: dict[str, dict[str, HistoryHold]] = {}
+        self._tombstones: dict[str, FlowHistoryTombstone] = {}
 
     async def append_if_sequence(
         self, run_id: str, expected_sequence: int, event: ev.FlowEvent
@@ -45,6 +64,8 @@ class InMemoryEventStore:
         self, run_id: str, expected: int | None, event: ev.FlowEvent
     ) -> ev.FlowEventEnvelope:
         with self._lock:
+            if run_id in self._tombstones:
+                raise pruned_run(run_id)
             run, prepared = prepare_append(
                 self._runs.get(run_id),
                 run_id,
@@ -75,6 +96,57 @@ class InMemoryEventStore:
             for digest, owner_run, hook_id in prepared.hooks_added:
                 self._hooks.setdefault(digest, set()).add((owner_run, hook_id))
             return prepared.envelope
+
+    # -- retention (reference §2.10) ----------------------------------------------------------
+
+    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
+        with self._lock:
+            if run_id not in self._histories:
+                raise RunNotFound(run_id)
+            held = self._holds.setdefault(run_id, {})
+            hold = check_hold(held.get(hold_id), HistoryHold(run_id, hold_id, reason))
+            held[hold_id] = hold
+            return hold
+
+    async def history_holds(self, run_id: str) -> builtins.list[HistoryHold]:
+        with self._lock:
+            return sorted(self._holds.get(run_id, {}).values(), key=lambda h: h.hold_id)
+
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        with self._lock:
+            held = self._holds.get(run_id, {})
+            released = held.pop(hold_id, None) is not None
+            if not held:
+                self._holds.pop(run_id, None)
+            return released
+
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        with self._lock:
+            return self._tombstones.get(run_id)
+
+    async def prune_terminal_history(
+        self, policy: FlowHistoryRetentionPolicy
+    ) -> FlowHistoryRetentionReport:
+        with self._lock:
+            snapshots = {run_id: run.snapshot for run_id, run in self._runs.items()}
+            holds = {run_id: builtins.list(h.values()) for run_id, h in self._holds.items()}
+            plan = plan_prune(snapshots, holds, policy)
+            now = self._clock()
+            stones: builtins.list[FlowHistoryTombstone] = []
+            for component in plan.components:
+                made = [tombstone(self._histories[run_id], now) for run_id in component]
+                for run_id, stone in zip(component, made, strict=True):
+                    for wakeup in self._runs[run_id].wakeups:
+                        key = _wake_key(wakeup)
+                        index = bisect.bisect_left(self._due, key)
+                        if index < len(self._due) and self._due[index] == key:
+                            del self._due[index]
+                        self._wakeups.pop(key, None)
+                    del self._runs[run_id]
+                    del self._histories[run_id]
+                    self._tombstones[run_id] = stone
+                stones.extend(made)
+            return retention_report(plan, stones)
 
     def _owners(self, token_digest: str) -> builtins.list[tuple[str, str]]:
         return sorted(self._hooks.get(token_digest, ()))

@@ -30,6 +30,14 @@ from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound, SerializationError, StoreError
 from streamflow.core.projection import project
+from streamflow.core.retention import (
+    FlowHistoryRetentionPolicy,
+    FlowHistoryRetentionReport,
+    FlowHistoryTombstone,
+    HistoryHold,
+    plan_prune,
+    tombstone,
+)
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, sort_key
@@ -37,13 +45,16 @@ from streamflow.stores.base import (
     ActiveHook,
     Clock,
     StoreRun,
+    check_hold,
     new_event_id,
     prepare_append,
+    pruned_run,
+    retention_report,
     store_run,
     utc_now,
 )
 
-_FAMILIES = ("events", "runs", "wakeups", "hooks")
+_FAMILIES = ("events", "runs", "wakeups", "hooks", "retention")
 _HOOK_INDEX_READY = b"\xff/index-ready"
 # Shift so instants before 1970 still sort correctly as unsigned big-endian keys.
 _MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
@@ -100,6 +111,14 @@ def _decode_envelope(raw: bytes) -> ev.FlowEventEnvelope:
         raise StoreError(f"corrupt event record in RocksDB store: {exc}") from exc
 
 
+def _hold_key(run_id: str, hold_id: str) -> bytes:
+    return b"h\x00" + run_id.encode() + b"\x00" + hold_id.encode()
+
+
+def _tomb_key(run_id: str) -> bytes:
+    return b"t\x00" + run_id.encode()
+
+
 def _items(family: Rdict, from_key: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
     """Raw (key, value) pairs of a column family in key order (the stubs type them loosely)."""
     pairs = family.items() if from_key is None else family.items(from_key=from_key)
@@ -143,17 +162,26 @@ class RocksDBEventStore:
                     raise FileNotFoundError(f"no such directory: {self.path}")
             else:
                 self.path.mkdir(parents=True, exist_ok=True)
+            # Read-only, open the families the directory has (an older one may lack some).
+            families = (
+                [f for f in _FAMILIES if f in Rdict.list_cf(str(self.path))]
+                if read_only
+                else list(_FAMILIES)
+            )
             self._db: Rdict | None = Rdict(
                 str(self.path),
                 _options(),
-                column_families={name: Options(raw_mode=True) for name in _FAMILIES},
+                column_families={name: Options(raw_mode=True) for name in families},
                 access_type=AccessType.read_only() if read_only else AccessType.read_write(),
             )
             self._events = self._db.get_column_family("events")
             self._runs = self._db.get_column_family("runs")
             self._wakeups = self._db.get_column_family("wakeups")
             self._hooks = self._db.get_column_family("hooks")
-            self._handles = {name: self._db.get_column_family_handle(name) for name in _FAMILIES}
+            self._retention: Rdict | None = (
+                self._db.get_column_family("retention") if "retention" in families else None
+            )
+            self._handles = {name: self._db.get_column_family_handle(name) for name in families}
         except Exception as exc:
             raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
         self._write_options = WriteOptions()
@@ -215,6 +243,8 @@ class RocksDBEventStore:
     ) -> ev.FlowEventEnvelope:
         with self._lock:
             db = self._require_open()
+            if self._tombstone(run_id) is not None:
+                raise pruned_run(run_id)
             run, prepared = prepare_append(
                 self._load(run_id),
                 run_id,
@@ -369,6 +399,109 @@ class RocksDBEventStore:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
+    # -- retention (reference §2.10) ----------------------------------------------------------
+
+    def _tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        if self._retention is None:
+            return None
+        raw = self._retention.get(_tomb_key(run_id))
+        return None if raw is None else FlowHistoryTombstone.from_json(json.loads(raw))
+
+    def _holds(self, run_id: str | None = None) -> builtins.list[HistoryHold]:
+        if self._retention is None:
+            return []
+        prefix = b"h\x00" + (b"" if run_id is None else run_id.encode() + b"\x00")
+        out = []
+        for key, value in _items(self._retention, prefix):
+            if not key.startswith(prefix):
+                break
+            out.append(HistoryHold.from_json(json.loads(value)))
+        return out
+
+    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
+        with self._lock:
+            db = self._require_open()
+            if self._load(run_id) is None:
+                raise RunNotFound(run_id)
+            existing = {h.hold_id: h for h in self._holds(run_id)}.get(hold_id)
+            hold = check_hold(existing, HistoryHold(run_id, hold_id, reason))
+            batch = WriteBatch(raw_mode=True)
+            batch.put(
+                _hold_key(run_id, hold_id),
+                json.dumps(hold.to_json()).encode(),
+                self._handles["retention"],
+            )
+            db.write(batch, self._write_options)
+            return hold
+
+    async def history_holds(self, run_id: str) -> builtins.list[HistoryHold]:
+        with self._lock:
+            self._require_open()
+            return sorted(self._holds(run_id), key=lambda h: h.hold_id)
+
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        with self._lock:
+            db = self._require_open()
+            if self._retention is None or self._retention.get(_hold_key(run_id, hold_id)) is None:
+                return False
+            batch = WriteBatch(raw_mode=True)
+            batch.delete(_hold_key(run_id, hold_id), self._handles["retention"])
+            db.write(batch, self._write_options)
+            return True
+
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        with self._lock:
+            self._require_open()
+            return self._tombstone(run_id)
+
+    async def prune_terminal_history(
+        self, policy: FlowHistoryRetentionPolicy
+    ) -> FlowHistoryRetentionReport:
+        """Delete eligible components, each in one atomic write batch with its tombstones."""
+        with self._lock:
+            db = self._require_open()
+            snapshots: dict[str, WorkflowRunSnapshot] = {}
+            runs: dict[str, StoreRun] = {}
+            for key, _ in _items(self._runs):
+                run_id = key.decode()
+                run = self._load(run_id)
+                if run is not None:
+                    runs[run_id] = run
+                    snapshots[run_id] = run.snapshot
+            holds: dict[str, builtins.list[HistoryHold]] = {}
+            for hold in self._holds():
+                holds.setdefault(hold.run_id, []).append(hold)
+            plan = plan_prune(snapshots, holds, policy)
+            now = self._clock()
+            stones: builtins.list[FlowHistoryTombstone] = []
+            for component in plan.components:
+                batch = WriteBatch(raw_mode=True)
+                made = []
+                for run_id in component:
+                    history = self._read(run_id)
+                    stone = tombstone(history, now)
+                    made.append(stone)
+                    for envelope in history:
+                        batch.delete(_event_key(run_id, envelope.sequence), self._handles["events"])
+                    batch.delete(run_id.encode(), self._handles["runs"])
+                    for wakeup in runs[run_id].wakeups:
+                        batch.delete(_wake_key(wakeup), self._handles["wakeups"])
+                    batch.put(
+                        _tomb_key(run_id),
+                        json.dumps(stone.to_json()).encode(),
+                        self._handles["retention"],
+                    )
+                try:
+                    db.write(batch, self._write_options)
+                except Exception as exc:
+                    raise StoreError(
+                        f"RocksDB prune of {', '.join(component)} failed: {exc}"
+                    ) from exc
+                for run_id in component:
+                    self._cache.pop(run_id, None)
+                stones.extend(made)
+            return retention_report(plan, stones)
+
     def _require_open(self) -> Rdict:
         if self._db is None:
             raise StoreError(f"RocksDB store at {self.path} is closed")
@@ -382,6 +515,7 @@ class RocksDBEventStore:
                 return
             # Column-family objects keep the database alive; drop them before closing.
             self._events = self._runs = self._wakeups = self._hooks = None  # type: ignore[assignment]
+            self._retention = None
             self._handles.clear()
             self._cache.clear()
             db.close()

@@ -1,0 +1,236 @@
+"""History retention (reference §2.10): which terminal histories may be deleted, as whole
+streams, and what is kept of them.
+
+A run is deleted only if it is terminal before the policy's cutoff, has no hold, and every member
+of its *component* is eligible in the same scan: runs joined by continue-as-new links, parent and
+child workflow links, and child-operation links naming another run. A link to a run the store does
+not hold blocks the whole component (fail closed). What remains of a deleted run is its
+:class:`FlowHistoryTombstone`, and its id can never be used again.
+
+Pure: the shells pass snapshots, histories, holds and the cutoff in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from streamflow.core import events as ev
+from streamflow.core.errors import InvalidTransition
+from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.timeutil import format_utc, parse_utc, require_utc
+
+
+@dataclass(frozen=True, slots=True)
+class FlowHistoryRetentionPolicy:
+    """Delete terminal histories that ended before ``cutoff``; ``run_ids`` limits the scan to
+    components made only of those runs."""
+
+    cutoff: datetime
+    run_ids: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        require_utc(self.cutoff, "cutoff")
+
+    @staticmethod
+    def new(cutoff: datetime) -> FlowHistoryRetentionPolicy:
+        return FlowHistoryRetentionPolicy(cutoff)
+
+    def with_runs(self, run_ids: Iterable[str]) -> FlowHistoryRetentionPolicy:
+        return FlowHistoryRetentionPolicy(self.cutoff, frozenset(run_ids))
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryHold:
+    """Keeps a run (and so its whole component) from deletion until released."""
+
+    run_id: str
+    hold_id: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"run_id": self.run_id, "hold_id": self.hold_id, "reason": self.reason}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> HistoryHold:
+        return HistoryHold(str(data["run_id"]), str(data["hold_id"]), str(data["reason"]))
+
+
+@dataclass(frozen=True, slots=True)
+class FlowHistoryTombstone:
+    """What is kept of a deleted history: enough to prove what it was, nothing of its data."""
+
+    run_id: str
+    terminal_sequence: int
+    event_id: str
+    """The terminal event's id."""
+    event_key: str
+    """The terminal event's key, e.g. ``flow.run.completed``."""
+    history_sha256: str
+    """SHA-256 of the whole history (:func:`history_digest`)."""
+    pruned_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "terminal_sequence": self.terminal_sequence,
+            "event_id": self.event_id,
+            "event_key": self.event_key,
+            "history_sha256": self.history_sha256,
+            "pruned_at": format_utc(self.pruned_at),
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> FlowHistoryTombstone:
+        return FlowHistoryTombstone(
+            run_id=str(data["run_id"]),
+            terminal_sequence=int(data["terminal_sequence"]),
+            event_id=str(data["event_id"]),
+            event_key=str(data["event_key"]),
+            history_sha256=str(data["history_sha256"]),
+            pruned_at=parse_utc(data["pruned_at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FlowHistoryRetentionReport:
+    deleted_run_ids: tuple[str, ...] = ()
+    """Runs whose histories were deleted (sorted)."""
+    tombstones: tuple[FlowHistoryTombstone, ...] = ()
+    retained_run_ids: tuple[str, ...] = ()
+    """Terminal runs before the cutoff kept because something in their component is not
+    eligible (open, too recent, held, or linked to a run the store does not hold)."""
+    held_run_ids: tuple[str, ...] = ()
+    """Runs with at least one hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrunePlan:
+    components: tuple[tuple[str, ...], ...] = ()
+    """Each a whole component to delete in one atomic step."""
+    retained_run_ids: tuple[str, ...] = ()
+    held_run_ids: tuple[str, ...] = ()
+    blocked: dict[str, str] = field(default_factory=dict)
+    """Why each retained run was kept."""
+
+
+def links(snapshot: WorkflowRunSnapshot) -> set[str]:
+    """The runs ``snapshot`` is joined to (its component's edges)."""
+    out: set[str] = set()
+    if snapshot.parent is not None:
+        out.add(snapshot.parent.run_id)
+    if snapshot.predecessor is not None:
+        out.add(snapshot.predecessor.run_id)
+    if snapshot.continuation is not None:
+        out.add(snapshot.continuation.successor_run_id)
+    out.update(child.run_id for child in snapshot.child_workflows.values())
+    for reference in snapshot.child_operations.values():
+        if reference.flow_run_id is not None:
+            out.add(reference.flow_run_id)
+    out.discard(snapshot.run_id)
+    return out
+
+
+def plan_prune(
+    snapshots: Mapping[str, WorkflowRunSnapshot],
+    holds: Mapping[str, Sequence[HistoryHold]],
+    policy: FlowHistoryRetentionPolicy,
+) -> PrunePlan:
+    """The components to delete now. ``snapshots`` is every run the store holds."""
+    # Undirected edges: a link recorded on either end joins both runs.
+    neighbours: dict[str, set[str]] = {run_id: set() for run_id in snapshots}
+    for run_id, snap in snapshots.items():
+        for other in links(snap):
+            neighbours[run_id].add(other)
+            if other in neighbours:
+                neighbours[other].add(run_id)
+    seen: set[str] = set()
+    components: list[tuple[str, ...]] = []
+    retained: list[str] = []
+    blocked: dict[str, str] = {}
+    for start in sorted(snapshots):
+        if start in seen:
+            continue
+        members, missing = _component(start, neighbours)
+        seen.update(members)
+        reason = _ineligible(members, missing, snapshots, holds, policy)
+        if reason is None:
+            components.append(tuple(sorted(members)))
+            continue
+        for run_id in sorted(members):
+            snap = snapshots[run_id]
+            if snap.is_terminal and _ended_before(snap, policy.cutoff):
+                retained.append(run_id)
+                blocked[run_id] = reason
+    held = tuple(sorted(run_id for run_id, hs in holds.items() if hs and run_id in snapshots))
+    return PrunePlan(tuple(components), tuple(retained), held, blocked)
+
+
+def _component(start: str, neighbours: Mapping[str, set[str]]) -> tuple[set[str], set[str]]:
+    members: set[str] = set()
+    missing: set[str] = set()
+    frontier = [start]
+    while frontier:
+        run_id = frontier.pop()
+        if run_id in members or run_id in missing:
+            continue
+        if run_id not in neighbours:
+            missing.add(run_id)
+            continue
+        members.add(run_id)
+        frontier.extend(neighbours[run_id])
+    return members, missing
+
+
+def _ended_before(snap: WorkflowRunSnapshot, cutoff: datetime) -> bool:
+    return snap.updated_at is not None and snap.updated_at < cutoff
+
+
+def _ineligible(
+    members: set[str],
+    missing: set[str],
+    snapshots: Mapping[str, WorkflowRunSnapshot],
+    holds: Mapping[str, Sequence[HistoryHold]],
+    policy: FlowHistoryRetentionPolicy,
+) -> str | None:
+    if missing:
+        return f"linked to runs this store does not hold: {', '.join(sorted(missing))}"
+    for run_id in sorted(members):
+        snap = snapshots[run_id]
+        if policy.run_ids is not None and run_id not in policy.run_ids:
+            return f"{run_id} is outside the policy's runs"
+        if not snap.is_terminal:
+            return f"{run_id} is not terminal"
+        if not _ended_before(snap, policy.cutoff):
+            return f"{run_id} ended after the cutoff"
+        if holds.get(run_id):
+            return f"{run_id} is held"
+    return None
+
+
+def history_digest(history: Sequence[ev.FlowEventEnvelope]) -> str:
+    """SHA-256 over the history's envelopes, one canonical JSON line each."""
+    digest = hashlib.sha256()
+    for envelope in history:
+        line = json.dumps(envelope.to_json(), sort_keys=True, separators=(",", ":"))
+        digest.update(line.encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def tombstone(history: Sequence[ev.FlowEventEnvelope], now: datetime) -> FlowHistoryTombstone:
+    if not history or not history[-1].event.is_terminal():
+        raise InvalidTransition("only a terminal history can be tombstoned")
+    last = history[-1]
+    return FlowHistoryTombstone(
+        run_id=last.run_id,
+        terminal_sequence=last.sequence,
+        event_id=last.event_id,
+        event_key=last.event.KEY,
+        history_sha256=history_digest(history),
+        pruned_at=require_utc(now, "now"),
+    )
