@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,7 +32,7 @@ from streamflow.stores.inspect import StoreInspector
 from streamflow.testing.kafka_harness import KafkaDriver
 from streamflow.topologies.observers import Observers
 from streamflow.topologies.runner import TopologyThread
-from tests.golden.apps import APPROVAL, HOOK_TOKEN, ORDERS, Golden
+from tests.golden.apps import APPROVAL, HOOK_TOKEN, ORDERS, REVIEW, Golden
 from tests.kafka.test_crash_drills import committed_history
 
 ORDER = {"order_id": "o-1", "sku": "BOOK-42", "quantity": 1, "amount_cents": 2599}
@@ -268,3 +269,40 @@ async def test_audit_index_metrics_and_observers_on_kafka(kafka, tmp_path):
         )
     finally:
         thread.stop()
+
+
+class Blocked:
+    """An observer stuck until released (a slow downstream system)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.seen: list = []
+
+    async def observe(self, envelope) -> None:
+        await asyncio.to_thread(self.release.wait, 120)
+        self.seen.append((envelope.run_id, envelope.sequence))
+
+
+async def test_a_stuck_observer_costs_only_its_own_lag(kafka, tmp_path):
+    stuck = Blocked()
+    driver = KafkaDriver(kafka, Golden(), state_root=tmp_path / "state", observers=[stuck])
+    try:
+        runs = [f"lag-{i}" for i in range(3)]
+        for i, run_id in enumerate(runs):
+            await driver.client.start_with_id(run_id, REVIEW, {"who": i})
+        # Every run completes while the observer has not returned once (asked of the client:
+        # the driver's own waits include the observers catching up).
+        for run_id in runs:
+            done = await driver.client.result(run_id, timeout=60)
+            assert done.status is WorkflowRunStatus.COMPLETED
+        assert stuck.seen == []
+        stuck.release.set()
+        history = committed_history(kafka)
+        total = sum(len(h) for h in history.values())
+        await wait_until(lambda: len(stuck.seen) == total, "the observer did not catch up")
+        assert sorted(stuck.seen) == sorted(
+            (run_id, e.sequence) for run_id, h in history.items() for e in h
+        )
+    finally:
+        stuck.release.set()
+        await driver.close()
