@@ -190,22 +190,32 @@ def _rocksdb_findings(directory: Path) -> tuple[int, int]:
         families = Rdict.list_cf(str(directory))
     except Exception:
         return 0, 0
-    options = Options(raw_mode=True)
-    db = Rdict(
-        str(directory),
-        options,
-        column_families={name: Options(raw_mode=True) for name in families},
-        access_type=AccessType.read_only(),
-    )
+    try:
+        db = _open_read_only(directory, families, raw=True)
+        raw = True
+    except Exception:
+        # A database written by rocksdict's default (pickling) mode has another comparator:
+        # open it that way, and search the text of its keys and values.
+        db = _open_read_only(directory, families, raw=False)
+        raw = False
     try:
         for name in families:
             for key, value in db.get_column_family(name).items():
-                blob = bytes(key) + bytes(value)
+                blob = bytes(key) + bytes(value) if raw else (repr(key) + repr(value)).encode()
                 found += blob.count(CANARY)
                 hooks += b"hook_created" in blob or b"HookCreated" in blob
     finally:
         db.close()
     return found, hooks
+
+
+def _open_read_only(directory: Path, families: list[str], *, raw: bool) -> Rdict:
+    return Rdict(
+        str(directory),
+        Options(raw_mode=raw),
+        column_families={name: Options(raw_mode=raw) for name in families},
+        access_type=AccessType.read_only(),
+    )
 
 
 def _file_findings(root: Path, rocksdb: list[Path]) -> dict[str, int]:

@@ -35,7 +35,6 @@ from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import OFFSET_END, Message, Producer, TopicPartition
-from rocksdict import Rdict
 
 from streamflow.core.errors import FlowError, SerializationError
 from streamflow.core.events import FlowEventEnvelope
@@ -55,7 +54,13 @@ from streamflow.observe.observers import FlowEventObserver, notify
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.stores.rocksdb import RocksDBEventStore
-from streamflow.topologies.common import send_dead_letter, utc_now
+from streamflow.topologies.common import (
+    LocalState,
+    decode_offset,
+    encode_offset,
+    send_dead_letter,
+    utc_now,
+)
 from streamflow.topologies.eos import TransactionalTopology
 from streamflow.topologies.journal import SEQUENCE_CONFLICTS
 from streamflow.topologies.registry import RouteTable
@@ -103,7 +108,7 @@ class Observers(TransactionalTopology):
         self.metrics = metrics or FlowMetrics(clock=clock)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.index = RocksDBEventStore(state_dir / "index")
-        self._offsets = Rdict(str(state_dir / "offsets"))
+        self._offsets = LocalState(state_dir / "offsets", ("meta",))
         self._loop = asyncio.new_event_loop()
         self._produced = False
         self._routes = RouteTable(settings)
@@ -188,7 +193,7 @@ class Observers(TransactionalTopology):
                 for observer in self._observers:
                     self._loop.run_until_complete(notify(observer, envelope))
                 self.index.ingest(envelope)
-            self._offsets[str(msg.partition())] = (msg.offset() or 0) + 1
+            self._put_offset(msg.partition() or 0, (msg.offset() or 0) + 1)
             snap = self.index.snapshot(envelope.run_id)
         except FlowError as exc:
             # A gap or a history the index cannot follow: keep observing the rest.
@@ -214,8 +219,7 @@ class Observers(TransactionalTopology):
         self._starts[partition] = max(0, committed or 0)
         if committed is None or committed <= 0:
             return
-        raw = self._offsets.get(str(partition))
-        start = int(raw) if raw is not None else None
+        start = decode_offset(self._offsets.get("meta", _offset_key(partition)))
         if start is not None and start >= committed:
             return
         copied = 0
@@ -230,8 +234,13 @@ class Observers(TransactionalTopology):
                     self.index.ingest(envelope)
                     self.metrics.apply(envelope, count=False)
                     copied += 1
-            self._offsets[str(partition)] = offset + 1
+            self._put_offset(partition, offset + 1)
         log.info("observers: restored %d events of history partition %d", copied, partition)
+
+    def _put_offset(self, partition: int, offset: int) -> None:
+        batch = self._offsets.batch()
+        batch.put("meta", _offset_key(partition), encode_offset(offset))
+        self._offsets.write(batch)
 
     def close_state(self) -> None:
         self._end_reader.close()
@@ -264,6 +273,10 @@ class Observers(TransactionalTopology):
                 builds.add(registration.current)
             builds.update(registration.compatible)
         return builds
+
+
+def _offset_key(partition: int) -> bytes:
+    return b"history:" + str(partition).encode()
 
 
 def _event_json(envelope: FlowEventEnvelope) -> str:
