@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from streamflow.cli import history, inspect, topics
+from streamflow.cli import builds, history, inspect, topics
 from streamflow.cli import run as topology
 from streamflow.cli.render import render_event, render_history
 from streamflow.core.errors import FlowError
@@ -88,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     topics.register(sub)
     topology.register(sub)
     history.register(sub)
+    builds.register(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "topics":
@@ -96,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return topology.run(args)
         if args.command in ("export", "replay"):
             return history.run(args)
+        if args.command == "builds":
+            return builds.run(args)
         if args.command == "demo":
             if args.fresh and args.dir.exists():
                 shutil.rmtree(args.dir)

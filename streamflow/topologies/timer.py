@@ -1,10 +1,17 @@
 """The timer: indexes open timer waits by due time and republishes due wake-ups.
 
 One consumer group (``{ns}.timer``) tails ``{ns}.history`` and keeps, in local RocksDB, every
-waiting ``wait_created`` of a non-terminal run ordered by ``resume_at`` (with the history
-offsets it reflects, in the same batch). Each tick produces a ``WakeUp`` request for every due
-wait of its partitions, and produces it again after ``resend_after`` while the wait is still
-open. Duplicates are harmless: the journal completes a wait once and ignores the rest.
+waiting ``wait_created`` of a non-terminal run ordered by ``resume_at``, and the runtime build
+each non-terminal run is pinned to (with the history offsets they reflect, in the same batch).
+Each tick produces a ``WakeUp`` request for every due wait of its partitions, and produces it
+again after ``resend_after`` while the wait is still open. Duplicates are harmless: the journal
+completes a wait once and ignores the rest.
+
+Before a tick produces anything it preflights the build of every run it would wake against the
+live routes on ``{ns}.builds`` (as the embedded ``FlowScheduler`` does with its dispatcher):
+one build without a live processor route holds the whole tick — nothing is produced, the
+wake-ups stay due and are retried (backing off up to ``retry_cap``) — and the failure is logged
+once, with the build ids, until it changes.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from streamflow.topologies.common import (
     send_dead_letter,
     utc_now,
 )
+from streamflow.topologies.registry import RouteTable
 
 log = logging.getLogger("streamflow.timer")
 COMPONENT = "timer"
@@ -45,9 +53,12 @@ _OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
 
 
 _INDEXED = frozenset(
-    {"wait_created", "wait_completed", "run_cancellation_requested"}
+    {"run_created", "wait_created", "wait_completed", "run_cancellation_requested"}
     | {t for t, cls in ev.EVENT_TYPES.items() if cls.TERMINAL}
 )
+_LAYOUT = b"2"
+"""Version of the local state's layout (2: runs' builds are indexed). State of another layout
+is dropped and rebuilt from history."""
 
 
 def _due_key(due: datetime, run_id: str, wait_id: str) -> bytes:
@@ -65,6 +76,7 @@ class Timer:
         clock: Callable[[], datetime] = utc_now,
         tick: float = 0.05,
         resend_after: float = 5.0,
+        retry_cap: float = 1.0,
         session_timeout_ms: int = 10_000,
         group: str | None = None,
     ) -> None:
@@ -73,7 +85,9 @@ class Timer:
         self._clock = clock
         self._tick = tick
         self._resend_after = resend_after
-        self._state = LocalState(state_dir, ("due", "runs", "meta"))
+        self._retry_cap = max(retry_cap, tick)
+        self._state = LocalState(state_dir, ("due", "runs", "builds", "meta"))
+        self._reset_if_layout_changed()
         self._consumer = consumer(
             settings,
             group or self._names.timer_group,
@@ -85,7 +99,30 @@ class Timer:
         self._partitions = partition_count(self._consumer, self._names.requests)
         self._owned: set[int] = set()
         self._sent: dict[bytes, float] = {}
+        self._routes = RouteTable(settings)
+        self._held: frozenset[str | None] = frozenset()
+        self.held_ticks = 0
+        """Consecutive ticks held by the preflight (0 while wake-ups flow)."""
+        self._retry_at = 0.0
+        self._backoff = tick
         self.ready = threading.Event()
+
+    @property
+    def held_builds(self) -> frozenset[str | None]:
+        """The builds (``None``: unpinned) without a live route that hold the current tick;
+        empty while wake-ups flow."""
+        return self._held
+
+    def _reset_if_layout_changed(self) -> None:
+        """State written by a timer that did not index builds cannot answer a preflight: drop
+        it (offsets included) so the index is rebuilt from the start of history."""
+        if self._state.get("meta", b"layout") == _LAYOUT:
+            return
+        batch = self._state.batch()
+        for family in ("due", "runs", "builds", "meta"):
+            batch.delete_range(family, b"\x00", b"\xff")
+        batch.put("meta", b"layout", _LAYOUT)
+        self._state.write(batch)
 
     def run(self, stop: threading.Event) -> None:
         self._consumer.subscribe(
@@ -105,6 +142,7 @@ class Timer:
             self._consumer.close()
             self._producer.flush(10)
             self._producer.close()
+            self._routes.close()
             self._state.close()
 
     # -- indexing ------------------------------------------------------------------------------
@@ -149,6 +187,12 @@ class Timer:
     ) -> None:
         event = envelope.event
         run_id = envelope.run_id
+        if isinstance(event, ev.RunCreated):
+            build = event.spec.runtime_build_id
+            batch.put("builds", run_id.encode(), _encode_build(build))
+            return
+        if event.is_terminal():
+            batch.delete("builds", run_id.encode())
         relevant = isinstance(
             event, ev.WaitCreated | ev.WaitCompleted | ev.RunCancellationRequested
         )
@@ -173,8 +217,44 @@ class Timer:
     # -- firing ----------------------------------------------------------------------------------
 
     def _fire(self, now: datetime) -> None:
-        limit = (to_micros(now) + _OFFSET).to_bytes(8, "big")
+        """One tick: preflight the build of every run it would wake, then produce every
+        wake-up — or, if any build lacks a live route, nothing at all."""
         clock = time.monotonic()
+        if clock < self._retry_at:
+            return
+        due = self._due(now, clock)
+        if not due:
+            if self._held:
+                log.info("timer: no due wake-up is held any more")
+            self._held, self.held_ticks, self._backoff = frozenset(), 0, self._tick
+            return
+        self._routes.refresh()
+        missing = self._preflight({run for _key, run, _wait, _at in due}, now)
+        if missing:
+            self._hold(missing, due, clock)
+            return
+        self._release()
+        for key, run, wait_id, due_at in due:
+            request = m.Request(
+                request_id=str(uuid.uuid4()),
+                run_id=run,
+                sent_at=now,
+                body=m.WakeUp(wait_id=wait_id, due_at=due_at),
+            )
+            self._producer.produce(
+                self._names.requests,
+                key=run.encode(),
+                value=codec.encode_request(request),
+                partition=partition_for(run, self._partitions),
+            )
+            faults.hit("timer.after_wakeup")
+            self._sent[key] = clock
+
+    def _due(self, now: datetime, clock: float) -> list[tuple[bytes, str, str, datetime]]:
+        """This tick's wake-ups: due waits of owned partitions not sent within
+        ``resend_after``."""
+        limit = (to_micros(now) + _OFFSET).to_bytes(8, "big")
+        due: list[tuple[bytes, str, str, datetime]] = []
         for key, _ in self._state.scan("due"):
             if key[:8] > limit:
                 break
@@ -185,21 +265,55 @@ class Timer:
             sent = self._sent.get(key)
             if sent is not None and clock - sent < self._resend_after:
                 continue
-            due = EPOCH + timedelta(microseconds=int.from_bytes(key[:8], "big") - _OFFSET)
-            request = m.Request(
-                request_id=str(uuid.uuid4()),
-                run_id=run,
-                sent_at=now,
-                body=m.WakeUp(wait_id=wait_id.decode(), due_at=due),
+            at = EPOCH + timedelta(microseconds=int.from_bytes(key[:8], "big") - _OFFSET)
+            due.append((key, run, wait_id.decode(), at))
+        return due
+
+    def _preflight(self, runs: set[str], now: datetime) -> frozenset[str | None]:
+        """The target builds without a live processor route (empty: the tick may go out).
+
+        A run whose build the index does not know (state damaged outside streamflow) fails
+        closed, under the pseudo-build ``?``: deleting the timer's state directory rebuilds
+        the index from history."""
+        builds: set[str | None] = set()
+        for run in runs:
+            raw = self._state.get("builds", run.encode())
+            builds.add(_UNKNOWN if raw is None else _decode_build(raw))
+        return frozenset(b for b in builds if b == _UNKNOWN or not self._routes.has_route(b, now))
+
+    def _hold(
+        self,
+        missing: frozenset[str | None],
+        due: list[tuple[bytes, str, str, datetime]],
+        clock: float,
+    ) -> None:
+        if missing != self._held:
+            log.warning(
+                "timer: no live route for runtime build %s; holding all %d due wake-ups "
+                "(%d runs) of this tick until every target build has one",
+                ", ".join(sorted(_show(b) for b in missing)),
+                len(due),
+                len({run for _key, run, _wait, _at in due}),
             )
-            self._producer.produce(
-                self._names.requests,
-                key=run.encode(),
-                value=codec.encode_request(request),
-                partition=partition_for(run, self._partitions),
+            if _UNKNOWN in missing:
+                log.error(
+                    "timer: the build of a due run is not indexed (%s is damaged); stop the "
+                    "timer and delete that directory to rebuild it from history",
+                    self._state.path,
+                )
+            self._backoff = self._tick
+        self._held = missing
+        self.held_ticks += 1
+        self._retry_at = clock + self._backoff
+        self._backoff = min(self._backoff * 2, self._retry_cap)
+
+    def _release(self) -> None:
+        if self._held:
+            log.info(
+                "timer: every target build has a live route again (held: %s); wake-ups flow",
+                ", ".join(sorted(_show(b) for b in self._held)),
             )
-            faults.hit("timer.after_wakeup")
-            self._sent[key] = clock
+        self._held, self.held_ticks, self._backoff = frozenset(), 0, self._tick
 
     # -- rebalancing --------------------------------------------------------------------------
 
@@ -216,3 +330,21 @@ class Timer:
 
 def _offset_key(partition: int) -> bytes:
     return b"history:" + str(partition).encode()
+
+
+_UNKNOWN = "?"
+"""Stands for a build the index does not know; never a valid build id (ids start with an
+alphanumeric character)."""
+
+
+def _encode_build(build: object | None) -> bytes:
+    return json.dumps(None if build is None else str(build)).encode()
+
+
+def _decode_build(raw: bytes) -> str | None:
+    value = json.loads(raw)
+    return None if value is None else str(value)
+
+
+def _show(build: str | None) -> str:
+    return "(unpinned)" if build is None else build

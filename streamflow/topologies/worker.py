@@ -1,10 +1,13 @@
 """The worker: executes step tasks at least once and reports their results to the journal.
 
-One consumer group per runtime build (``{ns}.worker.{build}``) reads the task topics of every
-build it serves. Many tasks run at once (``max_in_flight``); a partition's offset is committed
-only below its lowest unfinished task, and a task counts as finished once its result is
-acknowledged by Kafka, so a crash anywhere redelivers the task — with the same attempt number
-and idempotency key — and the journal keeps exactly one outcome per attempt.
+Tasks are routed by exact build: each build's tasks topic (``{ns}.tasks.{build}``) is read by
+one consumer group, ``{ns}.worker.{build}``. A worker instance joins that group for every build
+it serves, so a v2 worker that also serves v1 shares v1's tasks with the v1 workers still
+running instead of running each of them a second time. Many tasks run at once
+(``max_in_flight``); a partition's offset is committed only below its lowest unfinished task,
+and a task counts as finished once its result is acknowledged by Kafka, so a crash anywhere
+redelivers the task — with the same attempt number and idempotency key — and the journal keeps
+exactly one outcome per attempt.
 """
 
 from __future__ import annotations
@@ -101,18 +104,24 @@ class Worker:
         build = None if compatibility is None else str(compatibility.current)
         self._group = self._names.worker_group(build)
         self._builds = served_builds(compatibility)
-        self._topics = [self._names.tasks(b) for b in self._builds]
         self._instance = instance
         self._max_in_flight = max_in_flight
         self._commit_interval = commit_interval
         self._drain_timeout = drain_timeout
         self._clock = clock
         self._topic_profile = topic_profile
-        self._consumer = consumer(
-            settings, self._group, None, **{"session.timeout.ms": session_timeout_ms}
-        )
+        # One consumer per served build, in that build's group: topic -> consumer.
+        self._consumers = {
+            self._names.tasks(b): consumer(
+                settings,
+                self._names.worker_group(b),
+                None,
+                **{"session.timeout.ms": session_timeout_ms},
+            )
+            for b in self._builds
+        }
         self._producer = producer(settings)
-        self._partitions = partition_count(self._consumer, self._names.requests)
+        self._partitions = partition_count(self._producer, self._names.requests)
         self._offsets = OffsetTracker()
         self._tasks: set[asyncio.Task[None]] = set()
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="sf-step")
@@ -131,16 +140,20 @@ class Worker:
                 self._settings, build, partitions=self._partitions, profile=self._topic_profile
             )
         self._advertiser.beat(self._clock(), force=True)
-        self._consumer.subscribe(self._topics, on_revoke=self._on_revoke)
+        for topic, source in self._consumers.items():
+            source.subscribe([topic], on_revoke=self._on_revoke)
         self.ready.set()
         last_commit = time.monotonic()
         try:
             while not stop.is_set():
                 self._advertiser.beat(self._clock())
-                room = self._max_in_flight - len(self._tasks)
-                messages = self._consumer.consume(num_messages=room, timeout=0) if room > 0 else []
-                for msg in messages:
-                    self._accept(msg)
+                messages = []
+                for source in self._consumers.values():
+                    room = self._max_in_flight - len(self._tasks)
+                    taken = source.consume(num_messages=room, timeout=0) if room > 0 else []
+                    for msg in taken:
+                        self._accept(msg)
+                    messages += taken
                 self._producer.poll(0)
                 if time.monotonic() - last_commit >= self._commit_interval:
                     self._commit()
@@ -244,15 +257,19 @@ class Worker:
         if not positions:
             return
         faults.hit("worker.after_result_before_commit")
-        try:
-            self._consumer.commit(
-                offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()],
-                asynchronous=False,
-            )
-        except Exception as exc:  # a rebalance in progress; the next commit catches up
-            log.info("worker commit deferred: %s", exc)
-            return
-        self._offsets.committed.update(positions)
+        for topic, source in self._consumers.items():
+            mine = {tp: o for tp, o in positions.items() if tp[0] == topic}
+            if not mine:
+                continue
+            try:
+                source.commit(
+                    offsets=[TopicPartition(t, p, o) for (t, p), o in mine.items()],
+                    asynchronous=False,
+                )
+            except Exception as exc:  # a rebalance in progress; the next commit catches up
+                log.info("worker commit of %s deferred: %s", topic, exc)
+                continue
+            self._offsets.committed.update(mine)
 
     def _on_revoke(self, _consumer: object, partitions: list[TopicPartition]) -> None:
         self._producer.flush(10)
@@ -270,6 +287,7 @@ class Worker:
             self._advertiser.withdraw()
         except Exception:
             log.exception("worker: could not withdraw the build registration")
-        self._consumer.close()
+        for source in self._consumers.values():
+            source.close()
         self._producer.close()
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -108,6 +108,7 @@ def test_topology_templates_render_to_the_names_the_code_uses(manifest, namespac
     assert processor.group == names.processor_group(build)
     assert worker.group == names.worker_group(build)
     assert timer.group == names.timer_group
+    assert timer.reads == (names.builds,)  # its preflight: only builds with a live route
     hooks = manifest.topology("hooks", namespace)
     assert hooks.group == names.hooks_group
     assert hooks.inputs == (names.hook_requests,)

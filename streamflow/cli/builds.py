@@ -1,0 +1,219 @@
+"""Owns ``streamflow builds``: which runtime builds still have open runs, and which have a live
+route, so an operator knows when an old build can be retired.
+
+It reads every committed history of the namespace and the live registrations on
+``{ns}.builds`` and prints, per build (runs' pins and builds some live group serves): open and
+terminal runs, whether a live processor registration admits it (the route the journal and the
+timer require), whether a live worker serves it, and whether it is safe to retire (no open
+runs). Reading every history is for development and small deployments; an observer-maintained
+run index is issue #5.
+
+Exit codes: 0 listed; 2 misconfigured; 1 the cluster did not answer. Wire it into
+``streamflow`` with :func:`register` and dispatch with :func:`run`; :func:`main` runs it alone
+(``python -m streamflow.cli.builds builds``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from confluent_kafka import KafkaException
+
+from streamflow.core.events import FlowEventEnvelope, RunCreated
+from streamflow.kafka.client import HistoryReader
+from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
+from streamflow.serde.messages import BuildRegistration
+from streamflow.topologies.common import utc_now
+from streamflow.topologies.registry import RouteTable, admitted_by
+
+EXIT_OK = 0
+EXIT_UNAVAILABLE = 1
+EXIT_REFUSED = 2
+UNPINNED = "(unpinned)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildUsage:
+    """One build's runs and routes."""
+
+    build: str | None
+    """The runtime build id; ``None`` for runs without a pin."""
+    open_runs: int
+    """Runs pinned to it whose history has no terminal event."""
+    terminal_runs: int
+    """Runs pinned to it that ended (continued-as-new segments included)."""
+    route: bool
+    """Whether a live processor registration admits it (starts, wake-ups and cancellations
+    are accepted)."""
+    workers: bool
+    """Whether a live worker registration serves its step tasks."""
+    groups: tuple[str, ...]
+    """The live groups (processor and worker) that admit it."""
+
+    @property
+    def safe_to_retire(self) -> bool:
+        """No open run needs this build any more."""
+        return self.open_runs == 0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "build": self.build,
+            "open_runs": self.open_runs,
+            "terminal_runs": self.terminal_runs,
+            "route": self.route,
+            "workers": self.workers,
+            "safe_to_retire": self.safe_to_retire,
+            "groups": list(self.groups),
+        }
+
+
+def usage(
+    histories: Mapping[str, Sequence[FlowEventEnvelope]],
+    registrations: Iterable[BuildRegistration],
+) -> list[BuildUsage]:
+    """Per build: open and terminal runs (from histories) and live routes (from live
+    registrations); unpinned first, then by build id."""
+    open_runs: dict[str | None, int] = {}
+    terminal_runs: dict[str | None, int] = {}
+    for events in histories.values():
+        if not events or not isinstance(events[0].event, RunCreated):
+            continue
+        pin = events[0].event.spec.runtime_build_id
+        build = None if pin is None else str(pin)
+        tally = terminal_runs if events[-1].event.is_terminal() else open_runs
+        tally[build] = tally.get(build, 0) + 1
+    live = list(registrations)
+    builds: set[str | None] = set(open_runs) | set(terminal_runs)
+    for registration in live:
+        builds.update(b for b in (registration.current, *registration.compatible) if b)
+        if registration.accepts_unpinned:
+            builds.add(None)
+    rows = []
+    for build in builds:
+        serving = [r for r in live if admitted_by(r, build)]
+        rows.append(
+            BuildUsage(
+                build=build,
+                open_runs=open_runs.get(build, 0),
+                terminal_runs=terminal_runs.get(build, 0),
+                route=any(r.role == "processor" for r in serving),
+                workers=any(r.role == "worker" for r in serving),
+                groups=tuple(sorted({r.group for r in serving})),
+            )
+        )
+    return sorted(rows, key=lambda row: (row.build is not None, row.build or ""))
+
+
+def read_usage(settings: KafkaSettings, now: datetime) -> list[BuildUsage]:
+    """:func:`usage` for a namespace on a cluster: every committed history, live routes."""
+    routes = RouteTable(settings)
+    try:
+        registrations = routes.live(now)
+    finally:
+        routes.close()
+    reader = HistoryReader(settings)
+    try:
+        histories = reader.histories()
+    finally:
+        reader.close()
+    return usage(histories, registrations)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``builds`` to a ``streamflow`` sub-command set."""
+    summary = "list runtime builds: open runs, live routes, whether each is safe to retire"
+    parser = subparsers.add_parser("builds", help=summary, description=summary)
+    parser.add_argument("--bootstrap", help=f"host:port[,host:port] (default ${ENV_BOOTSTRAP})")
+    parser.add_argument("--namespace", help=f"topic prefix (default ${ENV_NAMESPACE})")
+    parser.add_argument(
+        "-X",
+        dest="properties",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka property (repeatable), e.g. for SASL/SSL",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parser.set_defaults(handler=cmd_builds)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch parsed ``builds`` arguments."""
+    return cmd_builds(args)
+
+
+def cmd_builds(args: argparse.Namespace) -> int:
+    try:
+        properties = dict(_property(p) for p in args.properties)
+        settings = KafkaSettings.from_env(
+            bootstrap=args.bootstrap, namespace=args.namespace, properties=properties
+        )
+    except ValueError as exc:
+        return _fail(exc, EXIT_REFUSED)
+    try:
+        rows = read_usage(settings, utc_now())
+    except (KafkaException, TimeoutError) as exc:
+        return _fail(exc, EXIT_UNAVAILABLE)
+    if args.json:
+        print(json.dumps({"namespace": settings.namespace, "builds": [r.to_json() for r in rows]}))
+        return EXIT_OK
+    _print_table(settings.namespace, rows)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``builds`` on its own, before it is wired into ``streamflow``."""
+    parser = argparse.ArgumentParser(prog="streamflow", description=__doc__)
+    register(parser.add_subparsers(dest="command", required=True))
+    return run(parser.parse_args(argv))
+
+
+def _property(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ValueError(f"-X {item!r}: expected KEY=VALUE")
+    return key, value
+
+
+def _fail(reason: object, code: int) -> int:
+    print(f"streamflow builds: {' '.join(str(reason).split())}", file=sys.stderr)
+    return code
+
+
+def _print_table(namespace: str, rows: Sequence[BuildUsage]) -> None:
+    print(f"namespace {namespace}: {len(rows)} builds")
+    header = ("BUILD", "OPEN", "TERMINAL", "ROUTE", "WORKERS", "SAFE TO RETIRE")
+    table = [
+        (
+            UNPINNED if r.build is None else r.build,
+            str(r.open_runs),
+            str(r.terminal_runs),
+            _yes(r.route),
+            _yes(r.workers),
+            _yes(r.safe_to_retire),
+        )
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in (header, *table)) for i in range(len(header))]
+    for line in (header, *table):
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
+    stuck = [r for r in rows if r.open_runs and not r.route]
+    for r in stuck:
+        build = UNPINNED if r.build is None else r.build
+        print(
+            f"warning: {r.open_runs} open runs of {build} have no live route: they make no "
+            "progress until a processor that admits the build runs"
+        )
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
