@@ -44,7 +44,9 @@ def audited(kafka) -> list:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "fault",
-    ["observers.after_produce_before_commit:kill@3", "observers.after_commit_before_state:kill@3"],
+    # The first transaction: the process may join after most history exists and consume it
+    # in very few transactions, so a later one might never come.
+    ["observers.after_produce_before_commit:kill@1", "observers.after_commit_before_state:kill@1"],
 )
 async def test_kill_9_of_the_observers_audits_every_event_exactly_once(kafka, tmp_path, fault):
     admin.apply(kafka, load_manifest(), profile="dev", partitions=2)
