@@ -12,8 +12,9 @@ import json
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from streamflow.cli.render import render_history
 from streamflow.core.errors import FlowError, RunNotFound
@@ -22,6 +23,7 @@ from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.stores.inspect import StoreInspector
 
 DEFAULT_DIR = Path(".streamflow/demo")
+T = TypeVar("T")
 EXIT_OK, EXIT_NOT_FOUND, EXIT_UNREADABLE = 0, 1, 2
 
 
@@ -39,7 +41,12 @@ def _source(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--dir", type=Path, default=DEFAULT_DIR, help="embedded store (default: the demo's)"
     )
-    group.add_argument("--url", help="a Kafka observers instance, e.g. http://127.0.0.1:9464")
+    group.add_argument(
+        "--url",
+        action="append",
+        help="a Kafka observers instance, e.g. http://127.0.0.1:9464; repeat it for every "
+        "instance of the group (each answers for the history partitions it owns)",
+    )
 
 
 class _Remote:
@@ -70,10 +77,35 @@ class _Remote:
         return list(self._get(f"/v1/runs/{run_id}/history"))
 
 
+class _Remotes:
+    """Several observers instances of one group: the union of what they own."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self._remotes = [_Remote(url) for url in urls]
+
+    def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
+        rows = {row["run_id"]: row for r in self._remotes for row in r.runs(status)}
+        return [rows[run_id] for run_id in sorted(rows)]
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return self._first(lambda r: r.run(run_id), run_id)
+
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        return self._first(lambda r: r.history(run_id), run_id)
+
+    def _first(self, ask: Callable[[_Remote], T], run_id: str) -> T:
+        for remote in self._remotes:
+            try:
+                return ask(remote)
+            except RunNotFound:
+                continue
+        raise RunNotFound(run_id)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         if args.url:
-            return _answer(args, _Remote(args.url))
+            return _answer(args, _Remotes(args.url))
         from streamflow.stores.rocksdb import RocksDBEventStore
 
         store = RocksDBEventStore(args.dir, read_only=True)
@@ -89,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
 
 
-def _answer(args: argparse.Namespace, source: StoreInspector | _Remote) -> int:
+def _answer(args: argparse.Namespace, source: StoreInspector | _Remotes) -> int:
     run_id = getattr(args, "run_id", None)
     if run_id is None:
         status = WorkflowRunStatus(args.status) if getattr(args, "status", None) else None

@@ -233,7 +233,7 @@ def observers_main(
                 args.http_host,
                 args.http_port,
                 metrics=topology.metrics,
-                inspector=StoreInspector(topology.index),
+                inspector=StoreInspector(topology.index, owns=topology.owns),
             ).start()
             log.info("observers: /metrics and /v1 on %s", server.url)
         try:

@@ -144,6 +144,14 @@ class FlowMetrics:
         for envelope in history:
             self.apply(envelope, count=False)
 
+    def forget_runs(self) -> None:
+        """Drop what the gauges know of runs (counters stay): before priming again for another
+        set of runs, e.g. when an observers instance's partitions change."""
+        with self._lock:
+            self._open.clear()
+            self._last.clear()
+            self._ended.clear()
+
     def apply(self, envelope: ev.FlowEventEnvelope, *, count: bool = True) -> None:
         with self._lock:
             self._apply(envelope, count)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from streamflow.core.errors import RunNotFound
+from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.inspect import open_suspensions, summarize
 from streamflow.core.projection import project
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
@@ -31,22 +32,35 @@ class StoreInspector:
     """Answers inspection queries from ``store``. Safe to call from any thread without an event
     loop (each call runs its own)."""
 
-    def __init__(self, store: FlowEventStore, *, clock: Callable[[], datetime] = _utc_now) -> None:
+    def __init__(
+        self,
+        store: FlowEventStore,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+        owns: Callable[[str], bool] | None = None,
+    ) -> None:
+        """``owns`` limits the answers to some runs (an observers instance answers for the
+        history partitions it owns)."""
         self._store = store
         self._clock = clock
+        self._owns = owns or (lambda run_id: True)
 
     @staticmethod
     def _run(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
 
-    async def _snapshot(self, run_id: str) -> WorkflowRunSnapshot:
-        history = await self._store.list(run_id)
+    async def _history(self, run_id: str) -> list[FlowEventEnvelope]:
+        history = await self._store.list(run_id) if self._owns(run_id) else []
         if not history:
             raise RunNotFound(run_id)
-        return project(run_id, history)
+        return history
+
+    async def _snapshot(self, run_id: str) -> WorkflowRunSnapshot:
+        return project(run_id, await self._history(run_id))
 
     async def _snapshots(self) -> list[WorkflowRunSnapshot]:
-        return [await self._snapshot(run_id) for run_id in await self._store.list_run_ids()]
+        run_ids = [r for r in await self._store.list_run_ids() if self._owns(r)]
+        return [await self._snapshot(run_id) for run_id in run_ids]
 
     def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
         snaps = self._run(self._snapshots())
@@ -56,10 +70,7 @@ class StoreInspector:
         return run_view(self._run(self._snapshot(run_id)))
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
-        history = self._run(self._store.list(run_id))
-        if not history:
-            raise RunNotFound(run_id)
-        return [envelope.to_json() for envelope in history]
+        return [envelope.to_json() for envelope in self._run(self._history(run_id))]
 
     def summary(self) -> dict[str, Any]:
         return summary_view(summarize(self._run(self._snapshots())))
@@ -69,4 +80,5 @@ class StoreInspector:
         return [suspension_view(s) for s in open_suspensions(snaps, self._clock())]
 
     def hooks(self) -> list[dict[str, Any]]:
-        return [hook_view(h) for h in self._run(self._store.list_active_hooks())]
+        hooks = self._run(self._store.list_active_hooks())
+        return [hook_view(h) for h in hooks if self._owns(h.run_id)]

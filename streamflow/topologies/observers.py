@@ -40,15 +40,15 @@ from streamflow.core.errors import FlowError, SerializationError
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.kafka.clients import (
     APPEND_WOKEN,
+    end_offset,
     partition_count,
     poll_batch,
     producer,
-    read_targets,
     read_to_end,
     reader,
 )
 from streamflow.kafka.config import KafkaSettings
-from streamflow.kafka.naming import Names
+from streamflow.kafka.naming import Names, partition_for
 from streamflow.observe.metrics import FlowMetrics
 from streamflow.observe.observers import FlowEventObserver, notify
 from streamflow.serde import codec
@@ -118,23 +118,32 @@ class Observers(TransactionalTopology):
         self._settled: dict[int, int] = {}
         self._starts: dict[int, int] = {}
         self._settled_lock = threading.Lock()
-        self._partitions = partition_count(self._consumer, names.history)
         self._end_reader = reader(settings)
-        self._prime()
+        self._partitions = partition_count(self._consumer, names.history)
+        self._owned: frozenset[int] = frozenset()
 
     def caught_up(self) -> bool:
-        """Whether every history record committed before this call has been observed (indexed,
-        given to the observers, audited in an open or committed transaction)."""
-        targets = read_targets(self._end_reader, self._names.history, self._partitions)
+        """Whether every record committed before this call to the history partitions this
+        instance owns has been observed (indexed, given to the observers, audited in an open or
+        committed transaction). ``False`` until the instance has partitions."""
         with self._settled_lock:
             settled = dict(self._settled)
-        return all(end <= 0 or settled.get(p, -1) >= end for p, end in targets.items())
+        if not settled:
+            return False
+        return all(
+            (end := end_offset(self._end_reader, self._names.history, p)) <= 0 or offset >= end
+            for p, offset in settled.items()
+        )
 
     # -- the transactional topology's hooks ----------------------------------------------------
 
     def tick(self) -> None:
         # Every record polled so far has been handled: remember where that leaves us.
         assignment = self._consumer.assignment()
+        owned = frozenset(tp.partition for tp in assignment)
+        if owned != self._owned:
+            self._owned = owned
+            self._prime()
         positions = self._consumer.position(assignment) if assignment else []
         with self._settled_lock:
             # Before its first record a partition has no position: it stands at its committed
@@ -231,8 +240,7 @@ class Observers(TransactionalTopology):
             if value is not None:
                 envelope = codec.decode_history(value)
                 if not self._held(envelope):
-                    self.index.ingest(envelope)
-                    self.metrics.apply(envelope, count=False)
+                    self.index.ingest(envelope)  # the gauges are primed from the index next
                     copied += 1
             self._put_offset(partition, offset + 1)
         log.info("observers: restored %d events of history partition %d", copied, partition)
@@ -253,13 +261,28 @@ class Observers(TransactionalTopology):
 
     # -- helpers -------------------------------------------------------------------------------
 
+    def forget(self) -> None:
+        # A rebalance is under way: answer for no partition until the next tick knows the new
+        # assignment (and primes the gauges for it).
+        self._owned = frozenset()
+
+    def owns(self, run_id: str) -> bool:
+        """Whether ``run_id`` lives in a history partition this instance owns now. The index may
+        still hold runs of partitions it owned before a rebalance: they are not answered for,
+        and not counted, here (their owner does)."""
+        return partition_for(run_id, self._partitions) in self._owned
+
     def _prime(self) -> None:
-        """Gauges for every run already in the index (counters start at zero)."""
-        run_ids = self.index.run_ids()
+        """Gauges for every indexed run of the owned partitions (counters are not replayed)."""
+        self.metrics.forget_runs()
+        run_ids = [r for r in self.index.run_ids() if self.owns(r)]
         for run_id in run_ids:
             self.metrics.prime(self.index.read(run_id))
-        if run_ids:
-            log.info("observers: primed metrics with %d indexed runs", len(run_ids))
+        log.info(
+            "observers: partitions %s, metrics primed with %d indexed runs",
+            sorted(self._owned),
+            len(run_ids),
+        )
 
     def _live_routes(self) -> set[str | None]:
         """Builds a live processor registration admits (``None``: unpinned runs)."""

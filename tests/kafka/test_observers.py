@@ -100,7 +100,10 @@ async def test_audit_index_metrics_and_observers_on_kafka(kafka, tmp_path):
     topology = driver.observers_topology
     assert topology is not None
     server = ObserverServer(
-        "127.0.0.1", 0, metrics=topology.metrics, inspector=StoreInspector(topology.index)
+        "127.0.0.1",
+        0,
+        metrics=topology.metrics,
+        inspector=StoreInspector(topology.index, owns=topology.owns),
     ).start()
     try:
         await driver.start_with_id("k-order", ORDERS, ORDER)
@@ -305,4 +308,53 @@ async def test_a_stuck_observer_costs_only_its_own_lag(kafka, tmp_path):
         )
     finally:
         stuck.release.set()
+        await driver.close()
+
+
+async def test_two_observers_instances_split_the_partitions_and_the_cli_joins_them(kafka, tmp_path):
+    driver = KafkaDriver(kafka, Golden(), state_root=tmp_path / "state")
+    instances = [
+        Observers(kafka, state_dir=tmp_path / f"observers-{i}", instance=str(i), metrics_interval=0)
+        for i in range(2)
+    ]
+    threads = [TopologyThread(f"observers-{i}", o.run).start() for i, o in enumerate(instances)]
+    servers = [
+        ObserverServer("127.0.0.1", 0, inspector=StoreInspector(o.index, owns=o.owns)).start()
+        for o in instances
+    ]
+    try:
+        # Runs on both history partitions.
+        runs = [f"split-{i}" for i in range(8)]
+        assert {partition_for(r, 2) for r in runs} == {0, 1}
+        for i, run_id in enumerate(runs):
+            await driver.client.start_with_id(run_id, REVIEW, {"who": i})
+        for run_id in runs:
+            assert (await driver.client.result(run_id, timeout=60)).is_terminal
+
+        def answered() -> list[set[str]]:
+            return [{r["run_id"] for r in get(f"{s.url}/v1/runs")[1]} for s in servers]
+
+        def shared() -> bool:
+            # Once the group has settled, each instance answers for its own partitions only.
+            owned = answered()
+            return (
+                all(o.caught_up() for o in instances)
+                and all(owned)
+                and owned[0].isdisjoint(owned[1])
+                and owned[0] | owned[1] == set(runs)
+            )
+
+        await wait_until(shared, "the two instances did not share the work")
+        owned = answered()
+
+        urls = [arg for s in servers for arg in ("--url", s.url)]
+        listing = await cli("runs", *urls)
+        assert f"{len(runs)} runs" in listing
+        for run_id in (min(owned[0]), min(owned[1])):
+            assert f"run {run_id}: completed" in await cli("show", run_id, *urls)
+    finally:
+        for server in servers:
+            server.stop()
+        for thread in threads:
+            thread.stop()
         await driver.close()
