@@ -121,6 +121,7 @@ class Observers(TransactionalTopology):
         self._end_reader = reader(settings)
         self._partitions = partition_count(self._consumer, names.history)
         self._owned: frozenset[int] = frozenset()
+        self._rebalanced = False
 
     def caught_up(self) -> bool:
         """Whether every record committed before this call to the history partitions this
@@ -141,8 +142,8 @@ class Observers(TransactionalTopology):
         # Every record polled so far has been handled: remember where that leaves us.
         assignment = self._consumer.assignment()
         owned = frozenset(tp.partition for tp in assignment)
-        if owned != self._owned:
-            self._owned = owned
+        if owned != self._owned or self._rebalanced:
+            self._owned, self._rebalanced = owned, False
             self._prime()
         positions = self._consumer.position(assignment) if assignment else []
         with self._settled_lock:
@@ -263,8 +264,9 @@ class Observers(TransactionalTopology):
 
     def forget(self) -> None:
         # A rebalance is under way: answer for no partition until the next tick knows the new
-        # assignment (and primes the gauges for it).
+        # assignment and primes the gauges for it (even when that assignment is empty).
         self._owned = frozenset()
+        self._rebalanced = True
 
     def owns(self, run_id: str) -> bool:
         """Whether ``run_id`` lives in a history partition this instance owns now. The index may

@@ -347,6 +347,19 @@ async def test_two_observers_instances_split_the_partitions_and_the_cli_joins_th
         await wait_until(shared, "the two instances did not share the work")
         owned = answered()
 
+        def completed(metrics) -> float:
+            return sum(
+                s.value
+                for s in metrics.samples()
+                if s.name == "streamflow_runs" and s.labels["status"] == "completed"
+            )
+
+        # Each counts its own runs in its gauges: nobody's runs twice, none missing.
+        await wait_until(
+            lambda: [completed(o.metrics) for o in instances] == [len(o) for o in owned],
+            "the gauges do not follow the partitions",
+        )
+
         urls = [arg for s in servers for arg in ("--url", s.url)]
         listing = await cli("runs", *urls)
         assert f"{len(runs)} runs" in listing
