@@ -210,8 +210,8 @@ class FlowMetrics:
     def sequence_conflict(self, source: str, count: float = 1.0) -> None:
         self._sequence_conflicts.labels(source).inc(count)
 
-    def callback_conflict(self, kind: str) -> None:
-        self._callback_conflicts.labels(kind).inc()
+    def callback_conflict(self, kind: str, count: float = 1.0) -> None:
+        self._callback_conflicts.labels(kind).inc(count)
 
     def dead_letter(self, source: str) -> None:
         self._dead_letters.labels(source).inc()

@@ -30,6 +30,7 @@ from streamflow.core import events as ev
 from streamflow.core.errors import (
     ContinueAsNewLimitExceeded,
     FlowError,
+    HookConflict,
     InvalidTransition,
     RunNotFound,
     RuntimeBuildUnavailable,
@@ -37,7 +38,7 @@ from streamflow.core.errors import (
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.projection import evolve, project
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.kafka.clients import APPEND_WOKEN, partition_count, read_to_end
+from streamflow.kafka.clients import APPEND_WOKEN, partition_count, producer, read_to_end
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, history_key, partition_for
 from streamflow.serde import codec
@@ -56,7 +57,13 @@ from streamflow.topologies.eos import Fenced, TransactionalTopology
 from streamflow.topologies.registry import RouteTable
 
 SEQUENCE_CONFLICTS = "streamflow_sequence_conflicts_total"
-CONFLICTS_PUBLISH_INTERVAL = 5.0
+CALLBACK_CONFLICTS = "streamflow_callback_conflicts_total"
+COUNTED: dict[str, dict[str, str]] = {
+    SEQUENCE_CONFLICTS: {"source": "journal"},  # stale proposals
+    CALLBACK_CONFLICTS: {"kind": "hook_conflict"},  # contradicting hook callbacks
+}
+"""What the journal counts and publishes on ``{ns}.metrics``, with each count's labels."""
+COUNTS_PUBLISH_INTERVAL = 5.0
 log = logging.getLogger("streamflow.journal")
 COMPONENT = "journal"
 
@@ -147,9 +154,13 @@ class Journal(TransactionalTopology):
         self._clock = clock
         self._instance = instance
         self._cache_runs = cache_runs
-        self._conflicts = 0
-        """Stale proposals refused since start (processors re-decide from newer history)."""
-        self._published_conflicts = 0
+        self._counts = dict.fromkeys(COUNTED, 0)
+        """Refusals in committed transactions since start, by metric name (see ``COUNTED``)."""
+        self._staged_counts = dict.fromkeys(COUNTED, 0)
+        """The same, in the open transaction."""
+        self._published_counts = dict(self._counts)
+        # Counts are cumulative samples: a plain producer, outside the transactions.
+        self._samples = producer(settings)
         self._next_publish = 0.0
         self._state = LocalState(state_dir, ("events", "meta"))
         self._cache: OrderedDict[str, WorkflowRunSnapshot] = OrderedDict()
@@ -169,34 +180,36 @@ class Journal(TransactionalTopology):
 
     def tick(self) -> None:
         self._routes.refresh()
+        self._publish_counts()
 
     def begin(self) -> None:
         self._txn = _Transaction(batch=self._state.batch())
+        self._staged_counts = dict.fromkeys(COUNTED, 0)
 
     def handle(self, msg: Message) -> None:
         assert self._txn is not None
         self._handle(msg, self._txn)
-        self._publish_conflicts()
 
-    def _publish_conflicts(self) -> None:
-        """Put the stale-proposal count on ``{ns}.metrics`` (in the open transaction), at
-        most every few seconds and only when it changed; the observers re-export it as
-        ``streamflow_sequence_conflicts_total{source="journal"}``."""
-        if self._conflicts == self._published_conflicts or time.monotonic() < self._next_publish:
+    def _publish_counts(self) -> None:
+        """Put the journal's committed counts on ``{ns}.metrics``, at most every few seconds
+        and only when they changed; the observers re-export them."""
+        if self._counts == self._published_counts or time.monotonic() < self._next_publish:
             return
-        sample = m.MetricSample(
-            name=SEQUENCE_CONFLICTS,
-            kind="counter",
-            labels={"source": COMPONENT},
-            value=float(self._conflicts),
-            at=self._clock(),
-            source=f"{COMPONENT}/{self._instance}",
-        )
-        self._producer.produce(
-            self._names.metrics, key=SEQUENCE_CONFLICTS.encode(), value=codec.encode_metric(sample)
-        )
-        self._published_conflicts = self._conflicts
-        self._next_publish = time.monotonic() + CONFLICTS_PUBLISH_INTERVAL
+        for name, value in self._counts.items():
+            sample = m.MetricSample(
+                name=name,
+                kind="counter",
+                labels=COUNTED[name],
+                value=float(value),
+                at=self._clock(),
+                source=f"{COMPONENT}/{self._instance}",
+            )
+            self._samples.produce(
+                self._names.metrics, key=name.encode(), value=codec.encode_metric(sample)
+            )
+        self._samples.poll(0)
+        self._published_counts = dict(self._counts)
+        self._next_publish = time.monotonic() + COUNTS_PUBLISH_INTERVAL
 
     def has_output(self) -> bool:
         return self._txn is not None and bool(self._txn.staged)
@@ -211,6 +224,9 @@ class Journal(TransactionalTopology):
             txn.batch.put("meta", _offset_key(partition), encode_offset(offset + 1))
         self._state.write(txn.batch)
         self._txn = None
+        for name, value in self._staged_counts.items():
+            self._counts[name] += value
+        self._staged_counts = dict.fromkeys(COUNTED, 0)
         while len(self._cache) > self._cache_runs:
             self._cache.popitem(last=False)
 
@@ -226,6 +242,7 @@ class Journal(TransactionalTopology):
     def close_state(self) -> None:
         self._routes.close()
         self._state.close()
+        self._samples.flush(5)
 
     # -- one request ------------------------------------------------------------------------
 
@@ -273,6 +290,8 @@ class Journal(TransactionalTopology):
         elif outcome.effects:
             for effect in outcome.effects:
                 self._effect(run_id, effect, now)
+        if isinstance(outcome.error, HookConflict):
+            self._staged_counts[CALLBACK_CONFLICTS] += 1
         if outcome.incident and outcome.error is not None:
             self._incident(run_id, self._snapshot(run_id), outcome.error, request, now)
         if request.reply:
@@ -398,7 +417,7 @@ class Journal(TransactionalTopology):
         if body.expected_sequence != snap.last_sequence:
             # Stale: the processor re-decides from the newer history. A token claimed for a
             # hook this proposal would have created goes back, unless the hook holds it.
-            self._conflicts += 1
+            self._staged_counts[SEQUENCE_CONFLICTS] += 1
             held = snap.active_hook_digests()
             releases = tuple(
                 d.ReleaseToken(

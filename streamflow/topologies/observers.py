@@ -16,10 +16,10 @@ wrote it. For each history record, in order per run:
 The run index is a RocksDB event store holding every history of the instance's partitions; it
 answers the inspection API (``/v1/...``) beside Prometheus ``/metrics`` on ``--http-port``, and
 primes the metrics' gauges on start. Every ``metrics_interval`` seconds the registry's samples
-are published to ``{ns}.metrics``. Side readers count dead-letters (``{ns}.dead-letters``),
-hook-token conflicts (``{ns}.incidents``) and contradicting hook callbacks (``HookConflict``
-replies on ``{ns}.replies``) from the moment the instance starts, and follow live build routes
-(``{ns}.builds``) for route coverage.
+are published to ``{ns}.metrics``. Side readers count dead-letters (``{ns}.dead-letters``) and
+hook-token conflicts (``{ns}.incidents``) from the moment the instance starts, add the
+journal's counts of stale proposals and contradicting hook callbacks (``{ns}.metrics``), and
+follow live build routes (``{ns}.builds``) for route coverage.
 
 Nothing here can block or alter history: a slow observer only makes this group lag.
 """
@@ -27,6 +27,7 @@ Nothing here can block or alter history: a slow observer only makes this group l
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -62,7 +63,7 @@ from streamflow.topologies.common import (
     utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
-from streamflow.topologies.journal import SEQUENCE_CONFLICTS
+from streamflow.topologies.journal import COUNTED, SEQUENCE_CONFLICTS
 from streamflow.topologies.registry import RouteTable
 
 log = logging.getLogger("streamflow.observers")
@@ -109,6 +110,8 @@ class Observers(TransactionalTopology):
         state_dir.mkdir(parents=True, exist_ok=True)
         self.index = RocksDBEventStore(state_dir / "index")
         self._offsets = LocalState(state_dir / "offsets", ("meta",))
+        self._indexed: dict[int, int] = {}
+        """Partition -> next offset the index has copied, not yet saved."""
         self._loop = asyncio.new_event_loop()
         self._produced = False
         self._routes = RouteTable(settings)
@@ -203,7 +206,7 @@ class Observers(TransactionalTopology):
                 for observer in self._observers:
                     self._loop.run_until_complete(notify(observer, envelope))
                 self.index.ingest(envelope)
-            self._put_offset(msg.partition() or 0, (msg.offset() or 0) + 1)
+            self._indexed[msg.partition() or 0] = (msg.offset() or 0) + 1
             snap = self.index.snapshot(envelope.run_id)
         except FlowError as exc:
             # A gap or a history the index cannot follow: keep observing the rest.
@@ -243,15 +246,30 @@ class Observers(TransactionalTopology):
                 if not self._held(envelope):
                     self.index.ingest(envelope)  # the gauges are primed from the index next
                     copied += 1
-            self._put_offset(partition, offset + 1)
+            self._indexed[partition] = offset + 1
+        self._save_offsets()
         log.info("observers: restored %d events of history partition %d", copied, partition)
 
-    def _put_offset(self, partition: int, offset: int) -> None:
+    def committed(self) -> None:
+        self._save_offsets()
+
+    def aborted(self) -> None:
+        self._save_offsets()  # the index holds what was ingested, committed or not
+
+    def _save_offsets(self) -> None:
+        """Record how far the index has copied each partition (read by :meth:`restore`): once
+        per transaction, not per record. Losing the last ones costs a re-copy, which is
+        idempotent."""
+        if not self._indexed:
+            return
         batch = self._offsets.batch()
-        batch.put("meta", _offset_key(partition), encode_offset(offset))
+        for partition, offset in self._indexed.items():
+            batch.put("meta", _offset_key(partition), encode_offset(offset))
         self._offsets.write(batch)
+        self._indexed.clear()
 
     def close_state(self) -> None:
+        self._save_offsets()
         self._end_reader.close()
         self._publisher.close()
         self._sides.close()
@@ -305,8 +323,6 @@ def _offset_key(partition: int) -> bytes:
 
 
 def _event_json(envelope: FlowEventEnvelope) -> str:
-    import json
-
     return json.dumps(envelope.event.to_json(), separators=(",", ":"), sort_keys=True)
 
 
@@ -317,7 +333,7 @@ class _SideReaders:
         self._names = names
         self._metrics = metrics
         self._reader = reader(settings)
-        topics = (names.dead_letters, names.incidents, names.replies, names.metrics)
+        topics = (names.dead_letters, names.incidents, names.metrics)
         assignment = [
             TopicPartition(topic, p, OFFSET_END)
             for topic in topics
@@ -325,7 +341,7 @@ class _SideReaders:
         ]
         self._reader.assign(assignment)
         self._prefix = f"{names.namespace}."
-        self._journal_counts: dict[str, float] = {}
+        self._journal_counts: dict[tuple[str, str], float] = {}
 
     def poll(self) -> None:
         for msg in poll_batch(self._reader, 500, 0):
@@ -345,22 +361,23 @@ class _SideReaders:
             self._metrics.dead_letter(_role(letter.topic, self._prefix))
         elif topic == self._names.metrics:
             sample = codec.decode_metric(value)
-            if sample.name == SEQUENCE_CONFLICTS and sample.source.startswith("journal/"):
+            if sample.name in COUNTED and sample.source.startswith("journal/"):
                 # A cumulative count per journal instance: add what is new (a restarted journal
                 # counts from zero again).
-                before = self._journal_counts.get(sample.source, 0.0)
+                key = (sample.name, sample.source)
+                before = self._journal_counts.get(key, 0.0)
                 delta = sample.value - before if sample.value >= before else sample.value
-                self._journal_counts[sample.source] = sample.value
-                if delta > 0:
+                self._journal_counts[key] = sample.value
+                if delta <= 0:
+                    return
+                if sample.name == SEQUENCE_CONFLICTS:
                     self._metrics.sequence_conflict("journal", delta)
-        elif topic == self._names.incidents:
+                else:
+                    self._metrics.callback_conflict("hook_conflict", delta)
+        else:
             incident = codec.decode_incident(value)
             if incident.error.type == "HookTokenConflict":
                 self._metrics.callback_conflict("hook_token_conflict")
-        else:
-            reply = codec.decode_reply(value)
-            if reply.error is not None and reply.error.type == "HookConflict":
-                self._metrics.callback_conflict("hook_conflict")
 
     def close(self) -> None:
         self._reader.close()
@@ -389,7 +406,6 @@ class _Publisher:
         self._source = source
         self._interval = interval
         self._next = time.monotonic()
-        self._lock = threading.Lock()
 
     def maybe_publish(self, now: datetime) -> None:
         if self._interval <= 0 or time.monotonic() < self._next:
@@ -398,22 +414,21 @@ class _Publisher:
         self.publish(now)
 
     def publish(self, now: datetime) -> int:
-        with self._lock:
-            samples = self._metrics.samples()
-            for sample in samples:
-                record = m.MetricSample(
-                    name=sample.name,
-                    kind=sample.kind,
-                    labels=sample.labels,
-                    value=sample.value,
-                    at=now,
-                    source=self._source,
-                )
-                self._producer.produce(
-                    self._topic, key=sample.name.encode(), value=codec.encode_metric(record)
-                )
-            self._producer.poll(0)
-            return len(samples)
+        samples = self._metrics.samples()
+        for sample in samples:
+            record = m.MetricSample(
+                name=sample.name,
+                kind=sample.kind,
+                labels=sample.labels,
+                value=sample.value,
+                at=now,
+                source=self._source,
+            )
+            self._producer.produce(
+                self._topic, key=sample.name.encode(), value=codec.encode_metric(record)
+            )
+        self._producer.poll(0)
+        return len(samples)
 
     def close(self) -> None:
         self._producer.flush(10)

@@ -17,10 +17,11 @@ from asyncio.subprocess import PIPE
 from collections import defaultdict
 from datetime import UTC, datetime
 
+import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamflow import InMemoryFlowEventObserver, WorkflowRunStatus, WorkflowSignal
+from streamflow import HookConflict, InMemoryFlowEventObserver, WorkflowRunStatus, WorkflowSignal
 from streamflow.core import events as ev
 from streamflow.core.tokens import token_digest
 from streamflow.kafka.client import TopicReader
@@ -80,18 +81,23 @@ async def wait_until(condition, what: str, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.05)
 
 
-def audit_records(kafka, expected: int, timeout: float = 60.0) -> list:
-    """Every committed audit record, once ``expected`` of them are readable."""
+def read_audit(kafka) -> list:
+    reader = TopicReader(kafka, Names(kafka.namespace).audit)
+    try:
+        return [codec.decode_audit(value) for _key, value in reader.catch_up()]
+    finally:
+        reader.close()
+
+
+async def audit_records(kafka, expected: int, timeout: float = 60.0) -> list:
+    """Every committed audit record, once ``expected`` of them are readable (or at the
+    deadline: callers compare the count)."""
     deadline = time.monotonic() + timeout
-    while True:
-        reader = TopicReader(kafka, Names(kafka.namespace).audit)
-        try:
-            records = [codec.decode_audit(value) for _key, value in reader.catch_up()]
-        finally:
-            reader.close()
-        if len(records) >= expected or time.monotonic() > deadline:
-            return records
-        time.sleep(0.05)
+    while len(records := await asyncio.to_thread(read_audit, kafka)) < expected:
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    return records
 
 
 async def test_audit_index_metrics_and_observers_on_kafka(kafka, tmp_path):
@@ -147,21 +153,32 @@ async def test_audit_index_metrics_and_observers_on_kafka(kafka, tmp_path):
         )
         out.flush(10)
 
-        def conflicts() -> float:
+        def scraped(name: str, **labels: str) -> float:
             text = get(f"{server.url}/metrics")[1]
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    if sample.name == "streamflow_sequence_conflicts_total":
-                        return sample.value
-            return 0.0
+            return sum(
+                sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+            )
 
-        await wait_until(lambda: conflicts() == 1, "the stale proposal was not counted")
+        await wait_until(
+            lambda: scraped("streamflow_sequence_conflicts_total", source="journal") == 1,
+            "the stale proposal was not counted",
+        )
 
         await driver.resume_hook_by_token(HOOK_TOKEN, {"status": "ok"})
         for run_id in ("k-order", "k-approval"):
             done = await driver.wait_for(run_id, lambda s: s.is_terminal, timeout=90)
             assert done.status is WorkflowRunStatus.COMPLETED
             await driver.settle(run_id)
+        # A callback contradicting the recorded one is refused, and counted.
+        with pytest.raises(HookConflict):
+            await driver.client.resume_hook("k-approval", "callback", {"status": "other"})
+        await wait_until(
+            lambda: scraped("streamflow_callback_conflicts_total", kind="hook_conflict") == 1,
+            "the contradicting callback was not counted",
+        )
 
         history = committed_history(kafka)
         events = sum(len(h) for h in history.values())
@@ -174,7 +191,7 @@ async def test_audit_index_metrics_and_observers_on_kafka(kafka, tmp_path):
         assert dict(by_run) == {run: list(range(1, len(h) + 1)) for run, h in history.items()}
 
         # The audit stream: exactly one record per event, in order per run, no token.
-        audit = audit_records(kafka, events)
+        audit = await audit_records(kafka, events)
         assert len(audit) == events
         order = defaultdict(list)
         for record in audit:
@@ -253,7 +270,7 @@ async def test_audit_index_metrics_and_observers_on_kafka(kafka, tmp_path):
         assert fresh.ready.wait(30)
         await wait_until(fresh.caught_up, "the restarted observers did not catch up")
         assert sorted(fresh.index.run_ids()) == sorted(history)
-        assert len(audit_records(kafka, events + 1, timeout=2)) == events
+        assert len(await audit_records(kafka, events + 1, timeout=2)) == events
 
         def published_runs() -> list:
             reader = TopicReader(kafka, Names(kafka.namespace).metrics)
