@@ -104,13 +104,19 @@ def register(subparsers: Any) -> None:
     )
 
 
-def load_runtime(spec: str | None) -> FlowRuntime:
+def load_object(spec: str) -> object:
     """Import ``module:Attribute``; a class is instantiated, an instance used as is."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise SystemExit(f"{spec!r}: expected module:Object")
+    target = getattr(importlib.import_module(module_name), attribute)
+    return target() if isinstance(target, type) else target
+
+
+def load_runtime(spec: str | None) -> FlowRuntime:
     if not spec or ":" not in spec:
         raise SystemExit("--app module:Runtime (or STREAMFLOW_APP) is required for this role")
-    module_name, _, attribute = spec.partition(":")
-    target = getattr(importlib.import_module(module_name), attribute)
-    runtime = target() if isinstance(target, type) else target
+    runtime = load_object(spec)
     if not isinstance(runtime, FlowRuntime):
         raise SystemExit(f"{spec} is not a streamflow FlowRuntime")
     return runtime
@@ -198,12 +204,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
 
 
 def load_observer(spec: str) -> FlowEventObserver:
-    """Import ``module:Attribute``; a class is instantiated, an instance used as is."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise SystemExit(f"--observer {spec!r}: expected module:Object")
-    target = getattr(importlib.import_module(module_name), attribute)
-    observer = target() if isinstance(target, type) else target
+    observer = load_object(spec)
     if not isinstance(observer, FlowEventObserver):
         raise SystemExit(f"{spec} has no async observe(envelope) method")
     return observer

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -114,8 +114,6 @@ class PrunePlan:
     """Each a whole component to delete in one atomic step."""
     retained_run_ids: tuple[str, ...] = ()
     held_run_ids: tuple[str, ...] = ()
-    blocked: dict[str, str] = field(default_factory=dict)
-    """Why each retained run was kept."""
 
 
 def links(snapshot: WorkflowRunSnapshot) -> set[str]:
@@ -151,23 +149,20 @@ def plan_prune(
     seen: set[str] = set()
     components: list[tuple[str, ...]] = []
     retained: list[str] = []
-    blocked: dict[str, str] = {}
     for start in sorted(snapshots):
         if start in seen:
             continue
         members, missing = _component(start, neighbours)
         seen.update(members)
-        reason = _ineligible(members, missing, snapshots, holds, policy)
-        if reason is None:
+        if _ineligible(members, missing, snapshots, holds, policy) is None:
             components.append(tuple(sorted(members)))
             continue
         for run_id in sorted(members):
             snap = snapshots[run_id]
             if snap.is_terminal and _ended_before(snap, policy.cutoff):
                 retained.append(run_id)
-                blocked[run_id] = reason
     held = tuple(sorted(run_id for run_id, hs in holds.items() if hs and run_id in snapshots))
-    return PrunePlan(tuple(components), tuple(retained), held, blocked)
+    return PrunePlan(tuple(components), tuple(retained), held)
 
 
 def _component(start: str, neighbours: Mapping[str, set[str]]) -> tuple[set[str], set[str]]:

@@ -79,11 +79,7 @@ class InMemoryEventStore:
             self._runs[run_id] = run
             self._histories.setdefault(run_id, []).append(prepared.envelope)
             for wakeup in prepared.removed:
-                key = _wake_key(wakeup)
-                index = bisect.bisect_left(self._due, key)
-                if index < len(self._due) and self._due[index] == key:
-                    del self._due[index]
-                self._wakeups.pop(key, None)
+                self._unschedule(wakeup)
             for wakeup in prepared.added:
                 key = _wake_key(wakeup)
                 bisect.insort(self._due, key)
@@ -96,6 +92,13 @@ class InMemoryEventStore:
             for digest, owner_run, hook_id in prepared.hooks_added:
                 self._hooks.setdefault(digest, set()).add((owner_run, hook_id))
             return prepared.envelope
+
+    def _unschedule(self, wakeup: ScheduledWakeup) -> None:
+        key = _wake_key(wakeup)
+        index = bisect.bisect_left(self._due, key)
+        if index < len(self._due) and self._due[index] == key:
+            del self._due[index]
+        self._wakeups.pop(key, None)
 
     # -- retention (reference §2.10) ----------------------------------------------------------
 
@@ -137,11 +140,7 @@ class InMemoryEventStore:
                 made = [tombstone(self._histories[run_id], now) for run_id in component]
                 for run_id, stone in zip(component, made, strict=True):
                     for wakeup in self._runs[run_id].wakeups:
-                        key = _wake_key(wakeup)
-                        index = bisect.bisect_left(self._due, key)
-                        if index < len(self._due) and self._due[index] == key:
-                            del self._due[index]
-                        self._wakeups.pop(key, None)
+                        self._unschedule(wakeup)
                     del self._runs[run_id]
                     del self._histories[run_id]
                     self._tombstones[run_id] = stone

@@ -58,6 +58,15 @@ def builds_cli(kafka, *extra):
     return done.stdout
 
 
+async def at_gate(client, run_id):
+    """Whether the run has reached its gate wait (it exists and created the wait)."""
+    try:
+        snap = await client.snapshot(run_id)
+    except RunNotFound:
+        return False
+    return snap.waits.get("gate") is not None
+
+
 async def builds_report(kafka):
     out = await asyncio.to_thread(builds_cli, kafka, "--json")
     rows = json.loads(out)["builds"]
@@ -82,13 +91,6 @@ async def test_a_rolling_deploy_keeps_old_runs_on_the_old_branch_and_retires_v1_
     def failures():
         return core.errors + v1.errors + v2.errors
 
-    async def at_gate(run_id):
-        try:
-            snap = await client.snapshot(run_id)
-        except RunNotFound:
-            return False
-        return snap.waits.get("gate") is not None
-
     try:
         core.start_journal()
         core.start_timer()
@@ -101,7 +103,9 @@ async def test_a_rolling_deploy_keeps_old_runs_on_the_old_branch_and_retires_v1_
             await client.start_with_id(run_id, new_spec)
         await client.start_with_id(UNMARKED, spec("orders.fulfil").with_runtime_build("orders-v2"))
         for run_id in [*OLD_RUNS, *NEW_RUNS, UNMARKED]:
-            await until(lambda r=run_id: at_gate(r), f"{run_id} at its gate", failures=failures)
+            await until(
+                lambda r=run_id: at_gate(client, r), f"{run_id} at its gate", failures=failures
+            )
         assert await builds_report(kafka) == {
             "orders-v1": (2, 0, True, False),
             "orders-v2": (3, 0, True, False),
@@ -183,13 +187,6 @@ async def test_a_v2_build_that_lists_v1_as_compatible_shares_and_then_takes_over
     def failures():
         return core.errors + v1.errors + v2.errors
 
-    async def at_gate(run_id):
-        try:
-            snap = await client.snapshot(run_id)
-        except RunNotFound:
-            return False
-        return snap.waits.get("gate") is not None
-
     try:
         core.start_journal()
         core.start_timer()
@@ -197,7 +194,9 @@ async def test_a_v2_build_that_lists_v1_as_compatible_shares_and_then_takes_over
         for run_id in OLD_RUNS:
             await client.start_with_id(run_id, old_spec)
         for run_id in OLD_RUNS:
-            await until(lambda r=run_id: at_gate(r), f"{run_id} at its gate", failures=failures)
+            await until(
+                lambda r=run_id: at_gate(client, r), f"{run_id} at its gate", failures=failures
+            )
         v2.start()
         group = Names(kafka.namespace).worker_group("orders-v1")
 
