@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser.add_argument(
             "--partitions",
             type=int,
-            help="partitions of requests, history and tasks (default: the manifest's)",
+            help="partitions of requests, history, tasks and retention (default: the manifest's)",
         )
         parser.add_argument(
             "--build",

@@ -165,10 +165,10 @@ def apply(
     """Create the namespace's missing topics (and the tasks topics of ``builds``); verify the rest.
 
     Refuses with :class:`TopicsRefused`, creating nothing, when an existing topic's partition
-    count or cleanup policy differs from the manifest (so requests, history and tasks can never
-    end up with different counts), when any of them allows unclean leader election, or when the
-    profile's replication factor exceeds the brokers. Returns once created topics have a leader
-    for every partition in the cluster metadata.
+    count or cleanup policy differs from the manifest (so requests, history, tasks and retention
+    can never end up with different counts), when any of them allows unclean leader election,
+    or when the profile's replication factor exceeds the brokers. Returns once created topics
+    have a leader for every partition in the cluster metadata.
     """
     started = time.monotonic()
     namespace = settings.namespace
@@ -242,7 +242,7 @@ def ensure_tasks_topic(
         raise TopicsRefused(
             [
                 f"{history.name} has {actual} partitions, {partitions} requested for the tasks "
-                "topic: requests, history and tasks must have equal partition counts"
+                "topic: requests, history, tasks and retention must have equal partition counts"
             ]
         )
     count = partitions if partitions is not None else actual
@@ -466,13 +466,14 @@ def _copartitioning(states: Sequence[TopicState]) -> list[str]:
     shown = ", ".join(f"{s.spec.name} {s.partitions}" for s in existing)
     if len(counts) > 1:
         return [
-            f"co-partitioned topics disagree ({shown}): a run's requests, history and tasks would "
-            "land on different partitions; repair the cluster by hand"
+            f"co-partitioned topics disagree ({shown}): a run's requests, history, tasks and "
+            "retention would land on different partitions; repair the cluster by hand"
         ]
     (count,) = counts
     return [
-        f"the namespace has {count} partitions ({shown}) and requests, history and tasks counts "
-        f"are fixed for its life: apply with partitions={count} (--partitions {count})"
+        f"the namespace has {count} partitions ({shown}) and requests, history, tasks and "
+        f"retention counts are fixed for its life: apply with partitions={count} "
+        f"(--partitions {count})"
     ]
 
 

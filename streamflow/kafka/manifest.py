@@ -38,10 +38,11 @@ REQUIRED_ROLES = (
     "builds",
     "hook_requests",
     "hook_tokens",
+    "retention",
     "audit",
     "metrics",
 )
-COPARTITIONED = ("requests", "history", "tasks")
+COPARTITIONED = ("requests", "history", "tasks", "retention")
 """Roles partitioned by ``murmur2(run_id)``: their partition counts must be equal."""
 TOKEN_COPARTITIONED = ("hook_requests", "hook_tokens")
 """Roles partitioned by ``murmur2(token digest)``: their partition counts must be equal."""
@@ -178,7 +179,7 @@ class Manifest:
     directory: Path | None
     """Where the files were read from (``None`` when parsed from documents)."""
     default_partitions: int
-    """Partition count of every topic without its own (requests, history and tasks)."""
+    """Partition count of every topic without its own (requests, history, tasks and retention)."""
     default_config: Mapping[str, str]
     """Configs of every topic."""
     profiles: Mapping[str, Profile]
@@ -462,7 +463,8 @@ def _check_topics(manifest: Manifest) -> None:
     if len(set(counts.values())) > 1:
         raise bad(
             f"partition counts differ ({', '.join(f'{r} {n}' for r, n in counts.items())}): "
-            "requests, history and tasks are co-partitioned by murmur2(run_id) and must have "
+            "requests, history, tasks and retention are co-partitioned by murmur2(run_id) and "
+            "must have "
             "equal counts"
         )
     tokens = {

@@ -65,6 +65,7 @@ class Names:
         self.builds = f"{ns}.builds"
         self.hook_requests = f"{ns}.hook-requests"
         self.hook_tokens = f"{ns}.hook-tokens"
+        self.retention = f"{ns}.retention"
         self.audit = f"{ns}.audit"
         self.metrics = f"{ns}.metrics"
         self.journal_group = f"{ns}.journal"

@@ -34,6 +34,7 @@ from streamflow.serde.messages import (
     MetricSample,
     Reply,
     Request,
+    RetentionRecord,
     StepTask,
     TokenRecord,
 )
@@ -333,6 +334,15 @@ def encode_token_record(record: TokenRecord, *, max_size: int = DEFAULT_MAX_SIZE
 
 def decode_token_record(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> TokenRecord:
     return _codec(max_size).decode_as(data, TokenRecord)
+
+
+def encode_retention(record: RetentionRecord, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    return _codec(max_size).encode(record)
+
+
+def decode_retention(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> RetentionRecord:
+    """A ``{ns}.retention`` value."""
+    return _codec(max_size).decode_as(data, RetentionRecord)
 
 
 def schema_name_of(data: bytes) -> str:

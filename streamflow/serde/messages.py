@@ -4,7 +4,7 @@ Topic → value type:
 
 * ``{ns}.requests``     :class:`Request` (header + one body: start, cancel, force-cancel,
   terminate, host progress, child link, step result, wake-up, proposal, signal, hook
-  resolution, child resolution, child query)
+  resolution, child resolution, child query, history holds and the prune protocol)
 * ``{ns}.history``      ``FlowEventEnvelope`` (the core's)
 * ``{ns}.tasks.{build}`` :class:`StepTask`
 * ``{ns}.replies``      :class:`Reply` (keyed by request id, or by run id for run_finished)
@@ -13,6 +13,7 @@ Topic → value type:
 * ``{ns}.builds``       :class:`BuildRegistration` (compacted by group/instance)
 * ``{ns}.hook-requests`` :class:`HookRequest` (keyed by token digest: claim, release, callback)
 * ``{ns}.hook-tokens``  :class:`TokenRecord` (compacted by token digest; tombstone = released)
+* ``{ns}.retention``    :class:`RetentionRecord` (compacted by run id: holds, seal, tombstone)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TypeAlias
 
 from streamflow.core.events import FlowEvent
 from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
@@ -189,6 +191,60 @@ class QueryChild:
     child_id: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldHistory:
+    """Keep the run's history (and its whole component) from retention until released."""
+
+    hold_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseHistoryHold:
+    """Release one hold; the reply's ``subject`` is ``hold_id`` if a hold was released."""
+
+    hold_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SealedRun:
+    """One member's vote in a prune: sealed by its owner, with what its tombstone will keep
+    and the runs its history links to."""
+
+    run_id: str
+    terminal_sequence: int
+    event_id: str
+    event_key: str
+    history_sha256: str
+    links: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PruneComponent:
+    """Delete one whole component: relayed through its members in order (the request's
+    ``run_id`` is the member asked next), each sealing its run and adding its vote."""
+
+    component_id: str
+    members: tuple[str, ...]
+    cutoff: datetime
+    sealed: tuple[SealedRun, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnsealRun:
+    """A prune was refused: lift the seal ``component_id`` placed on the run."""
+
+    component_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForgetRun:
+    """The run was pruned (its history keys are tombstoned): drop it, keep the tombstone."""
+
+    component_id: str
+    tombstone: FlowHistoryTombstone
+
+
 RequestBody: TypeAlias = (
     StartRun
     | CancelRun
@@ -204,6 +260,11 @@ RequestBody: TypeAlias = (
     | DisposeHook
     | ResolveChild
     | QueryChild
+    | HoldHistory
+    | ReleaseHistoryHold
+    | PruneComponent
+    | UnsealRun
+    | ForgetRun
 )
 
 
@@ -411,3 +472,14 @@ class TokenRecord:
     hook_id: str
     claim_id: str
     claimed_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionRecord:
+    """A run's retention state (``{ns}.retention``, compacted by run id): its holds, the prune
+    that sealed it (while one is in progress) and, once pruned, its tombstone."""
+
+    run_id: str
+    holds: tuple[HistoryHold, ...] = ()
+    sealed_by: str | None = None
+    tombstone: FlowHistoryTombstone | None = None

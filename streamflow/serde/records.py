@@ -33,6 +33,7 @@ import streamflow.core.events as ev
 from streamflow.core.errors import SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEvent, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import is_token_digest
@@ -63,6 +64,8 @@ from streamflow.serde.messages import (
     DisposeHook,
     ErrorInfo,
     ForceCancelRun,
+    ForgetRun,
+    HoldHistory,
     HookCallback,
     HookRequest,
     HookRequestBody,
@@ -70,8 +73,10 @@ from streamflow.serde.messages import (
     LinkChild,
     MetricSample,
     Proposal,
+    PruneComponent,
     QueryChild,
     RecordProgress,
+    ReleaseHistoryHold,
     ReleaseToken,
     Reply,
     ReplyKind,
@@ -79,6 +84,8 @@ from streamflow.serde.messages import (
     RequestBody,
     ResolveChild,
     ResumeHook,
+    RetentionRecord,
+    SealedRun,
     SendSignal,
     StartRun,
     StepResult,
@@ -86,6 +93,7 @@ from streamflow.serde.messages import (
     TerminateRun,
     TerminationKind,
     TokenRecord,
+    UnsealRun,
     WakeUp,
 )
 from streamflow.serde.schemas import NAMESPACE
@@ -105,6 +113,7 @@ WireValue: TypeAlias = (
     | MetricSample
     | HookRequest
     | TokenRecord
+    | RetentionRecord
 )
 """Everything a topic value can be, i.e. what a single-object buffer decodes to."""
 
@@ -449,6 +458,36 @@ PROPOSAL = RecordMap(
 )
 """``Proposal``: a request body, and nested in ``ClaimToken``."""
 
+# -- retention ----------------------------------------------------------------------------------
+
+HOLD = RecordMap(
+    "HistoryHold", HistoryHold, (("run_id", SAME), ("hold_id", SAME), ("reason", SAME))
+)
+TOMBSTONE = RecordMap(
+    "HistoryTombstone",
+    FlowHistoryTombstone,
+    (
+        ("run_id", SAME),
+        ("terminal_sequence", Conv(_same, _sequence)),
+        ("event_id", SAME),
+        ("event_key", SAME),
+        ("history_sha256", DIGEST),
+        ("pruned_at", INSTANT),
+    ),
+)
+SEALED = RecordMap(
+    "SealedRun",
+    SealedRun,
+    (
+        ("run_id", SAME),
+        ("terminal_sequence", Conv(_same, _sequence)),
+        ("event_id", SAME),
+        ("event_key", SAME),
+        ("history_sha256", DIGEST),
+        ("links", Conv(list, tuple)),
+    ),
+)
+
 BODY = _union(
     "request body",
     RecordMap(
@@ -497,6 +536,26 @@ BODY = _union(
         (("child_id", SAME), ("child_run_id", SAME), ("outcome", OUTCOME)),
     ),
     RecordMap("QueryChild", QueryChild, (("parent_run_id", SAME), ("child_id", SAME))),
+    RecordMap("HoldHistory", HoldHistory, (("hold_id", SAME), ("reason", SAME))),
+    RecordMap("ReleaseHistoryHold", ReleaseHistoryHold, (("hold_id", SAME),)),
+    RecordMap(
+        "PruneComponent",
+        PruneComponent,
+        (
+            ("component_id", SAME),
+            ("members", Conv(list, tuple)),
+            ("cutoff", INSTANT),
+            (
+                "sealed",
+                Conv(
+                    lambda votes: [SEALED.to_avro(v) for v in votes],
+                    lambda records: tuple(SEALED.from_avro(r) for r in records),
+                ),
+            ),
+        ),
+    ),
+    RecordMap("UnsealRun", UnsealRun, (("component_id", SAME),)),
+    RecordMap("ForgetRun", ForgetRun, (("component_id", SAME), ("tombstone", _nested(TOMBSTONE)))),
 )
 """The request body union (``Request.body``)."""
 
@@ -670,6 +729,22 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ("hook_id", SAME),
             ("claim_id", SAME),
             ("claimed_at", INSTANT),
+        ),
+    ),
+    RecordMap(
+        "RetentionRecord",
+        RetentionRecord,
+        (
+            ("run_id", SAME),
+            (
+                "holds",
+                Conv(
+                    lambda holds: [HOLD.to_avro(h) for h in holds],
+                    lambda records: tuple(HOLD.from_avro(r) for r in records),
+                ),
+            ),
+            ("sealed_by", SAME),
+            ("tombstone", _optional_nested(TOMBSTONE)),
         ),
     ),
 )

@@ -42,6 +42,7 @@ TOP_LEVEL: tuple[str, ...] = (
     "BuildRegistration",
     "HookRequest",
     "TokenRecord",
+    "RetentionRecord",
     "AuditRecord",
     "MetricSample",
 )

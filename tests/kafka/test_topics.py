@@ -86,6 +86,7 @@ def test_apply_creates_every_topic_with_the_declared_partitions_and_configs(kafk
         names.builds,
         names.hook_requests,
         names.hook_tokens,
+        names.retention,
         names.audit,
         names.metrics,
         names.tasks(BUILD),
@@ -218,7 +219,7 @@ def test_describe_compares_the_cluster_with_the_manifest(kafka, manifest):
     apply(kafka, manifest, profile="dev", builds=[BUILD])
     after = describe(kafka, manifest, profile="dev", builds=[BUILD])
 
-    assert [s.exists for s in before] == [False] * 11
+    assert [s.exists for s in before] == [False] * 12
     assert all(s.exists and not s.problems and not s.drift for s in after)
     assert {s.spec.name: s.partitions for s in after} == namespace_topics(kafka)
 
@@ -285,9 +286,9 @@ def test_the_cli_applies_and_describes(kafka, capsys):
     common = ["--bootstrap", kafka.bootstrap, "--namespace", kafka.namespace, "--profile", "dev"]
 
     assert main(["topics", "apply", *common, "--build", BUILD]) == 0
-    assert "created 11, verified 0" in capsys.readouterr().out
+    assert "created 12, verified 0" in capsys.readouterr().out
     assert main(["topics", "apply", *common, "--build", BUILD]) == 0
-    assert "created 0, verified 11" in capsys.readouterr().out
+    assert "created 0, verified 12" in capsys.readouterr().out
     assert main(["topics", "describe", *common]) == 0
     assert Names(kafka.namespace).tasks(BUILD) in capsys.readouterr().out
 

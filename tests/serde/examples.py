@@ -9,6 +9,7 @@ from datetime import timedelta, timezone
 import streamflow.core.events as ev
 from streamflow.core.events import FlowEvent, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy, StepFailureAction
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
@@ -38,6 +39,8 @@ from streamflow.serde.messages import (
     DisposeHook,
     ErrorInfo,
     ForceCancelRun,
+    ForgetRun,
+    HoldHistory,
     HookCallback,
     HookRequest,
     HookRequestBody,
@@ -45,8 +48,10 @@ from streamflow.serde.messages import (
     LinkChild,
     MetricSample,
     Proposal,
+    PruneComponent,
     QueryChild,
     RecordProgress,
+    ReleaseHistoryHold,
     ReleaseToken,
     Reply,
     ReplyKind,
@@ -54,6 +59,8 @@ from streamflow.serde.messages import (
     RequestBody,
     ResolveChild,
     ResumeHook,
+    RetentionRecord,
+    SealedRun,
     SendSignal,
     StartRun,
     StepResult,
@@ -61,6 +68,7 @@ from streamflow.serde.messages import (
     TerminateRun,
     TerminationKind,
     TokenRecord,
+    UnsealRun,
     WakeUp,
 )
 from streamflow.serde.records import WireValue
@@ -209,6 +217,30 @@ PROPOSAL_FULL = Proposal(
     claim_id="cl-9",
 )
 PROPOSAL_MIN = Proposal(expected_sequence=0, events=())
+TOMBSTONE_FULL = FlowHistoryTombstone(
+    run_id="order-1",
+    terminal_sequence=12,
+    event_id="5d3c1c62-2a4f-4a57-9a52-9f0c8d2b7e11",
+    event_key="flow.run.completed",
+    history_sha256=DIGEST,
+    pruned_at=T_OFFSET,
+)
+TOMBSTONE_MIN = FlowHistoryTombstone(
+    run_id="r",
+    terminal_sequence=1,
+    event_id="",
+    event_key="",
+    history_sha256=DIGEST_MIN,
+    pruned_at=T0,
+)
+SEALED_FULL = SealedRun(
+    run_id="order-1",
+    terminal_sequence=12,
+    event_id="5d3c1c62-2a4f-4a57-9a52-9f0c8d2b7e11",
+    event_key="flow.run.continued_as_new",
+    history_sha256=DIGEST,
+    links=("order-1-1", "parent-1"),
+)
 
 BODIES_FULL: list[RequestBody] = [
     StartRun(spec=SPEC_FULL, input=RICH, parent=PARENT_FULL, predecessor=PREDECESSOR_FULL),
@@ -225,6 +257,16 @@ BODIES_FULL: list[RequestBody] = [
     DisposeHook(hook_id="h-1", token_digest=DIGEST),
     ResolveChild(child_id="c", child_run_id="c-run", outcome=Completed(output=RICH)),
     QueryChild(parent_run_id="parent-1", child_id="c"),
+    HoldHistory(hold_id="legal-7", reason="litigation hold ✓"),
+    ReleaseHistoryHold(hold_id="legal-7"),
+    PruneComponent(
+        component_id="cmp-1",
+        members=("order-1", "order-1-1", "parent-1"),
+        cutoff=T_OFFSET,
+        sealed=(SEALED_FULL,),
+    ),
+    UnsealRun(component_id="cmp-1"),
+    ForgetRun(component_id="cmp-1", tombstone=TOMBSTONE_FULL),
 ]
 BODIES_MIN: list[RequestBody] = [
     StartRun(spec=SPEC_MIN),
@@ -241,6 +283,11 @@ BODIES_MIN: list[RequestBody] = [
     DisposeHook(hook_id="h"),
     ResolveChild(child_id="c", child_run_id="c-run", outcome=Cancelled()),
     QueryChild(parent_run_id="p", child_id="c"),
+    HoldHistory(hold_id="", reason=""),
+    ReleaseHistoryHold(hold_id=""),
+    PruneComponent(component_id="", members=(), cutoff=T0),
+    UnsealRun(component_id=""),
+    ForgetRun(component_id="", tombstone=TOMBSTONE_MIN),
 ]
 
 HOOK_BODIES_FULL: list[HookRequestBody] = [
@@ -353,6 +400,13 @@ TOKEN_RECORD_FULL = TokenRecord(
 TOKEN_RECORD_MIN = TokenRecord(
     token_digest=DIGEST_MIN, run_id="r", hook_id="h", claim_id="", claimed_at=T0
 )
+RETENTION_FULL = RetentionRecord(
+    run_id="order-1",
+    holds=(HistoryHold("order-1", "audit", "SOX"), HistoryHold("order-1", "legal-7", "litigation")),
+    sealed_by="cmp-1",
+    tombstone=TOMBSTONE_FULL,
+)
+RETENTION_MIN = RetentionRecord(run_id="r")
 
 AUDIT_FULL = AuditRecord(
     run_id="order-1",
@@ -397,6 +451,7 @@ TOP_LEVEL_FULL: list[WireValue] = [
     REGISTRATION_FULL,
     hook_request(HOOK_BODIES_FULL[0]),
     TOKEN_RECORD_FULL,
+    RETENTION_FULL,
     AUDIT_FULL,
     METRIC_FULL,
 ]
@@ -410,6 +465,7 @@ TOP_LEVEL_MIN: list[WireValue] = [
     REGISTRATION_MIN,
     hook_request(HOOK_BODIES_MIN[0]),
     TOKEN_RECORD_MIN,
+    RETENTION_MIN,
     AUDIT_MIN,
     METRIC_MIN,
 ]

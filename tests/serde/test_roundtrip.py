@@ -34,6 +34,7 @@ from streamflow.serde.messages import (
     Request,
     RequestBody,
     ResumeHook,
+    RetentionRecord,
     StartRun,
     StepResult,
     StepTask,
@@ -101,6 +102,7 @@ def test_examples_cover_every_event_body_and_outcome() -> None:
         BuildRegistration,
         HookRequest,
         TokenRecord,
+        RetentionRecord,
         AuditRecord,
         MetricSample,
     }
@@ -131,6 +133,7 @@ def test_typed_helpers_round_trip(value: Any) -> None:
         BuildRegistration: (codec.encode_registration, codec.decode_registration),
         HookRequest: (codec.encode_hook_request, codec.decode_hook_request),
         TokenRecord: (codec.encode_token_record, codec.decode_token_record),
+        RetentionRecord: (codec.encode_retention, codec.decode_retention),
         AuditRecord: (codec.encode_audit, codec.decode_audit),
         MetricSample: (codec.encode_metric, codec.decode_metric),
     }

@@ -16,6 +16,7 @@ from fastavro import parse_schema
 import streamflow.core.events as ev
 from streamflow.core.errors import SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
+from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
 from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
 from streamflow.core.values import (
@@ -52,7 +53,7 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "51a92df0ffbd2875",
+    "Request": "36fdac5f16eaf825",
     "HistoryRecord": "b3a607ef21af0cb6",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "640cb8b095318ffc",
@@ -61,6 +62,7 @@ PINNED_FINGERPRINTS = {
     "BuildRegistration": "d186cdd37e2c5317",
     "HookRequest": "2e574cd53edb9253",
     "TokenRecord": "c24e40eebab4077a",
+    "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
     "MetricSample": "63d86828325dd99c",
 }
@@ -70,6 +72,9 @@ If this test fails you changed the wire contract. That is allowed only as a deli
 evolution (docs/wire-format.md): keep the old expanded schema in ``schemas/retired/`` so old
 buffers stay decodable, then update the pin.
 """
+
+RETIRED_FINGERPRINTS = {"51a92df0ffbd2875": "Request"}
+"""Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
 RECORD_TYPES: dict[str, type[Any]] = {
     "AuditRecord": messages.AuditRecord,
@@ -83,6 +88,15 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "BuildRegistration": messages.BuildRegistration,
     "HookRequest": messages.HookRequest,
     "TokenRecord": messages.TokenRecord,
+    "RetentionRecord": messages.RetentionRecord,
+    "HoldHistory": messages.HoldHistory,
+    "ReleaseHistoryHold": messages.ReleaseHistoryHold,
+    "PruneComponent": messages.PruneComponent,
+    "SealedRun": messages.SealedRun,
+    "UnsealRun": messages.UnsealRun,
+    "ForgetRun": messages.ForgetRun,
+    "HistoryHold": HistoryHold,
+    "HistoryTombstone": FlowHistoryTombstone,
     "ErrorInfo": messages.ErrorInfo,
     "StartRun": messages.StartRun,
     "CancelRun": messages.CancelRun,
@@ -157,14 +171,16 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 78
+    assert len(FILES) == len(DEFINITIONS) == 87
 
 
 def test_shipped_fingerprints_are_pinned() -> None:
     shipped = {name: fp.hex() for name, fp in codec.shipped_fingerprints().items()}
     assert shipped == PINNED_FINGERPRINTS
     registry = shipped_registry()
-    assert {fp.hex() for fp in registry.by_fingerprint} == set(PINNED_FINGERPRINTS.values())
+    assert {fp.hex() for fp in registry.by_fingerprint} == set(PINNED_FINGERPRINTS.values()) | set(
+        RETIRED_FINGERPRINTS
+    )
 
 
 def test_the_wire_format_doc_lists_the_pinned_fingerprints() -> None:
@@ -245,7 +261,18 @@ ADDED_FIELDS: dict[str, dict[str, object]] = {
     "Reply": {"subject": None},
 }
 """Fields added to records that had shipped before, with their defaults."""
-ADDED_BODIES = ["SendSignal", "ResumeHook", "DisposeHook", "ResolveChild", "QueryChild"]
+ADDED_BODIES = [
+    "SendSignal",
+    "ResumeHook",
+    "DisposeHook",
+    "ResolveChild",
+    "QueryChild",
+    "HoldHistory",
+    "ReleaseHistoryHold",
+    "PruneComponent",
+    "UnsealRun",
+    "ForgetRun",
+]
 
 
 def test_fields_added_to_existing_records_have_defaults() -> None:
@@ -354,8 +381,28 @@ def test_exactly_the_datetime_attributes_are_timestamp_micros(name: str) -> None
 
 
 def _copy_schemas(target: Path) -> Path:
-    shutil.copytree(SCHEMA_DIR, target)
+    """The current schemas only (the shipped retired versions are left out)."""
+    shutil.copytree(SCHEMA_DIR, target, ignore=shutil.ignore_patterns("retired"))
     return target
+
+
+def test_the_shipped_retired_versions_decode_to_current_values(tmp_path: Path) -> None:
+    registry = shipped_registry()
+    for fingerprint, name in RETIRED_FINGERPRINTS.items():
+        retired = registry.by_fingerprint[bytes.fromhex(fingerprint)]
+        assert retired.name == name
+        assert not retired.current
+    # A request written by the previous Request schema still decodes.
+    old_dir = _copy_schemas(tmp_path / "old")
+    request = json.loads((old_dir / "Request.avsc").read_text())
+    body = next(f for f in request["fields"] if f["name"] == "body")
+    body["type"] = body["type"][: body["type"].index("QueryChild") + 1]
+    (old_dir / "Request.avsc").write_text(json.dumps(request))
+    old = WireCodec(build_registry(old_dir))
+    value = ex.request(messages.QueryChild(parent_run_id="p", child_id="c"))
+    data = old.encode(value)
+    assert data[2:10].hex() == "51a92df0ffbd2875"
+    assert codec.decode(data) == value
 
 
 def test_an_undefined_reference_fails_loading(tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ def test_the_shipped_manifests_load_from_the_repository(manifest):
         "builds",
         "hook_requests",
         "hook_tokens",
+        "retention",
         "audit",
         "metrics",
     }
@@ -91,6 +92,7 @@ def test_topic_templates_render_to_the_names_the_code_uses(manifest, namespace, 
         "builds": names.builds,
         "hook_requests": names.hook_requests,
         "hook_tokens": names.hook_tokens,
+        "retention": names.retention,
         "audit": names.audit,
         "metrics": names.metrics,
     }
@@ -119,7 +121,8 @@ def test_topology_templates_render_to_the_names_the_code_uses(manifest, namespac
     assert observers.inputs == (names.history,)
     assert {names.audit, names.metrics} <= set(observers.outputs)
     assert journal.inputs == (names.requests,)
-    assert journal.reads == (names.history, names.builds)
+    assert journal.reads == (names.history, names.retention, names.builds)
+    assert names.retention in journal.outputs
     assert processor.inputs == timer.inputs == (names.history,)
     assert worker.inputs == (names.tasks(build),)
     # The journal writes the tasks topic of whichever build a run is pinned to.
@@ -167,6 +170,7 @@ def test_cleanup_policies_and_retention_are_as_designed(manifest):
         "builds": "compact",
         "hook_requests": "delete",
         "hook_tokens": "compact",
+        "retention": "compact",
         "audit": "delete",
         "metrics": "delete",
     }
@@ -176,16 +180,19 @@ def test_cleanup_policies_and_retention_are_as_designed(manifest):
     assert int(history["min.compaction.lag.ms"]) >= DAY_MS
     assert int(history["delete.retention.ms"]) >= DAY_MS
     assert "retention.ms" not in history
+    # Tombstones of pruned runs are what keeps their ids from being reused: never deleted.
+    assert "retention.ms" not in specs["retention"].config
     assert int(specs["replies"].config["retention.ms"]) < DAY_MS
     assert int(specs["dead_letters"].config["retention.ms"]) > int(
         specs["requests"].config["retention.ms"]
     )
 
 
-def test_requests_history_and_tasks_share_one_partition_count_and_an_override_moves_all(manifest):
+def test_run_keyed_topics_share_one_partition_count_and_an_override_moves_all(manifest):
     def counts(**override: int) -> set[int]:
         specs = manifest.topics_for("ns", profile="dev", builds=["a", "b"], **override)
-        return {s.partitions for s in specs if s.role in ("requests", "history", "tasks")}
+        roles = ("requests", "history", "tasks", "retention")
+        return {s.partitions for s in specs if s.role in roles}
 
     assert counts() == {manifest.default_partitions}
     assert counts(partitions=12) == {12}
@@ -338,7 +345,10 @@ def _wrong_version(topics, _):
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (_set_history_partitions, r"partition counts differ \(requests 6, history 12, tasks 6\)"),
+        (
+            _set_history_partitions,
+            r"partition counts differ \(requests 6, history 12, tasks 6, retention 6\)",
+        ),
         (_unclean_in_defaults, r"defaults\.config: unclean\.leader\.election\.enable must be"),
         (_unclean_in_topic, r"topics\.replies\.config: unclean\.leader\.election\.enable must"),
         (_unclean_in_profile, r"profiles\.dev\.config: unclean\.leader\.election\.enable must"),
