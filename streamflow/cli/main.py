@@ -1,9 +1,10 @@
 """``streamflow``: the command line.
 
 ``demo`` runs the embedded example, ``runs`` and ``show`` inspect an embedded store or a Kafka
-observers instance, ``topics`` creates and
-verifies a namespace's Kafka topics, ``run`` runs one Kafka topology instance, ``export`` writes
-histories as JSON Lines and ``replay`` checks the current workflow code against them.
+observers instance, ``topics`` creates and verifies a namespace's Kafka topics, ``run`` runs one
+Kafka topology instance, ``export`` writes histories as JSON Lines, ``replay`` checks the current
+workflow code against them, ``builds`` shows which builds still have open runs, and ``prune``,
+``hold`` and ``release`` manage history retention.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from streamflow.cli import builds, history, inspect, topics
+from streamflow.cli import builds, history, inspect, retention, topics
 from streamflow.cli import run as topology
 from streamflow.cli.render import render_event, render_history
 from streamflow.core.errors import FlowError
@@ -89,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     topology.register(sub)
     history.register(sub)
     builds.register(sub)
+    retention.register(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "topics":
@@ -99,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return history.run(args)
         if args.command == "builds":
             return builds.run(args)
+        if args.command in retention.COMMANDS:
+            return retention.run(args)
         if args.command == "demo":
             if args.fresh and args.dir.exists():
                 shutil.rmtree(args.dir)

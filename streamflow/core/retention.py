@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from streamflow.core import events as ev
-from streamflow.core.errors import InvalidTransition
+from streamflow.core.errors import InvalidTransition, RunConflict
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.timeutil import format_utc, parse_utc, require_utc
 
@@ -229,3 +229,63 @@ def tombstone(history: Sequence[ev.FlowEventEnvelope], now: datetime) -> FlowHis
         history_sha256=history_digest(history),
         pruned_at=require_utc(now, "now"),
     )
+
+
+def check_hold(existing: HistoryHold | None, hold: HistoryHold) -> HistoryHold:
+    """Holds are idempotent on (run, hold id, reason); the same hold id with another reason is
+    ``RunConflict``."""
+    if existing is not None and existing.reason != hold.reason:
+        raise RunConflict(hold.run_id, f"history hold {hold.hold_id} exists with another reason")
+    return hold
+
+
+def pruned_run(run_id: str) -> RunConflict:
+    """The error for reusing the id of a deleted history."""
+    return RunConflict(run_id, "the run id belonged to a pruned history and cannot be reused")
+
+
+# -- the prune protocol of distributed stores (the Kafka journal) --------------------------------
+
+BEING_PRUNED = "its history is being pruned"
+"""Why a hold on a sealed run is refused (``RunConflict``)."""
+
+
+def seal_refusal(
+    run_id: str,
+    snapshot: WorkflowRunSnapshot | None,
+    *,
+    held: bool,
+    sealed_by: str | None,
+    pruned: bool,
+    component_id: str,
+    cutoff: datetime,
+) -> str | None:
+    """Why the owner of ``run_id`` may not seal it for prune ``component_id`` (``None``: it
+    may). A sealed run takes no new hold until the prune commits or is refused."""
+    if pruned:
+        return f"{run_id} was already pruned"
+    if snapshot is None or snapshot.spec is None:
+        return f"{run_id} does not exist"
+    if not snapshot.is_terminal:
+        return f"{run_id} is not terminal"
+    if not _ended_before(snapshot, cutoff):
+        return f"{run_id} ended after the cutoff"
+    if held:
+        return f"{run_id} is held"
+    if sealed_by is not None and sealed_by != component_id:
+        return f"{run_id} is being pruned by another request"
+    return None
+
+
+def component_refusal(members: Sequence[str], linked: Mapping[str, Iterable[str]]) -> str | None:
+    """Why a component whose members were all sealed still may not be deleted: a member links
+    to a run outside it (the component grew, or the plan missed a link). ``linked`` maps each
+    member to the runs its history links to."""
+    inside = set(members)
+    if set(linked) != inside:
+        return "not every member was sealed"
+    for run_id in sorted(linked):
+        outside = sorted(set(linked[run_id]) - inside)
+        if outside:
+            return f"{run_id} links to runs outside the component: {', '.join(outside)}"
+    return None

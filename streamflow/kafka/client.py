@@ -9,6 +9,7 @@ the same ``FlowError`` subclasses the embedded engine raises. Run histories are 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -24,6 +25,7 @@ from streamflow.core.errors import (
     ContinueAsNewCycle,
     FlowError,
     InvalidTransition,
+    RunConflict,
     RunNotFound,
 )
 from streamflow.core.events import FlowEventEnvelope
@@ -31,6 +33,13 @@ from streamflow.core.ids import validate_run_id
 from streamflow.core.inspect import continuation_error
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.projection import project
+from streamflow.core.retention import (
+    FlowHistoryRetentionPolicy,
+    FlowHistoryRetentionReport,
+    FlowHistoryTombstone,
+    HistoryHold,
+    plan_prune,
+)
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
@@ -52,7 +61,7 @@ from streamflow.kafka.clients import (
     reader,
 )
 from streamflow.kafka.config import KafkaSettings
-from streamflow.kafka.naming import Names, partition_for
+from streamflow.kafka.naming import Names, partition_for, split_history_key
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import to_error
@@ -124,8 +133,11 @@ class HistoryReader:
         self._lock = threading.Lock()
 
     def _absorb(self, records: list[Record]) -> None:
-        for _key, value in records:
+        for key, value in records:
             if value is None:
+                # A retention tombstone: the run's whole history was pruned.
+                with contextlib.suppress(ValueError):  # not a history key: nothing to forget
+                    self._runs.pop(split_history_key(key or b"")[0], None)
                 continue
             envelope = codec.decode_history(value)
             events = self._runs[envelope.run_id]
@@ -169,6 +181,43 @@ class HistoryReader:
         self._topic.close()
 
 
+class RetentionReader:
+    """Every run's retention record (holds, seal, tombstone), as ``{ns}.retention`` holds it."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._topic = TopicReader(settings, Names(settings.namespace).retention)
+        self._records: dict[str, m.RetentionRecord] = {}
+        self._lock = threading.Lock()
+
+    def _absorb(self, records: list[Record]) -> None:
+        for key, value in records:
+            if key is None:
+                continue
+            if value is None:
+                self._records.pop(key.decode(errors="replace"), None)
+                continue
+            try:
+                record = codec.decode_retention(value)
+            except FlowError as exc:
+                log.warning("client: undecodable retention record: %s", exc)
+                continue
+            self._records[record.run_id] = record
+
+    def record(self, run_id: str) -> m.RetentionRecord | None:
+        partition = partition_for(run_id, self._topic.partitions)
+        with self._lock:
+            self._absorb(self._topic.catch_up({partition}))
+            return self._records.get(run_id)
+
+    def records(self) -> dict[str, m.RetentionRecord]:
+        with self._lock:
+            self._absorb(self._topic.catch_up())
+            return dict(self._records)
+
+    def close(self) -> None:
+        self._topic.close()
+
+
 class FlowClient:
     """Talks to streamflow's Kafka topologies. Methods are ``async``; one client may be shared
     by many coroutines of one event loop."""
@@ -193,6 +242,7 @@ class FlowClient:
             [TopicPartition(self._names.replies, p, ends[p]) for p in range(count)]
         )
         self._history = HistoryReader(settings)
+        self._retention = RetentionReader(settings)
         self._incidents = TopicReader(settings, self._names.incidents)
         self._latest_incidents: dict[str, m.Incident] = {}
         self._stop = threading.Event()
@@ -411,6 +461,79 @@ class FlowClient:
             ]
         return sorted(found, key=lambda a: (a.run_id, a.hook.hook_id))
 
+    # -- retention (docs/kafka.md, "Retention") -------------------------------------------------
+
+    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
+        """Keep the run's history, and so its whole component, from pruning until released.
+        Idempotent for the same ``(hold_id, reason)``; ``RunConflict`` for another reason, or
+        while a prune has sealed the run (retry once it ended); ``RunNotFound`` for a run
+        that does not exist (or was pruned)."""
+        await self._request(run_id, m.HoldHistory(hold_id=hold_id, reason=reason))
+        return HistoryHold(run_id, hold_id, reason)
+
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        """Whether a hold was released."""
+        reply = await self._request(run_id, m.ReleaseHistoryHold(hold_id=hold_id))
+        return reply.subject == hold_id
+
+    async def history_holds(self, run_id: str) -> list[HistoryHold]:
+        record = await asyncio.to_thread(self._retention.record, run_id)
+        return [] if record is None else list(record.holds)
+
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        """What is kept of a pruned run, or ``None`` if it was never pruned."""
+        record = await asyncio.to_thread(self._retention.record, run_id)
+        return None if record is None else record.tombstone
+
+    async def prune_terminal_history(
+        self, policy: FlowHistoryRetentionPolicy
+    ) -> FlowHistoryRetentionReport:
+        """Delete the histories of every component whose members all ended before the
+        policy's cutoff and are unheld, a whole component at a time.
+
+        Plans from every history of the namespace (like :meth:`list_run_ids`), then asks the
+        journals to prune each component; they re-check every member, so a run that changed
+        since the plan (a new hold, a new link) keeps its component. Returns once every
+        deleted run's tombstone is readable."""
+        histories = await asyncio.to_thread(self._history.histories)
+        snapshots = {run_id: project(run_id, events) for run_id, events in histories.items()}
+        records = await asyncio.to_thread(self._retention.records)
+        holds = {run_id: list(r.holds) for run_id, r in records.items() if r.holds}
+        plan = plan_prune(snapshots, holds, policy)
+        outcomes = await asyncio.gather(
+            *(self._prune_component(members, policy) for members in plan.components)
+        )
+        deleted = sorted(
+            r for members, ok in zip(plan.components, outcomes, strict=True) if ok for r in members
+        )
+        refused = [
+            r
+            for members, ok in zip(plan.components, outcomes, strict=True)
+            if not ok
+            for r in members
+        ]
+        records = await asyncio.to_thread(self._retention.records)
+        stones = [records[r].tombstone for r in deleted if r in records]
+        return FlowHistoryRetentionReport(
+            deleted_run_ids=tuple(deleted),
+            tombstones=tuple(t for t in stones if t is not None),
+            retained_run_ids=tuple(sorted({*plan.retained_run_ids, *refused})),
+            held_run_ids=plan.held_run_ids,
+        )
+
+    async def _prune_component(
+        self, members: tuple[str, ...], policy: FlowHistoryRetentionPolicy
+    ) -> bool:
+        body = m.PruneComponent(
+            component_id=str(uuid.uuid4()), members=tuple(sorted(members)), cutoff=policy.cutoff
+        )
+        try:
+            await self._request(body.members[0], body)
+        except RunConflict as exc:
+            log.info("prune of %s refused: %s", ", ".join(members), exc)
+            return False
+        return True
+
     async def _await_run(self, run_id: str) -> WorkflowRunSnapshot:
         deadline = time.monotonic() + self._timeout
         while True:
@@ -488,6 +611,7 @@ class FlowClient:
         self._thread.join(5)
         self._replies.close()
         self._history.close()
+        self._retention.close()
         self._incidents.close()
         self._producer.flush(10)
         self._producer.close()

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from streamflow.core import events as ev
-from streamflow.core.errors import EventConflict, HookTokenConflict, InvalidTransition, RunConflict
+from streamflow.core.errors import EventConflict, HookTokenConflict, InvalidTransition
 from streamflow.core.ids import validate_run_id
 from streamflow.core.projection import evolve
 from streamflow.core.retention import (
@@ -172,19 +172,6 @@ def prepare_append(
 
 
 # -- retention (reference §2.10) -------------------------------------------------------------
-
-
-def pruned_run(run_id: str) -> RunConflict:
-    """The error for reusing the id of a deleted history."""
-    return RunConflict(run_id, "the run id belonged to a pruned history and cannot be reused")
-
-
-def check_hold(existing: HistoryHold | None, hold: HistoryHold) -> HistoryHold:
-    """Holds are idempotent on (run, hold id, reason); the same hold id with another reason is
-    ``RunConflict``."""
-    if existing is not None and existing.reason != hold.reason:
-        raise RunConflict(hold.run_id, f"history hold {hold.hold_id} exists with another reason")
-    return hold
 
 
 def retention_report(

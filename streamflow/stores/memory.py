@@ -14,7 +14,9 @@ from streamflow.core.retention import (
     FlowHistoryRetentionReport,
     FlowHistoryTombstone,
     HistoryHold,
+    check_hold,
     plan_prune,
+    pruned_run,
     tombstone,
 )
 from streamflow.core.snapshot import ActiveHookSnapshot
@@ -22,10 +24,8 @@ from streamflow.core.wakeups import ScheduledWakeup, sort_key
 from streamflow.stores.base import (
     Clock,
     StoreRun,
-    check_hold,
     new_event_id,
     prepare_append,
-    pruned_run,
     retention_report,
     utc_now,
 )

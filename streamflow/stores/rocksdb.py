@@ -35,7 +35,9 @@ from streamflow.core.retention import (
     FlowHistoryRetentionReport,
     FlowHistoryTombstone,
     HistoryHold,
+    check_hold,
     plan_prune,
+    pruned_run,
     tombstone,
 )
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
@@ -45,10 +47,8 @@ from streamflow.stores.base import (
     ActiveHook,
     Clock,
     StoreRun,
-    check_hold,
     new_event_id,
     prepare_append,
-    pruned_run,
     retention_report,
     store_run,
     utc_now,
@@ -220,6 +220,34 @@ class RocksDBEventStore:
             return False
         self._append(envelope.run_id, envelope.sequence - 1, envelope.event, copy_of=envelope)
         return True
+
+    def discard(self, run_id: str) -> bool:
+        """Drop a run whose history was pruned where it was committed (a Kafka retention
+        tombstone), keeping a tombstone so its events are never copied in again. Returns
+        whether the run was held here."""
+        with self._lock:
+            db = self._require_open()
+            run = self._load(run_id)
+            if run is None:
+                return False
+            history = self._read(run_id)
+            batch = WriteBatch(raw_mode=True)
+            for envelope in history:
+                batch.delete(_event_key(run_id, envelope.sequence), self._handles["events"])
+            batch.delete(run_id.encode(), self._handles["runs"])
+            for wakeup in run.wakeups:
+                batch.delete(_wake_key(wakeup), self._handles["wakeups"])
+            if history and history[-1].event.is_terminal():
+                stone = tombstone(history, self._clock())
+                value = json.dumps(stone.to_json()).encode()
+                batch.put(_tomb_key(run_id), value, self._handles["retention"])
+            db.write(batch, self._write_options)
+            self._cache.pop(run_id, None)
+            return True
+
+    def is_pruned(self, run_id: str) -> bool:
+        with self._lock:
+            return self._tombstone(run_id) is not None
 
     def last_sequence(self, run_id: str) -> int:
         """The run's last stored sequence (0: no such run)."""

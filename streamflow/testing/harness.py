@@ -21,6 +21,12 @@ from streamflow.core.errors import (
 )
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.inspect import WorkflowRunSummary
+from streamflow.core.retention import (
+    FlowHistoryRetentionPolicy,
+    FlowHistoryRetentionReport,
+    FlowHistoryTombstone,
+    HistoryHold,
+)
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
@@ -106,6 +112,18 @@ class RunDriver(Protocol):
     async def list_run_ids(self) -> list[str]: ...
 
     async def run_summary(self) -> WorkflowRunSummary: ...
+
+    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold: ...
+
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool: ...
+
+    async def history_holds(self, run_id: str) -> list[HistoryHold]: ...
+
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None: ...
+
+    async def prune_terminal_history(
+        self, policy: FlowHistoryRetentionPolicy
+    ) -> FlowHistoryRetentionReport: ...
 
     async def restart(
         self, *, compatibility: RuntimeBuildCompatibility | object | None = ...
@@ -293,6 +311,23 @@ class EmbeddedDriver:
 
     async def run_summary(self) -> WorkflowRunSummary:
         return await self.engine.run_summary()
+
+    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
+        return await self.engine.hold_history(run_id, hold_id, reason)
+
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        return await self.engine.release_history_hold(run_id, hold_id)
+
+    async def history_holds(self, run_id: str) -> list[HistoryHold]:
+        return await self.engine.history_holds(run_id)
+
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        return await self.engine.history_tombstone(run_id)
+
+    async def prune_terminal_history(
+        self, policy: FlowHistoryRetentionPolicy
+    ) -> FlowHistoryRetentionReport:
+        return await self.engine.prune_terminal_history(policy)
 
     async def restart(
         self, *, compatibility: RuntimeBuildCompatibility | object | None = ...

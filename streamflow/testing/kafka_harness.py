@@ -9,6 +9,7 @@ exactly as an application would.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -19,6 +20,12 @@ from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.errors import FlowError, RunNotFound
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.inspect import WorkflowRunSummary, summarize
+from streamflow.core.retention import (
+    FlowHistoryRetentionPolicy,
+    FlowHistoryRetentionReport,
+    FlowHistoryTombstone,
+    HistoryHold,
+)
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
@@ -121,11 +128,18 @@ class KafkaDriver:
         return [f"{t.name}: {t.error!r}" for t in self._threads if t.error is not None]
 
     async def restart(
-        self, *, compatibility: RuntimeBuildCompatibility | object | None = ...
+        self,
+        *,
+        compatibility: RuntimeBuildCompatibility | object | None = ...,
+        fresh_state: Sequence[str] = (),
     ) -> None:
+        """Stop and start the topologies; ``fresh_state`` names topologies (``journal``, …)
+        whose state directory is deleted in between, so they restore from the topics."""
         if compatibility is not ...:
             self._compatibility = compatibility  # type: ignore[assignment]
         await asyncio.to_thread(self._stop_topologies, keep_feed=True)
+        for name in fresh_state:
+            await asyncio.to_thread(shutil.rmtree, self._root / name, True)
         await asyncio.to_thread(self._start_topologies)
 
     def _stop_topologies(self, *, keep_feed: bool = False) -> None:
@@ -368,3 +382,20 @@ class KafkaDriver:
 
     async def run_summary(self) -> WorkflowRunSummary:
         return summarize([await self.snapshot(r) for r in await self.list_run_ids()])
+
+    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
+        return await self.client.hold_history(run_id, hold_id, reason)
+
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        return await self.client.release_history_hold(run_id, hold_id)
+
+    async def history_holds(self, run_id: str) -> list[HistoryHold]:
+        return await self.client.history_holds(run_id)
+
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        return await self.client.history_tombstone(run_id)
+
+    async def prune_terminal_history(
+        self, policy: FlowHistoryRetentionPolicy
+    ) -> FlowHistoryRetentionReport:
+        return await self.client.prune_terminal_history(policy)

@@ -104,6 +104,10 @@ class TransactionalTopology:
         """Whether the open transaction produced anything (for the crash-window fault point)."""
         return True
 
+    def flushed(self) -> None:
+        """Everything the open transaction produced is in the log, not yet committed (a
+        topology's own fault points for that window)."""
+
     def committed(self) -> None:
         """The transaction committed: write the staged local state."""
 
@@ -178,6 +182,7 @@ class TransactionalTopology:
         self._producer.flush(30)
         if self.has_output():  # the crash window that matters: output in the log, uncommitted
             faults.hit(f"{self.component}.after_produce_before_commit")
+            self.flushed()
         try:
             self._with_retries(
                 lambda: self._producer.send_offsets_to_transaction(

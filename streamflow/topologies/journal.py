@@ -32,11 +32,23 @@ from streamflow.core.errors import (
     FlowError,
     HookConflict,
     InvalidTransition,
+    RunConflict,
     RunNotFound,
     RuntimeBuildUnavailable,
 )
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.projection import evolve, project
+from streamflow.core.retention import (
+    BEING_PRUNED,
+    FlowHistoryTombstone,
+    HistoryHold,
+    check_hold,
+    component_refusal,
+    links,
+    pruned_run,
+    seal_refusal,
+    tombstone,
+)
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.kafka.clients import APPEND_WOKEN, partition_count, producer, read_to_end
 from streamflow.kafka.config import KafkaSettings
@@ -91,6 +103,15 @@ PROPOSABLE: frozenset[type[ev.FlowEvent]] = frozenset(
 )
 
 
+RETENTION_BODIES = (
+    m.HoldHistory,
+    m.ReleaseHistoryHold,
+    m.PruneComponent,
+    m.UnsealRun,
+    m.ForgetRun,
+)
+"""Requests about a run's retention, not its workflow: never forwarded along a chain."""
+
 JournalFenced = Fenced
 MAX_FORWARDS = 1024
 """A request handed on along a continuation chain more often than this is refused (a chain
@@ -107,6 +128,13 @@ class _Transaction:
     history_offsets: dict[int, int] = field(default_factory=dict)
     child_starts: int = 0
     """Child start requests produced in this transaction (for the child-request drill)."""
+    retention: dict[str, m.RetentionRecord] = field(default_factory=dict)
+    """Retention records written in this transaction, by run (read before local state)."""
+    retention_offsets: dict[int, int] = field(default_factory=dict)
+    erased: set[str] = field(default_factory=set)
+    """Runs pruned in this transaction: gone for every later request in it."""
+    prunes: int = 0
+    """Components this transaction deletes (for the prune drill)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +190,7 @@ class Journal(TransactionalTopology):
         # Counts are cumulative samples: a plain producer, outside the transactions.
         self._samples = producer(settings)
         self._next_publish = 0.0
-        self._state = LocalState(state_dir, ("events", "meta"))
+        self._state = LocalState(state_dir, ("events", "meta", "retention"))
         self._cache: OrderedDict[str, WorkflowRunSnapshot] = OrderedDict()
         self._partitions = partition_count(self._consumer, self._names.requests)
         history_partitions = partition_count(self._consumer, self._names.history)
@@ -170,6 +198,12 @@ class Journal(TransactionalTopology):
             raise RuntimeError(
                 f"{self._names.requests} has {self._partitions} partitions but "
                 f"{self._names.history} has {history_partitions}: they must be equal"
+            )
+        retention_partitions = partition_count(self._consumer, self._names.retention)
+        if retention_partitions != self._partitions:
+            raise RuntimeError(
+                f"{self._names.requests} has {self._partitions} partitions but "
+                f"{self._names.retention} has {retention_partitions}: they must be equal"
             )
         self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
         self._task_partitions: dict[str, int] = {}
@@ -212,7 +246,13 @@ class Journal(TransactionalTopology):
         self._next_publish = time.monotonic() + COUNTS_PUBLISH_INTERVAL
 
     def has_output(self) -> bool:
-        return self._txn is not None and bool(self._txn.staged)
+        txn = self._txn
+        return txn is not None and bool(txn.staged or txn.retention or txn.erased)
+
+    def flushed(self) -> None:
+        if self._txn is not None and self._txn.prunes:
+            # A prune's tombstones are in the log, uncommitted: the window of the prune drill.
+            faults.hit("journal.after_prune_produced")
 
     def committed(self) -> None:
         txn = self._txn
@@ -222,6 +262,8 @@ class Journal(TransactionalTopology):
             faults.hit("journal.after_child_request_commit")
         for partition, offset in txn.history_offsets.items():
             txn.batch.put("meta", _offset_key(partition), encode_offset(offset + 1))
+        for partition, offset in txn.retention_offsets.items():
+            txn.batch.put("meta", _retention_offset_key(partition), encode_offset(offset + 1))
         self._state.write(txn.batch)
         self._txn = None
         for name, value in self._staged_counts.items():
@@ -267,6 +309,9 @@ class Journal(TransactionalTopology):
         ):
             reason = f"request for run {run_id} is keyed or partitioned for another run"
             send_dead_letter(self._producer, self._names, msg, reason, COMPONENT, now=now)
+            return
+        if isinstance(request.body, RETENTION_BODIES):
+            self._retention_request(txn, request, now)
             return
         snap = self._snapshot(run_id)
         outcome = self._decide(request, snap, now)
@@ -381,6 +426,8 @@ class Journal(TransactionalTopology):
             body.spec.validate()
         except FlowError as exc:
             return _Outcome(error=exc, incident=body.system)
+        if snap is None and self._retention_of(run_id).tombstone is not None:
+            return _Outcome(error=pruned_run(run_id), incident=body.system)
         decision = d.decide_start(
             snap,
             run_id,
@@ -527,7 +574,7 @@ class Journal(TransactionalTopology):
                 value=value,
                 partition=partition,
                 headers=[(TYPE_HEADER, event.TYPE.encode())],
-                on_delivery=partial(_track, txn),
+                on_delivery=partial(_track, txn.history_offsets),
             )
             txn.batch.put("events", key, value)  # local state keeps the wire bytes
             txn.staged.setdefault(run_id, []).append(envelope)
@@ -696,6 +743,232 @@ class Journal(TransactionalTopology):
         )
         log.warning("run %s: %s", run_id, error)
 
+    # -- retention (docs/kafka.md, "Retention") ------------------------------------------------
+
+    def _retention_request(self, txn: _Transaction, request: m.Request, now: datetime) -> None:
+        body = request.body
+        run_id = request.run_id
+        error: FlowError | None = None
+        subject: str | None = None
+        if isinstance(body, m.HoldHistory):
+            error = self._hold(txn, run_id, body)
+        elif isinstance(body, m.ReleaseHistoryHold):
+            subject = self._release_hold(txn, run_id, body.hold_id)
+        elif isinstance(body, m.PruneComponent):
+            self._prune(txn, request, body, now)
+            return  # the member that ends the prune replies
+        elif isinstance(body, m.UnsealRun):
+            record = self._retention_of(run_id)
+            if record.sealed_by == body.component_id:
+                self._put_retention(txn, replace(record, sealed_by=None))
+        elif isinstance(body, m.ForgetRun):
+            self._forget(txn, run_id, body)
+        if request.reply:
+            snap = self._snapshot(run_id)
+            self._reply(request, run_id, error=error, snap=snap, now=now, subject=subject)
+
+    def _hold(self, txn: _Transaction, run_id: str, body: m.HoldHistory) -> FlowError | None:
+        snap = self._snapshot(run_id)
+        if snap is None or snap.spec is None:
+            return RunNotFound(run_id)
+        record = self._retention_of(run_id)
+        held = {h.hold_id: h for h in record.holds}
+        try:
+            hold = check_hold(
+                held.get(body.hold_id), HistoryHold(run_id, body.hold_id, body.reason)
+            )
+        except RunConflict as exc:
+            return exc
+        if body.hold_id in held:
+            return None  # the same hold again
+        if record.sealed_by is not None:
+            # A prune sealed the run: it either deletes it or is refused and unseals it; a hold
+            # placed now could be lost with the history, so it is refused (retry after the prune).
+            return RunConflict(run_id, BEING_PRUNED)
+        held[hold.hold_id] = hold
+        holds = tuple(sorted(held.values(), key=lambda h: h.hold_id))
+        self._put_retention(txn, replace(record, holds=holds))
+        return None
+
+    def _release_hold(self, txn: _Transaction, run_id: str, hold_id: str) -> str | None:
+        record = self._retention_of(run_id)
+        holds = tuple(h for h in record.holds if h.hold_id != hold_id)
+        if len(holds) == len(record.holds):
+            return None
+        self._put_retention(txn, replace(record, holds=holds))
+        return hold_id
+
+    def _prune(
+        self, txn: _Transaction, request: m.Request, body: m.PruneComponent, now: datetime
+    ) -> None:
+        """Seal this member and hand the prune on to the next; the last member deletes them
+        all in this transaction, or lifts every seal and refuses."""
+        run_id = request.run_id
+        members = body.members
+        position = len(body.sealed)
+        if (
+            list(members) != sorted(set(members))
+            or position >= len(members)
+            or members[position] != run_id
+            or [v.run_id for v in body.sealed] != list(members[:position])
+        ):
+            self._refuse_prune(txn, request, body, "malformed prune request", now)
+            return
+        snap = self._snapshot(run_id)
+        record = self._retention_of(run_id)
+        reason = seal_refusal(
+            run_id,
+            snap,
+            held=bool(record.holds),
+            sealed_by=record.sealed_by,
+            pruned=record.tombstone is not None,
+            component_id=body.component_id,
+            cutoff=body.cutoff,
+        )
+        if reason is not None or snap is None:
+            self._refuse_prune(txn, request, body, reason or f"{run_id} does not exist", now)
+            return
+        stone = tombstone(self._stored(run_id) + txn.staged.get(run_id, []), now)
+        vote = m.SealedRun(
+            run_id=run_id,
+            terminal_sequence=stone.terminal_sequence,
+            event_id=stone.event_id,
+            event_key=stone.event_key,
+            history_sha256=stone.history_sha256,
+            links=tuple(sorted(links(snap))),
+        )
+        sealed = (*body.sealed, vote)
+        if position + 1 < len(members):
+            self._put_retention(txn, replace(record, sealed_by=body.component_id))
+            onward = replace(body, sealed=sealed)
+            self._send(replace(request, run_id=members[position + 1], body=onward))
+            return
+        reason = component_refusal(members, {v.run_id: v.links for v in sealed})
+        if reason is not None:
+            self._refuse_prune(txn, request, body, reason, now)
+            return
+        # Every member is sealed: terminal before the cutoff, unheld, and none can take a hold
+        # until this ends. Delete them all in this one transaction.
+        for member in sealed:
+            stone = FlowHistoryTombstone(
+                run_id=member.run_id,
+                terminal_sequence=member.terminal_sequence,
+                event_id=member.event_id,
+                event_key=member.event_key,
+                history_sha256=member.history_sha256,
+                pruned_at=now,
+            )
+            own = partition_for(member.run_id, self._partitions) == partition_for(
+                run_id, self._partitions
+            )
+            self._erase(txn, stone, own=own)
+            if not own:
+                forget = m.ForgetRun(component_id=body.component_id, tombstone=stone)
+                self._send(
+                    m.Request(
+                        request_id=str(uuid.uuid4()), run_id=member.run_id, sent_at=now, body=forget
+                    )
+                )
+        txn.prunes += 1
+        if request.reply:
+            self._reply(request, run_id, error=None, snap=None, now=now)
+
+    def _refuse_prune(
+        self,
+        txn: _Transaction,
+        request: m.Request,
+        body: m.PruneComponent,
+        reason: str,
+        now: datetime,
+    ) -> None:
+        """Lift the seals this prune placed so far and tell the caller why it was refused."""
+        for member in body.sealed:
+            unseal = m.UnsealRun(component_id=body.component_id)
+            self._send(
+                m.Request(
+                    request_id=str(uuid.uuid4()), run_id=member.run_id, sent_at=now, body=unseal
+                )
+            )
+        if request.reply:
+            error = RunConflict(request.run_id, f"component retained: {reason}")
+            self._reply(request, request.run_id, error=error, snap=None, now=now)
+
+    def _forget(self, txn: _Transaction, run_id: str, body: m.ForgetRun) -> None:
+        """The prune that sealed this run deleted its component: its history keys are already
+        tombstoned on the log. Tombstone them again from here (this journal's own writes are what
+        its restore resumes after) and drop the run from local state."""
+        record = self._retention_of(run_id)
+        if record.tombstone is not None and not self._stored(run_id):
+            return  # already forgotten
+        if record.sealed_by != body.component_id and record.tombstone is None:
+            log.warning(
+                "run %s: ignoring a ForgetRun from prune %s, which did not seal it",
+                run_id,
+                body.component_id,
+            )
+            return
+        self._erase(txn, body.tombstone, own=True)
+
+    def _erase(self, txn: _Transaction, stone: FlowHistoryTombstone, *, own: bool) -> None:
+        """Tombstone every history key of a sealed run and record what is kept of it. ``own``:
+        the run lives on a partition this instance owns (its local state follows; offsets of
+        other partitions are never tracked, their owner's restore must not skip its own
+        writes)."""
+        run_id = stone.run_id
+        partition = partition_for(run_id, self._partitions)
+        tracked = partial(_track, txn.history_offsets) if own else None
+        for sequence in range(1, stone.terminal_sequence + 1):
+            key = history_key(run_id, sequence)
+            if tracked is None:
+                self._producer.produce(
+                    self._names.history, key=key, value=None, partition=partition
+                )
+            else:
+                self._producer.produce(
+                    self._names.history,
+                    key=key,
+                    value=None,
+                    partition=partition,
+                    on_delivery=tracked,
+                )
+        # Its last incident (compacted by run id) goes too: nothing of the run's data stays.
+        self._producer.produce(self._names.incidents, key=run_id.encode(), value=None)
+        record = m.RetentionRecord(run_id=run_id, tombstone=stone)
+        if own:
+            self._put_retention(txn, record)
+            prefix = run_id.encode() + b"\x00"
+            txn.batch.delete_range("events", prefix, run_id.encode() + b"\x01")
+            txn.erased.add(run_id)
+            txn.touched.add(run_id)
+            self._cache.pop(run_id, None)
+        else:
+            self._producer.produce(
+                self._names.retention,
+                key=run_id.encode(),
+                value=codec.encode_retention(record),
+                partition=partition,
+            )
+
+    def _retention_of(self, run_id: str) -> m.RetentionRecord:
+        txn = self._txn
+        if txn is not None and run_id in txn.retention:
+            return txn.retention[run_id]
+        raw = self._state.get("retention", run_id.encode())
+        return m.RetentionRecord(run_id=run_id) if raw is None else codec.decode_retention(raw)
+
+    def _put_retention(self, txn: _Transaction, record: m.RetentionRecord) -> None:
+        value = codec.encode_retention(record)
+        key = record.run_id.encode()
+        self._producer.produce(
+            self._names.retention,
+            key=key,
+            value=value,
+            partition=partition_for(record.run_id, self._partitions),
+            on_delivery=partial(_track, txn.retention_offsets),
+        )
+        txn.retention[record.run_id] = record
+        txn.batch.put("retention", key, value)
+
     # -- restore --------------------------------------------------------------------------------
 
     def restore(self, partition: int) -> None:
@@ -718,11 +991,27 @@ class Journal(TransactionalTopology):
             last = msg.offset()
         if last is not None:
             batch.put("meta", _offset_key(partition), encode_offset(last + 1))
+        start = decode_offset(self._state.get("meta", _retention_offset_key(partition)))
+        last = None
+        for msg in read_to_end(self._settings, self._names.retention, partition, start):
+            key = msg.key()
+            value = msg.value()
+            if key is None:
+                continue
+            if value is None:
+                batch.delete("retention", key)
+            else:
+                batch.put("retention", key, value)
+            last = msg.offset()
+        if last is not None:
+            batch.put("meta", _retention_offset_key(partition), encode_offset(last + 1))
         self._state.write(batch)
 
     # -- state ---------------------------------------------------------------------------------
 
     def _snapshot(self, run_id: str) -> WorkflowRunSnapshot | None:
+        if self._txn is not None and run_id in self._txn.erased:
+            return None
         cached = self._cache.get(run_id)
         if cached is not None:
             self._cache.move_to_end(run_id)
@@ -739,6 +1028,8 @@ class Journal(TransactionalTopology):
 
     def _stored(self, run_id: str) -> list[ev.FlowEventEnvelope]:
         """The run's committed history as local state holds it."""
+        if self._txn is not None and run_id in self._txn.erased:
+            return []
         prefix = run_id.encode() + b"\x00"
         return [codec.decode_history(value) for _, value in self._state.scan("events", prefix)]
 
@@ -766,11 +1057,17 @@ def _offset_key(partition: int) -> bytes:
     return b"history:" + str(partition).encode()
 
 
-def _track(txn: _Transaction, error: KafkaError | None, msg: Message) -> None:
+def _retention_offset_key(partition: int) -> bytes:
+    return b"retention:" + str(partition).encode()
+
+
+def _track(offsets: dict[int, int], error: KafkaError | None, msg: Message) -> None:
+    """Remember the highest offset this transaction produced per partition (restore resumes
+    after it)."""
     offset = msg.offset()
     if error is None and offset is not None:
         partition = msg.partition() or 0
-        txn.history_offsets[partition] = max(txn.history_offsets.get(partition, -1), offset)
+        offsets[partition] = max(offsets.get(partition, -1), offset)
 
 
 def _from(outcome: d.Outcome) -> _Outcome:

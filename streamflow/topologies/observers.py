@@ -49,7 +49,7 @@ from streamflow.kafka.clients import (
     reader,
 )
 from streamflow.kafka.config import KafkaSettings
-from streamflow.kafka.naming import Names, partition_for
+from streamflow.kafka.naming import Names, partition_for, split_history_key
 from streamflow.observe.metrics import FlowMetrics
 from streamflow.observe.observers import FlowEventObserver, notify
 from streamflow.serde import codec
@@ -169,7 +169,8 @@ class Observers(TransactionalTopology):
     def handle(self, msg: Message) -> None:
         value = msg.value()
         if value is None:
-            return  # a retention tombstone: nothing to observe
+            self._discard(msg)  # a retention tombstone: the run was pruned
+            return
         try:
             envelope = codec.decode_history(value)
         except SerializationError as exc:
@@ -221,7 +222,18 @@ class Observers(TransactionalTopology):
         return (spec.name, spec.version, None if build is None else str(build), snap.status.value)
 
     def _held(self, envelope: FlowEventEnvelope) -> bool:
-        return envelope.sequence <= self.index.last_sequence(envelope.run_id)
+        run_id = envelope.run_id
+        return envelope.sequence <= self.index.last_sequence(run_id) or self.index.is_pruned(run_id)
+
+    def _discard(self, msg: Message) -> None:
+        """A history key was tombstoned: the journal pruned the run's whole history (docs/kafka.md,
+        *Retention*). Inspection stops showing it; its events are never indexed again."""
+        try:
+            run_id, _ = split_history_key(msg.key() or b"")
+        except ValueError:
+            return
+        if self.index.discard(run_id):
+            log.info("observers: run %s was pruned", run_id)
 
     def restore(self, partition: int) -> None:
         """Bring the run index up to the group's committed offset of ``partition`` (a lost or
@@ -241,7 +253,9 @@ class Observers(TransactionalTopology):
             if offset >= committed:
                 break
             value = msg.value()
-            if value is not None:
+            if value is None:
+                self._discard(msg)
+            else:
                 envelope = codec.decode_history(value)
                 if not self._held(envelope):
                     self.index.ingest(envelope)  # the gauges are primed from the index next

@@ -4,6 +4,8 @@ deleted, and a deleted run id can never be used again."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from datetime import timedelta
 
 import pytest
@@ -17,6 +19,7 @@ from streamflow import (
     WorkflowRunStatus,
     WorkflowSignal,
 )
+from streamflow.cli.main import main
 from streamflow.core.retention import history_digest
 from tests.support import FakeClock, Scripted, spec
 
@@ -188,3 +191,47 @@ async def test_tombstones_and_holds_survive_a_reopened_rocksdb_store(tmp_path, c
             await engine.start_with_id("gone", spec("other"))
     finally:
         store.close()
+
+
+def test_the_cli_holds_prunes_and_releases_on_an_embedded_store(tmp_path, capsys):
+    path = tmp_path / "db"
+
+    async def record() -> None:
+        store = RocksDBEventStore(path)
+        try:
+            engine = FlowEngine.builder(Scripted(workflow)).with_store(store).build()
+            await engine.start_with_id("gone", spec("other"))
+            await engine.start_with_id("kept", spec("other"))
+        finally:
+            store.close()
+
+    asyncio.run(record())
+    where = ["--dir", str(path)]
+    later = ["--before", "2999-01-01T00:00:00Z"]
+    assert main(["hold", "kept", "legal", "--reason", "case 9", *where]) == 0
+    assert "held kept (legal: case 9)" in capsys.readouterr().out
+
+    assert main(["prune", *later, "--dry-run", "--json", *where]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["dry_run"], plan["deleted"], plan["held"]) == (True, ["gone"], ["kept"])
+
+    assert main(["prune", *later, *where]) == 0
+    out = capsys.readouterr().out
+    assert "deleted      gone" in out
+    assert "held         kept" in out
+    assert "deleted 1 runs, retained 1, held 1" in out
+
+    assert main(["release", "kept", "legal", *where]) == 0
+    assert "released kept (legal)" in capsys.readouterr().out
+    assert main(["release", "kept", "legal", *where]) == 0
+    assert "no such hold on kept (legal)" in capsys.readouterr().out
+    assert main(["prune", "--older-than", "0s", "--json", *where]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["deleted"] == ["kept"]
+    assert [t["run_id"] for t in report["tombstones"]] == ["kept"]
+
+    # A typed refusal exits 1; a malformed cutoff exits 2 before touching the store.
+    assert main(["hold", "gone", "late", "--reason", "too late", *where]) == 1
+    assert "RunNotFound" in capsys.readouterr().err
+    assert main(["prune", "--older-than", "5 weeks", *where]) == 2
+    assert "--older-than" in capsys.readouterr().err
