@@ -44,8 +44,8 @@ def _source(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--url",
         action="append",
-        help="a Kafka observers instance, e.g. http://127.0.0.1:9464; repeat it for every "
-        "instance of the group (each answers for the history partitions it owns)",
+        help="a Kafka observers instance, e.g. http://127.0.0.1:9464 (any instance answers for "
+        "the whole namespace; repeated URLs are joined)",
     )
 
 

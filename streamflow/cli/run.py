@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -89,6 +90,12 @@ def register(subparsers: Any) -> None:
         type=int,
         default=int(os.environ.get("STREAMFLOW_HTTP_PORT", "9464")),
         help="observers: port of /metrics and the inspection API (-1: do not serve)",
+    )
+    run.add_argument(
+        "--advertise-url",
+        default=os.environ.get("STREAMFLOW_ADVERTISE_URL"),
+        help="observers: the URL other instances reach this one's inspection API at "
+        "(default: http://<http-host>:<port>, the machine's name when bound to 0.0.0.0)",
     )
     run.add_argument(
         "--metrics-interval",
@@ -214,9 +221,13 @@ def observers_main(
     args: argparse.Namespace, settings: KafkaSettings, state: Path
 ) -> Callable[[threading.Event], None]:
     from streamflow.observe.http import ObserverServer
-    from streamflow.stores.inspect import StoreInspector
     from streamflow.topologies.observers import Observers
 
+    server = None
+    advertise = None
+    if args.http_port >= 0:
+        server = ObserverServer(args.http_host, args.http_port)  # binds now: the URL is known
+        advertise = args.advertise_url or advertised_url(args.http_host, server.port)
     topology = Observers(
         settings,
         state_dir=state,
@@ -225,18 +236,16 @@ def observers_main(
         metrics_interval=args.metrics_interval,
         session_timeout_ms=args.session_timeout_ms,
         transaction_timeout_ms=max(args.transaction_timeout_ms, 60_000),
+        advertise=advertise,
     )
 
     def main(stop: threading.Event) -> None:
-        server = None
-        if args.http_port >= 0:
-            server = ObserverServer(
-                args.http_host,
-                args.http_port,
-                metrics=topology.metrics,
-                inspector=StoreInspector(topology.index, owns=topology.owns),
-            ).start()
-            log.info("observers: /metrics and /v1 on %s", server.url)
+        if server is not None:
+            namespace, local = topology.inspectors()
+            server.set_metrics(topology.metrics)
+            server.set_inspector(namespace, local=local)
+            server.start()
+            log.info("observers: /metrics and /v1 on %s (advertised as %s)", server.url, advertise)
         try:
             topology.run(stop)
         finally:
@@ -244,6 +253,16 @@ def observers_main(
                 server.stop()
 
     return main
+
+
+def advertised_url(host: str, port: int) -> str:
+    """How other observers instances reach this one: the bound address, or this machine's name
+    when bound to every interface."""
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 def run(args: argparse.Namespace) -> int:

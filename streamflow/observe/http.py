@@ -10,8 +10,11 @@ Routes (GET only; JSON unless noted):
 - ``/v1/suspensions``: open suspensions (waits and retries say whether they are due);
 - ``/v1/hooks``: active hooks, with token digests only.
 
-An unknown run is a 404 with ``{"error": "RunNotFound", "message": ...}``; a bad query a 400.
-The endpoint reads local state only: it never blocks, or waits for, the topology it serves.
+An unknown run is a 404 with ``{"error": "RunNotFound", "message": ...}``; a bad query a 400;
+an answer that needs another observers instance that cannot be reached a 503
+(``InspectionUnavailable``). ``?scope=local`` answers from this instance's own partitions only
+(what instances ask each other). The endpoint never blocks, or waits for, the topology it
+serves.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ class _BadRequest(Exception):
     pass
 
 
+class InspectionUnavailable(Exception):
+    """Part of the answer lives with an observers instance that cannot answer now (HTTP 503)."""
+
+
 class ObserverServer:
     """Serves ``metrics`` and ``inspector`` on ``host:port`` from daemon threads (port 0: any
     free port; read :attr:`port` after :meth:`start`)."""
@@ -64,9 +71,13 @@ class ObserverServer:
         *,
         metrics: FlowMetrics | None = None,
         inspector: Inspector | None = None,
+        local: Inspector | None = None,
     ) -> None:
+        """``local`` answers ``?scope=local`` (default: ``inspector``). The socket is bound
+        here, so :attr:`url` is known before :meth:`start`."""
         self._metrics = metrics
         self._inspector = inspector
+        self._local = local
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -79,6 +90,15 @@ class ObserverServer:
         self._http = ThreadingHTTPServer((host, port), Handler)
         self._http.daemon_threads = True
         self._thread: threading.Thread | None = None
+
+    def set_metrics(self, metrics: FlowMetrics) -> None:
+        """Serve ``metrics`` on ``/metrics`` from now on (set before :meth:`start`)."""
+        self._metrics = metrics
+
+    def set_inspector(self, inspector: Inspector, *, local: Inspector | None = None) -> None:
+        """Answer inspection with ``inspector`` from now on (set before :meth:`start`)."""
+        self._inspector = inspector
+        self._local = local
 
     @property
     def port(self) -> int:
@@ -98,7 +118,9 @@ class ObserverServer:
         return self
 
     def stop(self) -> None:
-        self._http.shutdown()
+        """Stop serving and close the socket (also for a server never started; twice is fine)."""
+        if self._thread is not None:
+            self._http.shutdown()
         self._http.server_close()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -124,6 +146,8 @@ class ObserverServer:
             self._json(request, 404, {"error": "RunNotFound", "message": str(exc)})
         except _BadRequest as exc:
             self._json(request, 400, {"error": "BadRequest", "message": str(exc)})
+        except InspectionUnavailable as exc:
+            self._json(request, 503, {"error": "InspectionUnavailable", "message": str(exc)})
         except FlowError as exc:
             self._json(request, 500, {"error": type(exc).__name__, "message": str(exc)})
         except Exception:
@@ -132,6 +156,8 @@ class ObserverServer:
 
     def _route(self, path: str, query: dict[str, list[str]]) -> Callable[[], Any] | None:
         inspector = self._inspector
+        if query.get("scope") == ["local"] and self._local is not None:
+            inspector = self._local
         if inspector is None or not path.startswith("/v1/"):
             return None
         parts = [unquote(p) for p in path.split("/")[2:]]

@@ -50,10 +50,12 @@ from streamflow.kafka.clients import (
 )
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for, split_history_key
+from streamflow.observe.http import Inspector
 from streamflow.observe.metrics import FlowMetrics
 from streamflow.observe.observers import FlowEventObserver, notify
 from streamflow.serde import codec
 from streamflow.serde import messages as m
+from streamflow.stores.inspect import StoreInspector
 from streamflow.stores.rocksdb import RocksDBEventStore
 from streamflow.topologies.common import (
     LocalState,
@@ -63,6 +65,7 @@ from streamflow.topologies.common import (
     utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
+from streamflow.topologies.inspection import NamespaceInspector, ObserverDirectory, client_id
 from streamflow.topologies.journal import COUNTED, SEQUENCE_CONFLICTS
 from streamflow.topologies.registry import RouteTable
 
@@ -88,14 +91,21 @@ class Observers(TransactionalTopology):
         max_batch: int = 1000,
         transaction_timeout_ms: int = 60_000,
         session_timeout_ms: int = 10_000,
+        advertise: str | None = None,
     ) -> None:
+        """``advertise``: the URL of this instance's inspection API, published to the other
+        instances of the group (``streamflow.topologies.inspection``)."""
         names = Names(settings.namespace)
+        overrides: dict[str, object] = dict(APPEND_WOKEN)
+        if advertise is not None:
+            overrides["client.id"] = client_id(advertise)
+        self._advertise = advertise
         super().__init__(
             settings,
             group=names.observers_group,
             input_topic=names.history,
             transactional_id=names.transactional_id(COMPONENT, instance),
-            consumer_overrides=APPEND_WOKEN,
+            consumer_overrides=overrides,
             commit_interval=commit_interval,
             max_batch=max_batch,
             transaction_timeout_ms=transaction_timeout_ms,
@@ -299,6 +309,31 @@ class Observers(TransactionalTopology):
         # assignment and primes the gauges for it (even when that assignment is empty).
         self._owned = frozenset()
         self._rebalanced = True
+
+    def inspectors(self) -> tuple[Inspector, Inspector]:
+        """``(namespace, local)``: what to serve on ``/v1`` and on ``/v1?scope=local``. With an
+        advertised URL, the first answers for every partition (asking the other instances of
+        the group); without one both answer for this instance's partitions only."""
+        local = StoreInspector(self.index, owns=self.owns)
+        if self._advertise is None:
+            return local, local
+        namespace = NamespaceInspector(
+            local,
+            partitions=self._partitions,
+            owned=self.owned,
+            directory=ObserverDirectory(self._settings),
+            advertise=self._advertise,
+        )
+        return namespace, local
+
+    @property
+    def partitions(self) -> int:
+        """How many history partitions the namespace has."""
+        return self._partitions
+
+    def owned(self) -> frozenset[int]:
+        """The history partitions this instance owns now."""
+        return self._owned
 
     def owns(self, run_id: str) -> bool:
         """Whether ``run_id`` lives in a history partition this instance owns now. The index may

@@ -328,17 +328,27 @@ async def test_a_stuck_observer_costs_only_its_own_lag(kafka, tmp_path):
         await driver.close()
 
 
-async def test_two_observers_instances_split_the_partitions_and_the_cli_joins_them(kafka, tmp_path):
+async def test_two_observers_instances_split_the_partitions_and_each_answers_for_all(
+    kafka, tmp_path
+):
     driver = KafkaDriver(kafka, Golden(), state_root=tmp_path / "state")
+    # Bound first, so each instance can advertise its URL to the group (as `run observers`).
+    servers = [ObserverServer("127.0.0.1", 0) for _ in range(2)]
     instances = [
-        Observers(kafka, state_dir=tmp_path / f"observers-{i}", instance=str(i), metrics_interval=0)
-        for i in range(2)
+        Observers(
+            kafka,
+            state_dir=tmp_path / f"observers-{i}",
+            instance=str(i),
+            metrics_interval=0,
+            advertise=server.url,
+        )
+        for i, server in enumerate(servers)
     ]
+    for server, instance in zip(servers, instances, strict=True):
+        namespace, local = instance.inspectors()
+        server.set_inspector(namespace, local=local)
+        server.start()
     threads = [TopologyThread(f"observers-{i}", o.run).start() for i, o in enumerate(instances)]
-    servers = [
-        ObserverServer("127.0.0.1", 0, inspector=StoreInspector(o.index, owns=o.owns)).start()
-        for o in instances
-    ]
     try:
         # Runs on both history partitions.
         runs = [f"split-{i}" for i in range(8)]
@@ -349,10 +359,10 @@ async def test_two_observers_instances_split_the_partitions_and_the_cli_joins_th
             assert (await driver.client.result(run_id, timeout=60)).is_terminal
 
         def answered() -> list[set[str]]:
-            return [{r["run_id"] for r in get(f"{s.url}/v1/runs")[1]} for s in servers]
+            return [{r["run_id"] for r in get(f"{s.url}/v1/runs?scope=local")[1]} for s in servers]
 
         def shared() -> bool:
-            # Once the group has settled, each instance answers for its own partitions only.
+            # Once the group has settled, each instance indexes its own partitions only.
             owned = answered()
             return (
                 all(o.caught_up() for o in instances)
@@ -377,14 +387,39 @@ async def test_two_observers_instances_split_the_partitions_and_the_cli_joins_th
             "the gauges do not follow the partitions",
         )
 
-        urls = [arg for s in servers for arg in ("--url", s.url)]
-        listing = await cli("runs", *urls)
+        # Either instance answers for the whole namespace: the other's runs come from it.
+        for server, theirs in ((servers[0], owned[1]), (servers[1], owned[0])):
+            code, listing = get(f"{server.url}/v1/runs?status=completed")
+            assert code == 200
+            assert [r["run_id"] for r in listing] == sorted(runs)
+            other = min(theirs)
+            code, view = get(f"{server.url}/v1/runs/{other}")
+            assert (code, view["run_id"], view["status"]) == (200, other, "completed")
+            code, events = get(f"{server.url}/v1/runs/{other}/history")
+            assert code == 200
+            assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+            code, summary = get(f"{server.url}/v1/summary")
+            assert (code, summary["total"], summary["completed"]) == (200, 8, 8)
+            assert get(f"{server.url}/v1/runs/no-such-run")[0] == 404
+
+        # One URL is enough for the CLI; several are joined (and de-duplicated).
+        listing = await cli("runs", "--url", servers[0].url)
         assert f"{len(runs)} runs" in listing
+        both = await cli("runs", "--url", servers[0].url, "--url", servers[1].url)
+        assert f"{len(runs)} runs" in both
         for run_id in (min(owned[0]), min(owned[1])):
-            assert f"run {run_id}: completed" in await cli("show", run_id, *urls)
+            assert f"run {run_id}: completed" in await cli("show", run_id, "--url", servers[1].url)
+
+        # An instance that cannot reach the owner of a partition says so: no partial answer.
+        servers[1].stop()
+        code, error = get(f"{servers[0].url}/v1/runs")
+        assert code == 503
+        assert error["error"] == "InspectionUnavailable"
+        assert servers[1].url in error["message"]
+        assert get(f"{servers[0].url}/v1/runs?scope=local")[0] == 200
     finally:
         for server in servers:
-            server.stop()
+            server.stop()  # again for the one stopped above: a no-op
         for thread in threads:
             thread.stop()
         await driver.close()

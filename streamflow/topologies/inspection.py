@@ -1,0 +1,203 @@
+"""Inspection of a whole namespace from any observers instance.
+
+Each observers instance indexes the history partitions it owns. To answer for the namespace,
+an instance finds who owns the others from its own consumer group: every instance advertises
+the URL of its inspection API in its consumer ``client.id`` (``streamflow-observers <url>``), and
+the group's description (``DescribeConsumerGroups``) pairs each member's ``client.id`` with the
+partitions assigned to it. A question about one run goes to the owner of its partition; a
+listing asks every owner for its part (``?scope=local``) and merges them. If a partition has no
+reachable owner (a rebalance in progress, an instance down), the answer is
+:class:`~streamflow.observe.http.InspectionUnavailable` (HTTP 503) naming it, never a silently
+partial list.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any, cast
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from streamflow.core.errors import RunNotFound
+from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import Names, partition_for
+from streamflow.observe.http import InspectionUnavailable, Inspector
+
+CLIENT_ID_PREFIX = "streamflow-observers "
+"""An observers consumer's ``client.id`` is this prefix followed by its advertised URL."""
+DIRECTORY_TTL = 2.0
+REMOTE_TIMEOUT = 10.0
+
+
+def client_id(advertise: str) -> str:
+    return CLIENT_ID_PREFIX + advertise
+
+
+class ObserverDirectory:
+    """Which advertised URL owns each history partition, from the observers group's
+    description (cached for :data:`DIRECTORY_TTL` seconds)."""
+
+    def __init__(self, settings: KafkaSettings, *, ttl: float = DIRECTORY_TTL) -> None:
+        names = Names(settings.namespace)
+        self._group = names.observers_group
+        self._topic = names.history
+        config = settings.client({"client.id": "streamflow-observers-directory"})
+        self._admin = AdminClient(cast("dict[str, str | int | float | bool]", config))
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._owners: dict[int, str] = {}
+        self._at = float("-inf")
+
+    def owners(self) -> dict[int, str]:
+        with self._lock:
+            if time.monotonic() - self._at > self._ttl:
+                self._owners = self._describe()
+                self._at = time.monotonic()
+            return dict(self._owners)
+
+    def _describe(self) -> dict[int, str]:
+        futures = self._admin.describe_consumer_groups([self._group], request_timeout=10)
+        try:
+            group = futures[self._group].result()
+        except KafkaException as exc:
+            raise InspectionUnavailable(f"cannot describe {self._group}: {exc}") from None
+        owners: dict[int, str] = {}
+        for member in group.members:
+            if not member.client_id.startswith(CLIENT_ID_PREFIX):
+                continue  # an instance that serves no inspection API
+            url = member.client_id[len(CLIENT_ID_PREFIX) :]
+            for tp in member.assignment.topic_partitions:
+                if tp.topic == self._topic:
+                    owners[tp.partition] = url
+        return owners
+
+
+class _Remote:
+    """Another instance's inspection API, asked for its own partitions only."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def get(self, path: str, query: dict[str, str] | None = None) -> Any:
+        params = urllib.parse.urlencode({**(query or {}), "scope": "local"})
+        target = f"{self.url}{path}?{params}"
+        try:
+            with urllib.request.urlopen(target, timeout=REMOTE_TIMEOUT) as response:
+                return json.loads(response.read().decode())
+        except urllib.error.HTTPError as error:
+            body = json.loads(error.read().decode() or "{}")
+            if error.code == 404 and body.get("error") == "RunNotFound":
+                raise RunNotFound(urllib.parse.unquote(path.split("/")[3])) from None
+            raise InspectionUnavailable(
+                f"observers instance {self.url} answered HTTP {error.code}: "
+                f"{body.get('message', '')}"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise InspectionUnavailable(f"observers instance {self.url}: {exc}") from None
+
+
+class NamespaceInspector:
+    """Answers for every history partition: the local index for the partitions this instance
+    owns, the owning instances for the others."""
+
+    def __init__(
+        self,
+        local: Inspector,
+        *,
+        partitions: int,
+        owned: Callable[[], frozenset[int]],
+        directory: ObserverDirectory,
+        advertise: str,
+    ) -> None:
+        self._local = local
+        self._partitions = partitions
+        self._owned = owned
+        self._directory = directory
+        self._self = advertise.rstrip("/")
+
+    def _sources(self) -> list[Inspector | _Remote]:
+        """The local index and one remote per other owner; every partition covered once."""
+        owned = self._owned()
+        owners = self._directory.owners()
+        missing = [p for p in range(self._partitions) if p not in owned and p not in owners]
+        if missing:
+            raise InspectionUnavailable(
+                f"no observers instance answers for history partitions {missing} "
+                "(a rebalance in progress, or an instance without an inspection API)"
+            )
+        remotes = sorted(
+            {url.rstrip("/") for p, url in owners.items() if p not in owned} - {self._self}
+        )
+        return [self._local, *(_Remote(url) for url in remotes)]
+
+    def _owner(self, run_id: str) -> Inspector | _Remote:
+        partition = partition_for(run_id, self._partitions)
+        if partition in self._owned():
+            return self._local
+        url = self._directory.owners().get(partition)
+        if url is None or url.rstrip("/") == self._self:
+            raise InspectionUnavailable(
+                f"no observers instance answers for history partition {partition}"
+            )
+        return _Remote(url)
+
+    def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
+        query = {} if status is None else {"status": status.value}
+        rows: dict[str, dict[str, Any]] = {}
+        for source in self._sources():
+            found = (
+                source.get("/v1/runs", query)
+                if isinstance(source, _Remote)
+                else source.runs(status)
+            )
+            rows.update((row["run_id"], row) for row in found)
+        return [rows[run_id] for run_id in sorted(rows)]
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        owner = self._owner(run_id)
+        if isinstance(owner, _Remote):
+            return dict(owner.get(f"/v1/runs/{urllib.parse.quote(run_id, safe='')}"))
+        return owner.run(run_id)
+
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        owner = self._owner(run_id)
+        if isinstance(owner, _Remote):
+            return list(owner.get(f"/v1/runs/{urllib.parse.quote(run_id, safe='')}/history"))
+        return owner.history(run_id)
+
+    def summary(self) -> dict[str, Any]:
+        total: dict[str, Any] = {}
+        for part in self._gather("/v1/summary", lambda local: local.summary()):
+            for key, value in part.items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    def suspensions(self) -> list[dict[str, Any]]:
+        rows = [r for part in self._gather("/v1/suspensions", _suspensions) for r in part]
+        return sorted(rows, key=lambda r: (r["run_id"], r["kind"], r["subject_id"]))
+
+    def hooks(self) -> list[dict[str, Any]]:
+        rows = [r for part in self._gather("/v1/hooks", _hooks) for r in part]
+        return sorted(rows, key=lambda r: (r["run_id"], r["hook_id"]))
+
+    def _gather(self, path: str, ask: Callable[[Inspector], Any]) -> list[Any]:
+        return [
+            source.get(path) if isinstance(source, _Remote) else ask(source)
+            for source in self._sources()
+        ]
+
+
+def _suspensions(local: Inspector) -> list[dict[str, Any]]:
+    return local.suspensions()
+
+
+def _hooks(local: Inspector) -> list[dict[str, Any]]:
+    return local.hooks()
