@@ -5,8 +5,9 @@ It reads every committed history of the namespace and the live registrations on
 ``{ns}.builds`` and prints, per build (runs' pins and builds some live group serves): open and
 terminal runs, whether a live processor registration admits it (the route the journal and the
 timer require), whether a live worker serves it, and whether it is safe to retire (no open
-runs). Reading every history is for development and small deployments; an observer-maintained
-run index is issue #5.
+runs). It counts runs by reading every history (development, small namespaces), or with
+``--url`` from the run index of an observers instance (any instance answers for the whole
+namespace).
 
 Exit codes: 0 listed; 2 misconfigured; 1 the cluster did not answer. Wire it into
 ``streamflow`` with :func:`register` and dispatch with :func:`run`; :func:`main` runs it alone
@@ -18,13 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, TypeAlias
 
 from confluent_kafka import KafkaException
 
 from streamflow.core.events import FlowEventEnvelope, RunCreated
+from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.kafka.client import HistoryReader
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from streamflow.serde.messages import BuildRegistration
@@ -72,20 +76,38 @@ class BuildUsage:
         }
 
 
-def usage(
-    histories: Mapping[str, Sequence[FlowEventEnvelope]],
-    registrations: Iterable[BuildRegistration],
-) -> list[BuildUsage]:
-    """Per build: open and terminal runs (from histories) and live routes (from live
-    registrations); unpinned first, then by build id."""
-    open_runs: dict[str | None, int] = {}
-    terminal_runs: dict[str | None, int] = {}
+Pins: TypeAlias = Iterable[tuple[str | None, bool]]
+"""One ``(build, terminal)`` pair per run."""
+
+
+def pins_of_histories(histories: Mapping[str, Sequence[FlowEventEnvelope]]) -> Pins:
     for events in histories.values():
         if not events or not isinstance(events[0].event, RunCreated):
             continue
         pin = events[0].event.spec.runtime_build_id
-        build = None if pin is None else str(pin)
-        tally = terminal_runs if events[-1].event.is_terminal() else open_runs
+        yield (None if pin is None else str(pin)), events[-1].event.is_terminal()
+
+
+def pins_of_rows(rows: Iterable[Mapping[str, Any]]) -> Pins:
+    """From the rows of an observers instance's ``/v1/runs``."""
+    for row in rows:
+        if row.get("workflow") is None:
+            continue  # not started (no run_created)
+        yield row["build"], WorkflowRunStatus(row["status"]).is_terminal
+
+
+def usage(
+    histories: Mapping[str, Sequence[FlowEventEnvelope]] | None,
+    registrations: Iterable[BuildRegistration],
+    *,
+    pins: Pins | None = None,
+) -> list[BuildUsage]:
+    """Per build: open and terminal runs (from histories, or from ``pins``) and live routes
+    (from live registrations); unpinned first, then by build id."""
+    open_runs: dict[str | None, int] = {}
+    terminal_runs: dict[str | None, int] = {}
+    for build, terminal in pins if pins is not None else pins_of_histories(histories or {}):
+        tally = terminal_runs if terminal else open_runs
         tally[build] = tally.get(build, 0) + 1
     live = list(registrations)
     builds: set[str | None] = set(open_runs) | set(terminal_runs)
@@ -109,13 +131,20 @@ def usage(
     return sorted(rows, key=lambda row: (row.build is not None, row.build or ""))
 
 
-def read_usage(settings: KafkaSettings, now: datetime) -> list[BuildUsage]:
-    """:func:`usage` for a namespace on a cluster: every committed history, live routes."""
+def read_usage(
+    settings: KafkaSettings, now: datetime, *, url: str | None = None
+) -> list[BuildUsage]:
+    """:func:`usage` for a namespace on a cluster: live routes, and the runs from an observers
+    instance's run index (``url``) or else from every committed history."""
     routes = RouteTable(settings)
     try:
         registrations = routes.live(now)
     finally:
         routes.close()
+    if url is not None:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/v1/runs", timeout=60) as response:
+            rows = json.loads(response.read().decode())
+        return usage(None, registrations, pins=pins_of_rows(rows))
     reader = HistoryReader(settings)
     try:
         histories = reader.histories()
@@ -138,6 +167,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="KEY=VALUE",
         help="librdkafka property (repeatable), e.g. for SASL/SSL",
     )
+    parser.add_argument(
+        "--url",
+        help="count runs from an observers instance's run index (e.g. http://127.0.0.1:9464) "
+        "instead of reading every history",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     parser.set_defaults(handler=cmd_builds)
 
@@ -156,8 +190,8 @@ def cmd_builds(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(exc, EXIT_REFUSED)
     try:
-        rows = read_usage(settings, utc_now())
-    except (KafkaException, TimeoutError) as exc:
+        rows = read_usage(settings, utc_now(), url=args.url)
+    except (KafkaException, OSError, ValueError) as exc:
         return _fail(exc, EXIT_UNAVAILABLE)
     if args.json:
         print(json.dumps({"namespace": settings.namespace, "builds": [r.to_json() for r in rows]}))

@@ -35,6 +35,7 @@ from streamflow.topologies.observers import Observers
 from streamflow.topologies.runner import TopologyThread
 from tests.golden.apps import APPROVAL, HOOK_TOKEN, ORDERS, REVIEW, Golden
 from tests.kafka.test_crash_drills import committed_history
+from tests.kafka.test_rolling_deploy import builds_cli
 
 ORDER = {"order_id": "o-1", "sku": "BOOK-42", "quantity": 1, "amount_cents": 2599}
 REQUIRED = {
@@ -409,6 +410,15 @@ async def test_two_observers_instances_split_the_partitions_and_each_answers_for
         assert f"{len(runs)} runs" in both
         for run_id in (min(owned[0]), min(owned[1])):
             assert f"run {run_id}: completed" in await cli("show", run_id, "--url", servers[1].url)
+
+        # `streamflow builds` counts the same runs from the index as from every history.
+        def counted(*extra: str) -> dict[str | None, tuple[int, int]]:
+            rows = json.loads(builds_cli(kafka, "--json", *extra))["builds"]
+            return {r["build"]: (r["open_runs"], r["terminal_runs"]) for r in rows}
+
+        from_histories = await asyncio.to_thread(counted)
+        assert sum(t for _, t in from_histories.values()) >= len(runs)
+        assert await asyncio.to_thread(counted, "--url", servers[1].url) == from_histories
 
         # An instance that cannot reach the owner of a partition says so: no partial answer.
         servers[1].stop()

@@ -3,7 +3,7 @@ registrations (the real-broker run is in tests/kafka/test_rolling_deploy.py)."""
 
 from __future__ import annotations
 
-from streamflow.cli.builds import BuildUsage, usage
+from streamflow.cli.builds import BuildUsage, pins_of_rows, usage
 from streamflow.core.events import FlowEventEnvelope, RunCompleted, RunCreated, RunStarted
 from streamflow.serde.messages import BuildRegistration
 from tests.support import T0, spec
@@ -62,3 +62,16 @@ def test_runs_are_counted_per_pinned_build_and_routes_follow_compatibility():
     )
     # A build that is served but has no runs yet.
     assert (rows["v2"].open_runs, rows["v2"].route, rows["v2"].workers) == (0, True, True)
+
+
+def test_runs_can_be_counted_from_an_observers_run_index():
+    rows = [
+        {"run_id": "a", "status": "completed", "workflow": "w", "build": "v1"},
+        {"run_id": "b", "status": "suspended", "workflow": "w", "build": "v1"},
+        {"run_id": "c", "status": "running", "workflow": "w", "build": None},
+        {"run_id": "d", "status": "pending", "workflow": None, "build": None},  # not started
+    ]
+    counted = {
+        r.build: (r.open_runs, r.terminal_runs) for r in usage(None, [], pins=pins_of_rows(rows))
+    }
+    assert counted == {"v1": (1, 1), None: (1, 0)}
