@@ -127,16 +127,23 @@ class NamespaceInspector:
         """The local index and one remote per other owner; every partition covered once."""
         owned = self._owned()
         owners = self._directory.owners()
-        missing = [p for p in range(self._partitions) if p not in owned and p not in owners]
+        missing: list[int] = []
+        remotes: set[str] = set()
+        for partition in range(self._partitions):
+            if partition in owned:
+                continue
+            url = owners.get(partition, "").rstrip("/")
+            if not url or url == self._self:
+                # Nobody, or this instance before its own rebalance callback has run.
+                missing.append(partition)
+            else:
+                remotes.add(url)
         if missing:
             raise InspectionUnavailable(
                 f"no observers instance answers for history partitions {missing} "
                 "(a rebalance in progress, or an instance without an inspection API)"
             )
-        remotes = sorted(
-            {url.rstrip("/") for p, url in owners.items() if p not in owned} - {self._self}
-        )
-        return [self._local, *(_Remote(url) for url in remotes)]
+        return [self._local, *(_Remote(url) for url in sorted(remotes))]
 
     def _owner(self, run_id: str) -> Inspector | _Remote:
         partition = partition_for(run_id, self._partitions)

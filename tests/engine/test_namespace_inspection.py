@@ -1,0 +1,94 @@
+"""One observers instance answering for partitions another instance indexes: routing by
+partition, merging listings over HTTP, and refusing partial answers (the Kafka wiring of the
+directory is in tests/kafka/test_observers.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from streamflow import FlowEngine, InMemoryEventStore, RunNotFound
+from streamflow.kafka.naming import partition_for
+from streamflow.observe.http import InspectionUnavailable, ObserverServer
+from streamflow.stores.inspect import StoreInspector
+from streamflow.topologies.inspection import NamespaceInspector
+from tests.support import Scripted, spec
+
+SELF = "http://self.invalid:1"
+
+
+class Directory:
+    """Stands in for the consumer group's description (what the Kafka test reads for real)."""
+
+    def __init__(self, owners: dict[int, str]) -> None:
+        self.owners_map = owners
+
+    def owners(self) -> dict[int, str]:
+        return dict(self.owners_map)
+
+
+def on(partition: int):
+    return lambda run_id: partition_for(run_id, 2) == partition
+
+
+@pytest.fixture
+def stores():
+    """The same runs in two stores, as two instances' indexes would hold them (each answers
+    only for its partition)."""
+    store = InMemoryEventStore()
+    engine = FlowEngine.builder(Scripted(lambda ctx: ctx.complete(ctx.input))).with_store(store)
+    engine = engine.build()
+    runs = [f"ns-{i}" for i in range(8)]
+    for run_id in runs:
+        asyncio.run(engine.start_with_id(run_id, spec("echo"), {"id": run_id}))
+    assert {partition_for(r, 2) for r in runs} == {0, 1}
+    return store, runs
+
+
+@pytest.fixture
+def peer(stores):
+    store, _ = stores
+    server = ObserverServer("127.0.0.1", 0, inspector=StoreInspector(store, owns=on(1))).start()
+    yield server
+    server.stop()
+
+
+def namespace(store, directory) -> NamespaceInspector:
+    return NamespaceInspector(
+        StoreInspector(store, owns=on(0)),
+        partitions=2,
+        owned=lambda: frozenset({0}),
+        directory=directory,
+        advertise=SELF,
+    )
+
+
+def test_listings_merge_the_owners_and_single_runs_go_to_their_owner(stores, peer):
+    store, runs = stores
+    inspector = namespace(store, Directory({1: peer.url}))
+    assert [r["run_id"] for r in inspector.runs(None)] == sorted(runs)
+    remote = next(r for r in runs if partition_for(r, 2) == 1)
+    assert inspector.run(remote)["output"] == {"id": remote}
+    sequences = [e["sequence"] for e in inspector.history(remote)]
+    assert sequences == list(range(1, len(sequences) + 1))
+    assert len(sequences) >= 2
+    assert inspector.summary()["completed"] == len(runs)
+    assert inspector.suspensions() == []
+    with pytest.raises(RunNotFound):
+        inspector.run("ns-unknown")
+
+
+def test_a_partition_without_a_reachable_owner_is_unavailable_not_missing(stores, peer):
+    store, runs = stores
+    remote = next(r for r in runs if partition_for(r, 2) == 1)
+    for owners in ({}, {1: SELF}):  # nobody; this instance before its rebalance callback
+        inspector = namespace(store, Directory(owners))
+        with pytest.raises(InspectionUnavailable, match=r"partitions \[1\]"):
+            inspector.runs(None)
+        with pytest.raises(InspectionUnavailable, match="partition 1"):
+            inspector.run(remote)
+    url = peer.url
+    peer.stop()
+    with pytest.raises(InspectionUnavailable, match=url):
+        namespace(store, Directory({1: url})).summary()
