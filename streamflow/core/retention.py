@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -248,20 +248,24 @@ def pruned_run(run_id: str) -> RunConflict:
 
 BEING_PRUNED = "its history is being pruned"
 """Why a hold on a sealed run is refused (``RunConflict``)."""
+MAX_PRUNE_MEMBERS = 1000
+"""The largest component a distributed store prunes (every member's vote travels in one
+request); a larger one is retained and reported."""
 
 
 def seal_refusal(
     run_id: str,
     snapshot: WorkflowRunSnapshot | None,
     *,
+    members: Collection[str],
     held: bool,
     sealed_by: str | None,
     pruned: bool,
     component_id: str,
     cutoff: datetime,
 ) -> str | None:
-    """Why the owner of ``run_id`` may not seal it for prune ``component_id`` (``None``: it
-    may). A sealed run takes no new hold until the prune commits or is refused."""
+    """Why the owner of ``run_id`` may not seal it for prune ``component_id`` of ``members``
+    (``None``: it may). A sealed run takes no new hold until the prune commits or is refused."""
     if pruned:
         return f"{run_id} was already pruned"
     if snapshot is None or snapshot.spec is None:
@@ -274,18 +278,8 @@ def seal_refusal(
         return f"{run_id} is held"
     if sealed_by is not None and sealed_by != component_id:
         return f"{run_id} is being pruned by another request"
-    return None
-
-
-def component_refusal(members: Sequence[str], linked: Mapping[str, Iterable[str]]) -> str | None:
-    """Why a component whose members were all sealed still may not be deleted: a member links
-    to a run outside it (the component grew, or the plan missed a link). ``linked`` maps each
-    member to the runs its history links to."""
-    inside = set(members)
-    if set(linked) != inside:
-        return "not every member was sealed"
-    for run_id in sorted(linked):
-        outside = sorted(set(linked[run_id]) - inside)
-        if outside:
-            return f"{run_id} links to runs outside the component: {', '.join(outside)}"
+    outside = sorted(links(snapshot) - set(members))
+    if outside:
+        # The plan missed a link (or it is stale): the component is bigger than asked.
+        return f"{run_id} links to runs outside the component: {', '.join(outside)}"
     return None

@@ -34,6 +34,7 @@ from streamflow.core.inspect import continuation_error
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.projection import project
 from streamflow.core.retention import (
+    MAX_PRUNE_MEMBERS,
     FlowHistoryRetentionPolicy,
     FlowHistoryRetentionReport,
     FlowHistoryTombstone,
@@ -524,13 +525,28 @@ class FlowClient:
     async def _prune_component(
         self, members: tuple[str, ...], policy: FlowHistoryRetentionPolicy
     ) -> bool:
+        """Ask the journals to delete one component; whether they did."""
+        if len(members) > MAX_PRUNE_MEMBERS:
+            log.warning(
+                "component of %s (%d runs) kept: a prune on Kafka takes at most %d runs",
+                min(members),
+                len(members),
+                MAX_PRUNE_MEMBERS,
+            )
+            return False
         body = m.PruneComponent(
             component_id=str(uuid.uuid4()), members=tuple(sorted(members)), cutoff=policy.cutoff
         )
+        first = min(body.members, key=lambda r: (partition_for(r, self._partitions), r))
         try:
-            await self._request(body.members[0], body)
+            await self._request(first, body)
         except RunConflict as exc:
             log.info("prune of %s refused: %s", ", ".join(members), exc)
+            return False
+        except TimeoutError:
+            # A journal on the way is down: the prune goes on when it is back (the request is
+            # durable); this call reports the component as kept.
+            log.warning("prune of %s did not finish in time; it continues", ", ".join(members))
             return False
         return True
 

@@ -208,21 +208,20 @@ class ReleaseHistoryHold:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SealedRun:
-    """One member's vote in a prune: sealed by its owner, with what its tombstone will keep
-    and the runs its history links to."""
+    """One member's vote in a prune: sealed by its owner, with what its tombstone will keep."""
 
     run_id: str
     terminal_sequence: int
     event_id: str
     event_key: str
     history_sha256: str
-    links: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PruneComponent:
-    """Delete one whole component: relayed through its members in order (the request's
-    ``run_id`` is the member asked next), each sealing its run and adding its vote."""
+    """Delete one whole component: relayed partition by partition in ascending order (the
+    request's ``run_id`` is the first member of the partition asked next), each journal sealing
+    the members of its partition and adding their votes."""
 
     component_id: str
     members: tuple[str, ...]

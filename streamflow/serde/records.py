@@ -484,7 +484,6 @@ SEALED = RecordMap(
         ("event_id", SAME),
         ("event_key", SAME),
         ("history_sha256", DIGEST),
-        ("links", Conv(list, tuple)),
     ),
 )
 

@@ -40,11 +40,10 @@ from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.projection import evolve, project
 from streamflow.core.retention import (
     BEING_PRUNED,
+    MAX_PRUNE_MEMBERS,
     FlowHistoryTombstone,
     HistoryHold,
     check_hold,
-    component_refusal,
-    links,
     pruned_run,
     seal_refusal,
     tombstone,
@@ -801,54 +800,61 @@ class Journal(TransactionalTopology):
     def _prune(
         self, txn: _Transaction, request: m.Request, body: m.PruneComponent, now: datetime
     ) -> None:
-        """Seal this member and hand the prune on to the next; the last member deletes them
-        all in this transaction, or lifts every seal and refuses."""
-        run_id = request.run_id
+        """Seal the component's members of this partition and hand the prune on to the next
+        partition; the journal of the last partition deletes them all in this transaction. The
+        first member found ineligible refuses the whole component and lifts every seal."""
         members = body.members
-        position = len(body.sealed)
+        groups = self._prune_groups(members)
+        voted = [v.run_id for v in body.sealed]
+        step = next((i for i, g in enumerate(groups) if g[0] == request.run_id), None)
         if (
-            list(members) != sorted(set(members))
-            or position >= len(members)
-            or members[position] != run_id
-            or [v.run_id for v in body.sealed] != list(members[:position])
+            not members
+            or len(members) > MAX_PRUNE_MEMBERS
+            or list(members) != sorted(set(members))
+            or step is None
+            or voted != [r for g in groups[:step] for r in g]
         ):
             self._refuse_prune(txn, request, body, "malformed prune request", now)
             return
-        snap = self._snapshot(run_id)
-        record = self._retention_of(run_id)
-        reason = seal_refusal(
-            run_id,
-            snap,
-            held=bool(record.holds),
-            sealed_by=record.sealed_by,
-            pruned=record.tombstone is not None,
-            component_id=body.component_id,
-            cutoff=body.cutoff,
-        )
-        if reason is not None or snap is None:
-            self._refuse_prune(txn, request, body, reason or f"{run_id} does not exist", now)
-            return
-        stone = tombstone(self._stored(run_id) + txn.staged.get(run_id, []), now)
-        vote = m.SealedRun(
-            run_id=run_id,
-            terminal_sequence=stone.terminal_sequence,
-            event_id=stone.event_id,
-            event_key=stone.event_key,
-            history_sha256=stone.history_sha256,
-            links=tuple(sorted(links(snap))),
-        )
-        sealed = (*body.sealed, vote)
-        if position + 1 < len(members):
-            self._put_retention(txn, replace(record, sealed_by=body.component_id))
+        votes: list[m.SealedRun] = []
+        for run_id in groups[step]:
+            snap = self._snapshot(run_id)
+            record = self._retention_of(run_id)
+            reason = seal_refusal(
+                run_id,
+                snap,
+                members=members,
+                held=bool(record.holds),
+                sealed_by=record.sealed_by,
+                pruned=record.tombstone is not None,
+                component_id=body.component_id,
+                cutoff=body.cutoff,
+            )
+            if reason is not None:
+                self._refuse_prune(txn, request, body, reason, now)
+                return
+            stone = tombstone(self._stored(run_id) + txn.staged.get(run_id, []), now)
+            votes.append(
+                m.SealedRun(
+                    run_id=run_id,
+                    terminal_sequence=stone.terminal_sequence,
+                    event_id=stone.event_id,
+                    event_key=stone.event_key,
+                    history_sha256=stone.history_sha256,
+                )
+            )
+        sealed = (*body.sealed, *votes)
+        if step + 1 < len(groups):
+            for run_id in groups[step]:
+                record = self._retention_of(run_id)
+                self._put_retention(txn, replace(record, sealed_by=body.component_id))
             onward = replace(body, sealed=sealed)
-            self._send(replace(request, run_id=members[position + 1], body=onward))
+            self._send(replace(request, run_id=groups[step + 1][0], body=onward))
             return
-        reason = component_refusal(members, {v.run_id: v.links for v in sealed})
-        if reason is not None:
-            self._refuse_prune(txn, request, body, reason, now)
-            return
-        # Every member is sealed: terminal before the cutoff, unheld, and none can take a hold
-        # until this ends. Delete them all in this one transaction.
+        # Every member is sealed: terminal before the cutoff, unheld, linked only inside the
+        # component, and none can take a hold until this ends. Delete them all in this one
+        # transaction.
+        here = partition_for(request.run_id, self._partitions)
         for member in sealed:
             stone = FlowHistoryTombstone(
                 run_id=member.run_id,
@@ -858,9 +864,7 @@ class Journal(TransactionalTopology):
                 history_sha256=member.history_sha256,
                 pruned_at=now,
             )
-            own = partition_for(member.run_id, self._partitions) == partition_for(
-                run_id, self._partitions
-            )
+            own = partition_for(member.run_id, self._partitions) == here
             self._erase(txn, stone, own=own)
             if not own:
                 forget = m.ForgetRun(component_id=body.component_id, tombstone=stone)
@@ -871,7 +875,15 @@ class Journal(TransactionalTopology):
                 )
         txn.prunes += 1
         if request.reply:
-            self._reply(request, run_id, error=None, snap=None, now=now)
+            self._reply(request, request.run_id, error=None, snap=None, now=now)
+
+    def _prune_groups(self, members: tuple[str, ...]) -> list[list[str]]:
+        """The component's members by partition, partitions in ascending order, members sorted:
+        the order a prune visits them in."""
+        groups: dict[int, list[str]] = {}
+        for run_id in sorted(members):
+            groups.setdefault(partition_for(run_id, self._partitions), []).append(run_id)
+        return [groups[p] for p in sorted(groups)]
 
     def _refuse_prune(
         self,

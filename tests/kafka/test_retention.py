@@ -243,8 +243,19 @@ async def test_a_hold_racing_a_prune_keeps_the_whole_component_or_none_of_it(dri
     assert not held[next(i for i, c in enumerate(components) if sealed in c)]
 
 
+async def spanning_family(driver, prefix: str) -> list[str]:
+    """A parent and child on different partitions (child ids are random: try a few)."""
+    for i in range(20):
+        members = await family(driver, f"{prefix}-{i}")
+        if len({partition_for(r, PARTITIONS) for r in members}) == PARTITIONS:
+            return members
+    raise AssertionError("no family spanned both partitions")
+
+
 async def test_a_journal_refuses_a_stale_plan_and_lifts_the_seals_it_placed(driver, kafka):
-    first, second = await family(driver, "stale")  # the prune asks them in this order
+    members = await spanning_family(driver, "stale")
+    # The prune visits partition 0 first, then partition 1.
+    first, second = sorted(members, key=lambda r: partition_for(r, PARTITIONS))
     # The plan was made before this hold: the journal owning `second` must refuse it.
     await driver.hold_history(second, "legal", "placed after the plan")
     pruned = await driver.client._prune_component((first, second), SOON)  # a stale plan
@@ -264,6 +275,17 @@ async def test_a_journal_refuses_a_stale_plan_and_lifts_the_seals_it_placed(driv
     record = retention_records(kafka)[first]
     assert record.sealed_by is None
     assert [h.hold_id for h in record.holds] == ["audit"]
+
+
+async def test_a_component_larger_than_a_prune_can_carry_is_kept(driver, kafka, monkeypatch):
+    members = await family(driver, "big")
+    # Reaching the real limit (1,000 runs) is slow; lowering it exercises the same path.
+    monkeypatch.setattr("streamflow.kafka.client.MAX_PRUNE_MEMBERS", 1)
+    report = await driver.prune_terminal_history(SOON)
+    assert report.deleted_run_ids == ()
+    assert report.retained_run_ids == tuple(members)
+    runs = latest_history(kafka)
+    assert [state(runs, r) for r in members] == ["whole", "whole"]
 
 
 async def test_the_observers_stop_showing_pruned_runs(kafka, tmp_path):

@@ -239,7 +239,6 @@ SEALED_FULL = SealedRun(
     event_id="5d3c1c62-2a4f-4a57-9a52-9f0c8d2b7e11",
     event_key="flow.run.continued_as_new",
     history_sha256=DIGEST,
-    links=("order-1-1", "parent-1"),
 )
 
 BODIES_FULL: list[RequestBody] = [

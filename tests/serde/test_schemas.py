@@ -53,7 +53,7 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "36fdac5f16eaf825",
+    "Request": "dbdb3fa9f1848482",
     "HistoryRecord": "b3a607ef21af0cb6",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "640cb8b095318ffc",
