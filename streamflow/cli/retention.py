@@ -28,8 +28,10 @@ from streamflow.core.retention import (
     FlowHistoryRetentionReport,
     FlowHistoryTombstone,
     HistoryHold,
+    RetentionFacts,
     plan_prune,
 )
+from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.timeutil import format_utc, parse_utc
 
 EXIT_OK = 0
@@ -69,6 +71,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     when.add_argument("--older-than", help="cutoff as an age: 90d, 12h, 30m or 45s")
     prune.add_argument("--run", action="append", default=[], help="only components of these runs")
     prune.add_argument("--dry-run", action="store_true", help="show the plan, delete nothing")
+    prune.add_argument(
+        "--url",
+        help="with --kafka: plan from an observers instance's run index (e.g. "
+        "http://127.0.0.1:9464) instead of reading every history",
+    )
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
     _sources(prune)
     hold = subparsers.add_parser(
@@ -122,6 +129,12 @@ def run(args: argparse.Namespace) -> int:
     if args.dir is not None and not args.dir.is_dir():
         print(f"error: no store at {args.dir}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if getattr(args, "url", None) is not None and args.dir is not None:
+        print(
+            "error: --url plans from a Kafka observers instance: use it with --kafka",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     return asyncio.run(_run(args))
 
 
@@ -137,6 +150,11 @@ async def _run(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.dry_run:
             report = await _plan(args, backend)
+        elif args.url is not None:
+            from streamflow.kafka.client import FlowClient
+
+            assert isinstance(backend, FlowClient)
+            report = await backend.prune_terminal_history(args.policy, index=args.url)
         else:
             report = await backend.prune_terminal_history(args.policy)
         _print(report, args.policy, json_out=args.json, dry_run=args.dry_run)
@@ -168,15 +186,21 @@ async def _plan(args: argparse.Namespace, backend: Retention) -> FlowHistoryRete
     """What a prune would delete now, without deleting anything."""
     from streamflow.stores.rocksdb import RocksDBEventStore
 
+    runs: dict[str, WorkflowRunSnapshot | RetentionFacts]
     if isinstance(backend, RocksDBEventStore):
         histories = {r: await backend.list(r) for r in await backend.list_run_ids()}
+        runs = {run_id: project(run_id, events) for run_id, events in histories.items()}
+    elif args.url is not None:
+        from streamflow.kafka.client import retention_facts
+
+        runs = dict(await asyncio.to_thread(retention_facts, args.url))
     else:
         from streamflow.cli.history import load
 
         histories = await asyncio.to_thread(load, args)
-    snapshots = {run_id: project(run_id, events) for run_id, events in histories.items()}
-    holds = {run_id: await backend.history_holds(run_id) for run_id in snapshots}
-    plan = plan_prune(snapshots, {r: h for r, h in holds.items() if h}, args.policy)
+        runs = {run_id: project(run_id, events) for run_id, events in histories.items()}
+    holds = {run_id: await backend.history_holds(run_id) for run_id in runs}
+    plan = plan_prune(runs, {r: h for r, h in holds.items() if h}, args.policy)
     return FlowHistoryRetentionReport(
         deleted_run_ids=tuple(sorted(r for c in plan.components for r in c)),
         retained_run_ids=plan.retained_run_ids,

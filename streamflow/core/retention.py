@@ -133,16 +133,61 @@ def links(snapshot: WorkflowRunSnapshot) -> set[str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class RetentionFacts:
+    """What planning a prune needs of one run (a run index can serve these without histories)."""
+
+    run_id: str
+    terminal: bool
+    updated_at: datetime | None
+    """When its last event was committed (a terminal run: when it ended)."""
+    links: frozenset[str]
+    """The runs it is joined to (:func:`links`)."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.terminal
+
+    @staticmethod
+    def of(snapshot: WorkflowRunSnapshot) -> RetentionFacts:
+        return RetentionFacts(
+            snapshot.run_id, snapshot.is_terminal, snapshot.updated_at, frozenset(links(snapshot))
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "terminal": self.terminal,
+            "updated_at": None if self.updated_at is None else format_utc(self.updated_at),
+            "links": sorted(self.links),
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> RetentionFacts:
+        updated = data.get("updated_at")
+        return RetentionFacts(
+            run_id=str(data["run_id"]),
+            terminal=bool(data["terminal"]),
+            updated_at=None if updated is None else parse_utc(updated),
+            links=frozenset(str(r) for r in data.get("links", ())),
+        )
+
+
 def plan_prune(
-    snapshots: Mapping[str, WorkflowRunSnapshot],
+    runs: Mapping[str, WorkflowRunSnapshot | RetentionFacts],
     holds: Mapping[str, Sequence[HistoryHold]],
     policy: FlowHistoryRetentionPolicy,
 ) -> PrunePlan:
-    """The components to delete now. ``snapshots`` is every run the store holds."""
+    """The components to delete now. ``runs`` is every run the store holds (snapshots, or
+    their :class:`RetentionFacts`)."""
+    snapshots = {
+        run_id: r if isinstance(r, RetentionFacts) else RetentionFacts.of(r)
+        for run_id, r in runs.items()
+    }
     # Undirected edges: a link recorded on either end joins both runs.
     neighbours: dict[str, set[str]] = {run_id: set() for run_id in snapshots}
     for run_id, snap in snapshots.items():
-        for other in links(snap):
+        for other in snap.links:
             neighbours[run_id].add(other)
             if other in neighbours:
                 neighbours[other].add(run_id)
@@ -181,14 +226,14 @@ def _component(start: str, neighbours: Mapping[str, set[str]]) -> tuple[set[str]
     return members, missing
 
 
-def _ended_before(snap: WorkflowRunSnapshot, cutoff: datetime) -> bool:
+def _ended_before(snap: WorkflowRunSnapshot | RetentionFacts, cutoff: datetime) -> bool:
     return snap.updated_at is not None and snap.updated_at < cutoff
 
 
 def _ineligible(
     members: set[str],
     missing: set[str],
-    snapshots: Mapping[str, WorkflowRunSnapshot],
+    snapshots: Mapping[str, RetentionFacts],
     holds: Mapping[str, Sequence[HistoryHold]],
     policy: FlowHistoryRetentionPolicy,
 ) -> str | None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,6 +28,7 @@ from streamflow.core.errors import (
     ContinueAsNewCycle,
     FlowError,
     InvalidTransition,
+    IoError,
     RunConflict,
     RunNotFound,
 )
@@ -39,6 +43,7 @@ from streamflow.core.retention import (
     FlowHistoryRetentionReport,
     FlowHistoryTombstone,
     HistoryHold,
+    RetentionFacts,
     plan_prune,
 )
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
@@ -180,6 +185,22 @@ class HistoryReader:
 
     def close(self) -> None:
         self._topic.close()
+
+
+def retention_facts(url: str) -> dict[str, RetentionFacts]:
+    """Every run's retention facts, from an observers instance's run index (``/v1/retention``;
+    any instance answers for the whole namespace)."""
+    target = f"{url.rstrip('/')}/v1/retention"
+    try:
+        with urllib.request.urlopen(target, timeout=120) as response:
+            rows = json.loads(response.read().decode())
+    except urllib.error.HTTPError as error:
+        body = error.read().decode(errors="replace")
+        raise IoError(f"{target}: HTTP {error.code} {body}") from None
+    except (OSError, ValueError) as exc:
+        raise IoError(f"{target}: {exc}") from None
+    facts = (RetentionFacts.from_json(row) for row in rows)
+    return {f.run_id: f for f in facts}
 
 
 class RetentionReader:
@@ -487,20 +508,25 @@ class FlowClient:
         return None if record is None else record.tombstone
 
     async def prune_terminal_history(
-        self, policy: FlowHistoryRetentionPolicy
+        self, policy: FlowHistoryRetentionPolicy, *, index: str | None = None
     ) -> FlowHistoryRetentionReport:
         """Delete the histories of every component whose members all ended before the
         policy's cutoff and are unheld, a whole component at a time.
 
-        Plans from every history of the namespace (like :meth:`list_run_ids`), then asks the
-        journals to prune each component; they re-check every member, so a run that changed
-        since the plan (a new hold, a new link) keeps its component. Returns once every
-        deleted run's tombstone is readable."""
-        histories = await asyncio.to_thread(self._history.histories)
-        snapshots = {run_id: project(run_id, events) for run_id, events in histories.items()}
+        Plans from every history of the namespace (like :meth:`list_run_ids`), or, given
+        ``index`` (the URL of an observers instance), from its run index's retention facts;
+        then asks the journals to prune each component. They re-check every member, so a run
+        that changed since the plan (a new hold, a new link) keeps its component. Returns once
+        every deleted run's tombstone is readable."""
+        runs: dict[str, WorkflowRunSnapshot | RetentionFacts]
+        if index is None:
+            histories = await asyncio.to_thread(self._history.histories)
+            runs = {run_id: project(run_id, events) for run_id, events in histories.items()}
+        else:
+            runs = dict(await asyncio.to_thread(retention_facts, index))
         records = await asyncio.to_thread(self._retention.records)
         holds = {run_id: list(r.holds) for run_id, r in records.items() if r.holds}
-        plan = plan_prune(snapshots, holds, policy)
+        plan = plan_prune(runs, holds, policy)
         outcomes = await asyncio.gather(
             *(self._prune_component(members, policy) for members in plan.components)
         )

@@ -8,7 +8,9 @@ Routes (GET only; JSON unless noted):
 - ``/v1/runs/{run_id}``: one run's state; ``/v1/runs/{run_id}/history``: its events;
 - ``/v1/summary``: counts per status and open work;
 - ``/v1/suspensions``: open suspensions (waits and retries say whether they are due);
-- ``/v1/hooks``: active hooks, with token digests only.
+- ``/v1/hooks``: active hooks, with token digests only;
+- ``/v1/retention``: each run's retention facts (terminal, last commit, links), what planning a
+  prune needs.
 
 An unknown run is a 404 with ``{"error": "RunNotFound", "message": ...}``; a bad query a 400;
 an answer that needs another observers instance that cannot be reached a 503
@@ -50,6 +52,8 @@ class Inspector(Protocol):
     def suspensions(self) -> list[dict[str, Any]]: ...
 
     def hooks(self) -> list[dict[str, Any]]: ...
+
+    def retention(self) -> list[dict[str, Any]]: ...
 
 
 class _BadRequest(Exception):
@@ -172,6 +176,7 @@ class ObserverServer:
             "summary": inspector.summary,
             "suspensions": inspector.suspensions,
             "hooks": inspector.hooks,
+            "retention": inspector.retention,
         }
         return simple.get(parts[0]) if len(parts) == 1 else None
 

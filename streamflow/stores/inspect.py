@@ -17,6 +17,7 @@ from streamflow.core.errors import RunNotFound
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.inspect import open_suspensions, summarize
 from streamflow.core.projection import project
+from streamflow.core.retention import RetentionFacts
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.views import hook_view, run_row, run_view, summary_view, suspension_view
 from streamflow.stores.base import FlowEventStore
@@ -82,3 +83,7 @@ class StoreInspector:
     def hooks(self) -> list[dict[str, Any]]:
         hooks = self._run(self._store.list_active_hooks())
         return [hook_view(h) for h in hooks if self._owns(h.run_id)]
+
+    def retention(self) -> list[dict[str, Any]]:
+        """Every run's :class:`RetentionFacts` (what planning a prune needs)."""
+        return [RetentionFacts.of(s).to_json() for s in self._run(self._snapshots())]

@@ -195,6 +195,10 @@ class NamespaceInspector:
         rows = [r for part in self._gather("/v1/hooks", _hooks) for r in part]
         return sorted(rows, key=lambda r: (r["run_id"], r["hook_id"]))
 
+    def retention(self) -> list[dict[str, Any]]:
+        rows = [r for part in self._gather("/v1/retention", _retention) for r in part]
+        return sorted(rows, key=lambda r: r["run_id"])
+
     def _gather(self, path: str, ask: Callable[[Inspector], Any]) -> list[Any]:
         return [
             source.get(path) if isinstance(source, _Remote) else ask(source)
@@ -208,3 +212,7 @@ def _suspensions(local: Inspector) -> list[dict[str, Any]]:
 
 def _hooks(local: Inspector) -> list[dict[str, Any]]:
     return local.hooks()
+
+
+def _retention(local: Inspector) -> list[dict[str, Any]]:
+    return local.retention()

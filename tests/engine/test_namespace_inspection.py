@@ -75,6 +75,9 @@ def test_listings_merge_the_owners_and_single_runs_go_to_their_owner(stores, pee
     assert len(sequences) >= 2
     assert inspector.summary()["completed"] == len(runs)
     assert inspector.suspensions() == []
+    facts = inspector.retention()
+    assert [f["run_id"] for f in facts] == sorted(runs)
+    assert all(f["terminal"] and f["links"] == [] for f in facts)
     with pytest.raises(RunNotFound):
         inspector.run("ns-unknown")
 

@@ -40,9 +40,9 @@ from streamflow.kafka.client import FlowClient, TopicReader
 from streamflow.kafka.clients import caught_up, producer, read_targets, reader
 from streamflow.kafka.manifest import load_manifest
 from streamflow.kafka.naming import Names, partition_for, split_history_key
+from streamflow.observe.http import ObserverServer
 from streamflow.serde import codec
 from streamflow.serde import messages as m
-from streamflow.stores.inspect import StoreInspector
 from streamflow.testing.kafka_harness import KafkaDriver
 from streamflow.testing.processes import ROOT, Cluster
 from tests.conformance.test_retention import CHILD, family, workflow
@@ -288,7 +288,9 @@ async def test_a_component_larger_than_a_prune_can_carry_is_kept(driver, kafka, 
     assert [state(runs, r) for r in members] == ["whole", "whole"]
 
 
-async def test_the_observers_stop_showing_pruned_runs(kafka, tmp_path):
+async def test_a_prune_planned_from_the_observers_index_and_the_index_forgetting_it(
+    kafka, tmp_path
+):
     seen = InMemoryFlowEventObserver()
     made = await asyncio.to_thread(
         KafkaDriver,
@@ -298,29 +300,47 @@ async def test_the_observers_stop_showing_pruned_runs(kafka, tmp_path):
         partitions=PARTITIONS,
         observers=[seen],
     )
+    server = ObserverServer("127.0.0.1", 0)
     try:
         topology = made.observers_topology
         assert topology is not None
-        inspector = StoreInspector(topology.index, owns=topology.owns)
+        namespace, local = topology.inspectors()
+        server.set_inspector(namespace, local=local)
+        server.start()
         members = await family(made, "shown")
-        lengths = {r: len(await made.history(r)) for r in members}
+        kept = await family(made, "kept")
+        await made.hold_history(kept[0], "legal", "case 9")
+        lengths = {r: len(await made.history(r)) for r in members + kept}
 
         def indexed() -> dict[str, int]:
-            return {r: topology.index.last_sequence(r) for r in members}
+            return {r: topology.index.last_sequence(r) for r in members + kept}
 
-        await until(lambda: indexed() == lengths, "the observers to index both runs")
-        listed = await asyncio.to_thread(inspector.runs, None)
-        assert sorted(r["run_id"] for r in listed) == members
+        await until(lambda: indexed() == lengths, "the observers to index every run")
+        listed = await asyncio.to_thread(local.runs, None)
+        assert sorted(r["run_id"] for r in listed) == sorted(members + kept)
 
-        report = await made.prune_terminal_history(SOON)
+        # Planned from the index (no history read), checked and executed by the journals.
+        later = ("--before", "2999-01-01T00:00:00Z")
+        plan = await asyncio.to_thread(
+            cli, kafka, "prune", *later, "--dry-run", "--json", "--url", server.url
+        )
+        assert plan.returncode == 0, plan.stderr
+        planned = json.loads(plan.stdout)
+        assert (planned["deleted"], planned["held"]) == (members, [kept[0]])
+        report = await made.client.prune_terminal_history(SOON, index=server.url)
         assert report.deleted_run_ids == tuple(members)
+        assert report.held_run_ids == (kept[0],)
+        assert report.retained_run_ids == tuple(kept)
 
-        await until(lambda: indexed() == dict.fromkeys(members, 0), "the index to drop them")
-        assert await asyncio.to_thread(inspector.runs, None) == []
+        gone = dict.fromkeys(members, 0)
+        await until(lambda: {r: indexed()[r] for r in members} == gone, "the index to drop them")
+        listed = await asyncio.to_thread(local.runs, None)
+        assert sorted(r["run_id"] for r in listed) == kept
         assert all(topology.index.is_pruned(r) for r in members)
         # Pruning is not an event: observers saw each run's history once and nothing else.
-        assert {r: sum(e.run_id == r for e in seen.events()) for r in members} == lengths
+        assert {r: sum(e.run_id == r for e in seen.events()) for r in lengths} == lengths
     finally:
+        server.stop()
         await made.close()
 
 
