@@ -139,11 +139,21 @@ def state(runs: dict[str, dict[int, bytes | None]], run_id: str) -> str:
     return "torn"
 
 
+async def spanning_family(driver, prefix: str) -> list[str]:
+    """A parent and child on different partitions (child ids are random: try a few)."""
+    for i in range(20):
+        members = await family(driver, f"{prefix}-{i}")
+        if len({partition_for(r, PARTITIONS) for r in members}) == PARTITIONS:
+            return members
+    raise AssertionError("no family spanned both partitions")
+
+
 async def test_a_pruned_component_leaves_only_tombstones_in_the_log(driver, kafka):
-    components = [await family(driver, f"fam-{i}") for i in range(4)]
-    members = sorted(r for c in components for r in c)
-    # Some component spans both partitions, so some prune crosses journal ownership.
-    assert any(len({partition_for(r, PARTITIONS) for r in c}) == 2 for c in components)
+    # One component spans both partitions, so its prune crosses journal ownership.
+    await spanning_family(driver, "span")
+    for i in range(3):
+        await family(driver, f"fam-{i}")
+    members = sorted(await driver.list_run_ids())  # every family, spanning or not
     digests = {r: history_digest(await driver.history(r)) for r in members}
     # Give one member an incident (a proposal the journal refuses), which is run data too.
     victim = members[0]
@@ -241,15 +251,6 @@ async def test_a_hold_racing_a_prune_keeps_the_whole_component_or_none_of_it(dri
             assert set(component) <= set(report.deleted_run_ids)
     # A sealed run takes no hold: its component is deleted whole.
     assert not held[next(i for i, c in enumerate(components) if sealed in c)]
-
-
-async def spanning_family(driver, prefix: str) -> list[str]:
-    """A parent and child on different partitions (child ids are random: try a few)."""
-    for i in range(20):
-        members = await family(driver, f"{prefix}-{i}")
-        if len({partition_for(r, PARTITIONS) for r in members}) == PARTITIONS:
-            return members
-    raise AssertionError("no family spanned both partitions")
 
 
 async def test_a_journal_refuses_a_stale_plan_and_lifts_the_seals_it_placed(driver, kafka):
@@ -388,7 +389,7 @@ async def test_kill_9_between_a_prunes_tombstones_and_their_commit(kafka, tmp_pa
         env={"STREAMFLOW_TEST_LEDGER": str(tmp_path / "ledger"), "STREAMFLOW_LOG_LEVEL": "WARNING"},
     ).start()
     client = FlowClient(kafka, request_timeout=120)
-    parents = [f"parent-{i}" for i in range(4)]
+    parents = [f"parent-{i}" for i in range(8)]  # some family spans both partitions
     try:
         await asyncio.to_thread(cluster.wait_for_route)
         await asyncio.gather(*(client.start_with_id(p, PARENT, {}) for p in parents))
