@@ -12,6 +12,8 @@ from typing import Any, cast
 from confluent_kafka import Message, Producer
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
+from streamflow.kafka.clients import read_to_end
+from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.serde import codec
 from streamflow.serde.messages import DeadLetter
@@ -99,6 +101,34 @@ def encode_offset(offset: int) -> bytes:
 
 def decode_offset(raw: bytes | None) -> int | None:
     return None if raw is None else int.from_bytes(raw, "big", signed=True)
+
+
+def mirror_partition(
+    settings: KafkaSettings,
+    state: LocalState,
+    batch: StateBatch,
+    *,
+    topic: str,
+    partition: int,
+    family: str,
+    offset_key: bytes,
+) -> None:
+    """Stage into ``batch`` what a compacted topic's partition committed since the offset saved
+    under ``offset_key`` (in ``meta``): each keyed record's value in ``family`` (a null value
+    deletes the key), and the new offset. A restore after a crash or a reassignment."""
+    start = decode_offset(state.get("meta", offset_key))
+    last: int | None = None
+    for msg in read_to_end(settings, topic, partition, start):
+        key = msg.key()
+        if key is not None:
+            value = msg.value()
+            if value is None:
+                batch.delete(family, key)
+            else:
+                batch.put(family, key, value)
+        last = msg.offset()
+    if last is not None:
+        batch.put("meta", offset_key, encode_offset(last + 1))
 
 
 TYPE_HEADER = "sf.type"

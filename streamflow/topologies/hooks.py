@@ -39,7 +39,7 @@ from streamflow.core.errors import (
     InvalidTransition,
 )
 from streamflow.core.tokens import digests_equal, is_token_digest, token_digest
-from streamflow.kafka.clients import APPEND_WOKEN, partition_count, read_to_end
+from streamflow.kafka.clients import APPEND_WOKEN, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
@@ -48,8 +48,8 @@ from streamflow.serde.errors import error_info
 from streamflow.topologies.common import (
     LocalState,
     StateBatch,
-    decode_offset,
     encode_offset,
+    mirror_partition,
     send_dead_letter,
     utc_now,
 )
@@ -135,20 +135,16 @@ class Hooks(TransactionalTopology):
 
     def restore(self, partition: int) -> None:
         """Bring the token index of ``partition`` up to ``{ns}.hook-tokens``' committed end."""
-        start = decode_offset(self._state.get("meta", _offset_key(partition)))
         batch = self._state.batch()
-        last: int | None = None
-        for msg in read_to_end(self._settings, self._names.hook_tokens, partition, start):
-            key = msg.key()
-            if key is not None:
-                value = msg.value()
-                if value is None:
-                    batch.delete("tokens", key)
-                else:
-                    batch.put("tokens", key, value)
-            last = msg.offset()
-        if last is not None:
-            batch.put("meta", _offset_key(partition), encode_offset(last + 1))
+        mirror_partition(
+            self._settings,
+            self._state,
+            batch,
+            topic=self._names.hook_tokens,
+            partition=partition,
+            family="tokens",
+            offset_key=_offset_key(partition),
+        )
         self._state.write(batch)
 
     def close_state(self) -> None:

@@ -49,7 +49,7 @@ from streamflow.core.retention import (
     tombstone,
 )
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.kafka.clients import APPEND_WOKEN, partition_count, producer, read_to_end
+from streamflow.kafka.clients import APPEND_WOKEN, partition_count, producer
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, history_key, partition_for
 from streamflow.serde import codec
@@ -59,8 +59,8 @@ from streamflow.topologies.common import (
     TYPE_HEADER,
     LocalState,
     StateBatch,
-    decode_offset,
     encode_offset,
+    mirror_partition,
     send_dead_letter,
     utc_now,
 )
@@ -987,36 +987,22 @@ class Journal(TransactionalTopology):
         self._restore(partition)
 
     def _restore(self, partition: int) -> None:
-        """Bring local state up to history partition ``partition``'s committed end."""
-        start = decode_offset(self._state.get("meta", _offset_key(partition)))
+        """Bring local state up to history and retention partition ``partition``'s committed
+        end (a null history value is a retention tombstone: the key is deleted)."""
         batch = self._state.batch()
-        last: int | None = None
-        for msg in read_to_end(self._settings, self._names.history, partition, start):
-            key = msg.key()
-            value = msg.value()
-            if key is None:
-                continue
-            if value is None:
-                batch.delete("events", key)  # a retention tombstone
-            else:
-                batch.put("events", key, value)
-            last = msg.offset()
-        if last is not None:
-            batch.put("meta", _offset_key(partition), encode_offset(last + 1))
-        start = decode_offset(self._state.get("meta", _retention_offset_key(partition)))
-        last = None
-        for msg in read_to_end(self._settings, self._names.retention, partition, start):
-            key = msg.key()
-            value = msg.value()
-            if key is None:
-                continue
-            if value is None:
-                batch.delete("retention", key)
-            else:
-                batch.put("retention", key, value)
-            last = msg.offset()
-        if last is not None:
-            batch.put("meta", _retention_offset_key(partition), encode_offset(last + 1))
+        for topic, family, key in (
+            (self._names.history, "events", _offset_key(partition)),
+            (self._names.retention, "retention", _retention_offset_key(partition)),
+        ):
+            mirror_partition(
+                self._settings,
+                self._state,
+                batch,
+                topic=topic,
+                partition=partition,
+                family=family,
+                offset_key=key,
+            )
         self._state.write(batch)
 
     # -- state ---------------------------------------------------------------------------------
