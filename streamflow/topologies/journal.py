@@ -259,6 +259,9 @@ class Journal(TransactionalTopology):
             return
         if txn.child_starts:
             faults.hit("journal.after_child_request_commit")
+        if txn.prunes:
+            # A prune is committed; local state (its own partition's deletions) is not yet.
+            faults.hit("journal.after_prune_commit")
         for partition, offset in txn.history_offsets.items():
             txn.batch.put("meta", _offset_key(partition), encode_offset(offset + 1))
         for partition, offset in txn.retention_offsets.items():

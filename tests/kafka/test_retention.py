@@ -380,7 +380,16 @@ PARENT = WorkflowSpec.python(PARENT_SPEC_NAME, "1", "tests.kafka.apps", "Family"
 
 
 @pytest.mark.slow
-async def test_kill_9_between_a_prunes_tombstones_and_their_commit(kafka, tmp_path):
+@pytest.mark.parametrize(
+    "fault",
+    [
+        # The tombstones of a prune are in the log, its transaction not committed.
+        "journal.after_prune_produced:kill@1",
+        # Committed; the journal's local state has not recorded its own deletions yet.
+        "journal.after_prune_commit:kill@1",
+    ],
+)
+async def test_kill_9_around_a_prunes_commit(kafka, tmp_path, fault):
     admin.apply(kafka, load_manifest(), profile="dev", partitions=PARTITIONS)
     cluster = Cluster(
         kafka,
@@ -402,20 +411,25 @@ async def test_kill_9_between_a_prunes_tombstones_and_their_commit(kafka, tmp_pa
         assert any(len({partition_for(r, PARTITIONS) for r in c}) > 1 for c in components)
         before = latest_history(kafka)
 
-        # The journal that commits a prune dies right after producing its tombstones.
         cluster["journal"].terminate()
-        cluster.spawn("journal", faults="journal.after_prune_produced:kill@1")
+        cluster.spawn("journal", faults=fault)
         pruning = asyncio.ensure_future(client.prune_terminal_history(SOON))
         code = await asyncio.to_thread(cluster["journal"].wait_exit, 90)
         assert code == -signal.SIGKILL, cluster.logs()
 
-        # The tombstones are in the log (the fault fired after producing them) ...
-        raw = latest_history(kafka, committed=False)
-        assert any(state(raw, r) == "gone" for r in members)
-        # ... but not committed: every member is whole for a read_committed reader.
         runs = latest_history(kafka)
-        assert {r: state(runs, r) for r in members} == dict.fromkeys(members, "whole")
-        assert {r: runs[r] for r in members} == {r: before[r] for r in members}
+        if "produced" in fault:
+            # The tombstones are in the log (the fault fired after producing them) ...
+            raw = latest_history(kafka, committed=False)
+            assert any(state(raw, r) == "gone" for r in members)
+            # ... but not committed: every member is whole for a read_committed reader.
+            assert {r: state(runs, r) for r in members} == dict.fromkeys(members, "whole")
+            assert {r: runs[r] for r in members} == {r: before[r] for r in members}
+        else:
+            # One component is gone, whole; none is torn.
+            states = [{state(runs, r) for r in c} for c in components]
+            assert all(len(s) == 1 for s in states), states
+            assert {"gone"} in states
 
         cluster.restart("journal")
         report = await pruning
@@ -424,6 +438,11 @@ async def test_kill_9_between_a_prunes_tombstones_and_their_commit(kafka, tmp_pa
         assert {r: state(runs, r) for r in members} == dict.fromkeys(members, "gone")
         for run_id in members:
             assert (await client.history_tombstone(run_id)) is not None
+            # The restarted journal knows, whatever its local state missed at the kill.
+            with pytest.raises(RunConflict):
+                await client.start_with_id(run_id, PARENT, {})
+            with pytest.raises(RunNotFound):
+                await client.hold_history(run_id, "late", "after the prune")
     finally:
         client.close()
         cluster.stop()
