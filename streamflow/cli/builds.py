@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +30,7 @@ from streamflow.core.events import FlowEventEnvelope, RunCreated
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.kafka.client import HistoryReader
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
+from streamflow.observe.http import InspectionUnavailable, fetch_json
 from streamflow.serde.messages import BuildRegistration
 from streamflow.topologies.common import utc_now
 from streamflow.topologies.registry import RouteTable, admitted_by
@@ -142,8 +142,7 @@ def read_usage(
     finally:
         routes.close()
     if url is not None:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/v1/runs", timeout=60) as response:
-            rows = json.loads(response.read().decode())
+        rows = fetch_json(url, "/v1/runs", timeout=60)
         return usage(None, registrations, pins=pins_of_rows(rows))
     reader = HistoryReader(settings)
     try:
@@ -191,7 +190,7 @@ def cmd_builds(args: argparse.Namespace) -> int:
         return _fail(exc, EXIT_REFUSED)
     try:
         rows = read_usage(settings, utc_now(), url=args.url)
-    except (KafkaException, OSError, ValueError) as exc:
+    except (KafkaException, OSError, ValueError, InspectionUnavailable) as exc:
         return _fail(exc, EXIT_UNAVAILABLE)
     if args.json:
         print(json.dumps({"namespace": settings.namespace, "builds": [r.to_json() for r in rows]}))

@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +18,7 @@ from streamflow.cli.render import render_history
 from streamflow.core.errors import FlowError, RunNotFound
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.observe.http import InspectionUnavailable, fetch_json
 from streamflow.stores.inspect import StoreInspector
 
 DEFAULT_DIR = Path(".streamflow/demo")
@@ -56,16 +55,7 @@ class _Remote:
         self._url = url.rstrip("/")
 
     def _get(self, path: str) -> Any:
-        try:
-            with urllib.request.urlopen(f"{self._url}{path}", timeout=30) as response:
-                return json.loads(response.read().decode())
-        except urllib.error.HTTPError as error:
-            body = json.loads(error.read().decode() or "{}")
-            if error.code == 404 and body.get("error") == "RunNotFound":
-                raise RunNotFound(path.split("/")[3]) from None
-            raise OSError(
-                f"{self._url}{path}: HTTP {error.code} {body.get('message', '')}"
-            ) from None
+        return fetch_json(self._url, path)
 
     def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
         return list(self._get("/v1/runs" + (f"?status={status.value}" if status else "")))
@@ -116,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     except RunNotFound as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND
-    except (FlowError, OSError) as exc:
+    except (FlowError, OSError, InspectionUnavailable) as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
 

@@ -24,10 +24,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from streamflow.core.errors import FlowError, RunNotFound
 from streamflow.core.snapshot import WorkflowRunStatus
@@ -62,6 +64,31 @@ class _BadRequest(Exception):
 
 class InspectionUnavailable(Exception):
     """Part of the answer lives with an observers instance that cannot answer now (HTTP 503)."""
+
+
+def fetch_json(
+    url: str, path: str, query: dict[str, str] | None = None, *, timeout: float = 30.0
+) -> Any:
+    """GET ``path`` of the inspection API at ``url``: the decoded JSON body. A 404 for an
+    unknown run is :class:`RunNotFound`; any other failure (an HTTP error, no answer, not JSON)
+    is :class:`InspectionUnavailable` naming the instance."""
+    base = url.rstrip("/")
+    target = f"{base}{path}" + (f"?{urlencode(query)}" if query else "")
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as response:
+            return json.loads(response.read().decode())
+    except urllib.error.HTTPError as error:
+        try:
+            body = json.loads(error.read().decode() or "{}")
+        except ValueError:
+            body = {}
+        if error.code == 404 and body.get("error") == "RunNotFound":
+            raise RunNotFound(unquote(path.split("/")[3])) from None
+        raise InspectionUnavailable(
+            f"observers instance {base} answered HTTP {error.code}: {body.get('message', '')}"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise InspectionUnavailable(f"observers instance {base}: {exc}") from None
 
 
 class ObserverServer:

@@ -13,23 +13,19 @@ partial list.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from typing import Any, cast
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from streamflow.core.errors import RunNotFound
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
-from streamflow.observe.http import InspectionUnavailable, Inspector
+from streamflow.observe.http import InspectionUnavailable, Inspector, fetch_json
 
 CLIENT_ID_PREFIX = "streamflow-observers "
 """An observers consumer's ``client.id`` is this prefix followed by its advertised URL."""
@@ -87,21 +83,9 @@ class _Remote:
         self.url = url.rstrip("/")
 
     def get(self, path: str, query: dict[str, str] | None = None) -> Any:
-        params = urllib.parse.urlencode({**(query or {}), "scope": "local"})
-        target = f"{self.url}{path}?{params}"
-        try:
-            with urllib.request.urlopen(target, timeout=REMOTE_TIMEOUT) as response:
-                return json.loads(response.read().decode())
-        except urllib.error.HTTPError as error:
-            body = json.loads(error.read().decode() or "{}")
-            if error.code == 404 and body.get("error") == "RunNotFound":
-                raise RunNotFound(urllib.parse.unquote(path.split("/")[3])) from None
-            raise InspectionUnavailable(
-                f"observers instance {self.url} answered HTTP {error.code}: "
-                f"{body.get('message', '')}"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise InspectionUnavailable(f"observers instance {self.url}: {exc}") from None
+        return fetch_json(
+            self.url, path, {**(query or {}), "scope": "local"}, timeout=REMOTE_TIMEOUT
+        )
 
 
 class NamespaceInspector:

@@ -111,7 +111,6 @@ class Observers(TransactionalTopology):
             transaction_timeout_ms=transaction_timeout_ms,
             session_timeout_ms=session_timeout_ms,
         )
-        self._settings = settings
         self._names = names
         self._clock = clock
         self._source = f"{COMPONENT}/{instance}"
