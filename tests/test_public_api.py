@@ -45,6 +45,7 @@ PINNED = {
     "LeaseLost", "HookTokenConflict", "HookConflict", "SignalConflict", "InvalidWorkflow",
     "InvalidTransition", "InvalidWorkerConfiguration", "TaskManagement", "StoreError",
     "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
+    "PayloadTooLarge", "RequestDeadLettered",
 }  # fmt: skip
 
 

@@ -75,9 +75,11 @@ async def run_demo(directory: Path, run_id: str, step_delay: float) -> int:
         store.close()
 
 
+SERVERS = frozenset({"run"})
+"""Long-running commands: they serve sockets, and a client that hangs up must never kill them."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = argparse.ArgumentParser(prog="streamflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the example order workflow on embedded RocksDB")
@@ -92,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     builds.register(sub)
     retention.register(sub)
     args = parser.parse_args(argv)
+    if args.command not in SERVERS:
+        # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         if args.command == "topics":
             return topics.run(args)

@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,26 @@ def register(subparsers: Any) -> None:
         type=int,
         default=int(os.environ.get("STREAMFLOW_TRANSACTION_TIMEOUT_MS", "10000")),
         help="journal and hooks transaction timeout (keep it at or below the session timeout)",
+    )
+    run.add_argument(
+        "--max-record-bytes",
+        type=int,
+        default=None,
+        help="the record-size limit (default 1 MiB, or STREAMFLOW_MAX_RECORD_BYTES): use the "
+        "same value for every topology, client and `topics apply`",
+    )
+    run.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=float(os.environ.get("STREAMFLOW_SHUTDOWN_TIMEOUT", "12")),
+        help="seconds a graceful stop may take before the process exits anyway (status 1)",
+    )
+    run.add_argument(
+        "--no-static-membership",
+        dest="static_membership",
+        action="store_false",
+        help="join consumer groups as dynamic members (an instance restarted in place then "
+        "waits for the session timeout instead of taking its partitions back at once)",
     )
     run.add_argument(
         "--max-continue-as-new-hops",
@@ -142,8 +163,12 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
     """The topology object and its ``run(stop)`` callable for ``args.role``."""
     properties = dict(p.split("=", 1) for p in args.properties)
     settings = KafkaSettings.from_env(
-        bootstrap=args.bootstrap, namespace=args.namespace, properties=properties
+        bootstrap=args.bootstrap,
+        namespace=args.namespace,
+        properties=properties,
+        max_record_bytes=args.max_record_bytes,
     )
+    static = {"static_membership": args.static_membership}
     state = args.state_dir / settings.namespace / f"{args.role}-{args.instance}"
     if args.role == "journal":
         from streamflow.topologies.journal import Journal
@@ -153,6 +178,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             state_dir=state,
             instance=args.instance,
             session_timeout_ms=args.session_timeout_ms,
+            **static,
             transaction_timeout_ms=args.transaction_timeout_ms,
         )
         return "journal", journal.run
@@ -164,6 +190,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             state_dir=state,
             instance=args.instance,
             session_timeout_ms=args.session_timeout_ms,
+            **static,
         )
         return "timer", timer.run
     if args.role == "hooks":
@@ -174,6 +201,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             state_dir=state,
             instance=args.instance,
             session_timeout_ms=args.session_timeout_ms,
+            **static,
             transaction_timeout_ms=args.transaction_timeout_ms,
         )
         return "hooks", hooks.run
@@ -195,6 +223,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             ),
             topic_profile=args.topic_profile,
             session_timeout_ms=args.session_timeout_ms,
+            **static,
         )
         return "processor", processor.run
     from streamflow.topologies.worker import Worker
@@ -206,6 +235,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
         instance=args.instance,
         topic_profile=args.topic_profile,
         session_timeout_ms=args.session_timeout_ms,
+        **static,
     )
     return "worker", worker.run
 
@@ -237,6 +267,7 @@ def observers_main(
         session_timeout_ms=args.session_timeout_ms,
         transaction_timeout_ms=max(args.transaction_timeout_ms, 60_000),
         advertise=advertise,
+        static_membership=args.static_membership,
     )
 
     def main(stop: threading.Event) -> None:
@@ -283,7 +314,22 @@ def run(args: argparse.Namespace) -> int:
     thread.start()
     while thread.alive and not stopping.wait(0.2):
         pass
-    thread.stop()
+    began = time.monotonic()
+    thread.stop(timeout=args.shutdown_timeout)
+    if thread.alive:
+        # Nothing is lost by leaving now: an open transaction is aborted by the coordinator or
+        # by the next instance, and local state only ever follows committed output. Leave at
+        # once: the interpreter's own exit would wait for the Kafka clients it tears down.
+        log.error(
+            "%s: did not stop within %.0fs (is the broker down?); exiting anyway",
+            name,
+            args.shutdown_timeout,
+        )
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(1)
+    if stopping.is_set():
+        log.info("%s: stopped in %.1fs", name, time.monotonic() - began)
     if thread.error is not None:
         print(f"error: {name} stopped: {thread.error}", file=sys.stderr)
         return 1

@@ -27,8 +27,10 @@
     ├── InvalidWorkerConfiguration   bad worker / router / queue settings
     ├── TaskManagement               a task queue rejected or failed an operation
     ├── StoreError                   the event store failed (also how tests inject crashes)
+    ├── RequestDeadLettered          a Kafka request could not be processed; it was parked
     ├── RuntimeFailure               workflow or step code failed
     ├── SerializationError           a value could not be encoded or decoded
+    │   └── PayloadTooLarge          a record or payload exceeds the record-size limit
     ├── IoError                      file or process I/O failed
     └── ReplayLimitExceeded          a drive loop exceeded max_replay_iterations
 
@@ -159,14 +161,28 @@ class RuntimeBuildUnavailable(FlowError):
     """
 
     def __init__(
-        self, run_id: str, required_build_id: str | None, current_build_id: str | None
+        self,
+        run_id: str,
+        required_build_id: str | None,
+        current_build_id: str | None,
+        *,
+        routed: bool = False,
     ) -> None:
+        """``routed``: raised by a Kafka journal, which admits any build that has a live
+        processor route (it has no build of its own)."""
         required = required_build_id or "<unpinned>"
-        current = current_build_id or "<unconfigured>"
-        super().__init__(
-            f"workflow run {run_id} requires runtime build {required}, "
-            f"which this engine (build {current}) does not admit"
-        )
+        if routed:
+            message = (
+                f"workflow run {run_id} requires runtime build {required}, but no live "
+                f"processor route admits build {required}"
+            )
+        else:
+            current = current_build_id or "<unconfigured>"
+            message = (
+                f"workflow run {run_id} requires runtime build {required}, "
+                f"which this engine (build {current}) does not admit"
+            )
+        super().__init__(message)
         self.run_id = run_id
         self.required_build_id = required_build_id
         self.current_build_id = current_build_id
@@ -282,6 +298,29 @@ class StoreError(FlowError):
     """Raised when the event store fails. Engines leave the run to be resumed later."""
 
 
+class RequestDeadLettered(FlowError):
+    """A Kafka request could not be processed and was parked in the dead-letter topic.
+
+    ``dead_letters`` names that topic; ``topic``, ``partition`` and ``offset`` say where the
+    request was, ``reason`` why it failed. Nothing of the request was applied. Operator action:
+    read the dead letter (its ``reason`` and the component's log), fix the cause, and send the
+    request again if it still matters.
+    """
+
+    def __init__(
+        self, dead_letters: str, topic: str, partition: int, offset: int, reason: str
+    ) -> None:
+        super().__init__(
+            f"the request at {topic}[{partition}]@{offset} could not be processed and was "
+            f"dead-lettered to {dead_letters}: {reason}"
+        )
+        self.dead_letters = dead_letters
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason
+
+
 class RuntimeFailure(FlowError):
     """Workflow or step code failed. Raise it from ``run_step`` to fail the attempt explicitly."""
 
@@ -292,6 +331,23 @@ class RuntimeFailure(FlowError):
 
 class SerializationError(FlowError):
     """Raised when a value cannot be encoded or decoded (never falls back to defaults)."""
+
+
+class PayloadTooLarge(SerializationError):
+    """Raised when a payload or a record would exceed the record-size limit; nothing is written.
+
+    ``subject`` says what was too large (``"workflow input"``, ``"encoded Request"``, …),
+    ``size`` its size in bytes and ``limit`` the limit it broke. The limit is one setting
+    (``max_record_bytes``, default 1 MiB) on every backend, so an app that works embedded
+    does not fail on Kafka. Operator action: keep large data outside the run and pass a
+    reference, or raise the limit on every producer, topic and engine at once.
+    """
+
+    def __init__(self, subject: str, size: int, limit: int) -> None:
+        super().__init__(f"{subject} is {size} bytes, over the {limit}-byte limit")
+        self.subject = subject
+        self.size = size
+        self.limit = limit
 
 
 class IoError(FlowError):
@@ -334,8 +390,10 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     InvalidWorkerConfiguration,
     TaskManagement,
     StoreError,
+    RequestDeadLettered,
     RuntimeFailure,
     SerializationError,
+    PayloadTooLarge,
     IoError,
     ReplayLimitExceeded,
 )

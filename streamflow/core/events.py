@@ -109,6 +109,10 @@ class FlowEvent:
     KEY: ClassVar[str] = ""
     TERMINAL: ClassVar[bool] = False
     FIELDS: ClassVar[tuple[tuple[str, Codec], ...]] = ()
+    SIZED: ClassVar[tuple[tuple[str, Codec], ...]] = ()
+    """The fields that may carry data of any size (payloads, inputs, outputs, error texts,
+    reasons); every other field is an identifier, a count or a time. The record-size limit
+    (``streamflow.core.limits``) measures these."""
 
     def event_key(self) -> str:
         """The seed's routing / metrics key, e.g. ``flow.step.completed``."""
@@ -155,6 +159,7 @@ def _event(
 ) -> Callable[[type[FlowEvent]], type[FlowEvent]]:
     def register(cls: type[FlowEvent]) -> type[FlowEvent]:
         cls.TYPE, cls.KEY, cls.FIELDS, cls.TERMINAL = type_, key, fields, terminal
+        cls.SIZED = tuple((n, c) for n, c in fields if n not in _BOUNDED_FIELDS)
         EVENT_TYPES[type_] = cls
         return cls
 
@@ -162,6 +167,23 @@ def _event(
 
 
 EVENT_TYPES: dict[str, type[FlowEvent]] = {}
+_BOUNDED_FIELDS = frozenset(
+    {
+        "step_id",
+        "wait_id",
+        "hook_id",
+        "child_id",
+        "signal_id",
+        "successor_run_id",
+        "step_name",
+        "signal_name",
+        "token_digest",
+        "attempt",
+        "deadline",
+        "resume_at",
+        "retry_after",
+    }
+)
 
 
 @_event(

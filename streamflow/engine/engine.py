@@ -47,6 +47,7 @@ from streamflow.core.inspect import (
     summarize,
 )
 from streamflow.core.jsonvalue import JsonValue, normalize
+from streamflow.core.limits import RecordLimits, check_events, check_payload
 from streamflow.core.projection import evolve, project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -116,6 +117,7 @@ class EngineSettings:
     clock: Clock = utc_now
     new_run_id: Callable[[], str] = lambda: str(uuid.uuid4())
     cache_runs: int = 4096
+    record_limits: RecordLimits = RecordLimits()  # noqa: RUF009 - a frozen value
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +208,7 @@ class FlowEngine:
         validate_run_id(run_id)
         spec.validate()
         value = normalize(input, "workflow input")
+        check_payload(value, "workflow input", self._s.record_limits)
         async with self._runs.locked(run_id):
             for _ in range(self._s.max_replay_iterations):
                 cached = await self._runs.sync(run_id)
@@ -472,7 +475,10 @@ class FlowEngine:
             output = self._s.runtime.run_step(invocation)
             if inspect.isawaitable(output):
                 output = await output
-            return d.StepSucceeded(normalize(output, f"step {effect.step_id} output"))
+            value = normalize(output, f"step {effect.step_id} output")
+            # The same limit as a Kafka worker's: an output too large fails the attempt.
+            check_payload(value, f"step {effect.step_id} output", self._s.record_limits)
+            return d.StepSucceeded(value)
         except Exception as exc:
             return d.StepErrored(step_error(exc))
 
@@ -529,6 +535,8 @@ class FlowEngine:
 
     async def _commit(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...]) -> None:
         run_id = cached.snapshot.run_id
+        # The record-size limit of every backend (a Kafka journal refuses the same events).
+        check_events(events, self._s.record_limits, run_id)
         for event in events:
             envelope = await self._append(run_id, cached.snapshot.last_sequence, event)
             faults.hit("engine.after_append")
@@ -593,6 +601,7 @@ class FlowEngine:
                 raise outcome.error
             if not isinstance(outcome, d.Decision) or not outcome.events:
                 return HostResult(snap, False, ())
+            check_events(outcome.events, self._s.record_limits, run_id)
             try:
                 for event in outcome.events:
                     envelope = await self._append(run_id, snap.last_sequence, event)
@@ -1052,6 +1061,13 @@ class FlowEngineBuilder:
 
     def with_run_id_generator(self, new_run_id: Callable[[], str]) -> FlowEngineBuilder:
         self._options["new_run_id"] = new_run_id
+        return self
+
+    def with_max_record_bytes(self, n: int) -> FlowEngineBuilder:
+        """The record-size limit (default 1 MiB; ``streamflow.core.limits``): events, inputs,
+        outputs and payloads beyond it are refused with ``PayloadTooLarge``, exactly where a
+        Kafka deployment with the same setting refuses them."""
+        self._options["record_limits"] = RecordLimits(int(n))
         return self
 
     def with_cache_runs(self, n: int) -> FlowEngineBuilder:

@@ -32,10 +32,17 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ResourceType,
 )
 
+from streamflow.core.limits import (
+    BATCH_HEADROOM,
+    DEAD_LETTER_HEADROOM,
+    MIN_MAX_RECORD_BYTES,
+    RecordLimits,
+)
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.manifest import (
     CLEANUP,
     COPARTITIONED,
+    MAX_MESSAGE_BYTES,
     UNCLEAN,
     Manifest,
     TopicSpec,
@@ -172,12 +179,20 @@ def apply(
     """
     started = time.monotonic()
     namespace = settings.namespace
-    specs = manifest.topics_for(namespace, profile=profile, builds=builds, partitions=partitions)
+    specs = manifest.topics_for(
+        namespace, profile=profile, builds=builds, partitions=partitions, limits=settings.limits
+    )
     log.info("topics apply: namespace %s, profile %s, %s", namespace, profile, settings.redacted())
     cluster = _Cluster(settings, timeout)
     metadata = cluster.metadata()
     declared = _with_discovered(
-        manifest, specs, metadata, namespace=namespace, profile=profile, partitions=partitions
+        manifest,
+        specs,
+        metadata,
+        namespace=namespace,
+        profile=profile,
+        partitions=partitions,
+        limits=settings.limits,
     )
     states = cluster.inspect(declared, metadata)
     problems = [f"{s.spec.name}: {p}" for s in states for p in s.problems]
@@ -246,7 +261,9 @@ def ensure_tasks_topic(
             ]
         )
     count = partitions if partitions is not None else actual
-    spec = manifest.topic("tasks", namespace, profile=profile, build=build, partitions=count)
+    spec = manifest.topic(
+        "tasks", namespace, profile=profile, build=build, partitions=count, limits=settings.limits
+    )
     # Creating unconditionally makes the broker the arbiter between concurrent callers.
     created, raced = cluster.create([spec])
     cluster.wait_visible([spec], raced)
@@ -268,13 +285,72 @@ def describe(
 ) -> tuple[TopicState, ...]:
     """The declared topics and the namespace's existing tasks topics, next to the cluster."""
     namespace = settings.namespace
-    specs = manifest.topics_for(namespace, profile=profile, builds=builds, partitions=partitions)
+    specs = manifest.topics_for(
+        namespace, profile=profile, builds=builds, partitions=partitions, limits=settings.limits
+    )
     cluster = _Cluster(settings, timeout)
     metadata = cluster.metadata()
     declared = _with_discovered(
-        manifest, specs, metadata, namespace=namespace, profile=profile, partitions=partitions
+        manifest,
+        specs,
+        metadata,
+        namespace=namespace,
+        profile=profile,
+        partitions=partitions,
+        limits=settings.limits,
     )
     return tuple(cluster.inspect(declared, metadata))
+
+
+def fit_record_limit(
+    settings: KafkaSettings,
+    topics: Sequence[str],
+    *,
+    dead_letters: str | None = None,
+    timeout: float = 10.0,
+) -> KafkaSettings:
+    """``settings`` with a record-size limit that every one of ``topics`` (and the dead-letter
+    topic, which needs room for the record it parks) accepts as it exists in the cluster.
+
+    Topics created by ``streamflow topics apply`` accept the configured limit. A topic created
+    otherwise (or before the limit was raised) may accept less; writing a record it refuses
+    would fail a whole transaction, again and again. Such a topic lowers the limit (and says
+    so in the log), so the record is refused with a typed ``PayloadTooLarge`` instead. A
+    cluster that cannot be asked leaves the settings as they are.
+    """
+    limits = settings.limits
+    names = [*topics, *([dead_letters] if dead_letters else [])]
+    try:
+        configs = _Cluster(settings, timeout).configs(names)
+    except (AdminError, KafkaException) as exc:
+        log.warning("cannot read the topics' max.message.bytes (%s); keeping the limit", exc)
+        return settings
+    fitted = limits.max_record_bytes
+    narrowest: list[str] = []
+    for name in names:
+        raw = configs.get(name, {}).get(MAX_MESSAGE_BYTES)
+        if raw is None or not raw.isdigit():
+            continue
+        room = int(raw) - BATCH_HEADROOM
+        if name == dead_letters:
+            room -= DEAD_LETTER_HEADROOM
+        if room < fitted:
+            fitted = room
+            narrowest.append(f"{name} ({MAX_MESSAGE_BYTES}={raw})")
+    if fitted >= limits.max_record_bytes:
+        return settings
+    fitted = max(fitted, MIN_MAX_RECORD_BYTES)
+    log.error(
+        "topics %s accept less than max_record_bytes=%d: records are limited to %d bytes; "
+        "raise %s on those topics to %d (dead letters: %d) to use the configured limit",
+        ", ".join(narrowest),
+        limits.max_record_bytes,
+        fitted,
+        MAX_MESSAGE_BYTES,
+        limits.topic_max_message_bytes,
+        limits.dead_letter_topic_max_message_bytes,
+    )
+    return replace(settings, max_record_bytes=fitted)
 
 
 def _with_discovered(
@@ -285,6 +361,7 @@ def _with_discovered(
     namespace: str,
     profile: str,
     partitions: int | None,
+    limits: RecordLimits,
 ) -> list[TopicSpec]:
     """``specs`` plus the namespace's existing per-build topics that were not asked for.
 
@@ -298,7 +375,9 @@ def _with_discovered(
             continue
         pattern = render(template.name, namespace, None, keep_build=True)
         prefix, _, suffix = pattern.partition("{build}")
-        sample = manifest.topic(role, namespace, profile=profile, partitions=partitions)
+        sample = manifest.topic(
+            role, namespace, profile=profile, partitions=partitions, limits=limits
+        )
         for name in sorted(metadata.topics):
             middle = name[len(prefix) : len(name) - len(suffix)]
             if name.startswith(prefix) and name.endswith(suffix) and middle and name not in known:

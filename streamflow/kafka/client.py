@@ -36,6 +36,7 @@ from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.ids import validate_run_id
 from streamflow.core.inspect import continuation_error
 from streamflow.core.jsonvalue import JsonValue, normalize
+from streamflow.core.limits import check_payload
 from streamflow.core.projection import project
 from streamflow.core.retention import (
     MAX_PRUNE_MEMBERS,
@@ -248,6 +249,7 @@ class FlowClient:
         self._settings = settings
         self._names = Names(settings.namespace)
         self._timeout = request_timeout
+        self._wire = codec.Wire(settings.limits)
         self._producer = producer(settings)
         self._partitions = partition_count(self._producer, self._names.requests)
         self._hook_partitions = partition_count(self._producer, self._names.hook_requests)
@@ -273,6 +275,12 @@ class FlowClient:
 
     # -- requests ---------------------------------------------------------------------------
 
+    def _payload(self, value: object, what: str) -> JsonValue:
+        """``value`` as JSON, refused here (``PayloadTooLarge``) when no backend would take it."""
+        payload = normalize(value, what)
+        check_payload(payload, what, self._wire.limits)
+        return payload
+
     async def start(self, spec: WorkflowSpec, input: object = None) -> str:
         return await self.start_with_id(str(uuid.uuid4()), spec, input)
 
@@ -281,7 +289,7 @@ class FlowClient:
         embedded engine does. Returns once the journal has recorded (or refused) the start."""
         validate_run_id(run_id)
         spec.validate()
-        body = m.StartRun(spec=spec, input=normalize(input, "workflow input"))
+        body = m.StartRun(spec=spec, input=self._payload(input, "workflow input"))
         await self._request(run_id, body)
         return run_id
 
@@ -332,11 +340,12 @@ class FlowClient:
         problem = d.check_signal(signal)
         if problem is not None:
             raise problem.error
+        check_payload(signal.payload, "signal payload", self._wire.limits)
         return await self._request(run_id, m.SendSignal(signal=signal))
 
     async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> m.Reply:
         """Deliver a hook callback by run and hook id (idempotent for the same payload)."""
-        body = m.ResumeHook(hook_id=hook_id, payload=normalize(payload, "hook payload"))
+        body = m.ResumeHook(hook_id=hook_id, payload=self._payload(payload, "hook payload"))
         return await self._request(run_id, body)
 
     async def dispose_hook(self, run_id: str, hook_id: str) -> m.Reply:
@@ -348,7 +357,7 @@ class FlowClient:
         The token travels once, to the hooks topology, which hashes it; a token no active
         hook holds raises ``HookTokenNotFound``. Keep the returned ids to redeliver by id.
         """
-        value = normalize(payload, "hook payload")
+        value = self._payload(payload, "hook payload")
         reply = await self._callback(token, m.CallbackAction.RESUME, value)
         return reply.run_id, reply.subject or ""
 
@@ -368,7 +377,7 @@ class FlowClient:
             reply=True,
             sent_at=datetime.now(tz=UTC),
         )
-        value = codec.encode_hook_request(m.HookRequest(body=callback))
+        value = self._wire.encode(m.HookRequest(body=callback))
         return await self._await_reply(
             request_id,
             lambda: self._producer.produce(
@@ -395,7 +404,7 @@ class FlowClient:
             lambda: self._producer.produce(
                 self._names.requests,
                 key=run_id.encode(),
-                value=codec.encode_request(request),
+                value=self._wire.encode(request),
                 partition=partition_for(run_id, self._partitions),
             ),
             f"{type(body).__name__} for run {run_id}",

@@ -84,13 +84,47 @@ def producer(settings: KafkaSettings, **overrides: object) -> Producer:
     go where Kafka's Java client would put them, ``murmur2(key)``, so readers can find a
     key's partition with ``partition_for``; librdkafka's own default is CRC32.
     """
+    limits = settings.limits
     required: dict[str, object] = {
         "enable.idempotence": True,
         "acks": "all",
         "partitioner": "murmur2_random",
+        # One size limit everywhere (streamflow.core.limits): room for the largest dead letter,
+        # and batches no larger than the topics accept.
+        "message.max.bytes": limits.producer_max_message_bytes,
+        "batch.size": min(1_000_000, limits.max_record_bytes),
     }
     required.update(overrides)
     return Producer(settings.client(PRODUCER_DEFAULTS, **required))
+
+
+SHUTDOWN_BUDGET = 8.0
+"""Seconds a stopping topology gives its clients to deliver and leave; the rest is left to
+the broker (open transactions are aborted, registrations expire) so that a stop completes
+even while the broker is down."""
+
+
+class Deadline:
+    """What is left of a time budget."""
+
+    def __init__(self, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
+
+    def left(self, at_most: float | None = None) -> float:
+        remaining = max(0.0, self._end - time.monotonic())
+        return remaining if at_most is None else min(remaining, at_most)
+
+
+def close_producer(source: Producer, timeout: float) -> int:
+    """Deliver what ``source`` still holds within ``timeout`` seconds, then close it. Records it
+    could not deliver (the broker is down) are purged first, so closing never waits for the
+    broker; returns how many were purged."""
+    left = int(source.flush(max(timeout, 0.0)))
+    if left:
+        source.purge(in_queue=True, in_flight=True)
+        source.poll(0)
+    source.close()
+    return left
 
 
 def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> int:

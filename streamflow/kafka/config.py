@@ -14,9 +14,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from streamflow.core.limits import DEFAULT_MAX_RECORD_BYTES, RecordLimits
+
 ENV_BOOTSTRAP = "STREAMFLOW_BOOTSTRAP"
 ENV_NAMESPACE = "STREAMFLOW_NAMESPACE"
 ENV_PREFIX = "STREAMFLOW_KAFKA_"
+ENV_MAX_RECORD_BYTES = "STREAMFLOW_MAX_RECORD_BYTES"
 DEFAULT_NAMESPACE = "streamflow"
 _LIBRDKAFKA = logging.getLogger("streamflow.librdkafka")
 _SECRET = re.compile(r"password|secret|token|credential|sasl\.jaas|key\.pem|private", re.I)
@@ -33,12 +36,20 @@ class KafkaSettings:
     """Prefix of every topic and consumer group (``{ns}.requests`` …)."""
     properties: Mapping[str, str] = field(default_factory=dict)
     """Extra librdkafka properties (security, tuning), applied to every client."""
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    """The record-size limit (``streamflow.core.limits``): the codec's limit, every producer's
+    ``message.max.bytes`` and the topics' ``max.message.bytes`` follow from it."""
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
             raise ValueError(f"no Kafka bootstrap servers: set {ENV_BOOTSTRAP} or --bootstrap")
         if not _NAMESPACE.fullmatch(self.namespace):
             raise ValueError(f"invalid namespace {self.namespace!r}: use [A-Za-z0-9._-]")
+        RecordLimits(self.max_record_bytes)  # validates
+
+    @property
+    def limits(self) -> RecordLimits:
+        return RecordLimits(self.max_record_bytes)
 
     @staticmethod
     def from_env(
@@ -47,6 +58,7 @@ class KafkaSettings:
         bootstrap: str | None = None,
         namespace: str | None = None,
         properties: Mapping[str, str] | None = None,
+        max_record_bytes: int | None = None,
     ) -> KafkaSettings:
         env = os.environ if environ is None else environ
         props = {
@@ -55,10 +67,12 @@ class KafkaSettings:
             if key.startswith(ENV_PREFIX)
         }
         props.update(properties or {})
+        limit = max_record_bytes or int(env.get(ENV_MAX_RECORD_BYTES, DEFAULT_MAX_RECORD_BYTES))
         return KafkaSettings(
             bootstrap=bootstrap or env.get(ENV_BOOTSTRAP, ""),
             namespace=namespace or env.get(ENV_NAMESPACE, DEFAULT_NAMESPACE),
             properties=props,
+            max_record_bytes=limit,
         )
 
     def with_namespace(self, namespace: str) -> KafkaSettings:
@@ -79,7 +93,11 @@ class KafkaSettings:
 
     def redacted(self) -> dict[str, str]:
         """Properties safe to log."""
-        shown = {"bootstrap.servers": self.bootstrap, "namespace": self.namespace}
+        shown = {
+            "bootstrap.servers": self.bootstrap,
+            "namespace": self.namespace,
+            "max_record_bytes": str(self.max_record_bytes),
+        }
         for key, value in self.properties.items():
             shown[key] = "<redacted>" if _SECRET.search(key) else value
         return shown

@@ -20,6 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from streamflow.core.limits import RecordLimits
 from streamflow.kafka.naming import build_slug
 
 ENV_MANIFESTS = "STREAMFLOW_MANIFESTS"
@@ -49,6 +50,8 @@ TOKEN_COPARTITIONED = ("hook_requests", "hook_tokens")
 UNCLEAN = "unclean.leader.election.enable"
 CLEANUP = "cleanup.policy"
 MIN_ISR = "min.insync.replicas"
+MAX_MESSAGE_BYTES = "max.message.bytes"
+DEAD_LETTERS = "dead_letters"
 CLEANUP_KINDS = frozenset({"delete", "compact"})
 ISOLATION_LEVELS = frozenset({"read_committed"})
 STATE_KINDS = frozenset({"rocksdb", "none"})
@@ -205,8 +208,11 @@ class Manifest:
         build: str | None = None,
         partitions: int | None = None,
         replication_factor: int | None = None,
+        limits: RecordLimits | None = None,
     ) -> TopicSpec:
-        """The concrete topic of ``role``; ``build`` matters only for per-build topics."""
+        """The concrete topic of ``role``; ``build`` matters only for per-build topics.
+        ``limits`` sets ``max.message.bytes`` from the record-size limit (dead letters get
+        room for the record they carry)."""
         template = self.topics.get(role)
         if template is None:
             raise ManifestError(f"no topic with role {role!r} (declared: {', '.join(self.topics)})")
@@ -215,6 +221,13 @@ class Manifest:
         _check_override("replication factor", rf)
         count = self._partitions(template, partitions)
         config = {**self.default_config, **chosen.config, **template.config}
+        if limits is not None:
+            size = (
+                limits.dead_letter_topic_max_message_bytes
+                if role == DEAD_LETTERS
+                else limits.topic_max_message_bytes
+            )
+            config[MAX_MESSAGE_BYTES] = str(size)
         where = f"topics.{role} (profile {profile})"
         isr = config.get(MIN_ISR, "1")
         if not isr.isdigit() or int(isr) > rf:
@@ -244,10 +257,12 @@ class Manifest:
         builds: Iterable[str | None] = (),
         partitions: int | None = None,
         replication_factor: int | None = None,
+        limits: RecordLimits | None = None,
     ) -> tuple[TopicSpec, ...]:
         """Every namespace-wide topic, then the per-build topics of ``builds``."""
         options: dict[str, Any] = {"profile": profile, "partitions": partitions}
         options["replication_factor"] = replication_factor
+        options["limits"] = limits
         specs = [
             self.topic(role, namespace, **options)
             for role, template in self.topics.items()

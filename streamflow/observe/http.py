@@ -27,6 +27,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
@@ -62,6 +63,20 @@ class _BadRequest(Exception):
     pass
 
 
+PARTITIONS_HEADER = "Streamflow-Partitions"
+"""On a ``?scope=local`` answer: the history partitions it covers, comma-separated."""
+
+
+@dataclass(frozen=True, slots=True)
+class Covered:
+    """An answer and the history partitions it covers: what one observers instance says for
+    its own partitions, so that the instance merging the parts can tell a whole answer from a
+    partial one."""
+
+    value: Any
+    partitions: frozenset[int]
+
+
 class InspectionUnavailable(Exception):
     """Part of the answer lives with an observers instance that cannot answer now (HTTP 503)."""
 
@@ -72,11 +87,22 @@ def fetch_json(
     """GET ``path`` of the inspection API at ``url``: the decoded JSON body. A 404 for an
     unknown run is :class:`RunNotFound`; any other failure (an HTTP error, no answer, not JSON)
     is :class:`InspectionUnavailable` naming the instance."""
+    return fetch_covered(url, path, query, timeout=timeout).value
+
+
+def fetch_covered(
+    url: str, path: str, query: dict[str, str] | None = None, *, timeout: float = 30.0
+) -> Covered:
+    """Like :func:`fetch_json`, with the partitions the answer says it covers (none when it
+    does not say)."""
     base = url.rstrip("/")
     target = f"{base}{path}" + (f"?{urlencode(query)}" if query else "")
     try:
         with urllib.request.urlopen(target, timeout=timeout) as response:
-            return json.loads(response.read().decode())
+            body = json.loads(response.read().decode())
+            header = response.headers.get(PARTITIONS_HEADER) or ""
+            covered = frozenset(int(p) for p in header.split(",") if p.strip())
+            return Covered(body, covered)
     except urllib.error.HTTPError as error:
         try:
             body = json.loads(error.read().decode() or "{}")
@@ -172,7 +198,12 @@ class ObserverServer:
             if handler is None:
                 self._json(request, 404, {"error": "NotFound", "message": f"no route {path}"})
                 return
-            self._json(request, 200, handler())
+            answer = handler()
+            if isinstance(answer, Covered):
+                covered = ",".join(str(p) for p in sorted(answer.partitions))
+                self._json(request, 200, answer.value, {PARTITIONS_HEADER: covered})
+            else:
+                self._json(request, 200, answer)
         except RunNotFound as exc:
             self._json(request, 404, {"error": "RunNotFound", "message": str(exc)})
         except _BadRequest as exc:
@@ -208,17 +239,33 @@ class ObserverServer:
         return simple.get(parts[0]) if len(parts) == 1 else None
 
     @staticmethod
-    def _json(request: BaseHTTPRequestHandler, code: int, body: Any) -> None:
+    def _json(
+        request: BaseHTTPRequestHandler,
+        code: int,
+        body: Any,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
-        ObserverServer._reply(request, code, data, "application/json")
+        ObserverServer._reply(request, code, data, "application/json", headers)
 
     @staticmethod
-    def _reply(request: BaseHTTPRequestHandler, code: int, data: bytes, content_type: str) -> None:
-        request.send_response(code)
-        request.send_header("Content-Type", content_type)
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        request.wfile.write(data)
+    def _reply(
+        request: BaseHTTPRequestHandler,
+        code: int,
+        data: bytes,
+        content_type: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        try:
+            request.send_response(code)
+            request.send_header("Content-Type", content_type)
+            request.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                request.send_header(name, value)
+            request.end_headers()
+            request.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            log.debug("inspection client hung up before the answer")
 
 
 def _status(query: dict[str, list[str]]) -> WorkflowRunStatus | None:

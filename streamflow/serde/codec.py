@@ -17,13 +17,15 @@ from __future__ import annotations
 import copy
 import io
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
 from fastavro import schemaless_reader, schemaless_writer
 
-from streamflow.core.errors import SerializationError
+from streamflow.core.errors import PayloadTooLarge, SerializationError
 from streamflow.core.events import FlowEventEnvelope
+from streamflow.core.limits import RecordLimits
 from streamflow.serde import records
 from streamflow.serde.messages import (
     AuditRecord,
@@ -134,9 +136,7 @@ class WireCodec:
             raise failure
         data = out.getvalue()
         if len(data) > self.max_size:
-            raise SerializationError(
-                f"encoded {shipped.name} is {len(data)} bytes, over the {self.max_size}-byte limit"
-            )
+            raise PayloadTooLarge(f"encoded {shipped.name}", len(data), self.max_size)
         return data
 
     def decode_record(self, data: bytes, expected: str | None = None) -> tuple[str, AvroRecord]:
@@ -149,9 +149,7 @@ class WireCodec:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise SerializationError(f"expected bytes, got {type(data).__name__}")
         if len(data) > self.max_size:
-            raise SerializationError(
-                f"buffer of {len(data)} bytes is over the {self.max_size}-byte limit"
-            )
+            raise PayloadTooLarge("buffer", len(data), self.max_size)
         if len(data) < HEADER_SIZE:
             raise SerializationError(
                 f"buffer of {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header"
@@ -213,6 +211,102 @@ class WireCodec:
 
 
 _SCHEMA_OF_TYPE: dict[type[Any], str] = {cls: name for name, cls in records.PYTHON_TYPES.items()}
+
+
+_UNLIMITED = 2**62
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """The leading fields of a ``Request``, readable even when its body is not."""
+
+    request_id: str
+    run_id: str
+    reply: bool
+
+
+def decode_request_header(data: bytes) -> RequestHeader | None:
+    """The header of a buffer whose schema is a ``Request`` (any shipped version), read field
+    by field without the body, or ``None`` when even that cannot be read. Used to answer a
+    request whose body is invalid with a typed reply."""
+    try:
+        shipped = _codec(_UNLIMITED).schema_of(data)  # a header is read whatever the size
+    except SerializationError:
+        return None
+    if shipped.name != "Request":
+        return None
+    reader = _Fields(data, HEADER_SIZE)
+    try:
+        request_id = reader.string()
+        run_id = reader.string()
+        reader.long()  # sent_at
+        reply = reader.boolean()
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return None
+    return RequestHeader(request_id=request_id, run_id=run_id, reply=reply)
+
+
+class _Fields:
+    """Reads Avro binary primitives (every shipped ``Request`` starts with the same four)."""
+
+    def __init__(self, data: bytes, at: int) -> None:
+        self._data = data
+        self._at = at
+
+    def long(self) -> int:
+        shift = result = 0
+        while True:
+            byte = self._data[self._at]
+            self._at += 1
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return (result >> 1) ^ -(result & 1)
+            shift += 7
+            if shift > 63:
+                raise ValueError("varint too long")
+
+    def string(self) -> str:
+        size = self.long()
+        if size < 0 or self._at + size > len(self._data):
+            raise ValueError("bad string length")
+        text = self._data[self._at : self._at + size].decode("utf-8")
+        self._at += size
+        return text
+
+    def boolean(self) -> bool:
+        byte = self._data[self._at]
+        self._at += 1
+        if byte not in (0, 1):
+            raise ValueError("bad boolean")
+        return byte == 1
+
+
+class Wire:
+    """Encoding and decoding under one deployment's record-size limit (``KafkaSettings.limits``):
+    what every topology and client uses, so one setting governs every record."""
+
+    def __init__(self, limits: RecordLimits | None = None) -> None:
+        self.limits = limits or RecordLimits()
+        self._records = _codec(self.limits.max_record_bytes)
+        self._letters = _codec(self.limits.dead_letter_bytes)
+
+    @property
+    def max_size(self) -> int:
+        return self._records.max_size
+
+    def encode(self, value: WireValue) -> bytes:
+        """Any wire value but a dead letter; :class:`PayloadTooLarge` over the limit."""
+        return self._records.encode(value)
+
+    def decode(self, data: bytes, kind: type[_T]) -> _T:
+        """A buffer that must carry a ``kind``; :class:`PayloadTooLarge` over the limit."""
+        return self._records.decode_as(data, kind)
+
+    def encode_dead_letter(self, letter: DeadLetter) -> bytes:
+        return self._letters.encode(letter)
+
+    def decode_dead_letter(self, data: bytes) -> DeadLetter:
+        return self._letters.decode_as(data, DeadLetter)
 
 
 @cache

@@ -47,6 +47,7 @@ from streamflow.topologies.observers import Observers
 from streamflow.topologies.processor import Processor
 from streamflow.topologies.runner import TopologyThread
 from streamflow.topologies.timer import Timer
+from streamflow.topologies.watchdog import log_hang
 from streamflow.topologies.worker import Worker
 from streamflow.workflow.runtime import FlowRuntime
 
@@ -93,7 +94,7 @@ class KafkaDriver:
     def _start_topologies(self) -> None:
         self._generation += 1
         root, s = self._root, self._settings
-        journal = Journal(s, state_dir=root / "journal", commit_interval=0.02)
+        journal = Journal(s, state_dir=root / "journal", commit_interval=0.02, on_hang=log_hang)
         processor = Processor(
             s,
             self._runtime,
@@ -104,7 +105,7 @@ class KafkaDriver:
         )
         worker = Worker(s, self._runtime, compatibility=self._compatibility, topic_profile="dev")
         timer = Timer(s, state_dir=root / "timer")
-        hooks = Hooks(s, state_dir=root / "hooks", commit_interval=0.02)
+        hooks = Hooks(s, state_dir=root / "hooks", commit_interval=0.02, on_hang=log_hang)
         self._threads = [
             TopologyThread("journal", journal.run).start(),
             TopologyThread("processor", processor.run).start(),
@@ -115,7 +116,11 @@ class KafkaDriver:
         if self._observers and self._feed is None:
             # The real observers topology (audit, run index, metrics), with the user observers.
             self._feed = Observers(
-                s, state_dir=root / "observers", observers=self._observers, metrics_interval=0
+                s,
+                state_dir=root / "observers",
+                observers=self._observers,
+                metrics_interval=0,
+                on_hang=log_hang,
             )
             self._threads.append(TopologyThread("observers", self._feed.run).start())
             if not self._feed.ready.wait(30):
@@ -123,6 +128,10 @@ class KafkaDriver:
         for ready in (journal.ready, processor.ready, worker.ready, timer.ready, hooks.ready):
             if not ready.wait(30):
                 raise RuntimeError(f"a topology did not start: {self._errors()}")
+
+    def alive(self) -> list[str]:
+        """The names of the topologies still running (one that stopped on an error is not)."""
+        return [t.name for t in self._threads if t.alive]
 
     def _errors(self) -> list[str]:
         return [f"{t.name}: {t.error!r}" for t in self._threads if t.error is not None]

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,9 +46,28 @@ class TopologyProcess:
         self._env = env or {}
         self._args = args
         self.faults = faults
+        self._log_dir = log_dir
         self.log_path = log_dir / f"{role}-{instance}.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: object | None = None
+        self.retired = False
+        """Stopped on purpose (:meth:`terminate`): a :class:`Supervisor` leaves it down."""
+
+    def clone(self, *, faults: str | None = None) -> TopologyProcess:
+        """An unstarted process like this one (same role, instance, state and log), for a
+        restart in place."""
+        return TopologyProcess(
+            self.role,
+            self._settings,
+            app=self._app,
+            state_dir=self._state_dir,
+            log_dir=self._log_dir,
+            instance=self.instance,
+            build=self._build,
+            faults=faults,
+            env=self._env,
+            args=self._args,
+        )
 
     def start(self) -> TopologyProcess:
         env = {k: v for k, v in os.environ.items() if k != "STREAMFLOW_FAULTS"}
@@ -115,6 +135,10 @@ class TopologyProcess:
     def resume(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
 
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` (a stop request, say) without waiting for anything."""
+        os.kill(self.pid, sig)
+
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
@@ -122,6 +146,7 @@ class TopologyProcess:
 
     def terminate(self, timeout: float = 30.0) -> int | None:
         """Graceful stop (SIGTERM, SIGCONT in case it is frozen), SIGKILL after ``timeout``."""
+        self.retired = True
         if self._proc is None:
             return None
         if self._proc.poll() is None:
@@ -136,6 +161,11 @@ class TopologyProcess:
             self._log.close()  # type: ignore[attr-defined]
             self._log = None
         return self._proc.returncode
+
+    def close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()  # type: ignore[attr-defined]
+            self._log = None
 
     def tail(self, lines: int = 30) -> str:
         try:
@@ -169,8 +199,14 @@ class Cluster:
         self.processes: dict[str, TopologyProcess] = {}
 
     def spawn(
-        self, role: str, *, instance: str = "0", faults: str | None = None
+        self,
+        role: str,
+        *,
+        instance: str = "0",
+        faults: str | None = None,
+        args: tuple[str, ...] | None = None,
     ) -> TopologyProcess:
+        """Start ``role`` as ``instance`` (``args``: its own flags instead of the role's)."""
         process = TopologyProcess(
             role,
             self._settings,
@@ -180,10 +216,14 @@ class Cluster:
             instance=instance,
             faults=faults,
             env=self._env,
-            args=self._args.get(role, ()),
+            args=self._args.get(role, ()) if args is None else args,
         ).start()
         self.processes[f"{role}-{instance}"] = process
         return process
+
+    def state_dir(self, role: str, instance: str = "0") -> Path:
+        """Where ``role``'s ``instance`` keeps its state (as ``streamflow run`` lays it out)."""
+        return self._root / "state" / self._settings.namespace / f"{role}-{instance}"
 
     def start(self) -> Cluster:
         for role in self.ROLES:
@@ -216,3 +256,38 @@ class Cluster:
     def stop(self) -> None:
         for process in reversed(list(self.processes.values())):
             process.terminate()
+
+
+class Supervisor:
+    """Restarts every process of a :class:`Cluster` that exits (but for those stopped on
+    purpose), as a process supervisor in production would (systemd ``Restart=always``,
+    Kubernetes ``restartPolicy: Always``). A topology exits non-zero when it cannot go on
+    (fenced, a client call that hung); the supervisor is what brings it back."""
+
+    def __init__(self, cluster: Cluster, *, delay: float = 0.2) -> None:
+        self._cluster = cluster
+        self._delay = delay
+        self._stop = threading.Event()
+        self.restarts: list[tuple[str, int]] = []
+        """``(process name, exit status)`` of every restart, in order."""
+        self._thread = threading.Thread(target=self._watch, name="sf-supervisor", daemon=True)
+
+    def start(self) -> Supervisor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.1):
+            for name, process in list(self._cluster.processes.items()):
+                code = process.returncode
+                if code is None or process.retired:
+                    continue
+                if self._stop.wait(self._delay):
+                    return
+                process.close_log()
+                self.restarts.append((name, code))
+                self._cluster.processes[name] = process.clone().start()

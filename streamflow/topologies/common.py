@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -12,6 +13,7 @@ from typing import Any, cast
 from confluent_kafka import Message, Producer
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
+from streamflow.core.errors import SerializationError
 from streamflow.kafka.clients import read_to_end
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
@@ -144,6 +146,10 @@ def event_type(msg: Message) -> str | None:
     return None
 
 
+MAX_REASON = 4096
+"""Characters of a dead letter's reason kept (the rest is cut: it is one record's note)."""
+
+
 def send_dead_letter(
     out: Producer,
     names: Names,
@@ -153,28 +159,42 @@ def send_dead_letter(
     *,
     now: datetime,
     withhold_value: bool = False,
+    wire: codec.Wire | None = None,
 ) -> None:
     """Park an input record that cannot be processed, with where it came from and why.
 
     ``withhold_value`` keeps the raw value out of the dead letter (records that may carry a
-    hook token): the letter names its size and a digest prefix instead.
+    hook token): the letter names its size and a digest prefix instead. A value too large to
+    fit in a dead letter (``wire``'s limits) is withheld the same way, so every record, of any
+    size, ends in exactly one letter.
     """
+    wire = wire or codec.Wire()
     value = msg.value()
-    if withhold_value and value is not None:
-        digest = hashlib.sha256(value).hexdigest()[:16]
-        reason = f"{reason} (value withheld: {len(value)} bytes, sha256 {digest}…)"
+    key = msg.key()
+    if len(reason) > MAX_REASON:
+        reason = reason[: MAX_REASON - 1] + "…"
+    if value is not None and (withhold_value or len(value) > wire.limits.max_record_bytes):
+        reason = f"{reason} (value withheld: {_described(value)})"
         value = None
     letter = DeadLetter(
         topic=msg.topic() or "",
         partition=msg.partition() or 0,
         offset=msg.offset() or 0,
-        key=msg.key(),
+        key=key,
         value=value,
         reason=reason,
         component=component,
         at=now,
     )
-    out.produce(names.dead_letters, key=msg.key(), value=codec.encode_dead_letter(letter))
+    try:
+        data = wire.encode_dead_letter(letter)
+    except SerializationError:
+        # Only a huge key can get here: keep where the record is, drop its key and value.
+        described = "" if key is None else f"; key withheld: {_described(key)}"
+        letter = replace(letter, key=None, value=None, reason=f"{reason}{described}")
+        data = wire.encode_dead_letter(letter)
+        key = None
+    out.produce(names.dead_letters, key=key, value=data)
     log.warning(
         "%s: dead-lettered %s[%s]@%s: %s",
         component,
@@ -183,3 +203,7 @@ def send_dead_letter(
         msg.offset(),
         reason,
     )
+
+
+def _described(data: bytes) -> str:
+    return f"{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}…"

@@ -1,16 +1,19 @@
-"""The exactly-once consume → decide → produce loop the journal and the hooks topology share.
+"""The exactly-once consume → decide → produce loop the journal, hooks and observers share.
 
-A subclass supplies what one input record means (:meth:`TransactionalTopology.handle`) and how
-its local state follows Kafka (:meth:`~TransactionalTopology.restore`,
+A subclass supplies what one input record means (:meth:`TransactionalTopology.handle`), how a
+record it cannot handle is parked (:meth:`~TransactionalTopology.dead_letter`) and how its
+local state follows Kafka (:meth:`~TransactionalTopology.restore`,
 :meth:`~TransactionalTopology.committed`, :meth:`~TransactionalTopology.aborted`); this class
-owns the transaction, the commit protocol, rebalancing and fencing.
+owns the transaction, the commit protocol, recovery, rebalancing and fencing.
 
 The commit protocol, in order:
 
-0. Flush: every record produced for this transaction is now in the log, uncommitted.
-1. Offer the consumer positions of the whole assignment, with the group metadata, to the
-   transaction (``send_offsets_to_transaction``): the records consumed are now part of the same
-   atomic unit as everything produced for them.
+0. Flush: every record produced for this transaction is in the log, uncommitted. A flush that
+   leaves records queued fails the transaction.
+1. Offer the offsets *after the last record handled* in each input partition, with the
+   group's current metadata, to the transaction (``send_offsets_to_transaction``): the records
+   consumed are now part of the same atomic unit as everything produced for them. Never the
+   consumer's position, which may cover records polled but not handled.
 2. ``commit_transaction``: Kafka makes all of it visible to read_committed readers at once, or
    none of it. A process that dies before this point leaves an open transaction that the
    coordinator aborts (a restart of the same instance aborts it at ``init_transactions``); the
@@ -21,9 +24,26 @@ The commit protocol, in order:
    the committed output from Kafka (idempotent: same keys).
 4. Forget the transaction.
 
-A retriable error repeats the failing call; an abortable one aborts, lets the subclass drop its
-staged state (:meth:`aborted`) and rewinds the consumer to its committed offsets; a fatal one
-(fenced by a newer instance or a rebalance) stops the topology.
+Every client call that can block is bounded (at most the transaction timeout) and watched
+(:mod:`~streamflow.topologies.watchdog`): a call that outlives its bound ends the process with
+a clear log line instead of leaving a healthy-looking process that does nothing.
+
+**Recovery.** Any failure but fencing — a call that timed out or failed, a flush that left
+records behind, a broker that went away — is never retried in place. The loop aborts the
+transaction (replacing the producer when the abort itself fails), drops the staged state
+(:meth:`aborted`), brings local state up to what Kafka committed (:meth:`restore`: a commit
+that failed on the wire may still have happened) and rewinds the consumer to the committed
+offsets, then backs off (checking ``stop``) and goes on. The input handled in the aborted
+transaction is handled again; nothing it produced is visible.
+
+**A record whose handler raises** is not retried forever and never skipped silently: the
+transaction is aborted and rewound as above, and when the record comes round again it is
+dead-lettered with the reason instead of handled, in the transaction that moves the offsets
+past it. Errors that are about the infrastructure (Kafka, local state, memory) are not the
+record's fault: they abort and rewind without dead-lettering anything.
+
+**Fencing** (a newer instance took over this transactional id or group member) stops the
+topology with :class:`Fenced`; it must not touch its producer again.
 """
 
 from __future__ import annotations
@@ -32,22 +52,67 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from streamflow import faults
-from streamflow.kafka.clients import consumer, poll_batch, producer
+from streamflow.core.errors import FlowError, StoreError
+from streamflow.kafka.clients import (
+    SHUTDOWN_BUDGET,
+    Deadline,
+    close_producer,
+    consumer,
+    poll_batch,
+    producer,
+)
 from streamflow.kafka.config import KafkaSettings
+from streamflow.topologies.watchdog import BoundedCaller, HangHandler, Hung, Watchdog, exit_process
 
 log = logging.getLogger("streamflow.eos")
+_R = TypeVar("_R")
+
+MAX_CALL_TIMEOUT = 5.0
+"""The longest a single client call may take (seconds), whatever the transaction timeout:
+healthy calls take milliseconds, and a stop must not wait for many of these."""
+MAX_BACKOFF = 5.0
+MAX_ABANDONED = 3
+ABANDON_WINDOW = 600.0
+"""More than ``MAX_ABANDONED`` stuck producers within ``ABANDON_WINDOW`` seconds: stop healing
+in place (each leaves a blocked thread behind) and exit for a supervisor to restart."""
+MAX_POISON = 1000
+"""Records remembered as failing their handler, awaiting their dead letter."""
+
+_FENCING = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.FENCED_INSTANCE_ID,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+"""Errors after which this instance must stop: another one owns its identity (or it may not
+have one at all)."""
 
 
 class Fenced(RuntimeError):
-    """Another instance took over this topology's transactional id or partitions: stop now."""
+    """Another instance took over this topology's transactional id or group membership: stop."""
 
 
-class _Abortable(Exception):
-    pass
+class _Stopped(Exception):
+    """``stop`` was set while the loop waited for Kafka."""
+
+
+def _infrastructure(exc: BaseException) -> bool:
+    """Whether ``exc`` is about the environment rather than about the record being handled."""
+    return isinstance(exc, KafkaException | BufferError | OSError | MemoryError | StoreError)
 
 
 class TransactionalTopology:
@@ -67,27 +132,47 @@ class TransactionalTopology:
         max_batch: int,
         transaction_timeout_ms: int,
         session_timeout_ms: int,
+        group_instance_id: str | None = None,
+        producer_overrides: dict[str, object] | None = None,
+        on_hang: HangHandler | None = None,
     ) -> None:
+        """``group_instance_id``: static group membership (an instance restarted in place gets
+        its partitions back at once); ``on_hang``: what to do when a client call outlives its
+        bound (default: exit the process, see :mod:`~streamflow.topologies.watchdog`)."""
         self._settings = settings
         self._input_topic = input_topic
         self._commit_interval = commit_interval
         self._max_batch = max_batch
-        self._consumer = consumer(
-            settings,
-            group,
-            consumer_overrides,
-            **{"session.timeout.ms": session_timeout_ms, "max.poll.interval.ms": 300_000},
-        )
-        self._producer = producer(
-            settings,
-            **{
-                "transactional.id": transactional_id,
-                "transaction.timeout.ms": transaction_timeout_ms,
-            },
-        )
+        self._call_timeout = min(transaction_timeout_ms / 1000, MAX_CALL_TIMEOUT)
+        required: dict[str, object] = {
+            "session.timeout.ms": session_timeout_ms,
+            "max.poll.interval.ms": 300_000,
+        }
+        if group_instance_id is not None:
+            required["group.instance.id"] = group_instance_id
+        self._consumer = consumer(settings, group, consumer_overrides, **required)
+        self._producer_config: dict[str, object] = {
+            **(producer_overrides or {}),
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": transaction_timeout_ms,
+        }
+        self._producer: Producer = producer(settings, **self._producer_config)
+        self._calls = BoundedCaller(self.component)
+        self._abandoned: list[float] = []
+        self._on_hang = on_hang or exit_process
+        self._watchdog = Watchdog(self.component, on_hang=on_hang)
+        self._stop = threading.Event()
         self._open: float | None = None
         """``time.monotonic()`` when the open transaction began (``None``: none open)."""
         self._handled = 0
+        self._next_offsets: dict[tuple[str, int], int] = {}
+        """Per input partition of the open transaction: the offset after its last handled
+        record (what the transaction commits)."""
+        self._poison: dict[tuple[str, int, int], str] = {}
+        """Input records whose handler raised, by (topic, partition, offset): dead-letter them
+        with this reason when they come round again."""
+        self._failures = 0
+        """Consecutive recoveries (the backoff grows with them)."""
         self._fenced = False
         self.ready = threading.Event()
 
@@ -98,6 +183,10 @@ class TransactionalTopology:
 
     def handle(self, msg: Message) -> None:
         """Decide one input record, producing its output into the open transaction."""
+        raise NotImplementedError
+
+    def dead_letter(self, msg: Message, reason: str) -> None:
+        """Park ``msg``, which cannot be handled, with ``reason``, in the open transaction."""
         raise NotImplementedError
 
     def has_output(self) -> bool:
@@ -130,28 +219,34 @@ class TransactionalTopology:
 
     def run(self, stop: threading.Event) -> None:
         """Consume, decide and commit until ``stop`` is set; graceful on the way out."""
-        self._producer.init_transactions(30)
-        self._consumer.subscribe(
-            [self._input_topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
-        self.ready.set()
+        self._stop = stop
+        graceful = False
         try:
+            self._init_transactions()
+            self._consumer.subscribe(
+                [self._input_topic],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            self.ready.set()
             while not stop.is_set():
-                self.tick()
+                self._tick()
                 messages = poll_batch(self._consumer, self._max_batch, self._wait())
                 for msg in messages:
-                    self._dispatch(msg)
+                    if not self._dispatch(msg):
+                        break  # rewound: the rest of the batch comes again
                 if self._open is not None and (
                     not messages
                     or self._handled >= self._max_batch
                     or time.monotonic() - self._open >= self._commit_interval
                 ):
                     self._commit()
+            graceful = True
+        except _Stopped:
+            pass
         finally:
-            self._shutdown()
+            self._shutdown(graceful=graceful)
 
     def _wait(self) -> float:
         """How long to wait for input: a normal poll without a transaction; with one open, not
@@ -159,122 +254,370 @@ class TransactionalTopology:
         batching, while a burst keeps filling it up to the commit interval."""
         return 0.05 if self._open is None else 0.0
 
-    def _dispatch(self, msg: Message) -> None:
+    def _tick(self) -> None:
+        try:
+            self.tick()
+        except Exception as exc:  # a view refresh must never stop the loop
+            if not _infrastructure(exc):
+                raise
+            log.warning("%s: refresh failed (%s); going on", self.component, exc)
+
+    def _dispatch(self, msg: Message) -> bool:
+        """Handle one record in the open transaction; ``False`` when the loop recovered
+        (aborted and rewound) instead."""
         error = msg.error()
         if error is not None:
             if error.fatal():
                 raise KafkaException(error)
             log.warning("%s consumer: %s", self.component, error)
-            return
-        if self._open is None:
-            self._producer.begin_transaction()
+            return True
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        try:
+            if self._open is None:
+                self._producer.begin_transaction()
+                self._open = time.monotonic()
+                self._handled = 0
+                self.begin()
+        except KafkaException as exc:
+            # The producer is in an error state: abort whatever it holds (or replace it).
             self._open = time.monotonic()
-            self._handled = 0
-            self.begin()
+            self._recover(f"could not begin a transaction: {exc.args[0].str()}", exc.args[0])
+            return False
         self._handled += 1
-        self.handle(msg)
+        poisoned = self._poison.pop((topic, partition, offset), None)
+        try:
+            if poisoned is None:
+                self.handle(msg)
+            else:
+                self.dead_letter(msg, poisoned)
+        except Exception as exc:
+            if poisoned is not None or _infrastructure(exc):
+                if poisoned is not None:
+                    self._remember(topic, partition, offset, poisoned)
+                error = exc.args[0] if isinstance(exc, KafkaException) else None
+                self._recover(f"{type(exc).__name__}: {exc}", error)
+                return False
+            reason = _reason(exc)
+            log.exception(
+                "%s: handling %s[%d]@%d raised; it will be dead-lettered: %s",
+                self.component,
+                topic,
+                partition,
+                offset,
+                reason,
+            )
+            self._remember(topic, partition, offset, reason)
+            self._recover(f"the handler of {topic}[{partition}]@{offset} raised", backoff=False)
+            return False
+        self._next_offsets[(topic, partition)] = offset + 1
+        return True
+
+    def _remember(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        if len(self._poison) >= MAX_POISON:
+            self._poison.pop(next(iter(self._poison)))
+        self._poison[(topic, partition, offset)] = reason
 
     # -- the commit protocol ------------------------------------------------------------------
 
-    def _commit(self) -> None:
+    def _commit(self, *, rewind: bool = True) -> bool:
+        """Steps 0 to 4 of the protocol; ``False`` when the transaction was aborted instead (and,
+        with ``rewind``, the consumer rewound)."""
         if self._open is None:
-            return
-        self._producer.flush(30)
-        if self.has_output():  # the crash window that matters: output in the log, uncommitted
-            faults.hit(f"{self.component}.after_produce_before_commit")
-            self.flushed()
+            return True
+        bound = self._call_timeout
+        producer_ = self._producer
         try:
-            self._with_retries(
-                lambda: self._producer.send_offsets_to_transaction(
-                    self._consumer.position(self._consumer.assignment()),
-                    self._consumer.consumer_group_metadata(),
-                    30,
-                )
+            left = self._call("flush", producer_.flush, bound)
+            if left:
+                reason = f"{left} records were still undelivered after {bound:.0f}s"
+                self._recover(reason, rewind=rewind, backoff=rewind)
+                return False
+            if self.has_output():  # the crash window that matters: output in the log, uncommitted
+                faults.hit(f"{self.component}.after_produce_before_commit")
+                self.flushed()
+            offsets = [TopicPartition(t, p, o) for (t, p), o in self._next_offsets.items()]
+            metadata = self._consumer.consumer_group_metadata()
+            self._call(
+                "send_offsets_to_transaction",
+                producer_.send_offsets_to_transaction,
+                offsets,
+                metadata,
+                bound,
             )
-            self._with_retries(lambda: self._producer.commit_transaction(30))
-        except _Abortable as exc:
-            self._abort(str(exc))
-            return
+            self._call("commit_transaction", producer_.commit_transaction, bound)
+        except Hung as exc:
+            self._recover(
+                f"{exc}; replacing the producer", hung=True, rewind=rewind, backoff=rewind
+            )
+            return False
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            self._recover(f"commit failed: {error.str()}", error, rewind=rewind, backoff=rewind)
+            return False
         faults.hit(f"{self.component}.after_commit_before_state")
         self._producer.poll(0)  # serve delivery reports of what was just committed
         self.committed()
         self._open = None
+        self._next_offsets.clear()
+        self._failures = 0
+        return True
 
-    def _with_retries(self, call: Callable[[], object]) -> None:
-        for attempt in range(5):
+    # -- recovery -------------------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[..., _R], *args: object) -> _R:
+        """A producer call, bounded (:class:`Hung` when it outlives the bound)."""
+        return self._calls.call(what, self._call_timeout, fn, *args)
+
+    def _recover(
+        self,
+        reason: str,
+        error: KafkaError | None = None,
+        *,
+        hung: bool = False,
+        rewind: bool = True,
+        backoff: bool = True,
+    ) -> None:
+        """Abort the open transaction, drop staged state and (``rewind``) bring local state and
+        the consumer back to what Kafka committed; back off before going on."""
+        if error is not None and error.code() in _FENCING:
+            self._fenced = True
+            self._open = None
+            raise Fenced(f"{self.component} was fenced: {error.str()}")
+        log.warning(
+            "%s: aborting a transaction of %d records and rewinding to the committed offsets: %s",
+            self.component,
+            self._handled if self._open is not None else 0,
+            reason,
+        )
+        fatal = error is not None and error.fatal()
+        if hung:
+            self._replace_producer(abandon=True)
+        elif self._open is not None or fatal:
+            self._abort(fatal=fatal)
+        self._open = None
+        self._handled = 0
+        self._next_offsets.clear()
+        self.aborted()
+        self.forget()
+        self._failures += 1
+        if self._stop.is_set():
+            raise _Stopped  # the next owner rewinds: nothing is committed past this point
+        if rewind:
+            self._rewind()
+        if backoff:
+            self._pause()
+
+    def _abort(self, *, fatal: bool) -> None:
+        if self._stop.is_set():
+            # Stopping: leave the transaction to the coordinator (or the next init_transactions
+            # of this id) rather than wait for a broker that may be down.
+            return
+        if not fatal:
             try:
-                call()
+                self._call(
+                    "abort_transaction", self._producer.abort_transaction, self._call_timeout
+                )
+                return
+            except Hung as exc:
+                log.warning("%s: %s; replacing the producer", self.component, exc)
+                self._replace_producer(abandon=True)
                 return
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
-                if error.retriable() and attempt < 4:
-                    continue
-                if error.txn_requires_abort():
-                    raise _Abortable(error.str()) from exc
-                # Fenced (a newer instance took over) or another fatal error: this producer is
-                # dead. Drop the transaction; the coordinator aborts it.
-                self._fenced = True
-                self._open = None
-                raise Fenced(f"{self.component} transaction failed fatally: {error.str()}") from exc
+                if error.code() in _FENCING:
+                    self._fenced = True
+                    raise Fenced(f"{self.component} was fenced: {error.str()}") from exc
+                log.warning("%s: abort failed (%s); replacing the producer", self.component, error)
+        self._replace_producer()
 
-    def _abort(self, reason: str) -> None:
-        log.warning(
-            "%s: aborting a transaction of %d records: %s", self.component, self._handled, reason
-        )
-        self._producer.abort_transaction(30)
-        self.aborted()
-        self._open = None
-        assignment = self._consumer.assignment()
-        if assignment:
-            for tp in self._consumer.committed(assignment, timeout=30):
-                offset = tp.offset if tp.offset >= 0 else 0
-                self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+    def _replace_producer(self, *, abandon: bool = False) -> None:
+        """A producer whose transaction state is unknown is dropped for a new one with the same
+        transactional id; its ``init_transactions`` fences the old one and aborts whatever it
+        left open. ``abandon``: the old one is stuck in a call; it is never touched again."""
+        old = self._producer
+        if abandon:
+            now = time.monotonic()
+            self._abandoned = [t for t in self._abandoned if now - t < ABANDON_WINDOW]
+            self._abandoned.append(now)
+            if len(self._abandoned) > MAX_ABANDONED:
+                what = f"producer calls ({len(self._abandoned)} stuck in {ABANDON_WINDOW:.0f}s)"
+                self._on_hang(self.component, what, self._call_timeout)
+                raise Fenced(f"{self.component}: {what}")  # a handler that did not exit
+            self._calls = BoundedCaller(self.component)
+        else:
+            try:
+                self._call("purge", old.purge, True, True)
+            except (KafkaException, Hung) as exc:
+                log.info("%s: purging the old producer: %s", self.component, exc)
+                self._calls = BoundedCaller(self.component)
+        self._producer = producer(self._settings, **self._producer_config)
+        del old  # destroyed once unreferenced; close() could wait for the broker
+        self._init_transactions()
+
+    def _init_transactions(self) -> None:
+        """``init_transactions`` until it succeeds (the broker may be down), or ``stop``."""
+        attempt = 0
+        while True:
+            try:
+                self._call(
+                    "init_transactions", self._producer.init_transactions, self._call_timeout
+                )
+                return
+            except Hung as exc:
+                log.warning("%s: %s; replacing the producer", self.component, exc)
+                self._replace_producer(abandon=True)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.code() in _FENCING:
+                    raise Fenced(f"{self.component}: {error.str()}") from exc
+                attempt += 1
+                log.log(
+                    logging.WARNING if attempt == 1 else logging.DEBUG,
+                    "%s: init_transactions failed (%s); retrying",
+                    self.component,
+                    error.str(),
+                )
+                if error.fatal():
+                    self._producer = producer(self._settings, **self._producer_config)
+            self._sleep(min(0.2 * 2**attempt, MAX_BACKOFF))
+
+    def _rewind(self) -> None:
+        """Restore local state to Kafka's committed end and seek every assigned partition to its
+        committed offset, retrying until Kafka answers (or ``stop``)."""
+        attempt = 0
+        while True:
+            try:
+                assignment = self._consumer.assignment()
+                if not assignment:
+                    return
+                with self._watchdog.bound("committed", self._call_timeout):
+                    committed = self._consumer.committed(assignment, timeout=self._call_timeout)
+                for tp in committed:
+                    self.restore(tp.partition)
+                for tp in committed:
+                    offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                    self._seek(TopicPartition(tp.topic, tp.partition, offset))
+                return
+            except (KafkaException, TimeoutError, StoreError) as exc:
+                attempt += 1
+                log.log(
+                    logging.WARNING if attempt == 1 else logging.DEBUG,
+                    "%s: cannot rewind yet (%s); retrying",
+                    self.component,
+                    exc,
+                )
+            self._sleep(min(0.2 * 2**attempt, MAX_BACKOFF))
+
+    def _seek(self, tp: TopicPartition) -> None:
+        try:
+            self._consumer.seek(tp)
+        except KafkaException as exc:
+            # A partition not fetched yet starts at its committed offset anyway.
+            if exc.args[0].code() != KafkaError._STATE:
+                raise
+
+    def _pause(self) -> None:
+        if self._failures > 1:
+            self._sleep(min(0.1 * 2 ** (self._failures - 1), MAX_BACKOFF))
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stop.wait(seconds):
+            raise _Stopped
 
     # -- rebalancing ------------------------------------------------------------------------------
 
     def _on_assign(self, _consumer: object, partitions: list[TopicPartition]) -> None:
         self.forget()
-        # Wait until every pending transactional offset commit on these partitions is resolved
-        # (read_committed implies require_stable_offsets), so the output of a previous owner's
-        # last transaction is decided before we read it.
-        self._consumer.committed(partitions, timeout=60)
-        for tp in partitions:
-            self.restore(tp.partition)
+        attempt = 0
+        while True:
+            try:
+                # Wait until every pending transactional offset commit on these partitions is
+                # resolved (read_committed implies require_stable_offsets), so the output of a
+                # previous owner's last transaction is decided before we read it.
+                with self._watchdog.bound("committed", self._call_timeout * 6):
+                    self._consumer.committed(partitions, timeout=self._call_timeout * 6)
+                for tp in partitions:
+                    self.restore(tp.partition)
+                break
+            except (KafkaException, TimeoutError, StoreError) as exc:
+                attempt += 1
+                log.warning("%s: restoring assigned partitions failed (%s)", self.component, exc)
+                if self._stop.wait(min(0.2 * 2**attempt, MAX_BACKOFF)):
+                    return
         log.info("%s assigned %s", self.component, sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, _consumer: object, partitions: list[TopicPartition]) -> None:
         if self._open is not None and not self._fenced:
             try:
-                self._commit()
+                self._commit(rewind=False)
             except Fenced:
-                log.warning("%s: could not commit before losing partitions", self.component)
+                log.warning("%s: fenced while losing partitions", self.component)
+        self._forget_poison(partitions)
         self.forget()
 
     def _on_lost(self, _consumer: object, partitions: list[TopicPartition]) -> None:
         if self._open is not None and not self._fenced:
-            self._abort("partitions lost")
+            try:
+                self._recover("partitions lost", rewind=False, backoff=False)
+            except Fenced:
+                log.warning("%s: fenced while losing partitions", self.component)
         self._open = None
+        self._forget_poison(partitions)
         self.forget()
 
-    def _shutdown(self) -> None:
-        """Commit what is staged (unless fenced), leave the group, close everything.
+    def _forget_poison(self, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        for key in [k for k in self._poison if (k[0], k[1]) in gone]:
+            del self._poison[key]
 
-        A fenced instance must not touch its producer again: anything it had staged belongs to
-        an aborted transaction, and the instance that fenced it owns the partitions now.
+    # -- shutdown ---------------------------------------------------------------------------------
+
+    def _shutdown(self, *, graceful: bool) -> None:
+        """Commit what is staged (only on a graceful stop, never after an error), leave,
+        close everything, within a few call bounds even when the broker is down.
+
+        A transaction that cannot be committed is left to be aborted (by the coordinator after
+        the transaction timeout, or at once by the next ``init_transactions`` of this
+        transactional id): local state has not changed, so nothing is lost. A fenced instance
+        must not touch its producer again: the instance that fenced it owns the partitions now.
         """
-        if self._open is not None and not self._fenced:
-            try:
-                self._commit()
-            except Exception:
-                log.exception("%s: final commit failed", self.component)
+        budget = Deadline(SHUTDOWN_BUDGET)
+        healthy = not self._fenced and self._failures == 0
+        clean = healthy and self._open is None
         try:
-            self._consumer.close()
+            if self._open is not None and healthy and graceful:
+                # One try, with calls short enough for the whole stop to fit the budget.
+                self._call_timeout = min(self._call_timeout, budget.left() / 4)
+                try:
+                    clean = self._commit_once()
+                except Exception:
+                    log.exception("%s: final commit failed", self.component)
+            with self._watchdog.bound("consumer close", budget.left(self._call_timeout)):
+                self._consumer.close()
         finally:
-            if not self._fenced:
-                self._producer.flush(10)
             try:
-                self._producer.close()
-            except KafkaException:
-                if not self._fenced:
-                    raise
-            self.close_state()
+                if clean:
+                    self._call("close", close_producer, self._producer, budget.left())
+                elif not self._fenced:
+                    self._producer.purge(in_queue=True, in_flight=True)
+            except (KafkaException, Hung) as exc:
+                log.warning("%s: closing the producer: %s", self.component, exc)
+            finally:
+                self._calls.close()
+                self._watchdog.close()
+                self.close_state()
+
+    def _commit_once(self) -> bool:
+        """The last commit of a stopping instance: one try, no recovery loop."""
+        try:
+            return self._commit(rewind=False)
+        except _Stopped:
+            return False
+
+
+def _reason(exc: BaseException, limit: int = 2000) -> str:
+    """What a dead letter says about a handler's failure (bounded: it is one record's note)."""
+    text = str(exc) if isinstance(exc, FlowError) else f"{type(exc).__name__}: {exc}"
+    text = f"handler failed: {text}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

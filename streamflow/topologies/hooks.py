@@ -39,6 +39,7 @@ from streamflow.core.errors import (
     InvalidTransition,
 )
 from streamflow.core.tokens import digests_equal, is_token_digest, token_digest
+from streamflow.kafka.admin import fit_record_limit
 from streamflow.kafka.clients import APPEND_WOKEN, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
@@ -54,6 +55,7 @@ from streamflow.topologies.common import (
     utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
+from streamflow.topologies.watchdog import HangHandler
 
 log = logging.getLogger("streamflow.hooks")
 COMPONENT = "hooks"
@@ -73,8 +75,15 @@ class Hooks(TransactionalTopology):
         max_batch: int = 500,
         transaction_timeout_ms: int = 10_000,
         session_timeout_ms: int = 10_000,
+        static_membership: bool = True,
+        on_hang: HangHandler | None = None,
     ) -> None:
         names = Names(settings.namespace)
+        settings = fit_record_limit(
+            settings,
+            [names.hook_requests, names.hook_tokens, names.requests, names.replies],
+            dead_letters=names.dead_letters,
+        )
         super().__init__(
             settings,
             group=names.hooks_group,
@@ -85,8 +94,11 @@ class Hooks(TransactionalTopology):
             max_batch=max_batch,
             transaction_timeout_ms=transaction_timeout_ms,
             session_timeout_ms=session_timeout_ms,
+            group_instance_id=f"{COMPONENT}-{instance}" if static_membership else None,
+            on_hang=on_hang,
         )
         self._names = names
+        self._wire = codec.Wire(settings.limits)
         self._clock = clock
         self._instance = instance
         self._state = LocalState(state_dir, ("tokens", "meta"))
@@ -122,7 +134,7 @@ class Hooks(TransactionalTopology):
             if record is None:
                 batch.delete("tokens", digest.encode())
             else:
-                batch.put("tokens", digest.encode(), codec.encode_token_record(record))
+                batch.put("tokens", digest.encode(), self._wire.encode(record))
         for partition, offset in self._offsets.items():
             batch.put("meta", _offset_key(partition), encode_offset(offset + 1))
         self._state.write(batch)
@@ -159,7 +171,7 @@ class Hooks(TransactionalTopology):
             self._dead_letter(msg, "empty value", now)
             return
         try:
-            request = codec.decode_hook_request(raw)
+            request = self._wire.decode(raw, m.HookRequest)
         except FlowError as exc:
             self._dead_letter(msg, str(exc), now)
             return
@@ -196,7 +208,7 @@ class Hooks(TransactionalTopology):
             self._producer.produce(
                 self._names.incidents,
                 key=claim.run_id.encode(),
-                value=codec.encode_incident(incident),
+                value=self._wire.encode(incident),
             )
             self._produced = True
             log.info("run %s hook %s: %s", claim.run_id, claim.hook_id, conflict)
@@ -265,13 +277,13 @@ class Hooks(TransactionalTopology):
         if digest in self._staged:
             return self._staged[digest]
         raw = self._state.get("tokens", digest.encode())
-        return None if raw is None else codec.decode_token_record(raw)
+        return None if raw is None else self._wire.decode(raw, m.TokenRecord)
 
     def _put(self, partition: int, digest: str, record: m.TokenRecord | None) -> None:
         self._producer.produce(
             self._names.hook_tokens,
             key=digest.encode(),
-            value=None if record is None else codec.encode_token_record(record),
+            value=None if record is None else self._wire.encode(record),
             partition=partition,
             on_delivery=partial(_track, self._offsets),
         )
@@ -282,7 +294,7 @@ class Hooks(TransactionalTopology):
         self._producer.produce(
             self._names.requests,
             key=request.run_id.encode(),
-            value=codec.encode_request(request),
+            value=self._wire.encode(request),
             partition=partition_for(request.run_id, self._run_partitions),
         )
         self._produced = True
@@ -302,13 +314,23 @@ class Hooks(TransactionalTopology):
         self._producer.produce(
             self._names.replies,
             key=callback.request_id.encode(),
-            value=codec.encode_reply(reply),
+            value=self._wire.encode(reply),
         )
         self._produced = True
 
+    def dead_letter(self, msg: Message, reason: str) -> None:
+        self._dead_letter(msg, reason, self._clock())
+
     def _dead_letter(self, msg: Message, reason: str, now: datetime) -> None:
         send_dead_letter(
-            self._producer, self._names, msg, reason, COMPONENT, now=now, withhold_value=True
+            self._producer,
+            self._names,
+            msg,
+            reason,
+            COMPONENT,
+            now=now,
+            withhold_value=True,
+            wire=self._wire,
         )
         self._produced = True
 

@@ -25,7 +25,9 @@ from confluent_kafka.admin import AdminClient
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
-from streamflow.observe.http import InspectionUnavailable, Inspector, fetch_json
+from streamflow.observe.http import Covered, InspectionUnavailable, fetch_covered
+from streamflow.stores.base import FlowEventStore
+from streamflow.stores.inspect import StoreInspector
 
 CLIENT_ID_PREFIX = "streamflow-observers "
 """An observers consumer's ``client.id`` is this prefix followed by its advertised URL."""
@@ -76,25 +78,87 @@ class ObserverDirectory:
         return owners
 
 
+class OwnedInspector:
+    """This instance's answers for the history partitions it owns at the moment of each call,
+    each saying which partitions it covers (:class:`~streamflow.observe.http.Covered`). A run
+    of a partition it does not own is not answered for (503), never reported missing: its
+    owner knows it."""
+
+    def __init__(
+        self,
+        store: FlowEventStore,
+        *,
+        partitions: int,
+        owned: Callable[[], frozenset[int]],
+    ) -> None:
+        self._store = store
+        self._partitions = partitions
+        self._owned = owned
+
+    def _scoped(self) -> tuple[StoreInspector, frozenset[int]]:
+        owned = self._owned()  # one view of the assignment for the whole answer
+        count = self._partitions
+        inspector = StoreInspector(self._store, owns=lambda r: partition_for(r, count) in owned)
+        return inspector, owned
+
+    def _one(self, run_id: str) -> tuple[StoreInspector, frozenset[int]]:
+        inspector, owned = self._scoped()
+        partition = partition_for(run_id, self._partitions)
+        if partition not in owned:
+            raise InspectionUnavailable(
+                f"history partition {partition} is not owned by this observers instance now"
+            )
+        return inspector, frozenset({partition})
+
+    def runs(self, status: WorkflowRunStatus | None) -> Covered:
+        inspector, owned = self._scoped()
+        return Covered(inspector.runs(status), owned)
+
+    def run(self, run_id: str) -> Covered:
+        inspector, covered = self._one(run_id)
+        return Covered(inspector.run(run_id), covered)
+
+    def history(self, run_id: str) -> Covered:
+        inspector, covered = self._one(run_id)
+        return Covered(inspector.history(run_id), covered)
+
+    def summary(self) -> Covered:
+        inspector, owned = self._scoped()
+        return Covered(inspector.summary(), owned)
+
+    def suspensions(self) -> Covered:
+        inspector, owned = self._scoped()
+        return Covered(inspector.suspensions(), owned)
+
+    def hooks(self) -> Covered:
+        inspector, owned = self._scoped()
+        return Covered(inspector.hooks(), owned)
+
+    def retention(self) -> Covered:
+        inspector, owned = self._scoped()
+        return Covered(inspector.retention(), owned)
+
+
 class _Remote:
     """Another instance's inspection API, asked for its own partitions only."""
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
 
-    def get(self, path: str, query: dict[str, str] | None = None) -> Any:
-        return fetch_json(
+    def get(self, path: str, query: dict[str, str] | None = None) -> Covered:
+        return fetch_covered(
             self.url, path, {**(query or {}), "scope": "local"}, timeout=REMOTE_TIMEOUT
         )
 
 
 class NamespaceInspector:
     """Answers for every history partition: the local index for the partitions this instance
-    owns, the owning instances for the others."""
+    owns, the owning instances for the others. Every part says which partitions it covers; an
+    answer that does not cover them all is refused (503), never given partially."""
 
     def __init__(
         self,
-        local: Inspector,
+        local: OwnedInspector,
         *,
         partitions: int,
         owned: Callable[[], frozenset[int]],
@@ -107,29 +171,33 @@ class NamespaceInspector:
         self._directory = directory
         self._self = advertise.rstrip("/")
 
-    def _sources(self) -> list[Inspector | _Remote]:
-        """The local index and one remote per other owner; every partition covered once."""
+    def _sources(self) -> list[OwnedInspector | _Remote]:
+        """The local index and one remote per other owner, as far as the group says."""
         owned = self._owned()
         owners = self._directory.owners()
-        missing: list[int] = []
         remotes: set[str] = set()
         for partition in range(self._partitions):
             if partition in owned:
                 continue
             url = owners.get(partition, "").rstrip("/")
-            if not url or url == self._self:
-                # Nobody, or this instance before its own rebalance callback has run.
-                missing.append(partition)
-            else:
+            if url and url != self._self:
                 remotes.add(url)
+        return [self._local, *(_Remote(url) for url in sorted(remotes))]
+
+    def _whole(self, parts: list[Covered]) -> list[Any]:
+        """The parts' values, once they are known to cover every partition exactly."""
+        covered: set[int] = set()
+        for part in parts:
+            covered |= part.partitions
+        missing = sorted(set(range(self._partitions)) - covered)
         if missing:
             raise InspectionUnavailable(
                 f"no observers instance answers for history partitions {missing} "
                 "(a rebalance in progress, or an instance without an inspection API)"
             )
-        return [self._local, *(_Remote(url) for url in sorted(remotes))]
+        return [part.value for part in parts]
 
-    def _owner(self, run_id: str) -> Inspector | _Remote:
+    def _owner(self, run_id: str) -> OwnedInspector | _Remote:
         partition = partition_for(run_id, self._partitions)
         if partition in self._owned():
             return self._local
@@ -140,29 +208,34 @@ class NamespaceInspector:
             )
         return _Remote(url)
 
+    def _ask_owner(self, run_id: str, path: str, ask: Callable[[OwnedInspector], Covered]) -> Any:
+        owner = self._owner(run_id)
+        answer = owner.get(path) if isinstance(owner, _Remote) else ask(owner)
+        partition = partition_for(run_id, self._partitions)
+        if partition not in answer.partitions:
+            raise InspectionUnavailable(
+                f"the observers instance asked does not own history partition {partition} now"
+            )
+        return answer.value
+
     def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
         query = {} if status is None else {"status": status.value}
+        parts = [
+            source.get("/v1/runs", query) if isinstance(source, _Remote) else source.runs(status)
+            for source in self._sources()
+        ]
         rows: dict[str, dict[str, Any]] = {}
-        for source in self._sources():
-            found = (
-                source.get("/v1/runs", query)
-                if isinstance(source, _Remote)
-                else source.runs(status)
-            )
+        for found in self._whole(parts):
             rows.update((row["run_id"], row) for row in found)
         return [rows[run_id] for run_id in sorted(rows)]
 
     def run(self, run_id: str) -> dict[str, Any]:
-        owner = self._owner(run_id)
-        if isinstance(owner, _Remote):
-            return dict(owner.get(f"/v1/runs/{urllib.parse.quote(run_id, safe='')}"))
-        return owner.run(run_id)
+        path = f"/v1/runs/{urllib.parse.quote(run_id, safe='')}"
+        return dict(self._ask_owner(run_id, path, lambda local: local.run(run_id)))
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
-        owner = self._owner(run_id)
-        if isinstance(owner, _Remote):
-            return list(owner.get(f"/v1/runs/{urllib.parse.quote(run_id, safe='')}/history"))
-        return owner.history(run_id)
+        path = f"/v1/runs/{urllib.parse.quote(run_id, safe='')}/history"
+        return list(self._ask_owner(run_id, path, lambda local: local.history(run_id)))
 
     def summary(self) -> dict[str, Any]:
         total: dict[str, Any] = {}
@@ -183,20 +256,22 @@ class NamespaceInspector:
         rows = [r for part in self._gather("/v1/retention", _retention) for r in part]
         return sorted(rows, key=lambda r: r["run_id"])
 
-    def _gather(self, path: str, ask: Callable[[Inspector], Any]) -> list[Any]:
-        return [
-            source.get(path) if isinstance(source, _Remote) else ask(source)
-            for source in self._sources()
-        ]
+    def _gather(self, path: str, ask: Callable[[OwnedInspector], Covered]) -> list[Any]:
+        return self._whole(
+            [
+                source.get(path) if isinstance(source, _Remote) else ask(source)
+                for source in self._sources()
+            ]
+        )
 
 
-def _suspensions(local: Inspector) -> list[dict[str, Any]]:
+def _suspensions(local: OwnedInspector) -> Covered:
     return local.suspensions()
 
 
-def _hooks(local: Inspector) -> list[dict[str, Any]]:
+def _hooks(local: OwnedInspector) -> Covered:
     return local.hooks()
 
 
-def _retention(local: Inspector) -> list[dict[str, Any]]:
+def _retention(local: OwnedInspector) -> Covered:
     return local.retention()

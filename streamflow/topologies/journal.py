@@ -32,11 +32,15 @@ from streamflow.core.errors import (
     FlowError,
     HookConflict,
     InvalidTransition,
+    PayloadTooLarge,
+    RequestDeadLettered,
     RunConflict,
     RunNotFound,
     RuntimeBuildUnavailable,
+    SerializationError,
 )
 from streamflow.core.ids import is_valid_run_id, validate_run_id
+from streamflow.core.limits import check_events
 from streamflow.core.projection import evolve, project
 from streamflow.core.retention import (
     BEING_PRUNED,
@@ -49,7 +53,8 @@ from streamflow.core.retention import (
     tombstone,
 )
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.kafka.clients import APPEND_WOKEN, partition_count, producer
+from streamflow.kafka.admin import fit_record_limit
+from streamflow.kafka.clients import APPEND_WOKEN, close_producer, partition_count, producer
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, history_key, partition_for
 from streamflow.serde import codec
@@ -64,8 +69,9 @@ from streamflow.topologies.common import (
     send_dead_letter,
     utc_now,
 )
-from streamflow.topologies.eos import Fenced, TransactionalTopology
+from streamflow.topologies.eos import TransactionalTopology
 from streamflow.topologies.registry import RouteTable
+from streamflow.topologies.watchdog import HangHandler
 
 SEQUENCE_CONFLICTS = "streamflow_sequence_conflicts_total"
 CALLBACK_CONFLICTS = "streamflow_callback_conflicts_total"
@@ -111,7 +117,6 @@ RETENTION_BODIES = (
 )
 """Requests about a run's retention, not its workflow: never forwarded along a chain."""
 
-JournalFenced = Fenced
 MAX_FORWARDS = 1024
 """A request handed on along a continuation chain more often than this is refused (a chain
 can never be that long; it guards against a corrupt link)."""
@@ -164,8 +169,15 @@ class Journal(TransactionalTopology):
         cache_runs: int = 4096,
         transaction_timeout_ms: int = 10_000,
         session_timeout_ms: int = 10_000,
+        static_membership: bool = True,
+        on_hang: HangHandler | None = None,
     ) -> None:
         names = Names(settings.namespace)
+        settings = fit_record_limit(
+            settings,
+            [names.requests, names.history, names.replies, names.retention],
+            dead_letters=names.dead_letters,
+        )
         super().__init__(
             settings,
             group=names.journal_group,
@@ -176,8 +188,12 @@ class Journal(TransactionalTopology):
             max_batch=max_batch,
             transaction_timeout_ms=transaction_timeout_ms,
             session_timeout_ms=session_timeout_ms,
+            group_instance_id=f"{COMPONENT}-{instance}" if static_membership else None,
+            on_hang=on_hang,
         )
         self._names = names
+        self._limits = settings.limits
+        self._wire = codec.Wire(self._limits)
         self._clock = clock
         self._instance = instance
         self._cache_runs = cache_runs
@@ -222,6 +238,9 @@ class Journal(TransactionalTopology):
     def handle(self, msg: Message) -> None:
         assert self._txn is not None
         self._handle(msg, self._txn)
+        # The request's output is produced into the open transaction: a handler failing here
+        # must leave none of it visible (the failure drill raises at this point).
+        faults.hit("journal.after_handle")
 
     def _publish_counts(self) -> None:
         """Put the journal's committed counts on ``{ns}.metrics``, at most every few seconds
@@ -238,7 +257,7 @@ class Journal(TransactionalTopology):
                 source=f"{COMPONENT}/{self._instance}",
             )
             self._samples.produce(
-                self._names.metrics, key=name.encode(), value=codec.encode_metric(sample)
+                self._names.metrics, key=name.encode(), value=self._wire.encode(sample)
             )
         self._samples.poll(0)
         self._published_counts = dict(self._counts)
@@ -286,20 +305,45 @@ class Journal(TransactionalTopology):
     def close_state(self) -> None:
         self._routes.close()
         self._state.close()
-        self._samples.flush(5)
+        close_producer(self._samples, 1.0)  # counts are cumulative: the next ones catch up
 
     # -- one request ------------------------------------------------------------------------
+
+    def dead_letter(self, msg: Message, reason: str) -> None:
+        """A request whose handling failed: parked, and its sender told (when it asked)."""
+        now = self._clock()
+        self._letter(msg, reason, now)
+        header = codec.decode_request_header(msg.value() or b"")
+        if header is not None and header.reply:
+            error = RequestDeadLettered(
+                self._names.dead_letters,
+                msg.topic() or "",
+                msg.partition() or 0,
+                msg.offset() or 0,
+                reason,
+            )
+            self._reply_to(header.request_id, header.run_id, error, now)
+
+    def _letter(self, msg: Message, reason: str, now: datetime) -> None:
+        send_dead_letter(
+            self._producer, self._names, msg, reason, COMPONENT, now=now, wire=self._wire
+        )
 
     def _handle(self, msg: Message, txn: _Transaction) -> None:
         now = self._clock()
         raw = msg.value()
         if raw is None:
-            send_dead_letter(self._producer, self._names, msg, "empty value", COMPONENT, now=now)
+            self._letter(msg, "empty value", now)
             return
         try:
-            request = codec.decode_request(raw)
+            request = self._wire.decode(raw, m.Request)
         except FlowError as exc:
-            send_dead_letter(self._producer, self._names, msg, str(exc), COMPONENT, now=now)
+            self._letter(msg, str(exc), now)
+            # The header may still say who asked: answer with the typed reason.
+            header = codec.decode_request_header(raw)
+            if header is not None and header.reply:
+                error = exc if isinstance(exc, SerializationError) else SerializationError(str(exc))
+                self._reply_to(header.request_id, header.run_id, error, now)
             return
         run_id = request.run_id
         if not is_valid_run_id(run_id):
@@ -309,8 +353,12 @@ class Journal(TransactionalTopology):
             msg.key() != run_id.encode()
             or partition_for(run_id, self._partitions) != msg.partition()
         ):
-            reason = f"request for run {run_id} is keyed or partitioned for another run"
-            send_dead_letter(self._producer, self._names, msg, reason, COMPONENT, now=now)
+            expected = partition_for(run_id, self._partitions)
+            reason = (
+                f"request for run {run_id} is keyed or partitioned for another run (it must be "
+                f"keyed by the run id, on partition {expected}: murmur2 of the run id)"
+            )
+            self.dead_letter(msg, reason)
             return
         if isinstance(request.body, RETENTION_BODIES):
             self._retention_request(txn, request, now)
@@ -320,10 +368,16 @@ class Journal(TransactionalTopology):
         if outcome.forward_to is not None:
             self._forward(request, outcome.forward_to, now)
             return
+        if outcome.events and isinstance(request.body, m.StepResult) and request.body.ok:
+            outcome = self._fitted_result(snap, request.body, outcome, now)
         if outcome.events:
             snap = self._ensure_snapshot(run_id, snap)
             try:
                 effects = self._append(txn, snap, outcome.events, now)
+            except PayloadTooLarge as exc:
+                # Nothing was produced: the events are refused whole, with the typed reason.
+                self._rebuild(txn, run_id)
+                outcome = _Outcome(error=exc, incident=isinstance(request.body, m.Proposal))
             except FlowError as exc:
                 # A proposal (or, if ever, a decision) that does not follow from history:
                 # restore the staged view and report instead of writing anything.
@@ -350,6 +404,33 @@ class Journal(TransactionalTopology):
                 now=now,
                 subject=outcome.subject,
             )
+
+    def _fitted_result(
+        self,
+        snap: WorkflowRunSnapshot | None,
+        body: m.StepResult,
+        outcome: _Outcome,
+        now: datetime,
+    ) -> _Outcome:
+        """A step output too large to record fails the attempt instead (a worker checks first;
+        this covers one configured with a larger limit): the run goes on, by its retry policy,
+        rather than waiting for a result that can never be written."""
+        assert snap is not None
+        try:
+            check_events(outcome.events, self._limits, snap.run_id)
+        except PayloadTooLarge as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            return _from(
+                d.decide_step_result(
+                    snap,
+                    body.step_id,
+                    body.attempt,
+                    d.StepErrored(error),
+                    failed_at=body.finished_at,
+                    now=now,
+                )
+            )
+        return outcome
 
     def _decide(
         self, request: m.Request, snap: WorkflowRunSnapshot | None, now: datetime
@@ -448,7 +529,7 @@ class Journal(TransactionalTopology):
             if not self._routes.has_route(build, now):
                 return _Outcome(
                     error=RuntimeBuildUnavailable(
-                        run_id, None if build is None else str(build), None
+                        run_id, None if build is None else str(build), None, routed=True
                     )
                 )
         return _Outcome(events=decision.events)
@@ -551,8 +632,10 @@ class Journal(TransactionalTopology):
         run_id = snap.run_id
         partition = partition_for(run_id, self._partitions)
         txn.touched.add(run_id)
-        # Validate every event before producing any: a list is appended whole or not at all.
-        envelopes = []
+        # The same payload rule as the embedded engine, then every record encoded (and so
+        # size-checked) before any is produced: a list is appended whole or not at all.
+        check_events(events, self._limits, run_id)
+        encoded: list[tuple[ev.FlowEventEnvelope, bytes, bytes, bytes | None]] = []
         effects: list[d.Effect] = []
         for event in events:
             prior = d.before(snap)
@@ -564,12 +647,12 @@ class Journal(TransactionalTopology):
                 event=event,
             )
             evolve(snap, envelope)
-            envelopes.append(envelope)
+            task = self._task(snap, event, envelope.sequence)
+            value = self._wire.encode(envelope)
+            encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
             effects += d.follow_ups(prior, snap, event)
-        for envelope in envelopes:
+        for envelope, key, value, task in encoded:
             event = envelope.event
-            key = history_key(run_id, envelope.sequence)
-            value = codec.encode_history(envelope)
             self._producer.produce(
                 self._names.history,
                 key=key,
@@ -580,8 +663,8 @@ class Journal(TransactionalTopology):
             )
             txn.batch.put("events", key, value)  # local state keeps the wire bytes
             txn.staged.setdefault(run_id, []).append(envelope)
-            if isinstance(event, ev.StepStarted):
-                self._task(snap, event, envelope.sequence)
+            if task is not None:
+                self._produce_task(snap, task)
             if event.is_terminal():
                 self._finished(snap, now)
         return effects
@@ -628,7 +711,7 @@ class Journal(TransactionalTopology):
         self._producer.produce(
             self._names.requests,
             key=request.run_id.encode(),
-            value=codec.encode_request(request),
+            value=self._wire.encode(request),
             partition=partition_for(request.run_id, self._partitions),
         )
 
@@ -655,17 +738,16 @@ class Journal(TransactionalTopology):
         self._producer.produce(
             self._names.hook_requests,
             key=digest.encode(),
-            value=codec.encode_hook_request(record),
+            value=self._wire.encode(record),
             partition=partition_for(digest, self._hook_partitions),
         )
 
-    def _task(self, snap: WorkflowRunSnapshot, event: ev.StepStarted, sequence: int) -> None:
+    def _task(self, snap: WorkflowRunSnapshot, event: ev.FlowEvent, sequence: int) -> bytes | None:
+        """The encoded step task a ``step_started`` owes its build's workers."""
+        if not isinstance(event, ev.StepStarted):
+            return None
         step = snap.steps[event.step_id]
         build = snap.runtime_build_id
-        topic = self._names.tasks(build)
-        partitions = self._task_partitions.get(topic)
-        if partitions is None:
-            partitions = self._task_partitions[topic] = partition_count(self._producer, topic)
         task = m.StepTask(
             run_id=snap.run_id,
             step_id=step.step_id,
@@ -677,10 +759,17 @@ class Journal(TransactionalTopology):
             runtime_build_id=None if build is None else str(build),
             started_sequence=sequence,
         )
+        return self._wire.encode(task)
+
+    def _produce_task(self, snap: WorkflowRunSnapshot, task: bytes) -> None:
+        topic = self._names.tasks(snap.runtime_build_id)
+        partitions = self._task_partitions.get(topic)
+        if partitions is None:
+            partitions = self._task_partitions[topic] = partition_count(self._producer, topic)
         self._producer.produce(
             topic,
             key=snap.run_id.encode(),
-            value=codec.encode_task(task),
+            value=task,
             partition=partition_for(snap.run_id, partitions),
         )
 
@@ -695,7 +784,7 @@ class Journal(TransactionalTopology):
             at=now,
         )
         self._producer.produce(
-            self._names.replies, key=snap.run_id.encode(), value=codec.encode_reply(notice)
+            self._names.replies, key=snap.run_id.encode(), value=self._wire.encode(notice)
         )
 
     def _reply(
@@ -720,7 +809,21 @@ class Journal(TransactionalTopology):
             subject=subject,
         )
         self._producer.produce(
-            self._names.replies, key=request.request_id.encode(), value=codec.encode_reply(reply)
+            self._names.replies, key=request.request_id.encode(), value=self._wire.encode(reply)
+        )
+
+    def _reply_to(self, request_id: str, run_id: str, error: FlowError, now: datetime) -> None:
+        """A typed refusal for a request known only by its header."""
+        reply = m.Reply(
+            request_id=request_id,
+            run_id=run_id,
+            kind=m.ReplyKind.REQUEST,
+            ok=False,
+            error=error_info(error),
+            at=now,
+        )
+        self._producer.produce(
+            self._names.replies, key=request_id.encode(), value=self._wire.encode(reply)
         )
 
     def _incident(
@@ -741,7 +844,7 @@ class Journal(TransactionalTopology):
             at=now,
         )
         self._producer.produce(
-            self._names.incidents, key=run_id.encode(), value=codec.encode_incident(incident)
+            self._names.incidents, key=run_id.encode(), value=self._wire.encode(incident)
         )
         log.warning("run %s: %s", run_id, error)
 
@@ -960,7 +1063,7 @@ class Journal(TransactionalTopology):
             self._producer.produce(
                 self._names.retention,
                 key=run_id.encode(),
-                value=codec.encode_retention(record),
+                value=self._wire.encode(record),
                 partition=partition,
             )
 
@@ -969,10 +1072,14 @@ class Journal(TransactionalTopology):
         if txn is not None and run_id in txn.retention:
             return txn.retention[run_id]
         raw = self._state.get("retention", run_id.encode())
-        return m.RetentionRecord(run_id=run_id) if raw is None else codec.decode_retention(raw)
+        return (
+            m.RetentionRecord(run_id=run_id)
+            if raw is None
+            else self._wire.decode(raw, m.RetentionRecord)
+        )
 
     def _put_retention(self, txn: _Transaction, record: m.RetentionRecord) -> None:
-        value = codec.encode_retention(record)
+        value = self._wire.encode(record)
         key = record.run_id.encode()
         self._producer.produce(
             self._names.retention,
@@ -1018,7 +1125,7 @@ class Journal(TransactionalTopology):
             self._cache.move_to_end(run_id)
             return cached
         history = [
-            codec.decode_history(v)
+            self._wire.decode(v, ev.FlowEventEnvelope)
             for _, v in self._state.scan("events", run_id.encode() + b"\x00")
         ]
         if not history:
@@ -1032,7 +1139,10 @@ class Journal(TransactionalTopology):
         if self._txn is not None and run_id in self._txn.erased:
             return []
         prefix = run_id.encode() + b"\x00"
-        return [codec.decode_history(value) for _, value in self._state.scan("events", prefix)]
+        return [
+            self._wire.decode(value, ev.FlowEventEnvelope)
+            for _, value in self._state.scan("events", prefix)
+        ]
 
     def _ensure_snapshot(
         self, run_id: str, snap: WorkflowRunSnapshot | None
@@ -1046,7 +1156,7 @@ class Journal(TransactionalTopology):
         already produced for it (a rejected event list mutated the cached view part way)."""
         self._cache.pop(run_id, None)
         history = [
-            codec.decode_history(v)
+            self._wire.decode(v, ev.FlowEventEnvelope)
             for _, v in self._state.scan("events", run_id.encode() + b"\x00")
         ]
         history += txn.staged.get(run_id, [])
@@ -1085,7 +1195,9 @@ def _not_found(run_id: str) -> FlowError:
 
 def _no_route(snap: WorkflowRunSnapshot) -> FlowError:
     build = snap.runtime_build_id
-    return RuntimeBuildUnavailable(snap.run_id, None if build is None else str(build), None)
+    return RuntimeBuildUnavailable(
+        snap.run_id, None if build is None else str(build), None, routed=True
+    )
 
 
 def validate_error(run_id: str) -> FlowError:

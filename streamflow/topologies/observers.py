@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_END, Message, Producer, TopicPartition
 
@@ -41,6 +42,7 @@ from streamflow.core.errors import FlowError, SerializationError
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.kafka.clients import (
     APPEND_WOKEN,
+    close_producer,
     end_offset,
     partition_count,
     poll_batch,
@@ -65,9 +67,15 @@ from streamflow.topologies.common import (
     utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
-from streamflow.topologies.inspection import NamespaceInspector, ObserverDirectory, client_id
+from streamflow.topologies.inspection import (
+    NamespaceInspector,
+    ObserverDirectory,
+    OwnedInspector,
+    client_id,
+)
 from streamflow.topologies.journal import COUNTED, SEQUENCE_CONFLICTS
 from streamflow.topologies.registry import RouteTable
+from streamflow.topologies.watchdog import HangHandler
 
 log = logging.getLogger("streamflow.observers")
 COMPONENT = "observers"
@@ -92,6 +100,8 @@ class Observers(TransactionalTopology):
         transaction_timeout_ms: int = 60_000,
         session_timeout_ms: int = 10_000,
         advertise: str | None = None,
+        static_membership: bool = True,
+        on_hang: HangHandler | None = None,
     ) -> None:
         """``advertise``: the URL of this instance's inspection API, published to the other
         instances of the group (``streamflow.topologies.inspection``)."""
@@ -110,8 +120,11 @@ class Observers(TransactionalTopology):
             max_batch=max_batch,
             transaction_timeout_ms=transaction_timeout_ms,
             session_timeout_ms=session_timeout_ms,
+            group_instance_id=f"{COMPONENT}-{instance}" if static_membership else None,
+            on_hang=on_hang,
         )
         self._names = names
+        self._wire = codec.Wire(settings.limits)
         self._clock = clock
         self._source = f"{COMPONENT}/{instance}"
         self._observers = tuple(observers)
@@ -181,12 +194,9 @@ class Observers(TransactionalTopology):
             self._discard(msg)  # a retention tombstone: the run was pruned
             return
         try:
-            envelope = codec.decode_history(value)
+            envelope = self._wire.decode(value, FlowEventEnvelope)
         except SerializationError as exc:
-            send_dead_letter(
-                self._producer, self._names, msg, str(exc), COMPONENT, now=self._clock()
-            )
-            self._produced = True
+            self.dead_letter(msg, str(exc))
             return
         status = self._observe(envelope, msg)
         record = m.AuditRecord(
@@ -202,7 +212,13 @@ class Observers(TransactionalTopology):
             event=_event_json(envelope),
         )
         self._producer.produce(
-            self._names.audit, key=envelope.run_id.encode(), value=codec.encode_audit(record)
+            self._names.audit, key=envelope.run_id.encode(), value=self._wire.encode(record)
+        )
+        self._produced = True
+
+    def dead_letter(self, msg: Message, reason: str) -> None:
+        send_dead_letter(
+            self._producer, self._names, msg, reason, COMPONENT, now=self._clock(), wire=self._wire
         )
         self._produced = True
 
@@ -265,7 +281,7 @@ class Observers(TransactionalTopology):
             if value is None:
                 self._discard(msg)
             else:
-                envelope = codec.decode_history(value)
+                envelope = self._wire.decode(value, FlowEventEnvelope)
                 if not self._held(envelope):
                     self.index.ingest(envelope)  # the gauges are primed from the index next
                     copied += 1
@@ -309,13 +325,14 @@ class Observers(TransactionalTopology):
         self._owned = frozenset()
         self._rebalanced = True
 
-    def inspectors(self) -> tuple[Inspector, Inspector]:
+    def inspectors(self) -> tuple[Inspector, Any]:
         """``(namespace, local)``: what to serve on ``/v1`` and on ``/v1?scope=local``. With an
         advertised URL, the first answers for every partition (asking the other instances of
-        the group); without one both answer for this instance's partitions only."""
-        local = StoreInspector(self.index, owns=self.owns)
+        the group); without one it answers for this instance's partitions only. The local one
+        says which partitions each answer covers."""
+        local = OwnedInspector(self.index, partitions=self._partitions, owned=self.owned)
         if self._advertise is None:
-            return local, local
+            return StoreInspector(self.index, owns=self.owns), local
         namespace = NamespaceInspector(
             local,
             partitions=self._partitions,
@@ -379,6 +396,7 @@ class _SideReaders:
 
     def __init__(self, settings: KafkaSettings, names: Names, metrics: FlowMetrics) -> None:
         self._names = names
+        self._wire = codec.Wire(settings.limits)
         self._metrics = metrics
         self._reader = reader(settings)
         topics = (names.dead_letters, names.incidents, names.metrics)
@@ -405,10 +423,10 @@ class _SideReaders:
         value = msg.value()
         assert value is not None
         if topic == self._names.dead_letters:
-            letter = codec.decode_dead_letter(value)
+            letter = self._wire.decode_dead_letter(value)
             self._metrics.dead_letter(_role(letter.topic, self._prefix))
         elif topic == self._names.metrics:
-            sample = codec.decode_metric(value)
+            sample = self._wire.decode(value, m.MetricSample)
             if sample.name in COUNTED and sample.source.startswith("journal/"):
                 # A cumulative count per journal instance: add what is new (a restarted journal
                 # counts from zero again).
@@ -423,7 +441,7 @@ class _SideReaders:
                 else:
                     self._metrics.callback_conflict("hook_conflict", delta)
         else:
-            incident = codec.decode_incident(value)
+            incident = self._wire.decode(value, m.Incident)
             if incident.error.type == "HookTokenConflict":
                 self._metrics.callback_conflict("hook_token_conflict")
 
@@ -479,4 +497,4 @@ class _Publisher:
         return len(samples)
 
     def close(self) -> None:
-        self._producer.flush(10)
+        close_producer(self._producer, 1.0)  # samples are republished on every interval

@@ -35,11 +35,20 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
-from streamflow.core.errors import FlowError, ReplayLimitExceeded
+from streamflow.core.errors import FlowError, PayloadTooLarge, ReplayLimitExceeded
+from streamflow.core.limits import check_events
 from streamflow.core.projection import ProjectedRun as CachedRun
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.kafka import admin
-from streamflow.kafka.clients import consumer, partition_count, poll_batch, producer
+from streamflow.kafka.clients import (
+    SHUTDOWN_BUDGET,
+    Deadline,
+    close_producer,
+    consumer,
+    partition_count,
+    poll_batch,
+    producer,
+)
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
@@ -90,8 +99,10 @@ class Processor:
         limits: d.Limits = d.Limits(),  # noqa: B008 - frozen value
         topic_profile: str = "production",
         session_timeout_ms: int = 10_000,
+        static_membership: bool = True,
     ) -> None:
         self._settings = settings
+        self._wire = codec.Wire(settings.limits)
         self._runtime = runtime
         self._compat = compatibility
         self._build = None if compatibility is None else str(compatibility.current)
@@ -104,9 +115,11 @@ class Processor:
         self._group = self._names.processor_group(self._build)
         self._state = LocalState(state_dir, ("events", "meta"))
         self._reset_if_identity_changed()
-        self._consumer = consumer(
-            settings, self._group, None, **{"session.timeout.ms": session_timeout_ms}
-        )
+        membership: dict[str, object] = {"session.timeout.ms": session_timeout_ms}
+        if static_membership:
+            # An instance restarted in place gets its partitions back without a rebalance.
+            membership["group.instance.id"] = f"{COMPONENT}-{instance}"
+        self._consumer = consumer(settings, self._group, None, **membership)
         self._producer = producer(settings)
         self._partitions = partition_count(self._consumer, self._names.requests)
         self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
@@ -180,9 +193,11 @@ class Processor:
             if value is None:
                 continue
             try:
-                envelope = codec.decode_history(value)
+                envelope = self._wire.decode(value, ev.FlowEventEnvelope)
             except FlowError as exc:
-                send_dead_letter(self._producer, self._names, msg, str(exc), COMPONENT, now=now)
+                send_dead_letter(
+                    self._producer, self._names, msg, str(exc), COMPONENT, now=now, wire=self._wire
+                )
                 continue
             self._absorb(envelope, value, batch)
         for partition, offset in offsets.items():
@@ -273,6 +288,13 @@ class Processor:
 
     def _propose(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...], now: datetime) -> None:
         snap = cached.snapshot
+        try:
+            # The embedded engine refuses the same decision: a typed incident, not a record
+            # the journal could never accept.
+            check_events(events, self._wire.limits, snap.run_id)
+        except PayloadTooLarge as exc:
+            self._incident(cached, exc, now)
+            return
         proposal = m.Proposal(
             expected_sequence=snap.last_sequence,
             events=tuple(events),
@@ -293,7 +315,7 @@ class Processor:
             self._producer.produce(
                 self._names.hook_requests,
                 key=digest.encode(),
-                value=codec.encode_hook_request(m.HookRequest(body=claim)),
+                value=self._wire.encode(m.HookRequest(body=claim)),
                 partition=partition_for(digest, self._hook_partitions),
             )
         else:
@@ -303,7 +325,7 @@ class Processor:
             self._producer.produce(
                 self._names.requests,
                 key=snap.run_id.encode(),
-                value=codec.encode_request(request),
+                value=self._wire.encode(request),
                 partition=partition_for(snap.run_id, self._partitions),
             )
         faults.hit("processor.after_propose")
@@ -323,7 +345,7 @@ class Processor:
             at=now,
         )
         self._producer.produce(
-            self._names.incidents, key=snap.run_id.encode(), value=codec.encode_incident(incident)
+            self._names.incidents, key=snap.run_id.encode(), value=self._wire.encode(incident)
         )
         self._incidents[snap.run_id] = snap.last_sequence
         log.warning("run %s at sequence %d: %s", snap.run_id, snap.last_sequence, error)
@@ -370,7 +392,7 @@ class Processor:
         """Rebuild in-memory runs of these partitions from local state; decide them all."""
         current: CachedRun | None = None
         for _key, value in self._state.scan("events"):
-            envelope = codec.decode_history(value)
+            envelope = self._wire.decode(value, ev.FlowEventEnvelope)
             if partition_for(envelope.run_id, self._partitions) not in partitions:
                 continue
             if current is None or current.snapshot.run_id != envelope.run_id:
@@ -380,15 +402,16 @@ class Processor:
             self._pending.add(envelope.run_id)
 
     def _shutdown(self) -> None:
+        budget = Deadline(SHUTDOWN_BUDGET)
         try:
-            self._advertiser.withdraw()
+            self._advertiser.withdraw(budget.left(2.0))
         except Exception:
             log.exception("processor: could not withdraw the build registration")
         try:
             self._consumer.close()
         finally:
-            self._producer.flush(10)
-            self._producer.close()
+            # Proposals not delivered are decided again by the next owner.
+            close_producer(self._producer, budget.left())
             self._state.close()
             self._loop.close()
 

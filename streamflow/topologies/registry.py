@@ -23,6 +23,7 @@ from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.kafka.clients import (
     APPEND_WOKEN,
     caught_up,
+    close_producer,
     partition_count,
     poll_batch,
     producer,
@@ -101,11 +102,12 @@ class Advertiser:
         self._producer.flush(10)
         self._last = now
 
-    def withdraw(self) -> None:
-        """Tombstone the registration (graceful stop) and release the producer."""
+    def withdraw(self, timeout: float = 10.0) -> None:
+        """Tombstone the registration (graceful stop) and release the producer, within
+        ``timeout`` (a registration that cannot be withdrawn expires with its heartbeat)."""
         self._producer.produce(self._names.builds, key=self._key, value=None)
-        self._producer.flush(10)
-        self._producer.close()
+        if close_producer(self._producer, timeout):
+            log.warning("could not withdraw the build registration: it expires on its own")
 
 
 class RouteTable:

@@ -31,7 +31,14 @@ from streamflow import faults
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
-from streamflow.kafka.clients import consumer, partition_count, poll_batch, producer
+from streamflow.kafka.clients import (
+    SHUTDOWN_BUDGET,
+    close_producer,
+    consumer,
+    partition_count,
+    poll_batch,
+    producer,
+)
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
@@ -79,8 +86,10 @@ class Timer:
         retry_cap: float = 1.0,
         session_timeout_ms: int = 10_000,
         group: str | None = None,
+        static_membership: bool = True,
     ) -> None:
         self._names = Names(settings.namespace)
+        self._wire = codec.Wire(settings.limits)
         self._instance = instance
         self._clock = clock
         self._tick = tick
@@ -94,6 +103,7 @@ class Timer:
             # Indexing a new wait a little late only matters if it is due within that time.
             {"fetch.wait.max.ms": 100},
             **{"session.timeout.ms": session_timeout_ms},
+            **({"group.instance.id": f"{COMPONENT}-{instance}"} if static_membership else {}),
         )
         self._producer = producer(settings)
         self._partitions = partition_count(self._consumer, self._names.requests)
@@ -140,8 +150,8 @@ class Timer:
                 self._producer.poll(0)
         finally:
             self._consumer.close()
-            self._producer.flush(10)
-            self._producer.close()
+            # Wake-ups not delivered are sent again by the next owner: they are still due.
+            close_producer(self._producer, SHUTDOWN_BUDGET)
             self._routes.close()
             self._state.close()
 
@@ -163,10 +173,16 @@ class Timer:
             if value is None or (kind is not None and kind not in _INDEXED):
                 continue  # not an event the due index depends on: no need to decode it
             try:
-                envelope = codec.decode_history(value)
+                envelope = self._wire.decode(value, ev.FlowEventEnvelope)
             except FlowError as exc:
                 send_dead_letter(
-                    self._producer, self._names, msg, str(exc), COMPONENT, now=self._clock()
+                    self._producer,
+                    self._names,
+                    msg,
+                    str(exc),
+                    COMPONENT,
+                    now=self._clock(),
+                    wire=self._wire,
                 )
                 continue
             self._index(envelope, batch, waits)
@@ -244,7 +260,7 @@ class Timer:
             self._producer.produce(
                 self._names.requests,
                 key=run.encode(),
-                value=codec.encode_request(request),
+                value=self._wire.encode(request),
                 partition=partition_for(run, self._partitions),
             )
             faults.hit("timer.after_wakeup")

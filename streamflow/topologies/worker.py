@@ -28,10 +28,18 @@ from streamflow import faults
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.errors import FlowError
 from streamflow.core.jsonvalue import normalize
+from streamflow.core.limits import check_payload
 from streamflow.kafka import admin
-from streamflow.kafka.clients import consumer, partition_count, producer
+from streamflow.kafka.clients import (
+    SHUTDOWN_BUDGET,
+    Deadline,
+    close_producer,
+    consumer,
+    partition_count,
+    producer,
+)
 from streamflow.kafka.config import KafkaSettings
-from streamflow.kafka.naming import Names, partition_for
+from streamflow.kafka.naming import Names, build_slug, partition_for
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.topologies.common import (
@@ -92,12 +100,14 @@ class Worker:
         instance: str = "0",
         max_in_flight: int = 64,
         commit_interval: float = 0.2,
-        drain_timeout: float = 30.0,
+        drain_timeout: float = 4.0,
         clock: Callable[[], datetime] = utc_now,
         topic_profile: str = "production",
         session_timeout_ms: int = 10_000,
+        static_membership: bool = True,
     ) -> None:
         self._settings = settings
+        self._wire = codec.Wire(settings.limits)
         self._runtime = runtime
         self._compat = compatibility
         self._names = Names(settings.namespace)
@@ -110,16 +120,28 @@ class Worker:
         self._drain_timeout = drain_timeout
         self._clock = clock
         self._topic_profile = topic_profile
-        # One consumer per served build, in that build's group: topic -> consumer.
+        # One consumer per served build, in that build's group: topic -> consumer. A worker of
+        # another build may share a group (it serves this build too), so the static member id
+        # names the worker's own build as well as its instance.
         self._consumers = {
             self._names.tasks(b): consumer(
                 settings,
                 self._names.worker_group(b),
                 None,
-                **{"session.timeout.ms": session_timeout_ms},
+                **{
+                    "session.timeout.ms": session_timeout_ms,
+                    "on_commit": self._on_commit,
+                    **(
+                        {"group.instance.id": f"{COMPONENT}-{build_slug(build)}-{instance}"}
+                        if static_membership
+                        else {}
+                    ),
+                },
             )
             for b in self._builds
         }
+        self._committing: set[str] = set()
+        """Tasks topics with an offset commit in flight."""
         self._producer = producer(settings)
         self._partitions = partition_count(self._producer, self._names.requests)
         self._offsets = OffsetTracker()
@@ -154,9 +176,14 @@ class Worker:
                     for msg in taken:
                         self._accept(msg)
                     messages += taken
-                self._producer.poll(0)
-                if time.monotonic() - last_commit >= self._commit_interval:
-                    self._commit()
+                self._producer.poll(0)  # delivery reports: acknowledged results finish tasks
+                # Commit as soon as acknowledged results move a partition's safe offset, so a
+                # replacement repeats only attempts that were really in flight; a commit in
+                # flight batches the acknowledgements that arrive meanwhile.
+                if self._offsets.safe_offsets() or (
+                    time.monotonic() - last_commit >= self._commit_interval
+                ):
+                    self._commit(asynchronous=True)
                     last_commit = time.monotonic()
                 if not messages:
                     await self._idle()
@@ -182,16 +209,34 @@ class Worker:
         try:
             if value is None:
                 raise FlowError("empty task record")
-            task = codec.decode_task(value)
+            task = self._wire.decode(value, m.StepTask)
         except FlowError as exc:
             send_dead_letter(
-                self._producer, self._names, msg, str(exc), COMPONENT, now=self._clock()
+                self._producer,
+                self._names,
+                msg,
+                str(exc),
+                COMPONENT,
+                now=self._clock(),
+                wire=self._wire,
             )
             self._offsets.finish(tp, offset)
             return
         running = asyncio.ensure_future(self._execute(task, tp, offset))
         self._tasks.add(running)
         running.add_done_callback(self._tasks.discard)
+
+    def _result(self, task: m.StepTask, output: object) -> m.StepResult:
+        value = normalize(output, f"step {task.step_id} output")
+        # The same limit as the embedded engine: an output too large fails the attempt.
+        check_payload(value, f"step {task.step_id} output", self._wire.limits)
+        return m.StepResult(
+            step_id=task.step_id,
+            attempt=task.attempt,
+            ok=True,
+            output=value,
+            finished_at=self._clock(),
+        )
 
     async def _execute(self, task: m.StepTask, tp: Partition, offset: int) -> None:
         invocation = StepInvocation(
@@ -204,14 +249,7 @@ class Worker:
             idempotency_key=task.idempotency_key,
         )
         try:
-            output = await self._call(invocation)
-            result = m.StepResult(
-                step_id=task.step_id,
-                attempt=task.attempt,
-                ok=True,
-                output=normalize(output, f"step {task.step_id} output"),
-                finished_at=self._clock(),
-            )
+            result = self._result(task, await self._call(invocation))
         except Exception as exc:
             result = self._failure(task, step_error(exc))
         faults.hit("worker.after_effect_before_result")
@@ -228,7 +266,7 @@ class Worker:
         self._producer.produce(
             self._names.requests,
             key=task.run_id.encode(),
-            value=codec.encode_request(request),
+            value=self._wire.encode(request),
             partition=partition_for(task.run_id, self._partitions),
             on_delivery=delivered,
         )
@@ -252,24 +290,39 @@ class Worker:
             finished_at=self._clock(),
         )
 
-    def _commit(self) -> None:
+    def _commit(self, *, asynchronous: bool = False) -> None:
         positions = self._offsets.safe_offsets()
         if not positions:
             return
         faults.hit("worker.after_result_before_commit")
         for topic, source in self._consumers.items():
             mine = {tp: o for tp, o in positions.items() if tp[0] == topic}
-            if not mine:
+            if not mine or (asynchronous and topic in self._committing):
                 continue
+            offsets = [TopicPartition(t, p, o) for (t, p), o in mine.items()]
             try:
-                source.commit(
-                    offsets=[TopicPartition(t, p, o) for (t, p), o in mine.items()],
-                    asynchronous=False,
-                )
+                if asynchronous:
+                    self._committing.add(topic)
+                    source.commit(offsets=offsets, asynchronous=True)
+                    continue
+                source.commit(offsets=offsets, asynchronous=False)
             except Exception as exc:  # a rebalance in progress; the next commit catches up
+                self._committing.discard(topic)
                 log.info("worker commit of %s deferred: %s", topic, exc)
                 continue
             self._offsets.committed.update(mine)
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """An offset commit finished (served by the consumer's poll)."""
+        for tp in partitions:
+            self._committing.discard(tp.topic)
+        if error is not None:
+            log.info("worker commit failed (retried with the next one): %s", error)
+            return
+        for tp in partitions:
+            if tp.error is None and tp.offset >= 0:
+                key = (tp.topic, tp.partition)
+                self._offsets.committed[key] = max(self._offsets.committed.get(key, 0), tp.offset)
 
     def _on_revoke(self, _consumer: object, partitions: list[TopicPartition]) -> None:
         self._producer.flush(10)
@@ -281,13 +334,17 @@ class Worker:
         deliver their results, commit, leave the group. Unfinished tasks are redelivered."""
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=self._drain_timeout)
-        self._producer.flush(10)
-        self._commit()
+        budget = Deadline(SHUTDOWN_BUDGET)
+        self._producer.flush(budget.left(5.0))
+        # Only results Kafka acknowledged move the offsets; asynchronously, so that a broker
+        # that is down cannot hold the stop (close() sends what is queued, or drops it).
+        self._commit(asynchronous=True)
         try:
-            self._advertiser.withdraw()
+            self._advertiser.withdraw(budget.left(2.0))
         except Exception:
             log.exception("worker: could not withdraw the build registration")
         for source in self._consumers.values():
             source.close()
-        self._producer.close()
+        # Results not delivered: their tasks are redelivered (same attempt, same key).
+        close_producer(self._producer, budget.left())
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -149,10 +149,20 @@ def checked_command(result: object) -> RuntimeCommand:
     return result
 
 
+MAX_ERROR_TEXT = 8192
+"""Characters of a step's error text that are recorded; a longer text is cut (an exception
+that quotes a whole payload must not make the failure itself too large to record)."""
+
+
 def step_error(exc: Exception) -> str:
     """The recorded error text of a failed step attempt (``runtime error: …`` for
-    ``RuntimeFailure``, as in the seed; ``Type: message`` for any other exception)."""
-    return str(exc) if isinstance(exc, FlowError) else f"{type(exc).__name__}: {exc}"
+    ``RuntimeFailure``; ``Type: message`` for any other exception), at most
+    :data:`MAX_ERROR_TEXT` characters."""
+    text = str(exc) if isinstance(exc, FlowError) else f"{type(exc).__name__}: {exc}"
+    if len(text) <= MAX_ERROR_TEXT:
+        return text
+    cut = len(text) - MAX_ERROR_TEXT
+    return f"{text[:MAX_ERROR_TEXT]}… ({cut} characters cut)"
 
 
 class FlowRuntime:

@@ -10,9 +10,9 @@ import pytest
 
 from streamflow import FlowEngine, InMemoryEventStore, RunNotFound
 from streamflow.kafka.naming import partition_for
-from streamflow.observe.http import InspectionUnavailable, ObserverServer
+from streamflow.observe.http import InspectionUnavailable, ObserverServer, fetch_covered
 from streamflow.stores.inspect import StoreInspector
-from streamflow.topologies.inspection import NamespaceInspector
+from streamflow.topologies.inspection import NamespaceInspector, OwnedInspector
 from tests.support import Scripted, spec
 
 SELF = "http://self.invalid:1"
@@ -46,19 +46,40 @@ def stores():
     return store, runs
 
 
+class Assignment:
+    """The partitions an instance owns, changed by a test as a rebalance would."""
+
+    def __init__(self, *partitions: int) -> None:
+        self.partitions = frozenset(partitions)
+
+    def __call__(self) -> frozenset[int]:
+        return self.partitions
+
+
 @pytest.fixture
-def peer(stores):
+def peer_owns():
+    return Assignment(1)
+
+
+@pytest.fixture
+def peer(stores, peer_owns):
+    """Another instance: it answers ``?scope=local`` for the partitions it owns now, and says
+    which ones each answer covers."""
     store, _ = stores
-    server = ObserverServer("127.0.0.1", 0, inspector=StoreInspector(store, owns=on(1))).start()
+    local = OwnedInspector(store, partitions=2, owned=peer_owns)
+    server = ObserverServer(
+        "127.0.0.1", 0, inspector=StoreInspector(store, owns=on(1)), local=local
+    ).start()
     yield server
     server.stop()
 
 
 def namespace(store, directory) -> NamespaceInspector:
+    owned = Assignment(0)
     return NamespaceInspector(
-        StoreInspector(store, owns=on(0)),
+        OwnedInspector(store, partitions=2, owned=owned),
         partitions=2,
-        owned=lambda: frozenset({0}),
+        owned=owned,
         directory=directory,
         advertise=SELF,
     )
@@ -95,3 +116,40 @@ def test_a_partition_without_a_reachable_owner_is_unavailable_not_missing(stores
     peer.stop()
     with pytest.raises(InspectionUnavailable, match=url):
         namespace(store, Directory({1: url})).summary()
+
+
+def test_an_owner_that_lost_its_partition_gives_no_partial_answer_and_no_false_404(
+    stores, peer, peer_owns
+):
+    """The group's description still names the peer, but the peer's own assignment has moved
+    on (it restarted, or a rebalance is in progress): its part covers nothing, so every answer
+    that needs partition 1 is a 503, never a shorter list or a RunNotFound."""
+    store, runs = stores
+    remote = next(r for r in runs if partition_for(r, 2) == 1)
+    inspector = namespace(store, Directory({1: peer.url}))
+    assert len(inspector.runs(None)) == len(runs)  # whole while the peer owns partition 1
+    peer_owns.partitions = frozenset()
+    for ask in (
+        lambda: inspector.runs(None),
+        inspector.summary,
+        inspector.suspensions,
+        inspector.hooks,
+        inspector.retention,
+    ):
+        with pytest.raises(InspectionUnavailable, match=r"partitions \[1\]"):
+            ask()
+    with pytest.raises(InspectionUnavailable, match="partition 1"):
+        inspector.run(remote)
+    with pytest.raises(InspectionUnavailable, match="partition 1"):
+        inspector.history(remote)
+    peer_owns.partitions = frozenset({1})
+    assert inspector.run(remote)["run_id"] == remote
+
+
+def test_a_local_answer_names_the_partitions_it_covers(stores, peer, peer_owns):
+    _, runs = stores
+    answer = fetch_covered(peer.url, "/v1/runs", {"scope": "local"})
+    assert answer.partitions == {1}
+    assert {r["run_id"] for r in answer.value} == {r for r in runs if partition_for(r, 2) == 1}
+    peer_owns.partitions = frozenset({0, 1})
+    assert fetch_covered(peer.url, "/v1/summary", {"scope": "local"}).partitions == {0, 1}

@@ -8,11 +8,14 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 
+import pytest
 from confluent_kafka import Producer
 
 from streamflow import (
     InvalidRunId,
     InvalidWorkflow,
+    RuntimeBuildUnavailable,
+    SerializationError,
     WorkflowRunStatus,
     WorkflowSpec,
 )
@@ -143,3 +146,56 @@ async def _wait_for_replies(kafka, names, ids: set[str]) -> dict[str, m.Reply]:
             return replies
         await asyncio.sleep(0.05)
     raise TimeoutError(f"no replies for {ids - set(replies)}")
+
+
+async def test_a_body_that_does_not_decode_gets_a_typed_reply_and_a_dead_letter(kafka, tmp_path):
+    """The header says who asked: a start whose input bytes are not JSON is answered with a
+    SerializationError (and parked), instead of leaving its sender waiting."""
+    driver = KafkaDriver(kafka, Scripted(sequential("a")), state_root=tmp_path)
+    names = Names(kafka.namespace)
+    request_id = f"not-json-{uuid.uuid4()}"
+    valid = codec.encode_request(
+        m.Request(
+            request_id=request_id,
+            run_id="run-3",
+            sent_at=datetime.now(UTC),
+            body=m.StartRun(spec=spec(), input={"x": 1}),
+            reply=True,
+        )
+    )
+    # Re-encode with the input bytes replaced by something that is not JSON, as a client with
+    # a broken serializer would send it.
+    name, record = codec.decode_record(valid)
+    record["body"] = (record["body"][0], {**record["body"][1], "input": b"{not json"})
+    broken = codec.encode_record(name, record)
+    raw = Producer({"bootstrap.servers": kafka.bootstrap})
+    try:
+        raw.produce(names.requests, key=b"run-3", value=broken, partition=partition_for("run-3", 2))
+        raw.flush(10)
+        replies = await _wait_for_replies(kafka, names, {request_id})
+        letters = await _wait_for_letters(kafka, names, expected=1)
+        await driver.start_with_id("run-4", spec())  # the partition goes on
+        assert (await driver.settle("run-4")).status is WorkflowRunStatus.COMPLETED
+    finally:
+        await driver.close()
+    error = to_error(replies[request_id].error)
+    assert isinstance(error, SerializationError)
+    assert "JSON" in str(error)
+    assert replies[request_id].run_id == "run-3"
+    (letter,) = letters
+    assert letter.value == broken
+    assert "JSON" in letter.reason
+
+
+async def test_a_start_no_route_admits_says_which_build_is_missing(kafka, tmp_path):
+    driver = KafkaDriver(kafka, Scripted(sequential("a")), state_root=tmp_path)
+    try:
+        with pytest.raises(RuntimeBuildUnavailable) as refused:
+            await driver.start_with_id("run-5", spec().with_runtime_build("nobody-serves-this"))
+    finally:
+        await driver.close()
+    assert str(refused.value) == (
+        "workflow run run-5 requires runtime build nobody-serves-this, but no live processor "
+        "route admits build nobody-serves-this"
+    )
+    assert refused.value.required_build_id == "nobody-serves-this"

@@ -317,7 +317,7 @@ async def test_a_prune_planned_from_the_observers_index_and_the_index_forgetting
             return {r: topology.index.last_sequence(r) for r in members + kept}
 
         await until(lambda: indexed() == lengths, "the observers to index every run")
-        listed = await asyncio.to_thread(local.runs, None)
+        listed = (await asyncio.to_thread(local.runs, None)).value  # covers every partition
         assert sorted(r["run_id"] for r in listed) == sorted(members + kept)
 
         # Planned from the index (no history read), checked and executed by the journals.
@@ -335,7 +335,7 @@ async def test_a_prune_planned_from_the_observers_index_and_the_index_forgetting
 
         gone = dict.fromkeys(members, 0)
         await until(lambda: {r: indexed()[r] for r in members} == gone, "the index to drop them")
-        listed = await asyncio.to_thread(local.runs, None)
+        listed = (await asyncio.to_thread(local.runs, None)).value  # covers every partition
         assert sorted(r["run_id"] for r in listed) == kept
         assert all(topology.index.is_pruned(r) for r in members)
         # Pruning is not an event: observers saw each run's history once and nothing else.

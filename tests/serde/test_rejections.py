@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamflow.core.events as ev
-from streamflow.core.errors import SerializationError
+from streamflow.core.errors import PayloadTooLarge, SerializationError
 from streamflow.core.retry import RetryPolicy
 from streamflow.serde import codec, records
 from streamflow.serde.codec import (
@@ -74,14 +74,15 @@ def test_a_truncated_body_names_the_schema() -> None:
 
 def test_oversize_buffers_are_rejected_before_parsing() -> None:
     big = dataclasses.replace(ex.TASK_MIN, input="x" * DEFAULT_MAX_SIZE)
-    with pytest.raises(SerializationError, match="over the 1048576-byte limit"):
+    with pytest.raises(PayloadTooLarge, match="over the 1048576-byte limit") as refused:
         codec.encode_task(big)
+    assert (refused.value.subject, refused.value.limit) == ("encoded StepTask", DEFAULT_MAX_SIZE)
     data = codec.encode_task(big, max_size=2 * DEFAULT_MAX_SIZE)
     assert codec.decode_task(data, max_size=2 * DEFAULT_MAX_SIZE) == big
-    with pytest.raises(SerializationError, match=f"buffer of {len(data)} bytes is over"):
+    with pytest.raises(PayloadTooLarge, match=f"buffer is {len(data)} bytes, over"):
         codec.decode_task(data)
     # The check is on the buffer size alone: even garbage that size never reaches the parser.
-    with pytest.raises(SerializationError, match="is over the"):
+    with pytest.raises(PayloadTooLarge, match="bytes, over the"):
         codec.decode(b"\xff" * (DEFAULT_MAX_SIZE + 1))
 
 
@@ -91,7 +92,7 @@ def test_a_record_rejected_for_its_size_can_still_be_dead_lettered() -> None:
     data = codec.encode_dead_letter(letter)
     assert len(data) > DEFAULT_MAX_SIZE
     assert codec.decode_dead_letter(data) == letter
-    with pytest.raises(SerializationError, match="is over the 1048576-byte limit"):
+    with pytest.raises(PayloadTooLarge, match="bytes, over the 1048576-byte limit"):
         codec.decode(data)  # the generic limit still applies elsewhere
     too_big = dataclasses.replace(letter, value=b"x" * DEAD_LETTER_MAX_SIZE)
     with pytest.raises(SerializationError, match="over the 2097152-byte limit"):
