@@ -41,4 +41,7 @@ test: lint type pytest ## Everything CI checks: lint, types, import contracts, t
 bench: $(STAMP) ## Run the benchmarks in bench/ (figures, not pass/fail)
 	$(BIN)/python -m bench.embedded
 
-.PHONY: help install demo fmt lint type pytest test bench
+schemas: $(STAMP) ## Regenerate schemas/expanded/ (the expanded top-level schemas) from schemas/*.avsc
+	$(BIN)/python -m streamflow.serde.expand
+
+.PHONY: help install demo fmt lint type pytest test bench schemas
