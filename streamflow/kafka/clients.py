@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -16,6 +17,8 @@ from confluent_kafka import (
 )
 
 from streamflow.kafka.config import KafkaSettings
+
+log = logging.getLogger("streamflow.kafka")
 
 CONSUMER_DEFAULTS: dict[str, object] = {
     "auto.offset.reset": "earliest",
@@ -113,6 +116,16 @@ class Deadline:
     def left(self, at_most: float | None = None) -> float:
         remaining = max(0.0, self._end - time.monotonic())
         return remaining if at_most is None else min(remaining, at_most)
+
+
+def check_consumer_error(error: KafkaError, component: str) -> None:
+    """Raise a consumer's fatal error (its instance id fenced, say): the consumer is dead, and
+    a process that goes on without it looks healthy while it takes no input. The topology
+    stops with the error, and its supervisor starts it again. Other errors are logged."""
+    if error.fatal() or error.code() == KafkaError._FATAL:
+        raise KafkaException(error)
+    if error.code() != KafkaError._PARTITION_EOF:
+        log.warning("%s consumer: %s", component, error)
 
 
 def close_producer(source: Producer, timeout: float) -> int:

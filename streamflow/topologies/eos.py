@@ -34,7 +34,16 @@ transaction (replacing the producer when the abort itself fails), drops the stag
 (:meth:`aborted`), brings local state up to what Kafka committed (:meth:`restore`: a commit
 that failed on the wire may still have happened) and rewinds the consumer to the committed
 offsets, then backs off (checking ``stop``) and goes on. The input handled in the aborted
-transaction is handled again; nothing it produced is visible.
+transaction is handled again; nothing it produced is visible. While it waits, the consumer
+keeps serving its group (a rebalance after a broker restart completes only through
+``poll``); a record it hands over meanwhile is put back.
+
+**Stuck clients** (:mod:`~streamflow.topologies.eos_clients`). librdkafka can lose a
+coordinator for good after a broker restart: a producer call that never returns is abandoned
+with its producer (a fresh one with the same transactional id fences it); a consumer whose group
+coordinator stays silent while the cluster answers (probed when the loop is idle), or that dies
+of its own static membership, is replaced by a fresh one, as the same static member. When that
+keeps happening, ``on_hang`` hands over to a fresh process.
 
 **A record whose handler raises** is not retried forever and never skipped silently: the
 transaction is aborted and rewound as above, and when the record comes round again it is
@@ -51,63 +60,38 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from streamflow import faults
 from streamflow.core.errors import FlowError, StoreError
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
     Deadline,
+    check_consumer_error,
     close_producer,
-    consumer,
     poll_batch,
-    producer,
 )
 from streamflow.kafka.config import KafkaSettings
-from streamflow.topologies.watchdog import BoundedCaller, HangHandler, Hung, Watchdog, exit_process
+from streamflow.topologies.eos_clients import (
+    FENCING,
+    MAX_BACKOFF,
+    REPLACE_AFTER,
+    ClientKeeper,
+    Fenced,
+    Stopped,
+)
+from streamflow.topologies.watchdog import HangHandler, Hung, exit_process
+
+__all__ = ["Fenced", "TransactionalTopology"]
 
 log = logging.getLogger("streamflow.eos")
-_R = TypeVar("_R")
 
 MAX_CALL_TIMEOUT = 5.0
 """The longest a single client call may take (seconds), whatever the transaction timeout:
 healthy calls take milliseconds, and a stop must not wait for many of these."""
-MAX_BACKOFF = 5.0
-MAX_ABANDONED = 3
-ABANDON_WINDOW = 600.0
-"""More than ``MAX_ABANDONED`` stuck producers within ``ABANDON_WINDOW`` seconds: stop healing
-in place (each leaves a blocked thread behind) and exit for a supervisor to restart."""
 MAX_POISON = 1000
 """Records remembered as failing their handler, awaiting their dead letter."""
-
-_FENCING = frozenset(
-    {
-        KafkaError._FENCED,
-        KafkaError.PRODUCER_FENCED,
-        KafkaError.FENCED_INSTANCE_ID,
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    }
-)
-"""Errors after which this instance must stop: another one owns its identity (or it may not
-have one at all)."""
-
-
-class Fenced(RuntimeError):
-    """Another instance took over this topology's transactional id or group membership: stop."""
-
-
-class _Stopped(Exception):
-    """``stop`` was set while the loop waited for Kafka."""
 
 
 def _infrastructure(exc: BaseException) -> bool:
@@ -115,7 +99,7 @@ def _infrastructure(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException | BufferError | OSError | MemoryError | StoreError)
 
 
-class TransactionalTopology:
+class TransactionalTopology(ClientKeeper):
     """Consumes ``input_topic`` in group ``group`` and produces in transactions."""
 
     component = "topology"
@@ -139,29 +123,28 @@ class TransactionalTopology:
         """``group_instance_id``: static group membership (an instance restarted in place gets
         its partitions back at once); ``on_hang``: what to do when a client call outlives its
         bound (default: exit the process, see :mod:`~streamflow.topologies.watchdog`)."""
-        self._settings = settings
-        self._input_topic = input_topic
         self._commit_interval = commit_interval
         self._max_batch = max_batch
-        self._call_timeout = min(transaction_timeout_ms / 1000, MAX_CALL_TIMEOUT)
         required: dict[str, object] = {
             "session.timeout.ms": session_timeout_ms,
             "max.poll.interval.ms": 300_000,
         }
         if group_instance_id is not None:
             required["group.instance.id"] = group_instance_id
-        self._consumer = consumer(settings, group, consumer_overrides, **required)
-        self._producer_config: dict[str, object] = {
-            **(producer_overrides or {}),
-            "transactional.id": transactional_id,
-            "transaction.timeout.ms": transaction_timeout_ms,
-        }
-        self._producer: Producer = producer(settings, **self._producer_config)
-        self._calls = BoundedCaller(self.component)
-        self._abandoned: list[float] = []
-        self._on_hang = on_hang or exit_process
-        self._watchdog = Watchdog(self.component, on_hang=on_hang)
-        self._stop = threading.Event()
+        self._init_clients(
+            settings,
+            group=group,
+            input_topic=input_topic,
+            consumer_overrides=consumer_overrides,
+            consumer_required=required,
+            producer_config={
+                **(producer_overrides or {}),
+                "transactional.id": transactional_id,
+                "transaction.timeout.ms": transaction_timeout_ms,
+            },
+            call_timeout=min(transaction_timeout_ms / 1000, MAX_CALL_TIMEOUT),
+            on_hang=on_hang or exit_process,
+        )
         self._open: float | None = None
         """``time.monotonic()`` when the open transaction began (``None``: none open)."""
         self._handled = 0
@@ -173,7 +156,6 @@ class TransactionalTopology:
         with this reason when they come round again."""
         self._failures = 0
         """Consecutive recoveries (the backoff grows with them)."""
-        self._fenced = False
         self.ready = threading.Event()
 
     # -- what a subclass supplies ------------------------------------------------------------
@@ -223,15 +205,12 @@ class TransactionalTopology:
         graceful = False
         try:
             self._init_transactions()
-            self._consumer.subscribe(
-                [self._input_topic],
-                on_assign=self._on_assign,
-                on_revoke=self._on_revoke,
-                on_lost=self._on_lost,
-            )
+            self._subscribe()
             self.ready.set()
             while not stop.is_set():
                 self._tick()
+                if self._open is None:
+                    self._check_group()
                 messages = poll_batch(self._consumer, self._max_batch, self._wait())
                 for msg in messages:
                     if not self._dispatch(msg):
@@ -243,7 +222,7 @@ class TransactionalTopology:
                 ):
                     self._commit()
             graceful = True
-        except _Stopped:
+        except Stopped:
             pass
         finally:
             self._shutdown(graceful=graceful)
@@ -267,9 +246,14 @@ class TransactionalTopology:
         (aborted and rewound) instead."""
         error = msg.error()
         if error is not None:
-            if error.fatal():
-                raise KafkaException(error)
-            log.warning("%s consumer: %s", self.component, error)
+            try:
+                check_consumer_error(error, self.component)
+            except KafkaException:
+                # A dead consumer: most often a static member "fenced" by its own rejoin after
+                # its group coordinator moved. Its successor takes the same partitions back.
+                self._recover(f"the consumer failed: {error.str()}", rewind=False, backoff=False)
+                self._replace_consumer(f"its consumer failed ({error.str()})")
+                return False
             return True
         topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
         try:
@@ -355,6 +339,7 @@ class TransactionalTopology:
             self._recover(f"commit failed: {error.str()}", error, rewind=rewind, backoff=rewind)
             return False
         faults.hit(f"{self.component}.after_commit_before_state")
+        self._group_ok_at = time.monotonic()
         self._producer.poll(0)  # serve delivery reports of what was just committed
         self.committed()
         self._open = None
@@ -363,10 +348,6 @@ class TransactionalTopology:
         return True
 
     # -- recovery -------------------------------------------------------------------------------
-
-    def _call(self, what: str, fn: Callable[..., _R], *args: object) -> _R:
-        """A producer call, bounded (:class:`Hung` when it outlives the bound)."""
-        return self._calls.call(what, self._call_timeout, fn, *args)
 
     def _recover(
         self,
@@ -379,7 +360,7 @@ class TransactionalTopology:
     ) -> None:
         """Abort the open transaction, drop staged state and (``rewind``) bring local state and
         the consumer back to what Kafka committed; back off before going on."""
-        if error is not None and error.code() in _FENCING:
+        if error is not None and error.code() in FENCING:
             self._fenced = True
             self._open = None
             raise Fenced(f"{self.component} was fenced: {error.str()}")
@@ -390,102 +371,31 @@ class TransactionalTopology:
             reason,
         )
         fatal = error is not None and error.fatal()
-        if hung:
-            self._replace_producer(abandon=True)
-        elif self._open is not None or fatal:
-            self._abort(fatal=fatal)
+        was_open = self._open is not None
+        # The transaction is over for this instance before any client call: a rebalance
+        # callback served while the producer is being fixed must find nothing to abort.
         self._open = None
         self._handled = 0
         self._next_offsets.clear()
         self.aborted()
         self.forget()
+        if hung:
+            self._replace_producer(abandon=True)
+        elif was_open or fatal:
+            self._abort(fatal=fatal)
         self._failures += 1
         if self._stop.is_set():
-            raise _Stopped  # the next owner rewinds: nothing is committed past this point
+            raise Stopped  # the next owner rewinds: nothing is committed past this point
         if rewind:
             self._rewind()
         if backoff:
             self._pause()
 
-    def _abort(self, *, fatal: bool) -> None:
-        if self._stop.is_set():
-            # Stopping: leave the transaction to the coordinator (or the next init_transactions
-            # of this id) rather than wait for a broker that may be down.
-            return
-        if not fatal:
-            try:
-                self._call(
-                    "abort_transaction", self._producer.abort_transaction, self._call_timeout
-                )
-                return
-            except Hung as exc:
-                log.warning("%s: %s; replacing the producer", self.component, exc)
-                self._replace_producer(abandon=True)
-                return
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.code() in _FENCING:
-                    self._fenced = True
-                    raise Fenced(f"{self.component} was fenced: {error.str()}") from exc
-                log.warning("%s: abort failed (%s); replacing the producer", self.component, error)
-        self._replace_producer()
-
-    def _replace_producer(self, *, abandon: bool = False) -> None:
-        """A producer whose transaction state is unknown is dropped for a new one with the same
-        transactional id; its ``init_transactions`` fences the old one and aborts whatever it
-        left open. ``abandon``: the old one is stuck in a call; it is never touched again."""
-        old = self._producer
-        if abandon:
-            now = time.monotonic()
-            self._abandoned = [t for t in self._abandoned if now - t < ABANDON_WINDOW]
-            self._abandoned.append(now)
-            if len(self._abandoned) > MAX_ABANDONED:
-                what = f"producer calls ({len(self._abandoned)} stuck in {ABANDON_WINDOW:.0f}s)"
-                self._on_hang(self.component, what, self._call_timeout)
-                raise Fenced(f"{self.component}: {what}")  # a handler that did not exit
-            self._calls = BoundedCaller(self.component)
-        else:
-            try:
-                self._call("purge", old.purge, True, True)
-            except (KafkaException, Hung) as exc:
-                log.info("%s: purging the old producer: %s", self.component, exc)
-                self._calls = BoundedCaller(self.component)
-        self._producer = producer(self._settings, **self._producer_config)
-        del old  # destroyed once unreferenced; close() could wait for the broker
-        self._init_transactions()
-
-    def _init_transactions(self) -> None:
-        """``init_transactions`` until it succeeds (the broker may be down), or ``stop``."""
-        attempt = 0
-        while True:
-            try:
-                self._call(
-                    "init_transactions", self._producer.init_transactions, self._call_timeout
-                )
-                return
-            except Hung as exc:
-                log.warning("%s: %s; replacing the producer", self.component, exc)
-                self._replace_producer(abandon=True)
-                return
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.code() in _FENCING:
-                    raise Fenced(f"{self.component}: {error.str()}") from exc
-                attempt += 1
-                log.log(
-                    logging.WARNING if attempt == 1 else logging.DEBUG,
-                    "%s: init_transactions failed (%s); retrying",
-                    self.component,
-                    error.str(),
-                )
-                if error.fatal():
-                    self._producer = producer(self._settings, **self._producer_config)
-            self._sleep(min(0.2 * 2**attempt, MAX_BACKOFF))
-
     def _rewind(self) -> None:
         """Restore local state to Kafka's committed end and seek every assigned partition to its
         committed offset, retrying until Kafka answers (or ``stop``)."""
         attempt = 0
+        began = time.monotonic()
         while True:
             try:
                 assignment = self._consumer.assignment()
@@ -493,6 +403,7 @@ class TransactionalTopology:
                     return
                 with self._watchdog.bound("committed", self._call_timeout):
                     committed = self._consumer.committed(assignment, timeout=self._call_timeout)
+                self._group_ok_at = time.monotonic()
                 for tp in committed:
                     self.restore(tp.partition)
                 for tp in committed:
@@ -502,52 +413,71 @@ class TransactionalTopology:
             except (KafkaException, TimeoutError, StoreError) as exc:
                 attempt += 1
                 log.log(
-                    logging.WARNING if attempt == 1 else logging.DEBUG,
-                    "%s: cannot rewind yet (%s); retrying",
+                    logging.WARNING if attempt in (1, 10) else logging.DEBUG,
+                    "%s: cannot rewind yet (%s); retrying (attempt %d)",
                     self.component,
                     exc,
+                    attempt,
                 )
-            self._sleep(min(0.2 * 2**attempt, MAX_BACKOFF))
-
-    def _seek(self, tp: TopicPartition) -> None:
-        try:
-            self._consumer.seek(tp)
-        except KafkaException as exc:
-            # A partition not fetched yet starts at its committed offset anyway.
-            if exc.args[0].code() != KafkaError._STATE:
-                raise
+                if time.monotonic() - began > REPLACE_AFTER:
+                    # Its successor starts from the committed offsets anyway: no rewind needed.
+                    self._replace_consumer("it cannot read the committed offsets")
+                    return
+            self._serve_group(min(0.2 * 2**attempt, MAX_BACKOFF))
 
     def _pause(self) -> None:
         if self._failures > 1:
-            self._sleep(min(0.1 * 2 ** (self._failures - 1), MAX_BACKOFF))
-
-    def _sleep(self, seconds: float) -> None:
-        if self._stop.wait(seconds):
-            raise _Stopped
+            self._serve_group(min(0.1 * 2 ** (self._failures - 1), MAX_BACKOFF))
 
     # -- rebalancing ------------------------------------------------------------------------------
 
-    def _on_assign(self, _consumer: object, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, source: object, partitions: list[TopicPartition]) -> None:
+        if source is not self._consumer:
+            return  # a replaced consumer closing on its own thread
+        self._in_callback = True
+        try:
+            self._assign_partitions(partitions)
+        finally:
+            self._in_callback = False
+
+    def _assign_partitions(self, partitions: list[TopicPartition]) -> None:
         self.forget()
         attempt = 0
+        began = time.monotonic()
         while True:
             try:
                 # Wait until every pending transactional offset commit on these partitions is
                 # resolved (read_committed implies require_stable_offsets), so the output of a
                 # previous owner's last transaction is decided before we read it.
-                with self._watchdog.bound("committed", self._call_timeout * 6):
-                    self._consumer.committed(partitions, timeout=self._call_timeout * 6)
+                with self._watchdog.bound("committed", self._call_timeout * 3):
+                    self._consumer.committed(partitions, timeout=self._call_timeout * 3)
                 for tp in partitions:
                     self.restore(tp.partition)
                 break
             except (KafkaException, TimeoutError, StoreError) as exc:
                 attempt += 1
                 log.warning("%s: restoring assigned partitions failed (%s)", self.component, exc)
+                self._give_up_after(began, "restoring assigned partitions")
+                if attempt == 1 and self._open is None:
+                    # The pending offsets may be this instance's own, from a transaction a
+                    # broker restart left open: a fresh producer's init_transactions aborts it
+                    # now instead of after the transaction timeout.
+                    self._replace_producer()
                 if self._stop.wait(min(0.2 * 2**attempt, MAX_BACKOFF)):
                     return
+        self._group_ok_at = time.monotonic()
         log.info("%s assigned %s", self.component, sorted(tp.partition for tp in partitions))
 
-    def _on_revoke(self, _consumer: object, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, source: object, partitions: list[TopicPartition]) -> None:
+        if source is not self._consumer:
+            return  # a replaced consumer closing on its own thread
+        self._in_callback = True
+        try:
+            self._revoke_partitions(partitions)
+        finally:
+            self._in_callback = False
+
+    def _revoke_partitions(self, partitions: list[TopicPartition]) -> None:
         if self._open is not None and not self._fenced:
             try:
                 self._commit(rewind=False)
@@ -556,7 +486,16 @@ class TransactionalTopology:
         self._forget_poison(partitions)
         self.forget()
 
-    def _on_lost(self, _consumer: object, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, source: object, partitions: list[TopicPartition]) -> None:
+        if source is not self._consumer:
+            return  # a replaced consumer closing on its own thread
+        self._in_callback = True
+        try:
+            self._lost_partitions(partitions)
+        finally:
+            self._in_callback = False
+
+    def _lost_partitions(self, partitions: list[TopicPartition]) -> None:
         if self._open is not None and not self._fenced:
             try:
                 self._recover("partitions lost", rewind=False, backoff=False)
@@ -612,7 +551,7 @@ class TransactionalTopology:
         """The last commit of a stopping instance: one try, no recovery loop."""
         try:
             return self._commit(rewind=False)
-        except _Stopped:
+        except Stopped:
             return False
 
 

@@ -47,8 +47,8 @@ class ObserverDirectory:
         names = Names(settings.namespace)
         self._group = names.observers_group
         self._topic = names.history
-        config = settings.client({"client.id": "streamflow-observers-directory"})
-        self._admin = AdminClient(cast("dict[str, str | int | float | bool]", config))
+        self._config = settings.client({"client.id": "streamflow-observers-directory"})
+        self._admin = self._new_admin()
         self._ttl = ttl
         self._lock = threading.Lock()
         self._owners: dict[int, str] = {}
@@ -57,15 +57,23 @@ class ObserverDirectory:
     def owners(self) -> dict[int, str]:
         with self._lock:
             if time.monotonic() - self._at > self._ttl:
+                self._owners = {}
                 self._owners = self._describe()
                 self._at = time.monotonic()
             return dict(self._owners)
 
+    def _new_admin(self) -> AdminClient:
+        return AdminClient(cast("dict[str, str | int | float | bool]", self._config))
+
     def _describe(self) -> dict[int, str]:
-        futures = self._admin.describe_consumer_groups([self._group], request_timeout=10)
+        futures = self._admin.describe_consumer_groups([self._group], request_timeout=5)
         try:
             group = futures[self._group].result()
         except KafkaException as exc:
+            # A client that lost its coordinator (a broker restarted) may not find it again:
+            # the next question goes through a fresh one.
+            self._admin = self._new_admin()
+            self._at = time.monotonic()  # and the failure is not retried at once
             raise InspectionUnavailable(f"cannot describe {self._group}: {exc}") from None
         owners: dict[int, str] = {}
         for member in group.members:
@@ -174,6 +182,8 @@ class NamespaceInspector:
     def _sources(self) -> list[OwnedInspector | _Remote]:
         """The local index and one remote per other owner, as far as the group says."""
         owned = self._owned()
+        if len(owned) == self._partitions:
+            return [self._local]  # this instance owns them all: nobody else to ask
         owners = self._directory.owners()
         remotes: set[str] = set()
         for partition in range(self._partitions):

@@ -43,6 +43,7 @@ from streamflow.kafka import admin
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
     Deadline,
+    check_consumer_error,
     close_producer,
     consumer,
     partition_count,
@@ -186,7 +187,7 @@ class Processor:
         for msg in messages:
             error = msg.error()
             if error is not None:
-                log.warning("processor consumer: %s", error)
+                check_consumer_error(error, COMPONENT)
                 continue
             offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
             value = msg.value()

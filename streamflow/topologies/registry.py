@@ -117,6 +117,9 @@ class RouteTable:
         self._settings = settings
         self._names = Names(settings.namespace)
         self._reader = reader(settings, APPEND_WOKEN)
+        # Watermark queries go through a consumer that never fetches: on the reader they would
+        # wait behind its fetch long-poll, half a second per partition.
+        self._ends = reader(settings)
         self._registrations: dict[bytes, BuildRegistration] = {}
         self._lock = threading.Lock()
         self._partitions = partition_count(self._reader, self._names.builds)
@@ -131,7 +134,7 @@ class RouteTable:
     def refresh(self, *, to_end: bool = False, timeout: float = 10.0) -> None:
         """Apply registrations that arrived; with ``to_end``, first read every partition up to
         its current end, so nothing written before this call is missed."""
-        targets = read_targets(self._reader, self._names.builds, self._partitions) if to_end else {}
+        targets = read_targets(self._ends, self._names.builds, self._partitions) if to_end else {}
         deadline = time.monotonic() + timeout
         while True:
             messages = poll_batch(self._reader, 500, 0.05 if to_end else 0)
@@ -178,6 +181,7 @@ class RouteTable:
 
     def close(self) -> None:
         self._reader.close()
+        self._ends.close()
 
 
 def routes_for(registrations: Iterable[BuildRegistration]) -> dict[str, list[str]]:

@@ -33,6 +33,7 @@ from streamflow.core.errors import FlowError
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
+    check_consumer_error,
     close_producer,
     consumer,
     partition_count,
@@ -164,8 +165,9 @@ class Timer:
         offsets: dict[int, int] = {}
         waits: dict[str, dict[str, str]] = {}  # this batch's view of each touched run
         for msg in messages:
-            if msg.error() is not None:
-                log.warning("timer consumer: %s", msg.error())
+            error = msg.error()
+            if error is not None:
+                check_consumer_error(error, COMPONENT)
                 continue
             offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
             value = msg.value()

@@ -33,6 +33,7 @@ from streamflow.kafka import admin
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
     Deadline,
+    check_consumer_error,
     close_producer,
     consumer,
     partition_count,
@@ -199,8 +200,7 @@ class Worker:
     def _accept(self, msg: Message) -> None:
         error = msg.error()
         if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                log.warning("worker consumer: %s", error)
+            check_consumer_error(error, COMPONENT)
             return
         tp = (msg.topic() or "", msg.partition() or 0)
         offset = msg.offset() or 0

@@ -1,0 +1,341 @@
+"""Keeping a transactional topology's Kafka clients alive (the half of the exactly-once loop in
+``streamflow.topologies.eos`` that is about the clients, not the protocol).
+
+librdkafka's clients can get stuck for good when a broker restarts or a coordinator moves: a
+producer call that never returns (``send_offsets_to_transaction`` waiting for a coordinator
+that went away), a consumer that lost its group coordinator and never rejoins, a static member
+"fenced" by its own rejoin. :class:`ClientKeeper` gives the loop:
+
+- bounded producer calls (:meth:`~ClientKeeper._call`, a helper thread per producer): a call
+  that outlives its bound is :class:`~streamflow.topologies.watchdog.Hung`, and the producer is
+  abandoned for a fresh one with the same transactional id, which fences it;
+- producer replacement and ``init_transactions`` until it succeeds, or gives up;
+- a probe of the group coordinator when the loop is idle, and consumer replacement (as the same
+  static member) when it stays silent while the cluster answers;
+- waits that keep the consumer serving its group (a rebalance completes only through ``poll``)
+  without taking input.
+
+When a client has to be replaced again and again, ``on_hang`` hands over to a fresh process
+(by default the process exits with status 75 for its supervisor).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from streamflow.kafka.clients import consumer, producer
+from streamflow.kafka.config import KafkaSettings
+from streamflow.topologies.watchdog import BoundedCaller, HangHandler, Hung, Watchdog
+
+log = logging.getLogger("streamflow.eos")
+_R = TypeVar("_R")
+
+MAX_BACKOFF = 5.0
+PROBE_AFTER = 5.0
+"""Seconds without an answer from the group coordinator after which it is asked directly."""
+REPLACE_AFTER = 15.0
+"""Seconds a rewind may fail to read the committed offsets before the consumer is replaced."""
+STUCK_AFTER = 15.0
+"""Seconds without an answer from the group coordinator, while the cluster itself answers,
+before the consumer is replaced."""
+GIVE_UP_AFTER = 45.0
+"""Seconds a rebalance callback or ``init_transactions`` may keep failing before the process
+hands over to a fresh one."""
+MAX_ABANDONED = 3
+ABANDON_WINDOW = 600.0
+"""More than ``MAX_ABANDONED`` stuck producers (or replaced consumers) within
+``ABANDON_WINDOW`` seconds: stop healing in place (each stuck one leaves a blocked thread
+behind) and hand over to a fresh process."""
+
+FENCING = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.FENCED_INSTANCE_ID,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+"""Errors after which this instance must stop: another one owns its identity (or it may not
+have one at all)."""
+
+
+class Fenced(RuntimeError):
+    """Another instance took over this topology's transactional id or group membership, or a
+    client cannot be kept alive in this process: stop."""
+
+
+class Stopped(Exception):
+    """``stop`` was set while the loop waited for Kafka."""
+
+
+class ClientKeeper:
+    """The producer and consumer of a transactional topology, and what keeps them working.
+
+    A subclass calls :meth:`_init_clients` from its constructor and supplies the rebalance
+    callbacks (``_on_assign``, ``_on_revoke``, ``_on_lost``) and :meth:`forget`.
+    """
+
+    component = "topology"
+
+    def _init_clients(
+        self,
+        settings: KafkaSettings,
+        *,
+        group: str,
+        input_topic: str,
+        consumer_overrides: dict[str, object] | None,
+        consumer_required: dict[str, object],
+        producer_config: dict[str, object],
+        call_timeout: float,
+        on_hang: HangHandler,
+    ) -> None:
+        self._settings = settings
+        self._input_topic = input_topic
+        self._call_timeout = call_timeout
+        self._consumer_config = (group, consumer_overrides, consumer_required)
+        self._consumer = consumer(settings, group, consumer_overrides, **consumer_required)
+        self._producer_config = producer_config
+        self._producer: Producer = producer(settings, **producer_config)
+        self._calls = BoundedCaller(self.component)
+        self._on_hang = on_hang
+        self._watchdog = Watchdog(self.component, on_hang=on_hang)
+        self._stop = threading.Event()
+        self._in_callback = False
+        self._fenced = False
+        self._group_ok_at = time.monotonic()
+        """When the group coordinator last answered (a commit, committed offsets, an
+        assignment)."""
+        self._probed_at = 0.0
+        self._abandoned: list[float] = []
+        self._replaced: list[float] = []
+
+    # -- what the topology supplies ----------------------------------------------------------
+
+    def forget(self) -> None:
+        """Drop caches of partitions this instance may no longer own."""
+
+    def _on_assign(self, source: object, partitions: list[TopicPartition]) -> None:
+        raise NotImplementedError
+
+    def _on_revoke(self, source: object, partitions: list[TopicPartition]) -> None:
+        raise NotImplementedError
+
+    def _on_lost(self, source: object, partitions: list[TopicPartition]) -> None:
+        raise NotImplementedError
+
+    # -- keeping the clients ---------------------------------------------------------------------
+
+    def _subscribe(self) -> None:
+        self._consumer.subscribe(
+            [self._input_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def _check_group(self) -> None:
+        """A consumer whose group coordinator has not answered for a while is asked directly
+        (committed offsets of partition 0); one that cannot reach it for
+        :data:`STUCK_AFTER` seconds is replaced. librdkafka can lose track of a coordinator
+        for good after a broker restart (issue #5511): the consumer then never rejoins its
+        group, and takes no input, while everything else works."""
+        now = time.monotonic()
+        if now - self._group_ok_at < PROBE_AFTER or now - self._probed_at < PROBE_AFTER / 2:
+            return
+        self._probed_at = now
+        probe = [TopicPartition(self._input_topic, 0)]
+        try:
+            with self._watchdog.bound("committed", self._call_timeout):
+                self._consumer.committed(probe, timeout=self._call_timeout)
+            self._group_ok_at = time.monotonic()
+        except KafkaException as exc:
+            log.warning("%s: the group coordinator does not answer (%s)", self.component, exc)
+            if now - self._group_ok_at > STUCK_AFTER and self._cluster_answers():
+                silent = now - self._group_ok_at
+                self._replace_consumer(f"no answer from the group coordinator for {silent:.0f}s")
+
+    def _cluster_answers(self) -> bool:
+        """Whether the cluster answers a metadata request (so a silent group coordinator is a
+        client that lost it, not a broker that is down)."""
+        try:
+            self._call("list_topics", self._producer.list_topics, self._input_topic, 2.0)
+        except (KafkaException, Hung):
+            return False
+        return True
+
+    def _replace_consumer(self, reason: str) -> None:
+        """Swap the consumer for a fresh one in the same group (as the same static member, so
+        it takes the same partitions back). The old one is closed on a thread of its own (it
+        may never return) and its callbacks are ignored from now on."""
+        now = time.monotonic()
+        self._replaced = [t for t in self._replaced if now - t < ABANDON_WINDOW]
+        self._replaced.append(now)
+        if len(self._replaced) > MAX_ABANDONED:
+            what = f"consumers ({len(self._replaced)} replaced in {ABANDON_WINDOW:.0f}s)"
+            self._on_hang(self.component, what, STUCK_AFTER)
+            raise Fenced(f"{self.component}: {what}")
+        log.warning("%s: %s; replacing the consumer", self.component, reason)
+        old = self._consumer
+        group, overrides, required = self._consumer_config
+        self._consumer = consumer(self._settings, group, overrides, **required)
+        self._group_ok_at = time.monotonic()
+        self.forget()
+        self._subscribe()
+        threading.Thread(
+            target=_close_quietly, args=(old,), name=f"sf-close-{self.component}", daemon=True
+        ).start()
+
+    def _call(self, what: str, fn: Callable[..., _R], *args: object) -> _R:
+        """A producer call, bounded (:class:`Hung` when it outlives the bound)."""
+        return self._calls.call(what, self._call_timeout, fn, *args)
+
+    def _abort(self, *, fatal: bool) -> None:
+        if self._stop.is_set():
+            # Stopping: leave the transaction to the coordinator (or the next init_transactions
+            # of this id) rather than wait for a broker that may be down.
+            return
+        if not fatal:
+            try:
+                self._call(
+                    "abort_transaction", self._producer.abort_transaction, self._call_timeout
+                )
+                return
+            except Hung as exc:
+                log.warning("%s: %s; replacing the producer", self.component, exc)
+                self._replace_producer(abandon=True)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.code() in FENCING:
+                    self._fenced = True
+                    raise Fenced(f"{self.component} was fenced: {error.str()}") from exc
+                log.warning("%s: abort failed (%s); replacing the producer", self.component, error)
+        self._replace_producer()
+
+    def _replace_producer(self, *, abandon: bool = False) -> None:
+        """A producer whose transaction state is unknown is dropped for a new one with the same
+        transactional id; its ``init_transactions`` fences the old one and aborts whatever it
+        left open. ``abandon``: the old one is stuck in a call; it is never touched again."""
+        old = self._producer
+        if abandon:
+            now = time.monotonic()
+            self._abandoned = [t for t in self._abandoned if now - t < ABANDON_WINDOW]
+            self._abandoned.append(now)
+            if len(self._abandoned) > MAX_ABANDONED:
+                what = f"producer calls ({len(self._abandoned)} stuck in {ABANDON_WINDOW:.0f}s)"
+                self._on_hang(self.component, what, self._call_timeout)
+                raise Fenced(f"{self.component}: {what}")  # a handler that did not exit
+            self._calls = BoundedCaller(self.component)
+        else:
+            try:
+                self._call("purge", old.purge, True, True)
+            except (KafkaException, Hung) as exc:
+                log.info("%s: purging the old producer: %s", self.component, exc)
+                self._calls = BoundedCaller(self.component)
+        self._producer = producer(self._settings, **self._producer_config)
+        del old  # destroyed once unreferenced; close() could wait for the broker
+        self._init_transactions()
+
+    def _init_transactions(self) -> None:
+        """``init_transactions`` until it succeeds (the broker may be down), or ``stop``."""
+        attempt = 0
+        began = time.monotonic()
+        while True:
+            try:
+                self._call(
+                    "init_transactions", self._producer.init_transactions, self._call_timeout
+                )
+                return
+            except Hung as exc:
+                log.warning("%s: %s; replacing the producer", self.component, exc)
+                self._replace_producer(abandon=True)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.code() in FENCING:
+                    raise Fenced(f"{self.component}: {error.str()}") from exc
+                attempt += 1
+                log.log(
+                    logging.WARNING if attempt == 1 else logging.DEBUG,
+                    "%s: init_transactions failed (%s); retrying",
+                    self.component,
+                    error.str(),
+                )
+                if error.fatal():
+                    self._producer = producer(self._settings, **self._producer_config)
+                if time.monotonic() - began > GIVE_UP_AFTER:
+                    # Nothing will unblock this client (a coordinator it lost for good):
+                    # hand over to a fresh process, whose producer starts from nothing.
+                    what = f"init_transactions (failing for {GIVE_UP_AFTER:.0f}s)"
+                    self._on_hang(self.component, what, GIVE_UP_AFTER)
+                    raise Fenced(f"{self.component}: {what}") from exc
+            self._serve_group(min(0.2 * 2**attempt, MAX_BACKOFF))
+
+    def _give_up_after(self, began: float, what: str) -> None:  # in a rebalance callback
+        """A consumer that cannot reach its group coordinator for :data:`GIVE_UP_AFTER` seconds
+        while the producer can reach the cluster is stuck for good: hand over to a fresh
+        process (``on_hang``; by default the process exits for its supervisor)."""
+        if time.monotonic() - began > GIVE_UP_AFTER:
+            self._on_hang(self.component, what, GIVE_UP_AFTER)
+            raise Fenced(f"{self.component}: {what} failed for {GIVE_UP_AFTER:.0f}s")
+
+    def _serve_group(self, seconds: float) -> None:
+        """Wait ``seconds`` (raising :class:`Stopped` on a stop) while the consumer serves its
+        group: a rebalance — after a broker restart, say — completes only through ``poll``,
+        and until it does the group coordinator answers nothing (committed offsets included).
+        A record handed over meanwhile is put back (its partition is sought to it), so nothing
+        is taken out of order; the rewind that follows seeks every partition anyway."""
+        if self._in_callback:  # poll() may not be called from a rebalance callback
+            self._sleep(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        paused: set[tuple[str, int]] = set()
+        try:
+            while True:
+                if self._stop.is_set():
+                    raise Stopped
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                # Paused partitions hand nothing over: poll() only serves the group.
+                fresh = [
+                    tp
+                    for tp in self._consumer.assignment()
+                    if (tp.topic, tp.partition) not in paused
+                ]
+                if fresh:
+                    self._consumer.pause(fresh)
+                    paused |= {(tp.topic, tp.partition) for tp in fresh}
+                msg = self._consumer.poll(min(left, 0.1))
+                if msg is not None and msg.error() is None:
+                    offset = msg.offset() or 0
+                    self._seek(TopicPartition(msg.topic() or "", msg.partition() or 0, offset))
+        finally:
+            owned = [tp for tp in self._consumer.assignment() if (tp.topic, tp.partition) in paused]
+            if owned:
+                self._consumer.resume(owned)
+
+    def _seek(self, tp: TopicPartition) -> None:
+        try:
+            self._consumer.seek(tp)
+        except KafkaException as exc:
+            # A partition not fetched yet starts at its committed offset anyway.
+            if exc.args[0].code() != KafkaError._STATE:
+                raise
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stop.wait(seconds):
+            raise Stopped
+
+
+def _close_quietly(source: object) -> None:
+    try:
+        source.close()  # type: ignore[attr-defined]
+    except Exception as exc:
+        log.info("closing a replaced consumer: %s", exc)
