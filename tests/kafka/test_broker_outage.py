@@ -21,7 +21,7 @@ from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.manifest import load_manifest
 from streamflow.testing.broker import SHORT_SESSION, LocalKafkaBroker
 from streamflow.testing.processes import Cluster, Supervisor, TopologyProcess
-from tests.kafka.test_crash_drills import APP, SPEC, committed_history
+from tests.kafka.test_kill_at_fault_points import APP, SPEC, committed_history
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

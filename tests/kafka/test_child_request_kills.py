@@ -24,7 +24,7 @@ from streamflow.kafka.client import FlowClient
 from streamflow.kafka.manifest import load_manifest
 from streamflow.testing.processes import Cluster
 from tests.kafka.apps import CHILD_SPEC_NAME, PARENT_SPEC_NAME
-from tests.kafka.test_crash_drills import committed_history, ledger_lines
+from tests.kafka.test_kill_at_fault_points import committed_history, ledger_lines
 
 APP = "tests.kafka.apps:Family"
 SPEC = WorkflowSpec.python(PARENT_SPEC_NAME, "1", "tests.kafka.apps", "Family")

@@ -14,7 +14,7 @@ from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
 from streamflow.kafka.manifest import load_manifest
 from streamflow.testing.processes import Cluster
-from tests.kafka.test_crash_drills import APP, committed_history, raw_history_records
+from tests.kafka.test_kill_at_fault_points import APP, committed_history, raw_history_records
 
 SPEC = WorkflowSpec.python("drills.ledgered", "1", "tests.kafka.apps", "Ledgered")
 RUNS = 6

@@ -21,7 +21,7 @@ from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import to_error
 from streamflow.testing.processes import Cluster
-from tests.kafka.test_crash_drills import APP, SPEC, committed_history
+from tests.kafka.test_kill_at_fault_points import APP, SPEC, committed_history
 
 STARTS = 40
 FAILING = 17

@@ -34,7 +34,7 @@ from streamflow.testing.kafka_harness import KafkaDriver
 from streamflow.topologies.observers import Observers
 from streamflow.topologies.runner import TopologyThread
 from tests.golden.apps import APPROVAL, HOOK_TOKEN, ORDERS, REVIEW, Golden
-from tests.kafka.test_crash_drills import committed_history
+from tests.kafka.test_kill_at_fault_points import committed_history
 from tests.kafka.test_rolling_deploy import builds_cli
 
 ORDER = {"order_id": "o-1", "sku": "BOOK-42", "quantity": 1, "amount_cents": 2599}

@@ -14,7 +14,7 @@ import pytest
 from streamflow.kafka import admin
 from streamflow.kafka.manifest import load_manifest
 from streamflow.testing.processes import TopologyProcess
-from tests.kafka.test_crash_drills import APP
+from tests.kafka.test_kill_at_fault_points import APP
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

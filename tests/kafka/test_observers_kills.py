@@ -22,7 +22,7 @@ from streamflow.kafka.manifest import load_manifest
 from streamflow.kafka.naming import Names
 from streamflow.serde import codec
 from streamflow.testing.processes import Cluster
-from tests.kafka.test_crash_drills import APP, SPEC, committed_history
+from tests.kafka.test_kill_at_fault_points import APP, SPEC, committed_history
 
 RUNS = 6
 
