@@ -1,0 +1,78 @@
+"""The chaos suite's application, run by every topology process (``--app bench.chaos.app:Chaos``).
+
+Two workflows:
+
+- ``chaos.steps``: three sequential steps with a short timer after the second, then done;
+- ``chaos.hook``: one step, then a hook whose token the driver derives from the run id, then
+  done with the hook's payload.
+
+Every step execution appends ``time run step attempt key`` to the ledger named by
+``STREAMFLOW_CHAOS_LEDGER`` (one ``write`` of one line with ``O_APPEND``, so lines from many
+processes never interleave), the record the suite counts duplicate executions from.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+
+from streamflow import (
+    FlowRuntime,
+    HookMetadata,
+    RetryPolicy,
+    RuntimeCommand,
+    StepCompleted,
+    StepInvocation,
+    WorkflowInvocation,
+    WorkflowSpec,
+)
+
+STEPS_SPEC = WorkflowSpec.python("chaos.steps", "1", "bench.chaos.app", "Chaos")
+HOOK_SPEC = WorkflowSpec.python("chaos.hook", "1", "bench.chaos.app", "Chaos")
+PAUSE = timedelta(milliseconds=200)
+TOKEN_PREFIX = "chaos-token-"
+RETRY = RetryPolicy.fixed(3, timedelta(milliseconds=50))
+
+
+def hook_token(run_id: str) -> str:
+    """The bearer token of a ``chaos.hook`` run's hook (the driver resumes by it)."""
+    return f"{TOKEN_PREFIX}{run_id}-0123456789abcdef"
+
+
+class Chaos(FlowRuntime):
+    def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
+        ctx = invocation.context()
+        if ctx.spec.name == HOOK_SPEC.name:
+            if not ctx.step_completed("prepare"):
+                return ctx.schedule_step("prepare", "effect", {"i": 0}, RETRY)
+            payload = ctx.hook_payload("approval")
+            if payload is None:
+                metadata = HookMetadata.human_approval("chaos")
+                token = hook_token(invocation.run_id)
+                return ctx.create_hook_with_metadata("approval", token, metadata)
+            return ctx.complete({"approval": payload})
+        for i in (1, 2, 3):
+            step_id = f"s{i}"
+            if not ctx.step_completed(step_id):
+                return ctx.schedule_step(step_id, "effect", {"i": i}, RETRY)
+            if i == 2 and not ctx.wait_completed("pause"):
+                done = next(
+                    e.timestamp
+                    for e in ctx.history
+                    if isinstance(e.event, StepCompleted) and e.event.step_id == "s2"
+                )
+                return ctx.wait_until("pause", done + PAUSE)
+        return ctx.complete({"steps": 3})
+
+    def run_step(self, invocation: StepInvocation) -> object:
+        line = (
+            f"{time.time():.3f} {invocation.run_id} {invocation.step_id} {invocation.attempt} "
+            f"{invocation.idempotency_key}\n"
+        ).encode()
+        fd = os.open(os.environ["STREAMFLOW_CHAOS_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        return {"done": invocation.step_id}
