@@ -4,7 +4,7 @@
 observers instance, ``topics`` creates and verifies a namespace's Kafka topics, ``run`` runs one
 Kafka topology instance, ``export`` writes histories as JSON Lines, ``replay`` checks the current
 workflow code against them, ``builds`` shows which builds still have open runs, and ``prune``,
-``hold`` and ``release`` manage history retention.
+``hold`` and ``release`` manage history retention, and ``check`` verifies an embedded store.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from streamflow.cli import builds, history, inspect, retention, topics
+from streamflow.cli import builds, check, history, inspect, retention, topics
 from streamflow.cli import run as topology
 from streamflow.cli.render import render_event, render_history
 from streamflow.core.errors import FlowError
@@ -93,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     history.register(sub)
     builds.register(sub)
     retention.register(sub)
+    check.register(sub)
     args = parser.parse_args(argv)
     if args.command not in SERVERS:
         # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
@@ -108,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return builds.run(args)
         if args.command in retention.COMMANDS:
             return retention.run(args)
+        if args.command == "check":
+            return check.run(args)
         if args.command == "demo":
             if args.fresh and args.dir.exists():
                 shutil.rmtree(args.dir)

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
-from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound, SerializationError, StoreError
@@ -60,8 +60,13 @@ _HOOK_INDEX_READY = b"\xff/index-ready"
 _MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
 
 
+def event_prefix(run_id: str) -> bytes:
+    """The prefix of every ``events`` key of ``run_id``."""
+    return run_id.encode() + b"\x00"
+
+
 def _event_key(run_id: str, sequence: int) -> bytes:
-    return run_id.encode() + b"\x00" + sequence.to_bytes(8, "big")
+    return event_prefix(run_id) + sequence.to_bytes(8, "big")
 
 
 def _wake_key(w: ScheduledWakeup) -> bytes:
@@ -104,7 +109,7 @@ def _hook_key(hook: ActiveHook) -> bytes:
     return digest.encode() + b"\x00" + run_id.encode() + b"\x00" + hook_id.encode()
 
 
-def _decode_envelope(raw: bytes) -> ev.FlowEventEnvelope:
+def decode_envelope(raw: bytes) -> ev.FlowEventEnvelope:
     try:
         return ev.FlowEventEnvelope.from_json(json.loads(raw))
     except (ValueError, SerializationError) as exc:
@@ -119,11 +124,52 @@ def _tomb_key(run_id: str) -> bytes:
     return b"t\x00" + run_id.encode()
 
 
-def _items(family: Rdict, from_key: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-    """Raw (key, value) pairs of a column family in key order (the stubs type them loosely)."""
-    pairs = family.items() if from_key is None else family.items(from_key=from_key)
-    for key, value in pairs:
-        yield cast(bytes, key), cast(bytes, value)
+def scan(family: Rdict, where: str, from_key: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) pairs of a column family in key order, from ``from_key``; a read that
+    RocksDB could not complete (a block that fails its checksum, say) raises
+    :class:`StoreError` naming ``where`` instead of ending early.
+
+    ``Rdict.items()`` ends quietly where the iterator hit an error, so a damaged store would
+    read back as a shorter one; this checks the iterator's status before saying it is done.
+    """
+    iterator = family.iter(_checked())
+    try:
+        if from_key is None:
+            iterator.seek_to_first()
+        else:
+            iterator.seek(from_key)
+        while iterator.valid():
+            yield cast(bytes, iterator.key()), cast(bytes, iterator.value())
+            iterator.next()
+        iterator.status()
+    except StoreError:
+        raise
+    except Exception as exc:  # rocksdict raises a bare Exception with RocksDB's text
+        raise damaged(where, exc) from exc
+    finally:
+        del iterator
+
+
+def get(family: Rdict, key: bytes, where: str) -> bytes | None:
+    """A point read that raises :class:`StoreError` (naming ``where``) when RocksDB fails."""
+    try:
+        value = family.get(key, read_opt=_checked())
+    except Exception as exc:
+        raise damaged(where, exc) from exc
+    return None if value is None else cast(bytes, value)
+
+
+def damaged(where: str, exc: BaseException) -> StoreError:
+    return StoreError(
+        f"{where}: RocksDB could not read it: {exc} (the store is damaged: "
+        "`streamflow check --dir` lists what is affected)"
+    )
+
+
+def _checked() -> ReadOptions:
+    options = ReadOptions()
+    options.set_verify_checksums(True)
+    return options
 
 
 def _options() -> Options:
@@ -186,14 +232,17 @@ class RocksDBEventStore:
             raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
         self._write_options = WriteOptions()
         self._write_options.sync = sync
-        if not read_only and self._hooks.get(_HOOK_INDEX_READY) is None:
+        if (
+            not read_only
+            and get(self._hooks, _HOOK_INDEX_READY, self._where("the hook index")) is None
+        ):
             self._rebuild_hook_index()
 
     def _rebuild_hook_index(self) -> None:
         """Index the active hooks of every stored run (a directory from before the index)."""
         db = self._require_open()
         batch = WriteBatch(raw_mode=True)
-        for key, _ in _items(self._runs):
+        for key, _ in scan(self._runs, self._where("the run index")):
             run = self._load(key.decode())
             for hook in () if run is None else run.hooks:
                 batch.put(_hook_key(hook), b"", self._handles["hooks"])
@@ -281,7 +330,7 @@ class RocksDBEventStore:
                 timestamp=self._clock() if copy_of is None else copy_of.timestamp,
                 event_id=new_event_id() if copy_of is None else copy_of.event_id,
                 run_exists=(
-                    (lambda other: self._runs.get(other.encode()) is not None)
+                    (lambda other: self._run_known(other))
                     if copy_of is None
                     else (lambda other: True)
                 ),
@@ -321,10 +370,14 @@ class RocksDBEventStore:
         self._require_open()
         prefix = run_id.encode() + b"\x00"
         out = []
-        for key, value in _items(self._events, _event_key(run_id, after_sequence + 1)):
+        for key, value in scan(
+            self._events,
+            self._where(f"the history of run {run_id}"),
+            _event_key(run_id, after_sequence + 1),
+        ):
             if not key.startswith(prefix):
                 break
-            out.append(_decode_envelope(value))
+            out.append(decode_envelope(value))
         return out
 
     def _load(self, run_id: str) -> StoreRun | None:
@@ -360,7 +413,7 @@ class RocksDBEventStore:
         """Events with sequence > ``after_sequence`` (acceleration for incremental replay)."""
         with self._lock:
             self._require_open()
-            if self._runs.get(run_id.encode()) is None:
+            if not self._run_known(run_id):
                 raise RunNotFound(run_id)
             return self._read(run_id, after_sequence)
 
@@ -371,7 +424,7 @@ class RocksDBEventStore:
         """``list_run_ids`` without an event loop (topology threads)."""
         with self._lock:
             self._require_open()
-            return [key.decode() for key, _ in _items(self._runs)]
+            return [key.decode() for key, _ in scan(self._runs, self._where("the run index"))]
 
     def read(self, run_id: str) -> ev.History:
         """The run's stored history without an event loop (empty for an unknown run)."""
@@ -383,7 +436,7 @@ class RocksDBEventStore:
         due = []
         with self._lock:
             self._require_open()
-            for key, value in _items(self._wakeups):
+            for key, value in scan(self._wakeups, self._where("the due-time index")):
                 if key[:8] > limit:
                     break
                 due.append(_wake_decode(value))
@@ -392,14 +445,14 @@ class RocksDBEventStore:
     async def next_scheduled_wakeup(self) -> ScheduledWakeup | None:
         with self._lock:
             self._require_open()
-            for _key, value in _items(self._wakeups):
+            for _key, value in scan(self._wakeups, self._where("the due-time index")):
                 return _wake_decode(value)
         return None
 
     def _owners(self, token_digest: str) -> builtins.list[tuple[str, str]]:
         prefix = token_digest.encode() + b"\x00"
         owners = []
-        for key, _ in _items(self._hooks, prefix):
+        for key, _ in scan(self._hooks, self._where("the hook-token index"), prefix):
             if not key.startswith(prefix):
                 break
             run_id, _, hook_id = key[len(prefix) :].decode().partition("\x00")
@@ -415,7 +468,7 @@ class RocksDBEventStore:
         found = []
         with self._lock:
             self._require_open()
-            for key, _ in _items(self._hooks):
+            for key, _ in scan(self._hooks, self._where("the hook-token index")):
                 if key == _HOOK_INDEX_READY:
                     continue
                 _, run_id, hook_id = key.decode().split("\x00")
@@ -432,7 +485,7 @@ class RocksDBEventStore:
     def _tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
         if self._retention is None:
             return None
-        raw = self._retention.get(_tomb_key(run_id))
+        raw = get(self._retention, _tomb_key(run_id), self._where(f"the tombstone of {run_id}"))
         return None if raw is None else FlowHistoryTombstone.from_json(json.loads(raw))
 
     def _holds(self, run_id: str | None = None) -> builtins.list[HistoryHold]:
@@ -440,7 +493,7 @@ class RocksDBEventStore:
             return []
         prefix = b"h\x00" + (b"" if run_id is None else run_id.encode() + b"\x00")
         out = []
-        for key, value in _items(self._retention, prefix):
+        for key, value in scan(self._retention, self._where("the retention records"), prefix):
             if not key.startswith(prefix):
                 break
             out.append(HistoryHold.from_json(json.loads(value)))
@@ -470,7 +523,11 @@ class RocksDBEventStore:
     async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
         with self._lock:
             db = self._require_open()
-            if self._retention is None or self._retention.get(_hold_key(run_id, hold_id)) is None:
+            where = self._where(f"the holds of {run_id}")
+            if (
+                self._retention is None
+                or get(self._retention, _hold_key(run_id, hold_id), where) is None
+            ):
                 return False
             batch = WriteBatch(raw_mode=True)
             batch.delete(_hold_key(run_id, hold_id), self._handles["retention"])
@@ -490,7 +547,7 @@ class RocksDBEventStore:
             db = self._require_open()
             snapshots: dict[str, WorkflowRunSnapshot] = {}
             runs: dict[str, StoreRun] = {}
-            for key, _ in _items(self._runs):
+            for key, _ in scan(self._runs, self._where("the run index")):
                 run_id = key.decode()
                 run = self._load(run_id)
                 if run is not None:
@@ -530,10 +587,27 @@ class RocksDBEventStore:
                 stones.extend(made)
             return retention_report(plan, stones)
 
+    def _where(self, what: str) -> str:
+        return f"RocksDB store {self.path}: {what}"
+
+    def _run_known(self, run_id: str) -> bool:
+        return get(self._runs, run_id.encode(), self._where(f"run {run_id}")) is not None
+
     def _require_open(self) -> Rdict:
         if self._db is None:
             raise StoreError(f"RocksDB store at {self.path} is closed")
         return self._db
+
+    def flush(self) -> None:
+        """Write the memtables out to SST files (what is in the write-ahead log is already
+        durable; a copy of the directory taken after this needs no log replay)."""
+        with self._lock:
+            try:
+                self._require_open().flush()
+            except StoreError:
+                raise
+            except Exception as exc:
+                raise StoreError(f"RocksDB flush of {self.path} failed: {exc}") from exc
 
     def close(self) -> None:
         """Release the directory lock. Idempotent."""

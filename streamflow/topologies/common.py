@@ -19,6 +19,8 @@ from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.serde import codec
 from streamflow.serde.messages import DeadLetter
+from streamflow.stores.rocksdb import get as rocks_get
+from streamflow.stores.rocksdb import scan as rocks_scan
 
 log = logging.getLogger("streamflow.topologies")
 
@@ -57,15 +59,16 @@ class LocalState:
             self._db.write(batch.raw, self._write_options)
 
     def get(self, family: str, key: bytes) -> bytes | None:
-        value = self._families[family].get(key)
-        return None if value is None else cast(bytes, value)
+        """A read that raises ``StoreError`` when RocksDB fails (damage is never a miss)."""
+        return rocks_get(self._families[family], key, f"local state {self.path} ({family})")
 
     def scan(self, family: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        for key, value in self._families[family].items(from_key=prefix):
-            k = cast(bytes, key)
-            if not k.startswith(prefix):
+        """Keys starting with ``prefix``, in order; ``StoreError`` when RocksDB fails."""
+        where = f"local state {self.path} ({family})"
+        for key, value in rocks_scan(self._families[family], where, prefix):
+            if not key.startswith(prefix):
                 return
-            yield k, cast(bytes, value)
+            yield key, value
 
     def close(self) -> None:
         db, self._db = self._db, None
