@@ -45,7 +45,7 @@ PINNED = {
     "LeaseLost", "HookTokenConflict", "HookConflict", "SignalConflict", "InvalidWorkflow",
     "InvalidTransition", "InvalidWorkerConfiguration", "TaskManagement", "StoreError",
     "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
-    "PayloadTooLarge", "RequestDeadLettered",
+    "PayloadTooLarge", "RequestDeadLettered", "NonRetryable",
 }  # fmt: skip
 
 

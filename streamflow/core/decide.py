@@ -840,6 +840,9 @@ class StepSucceeded:
 class StepErrored:
     error: str
     """The attempt's error text (``str(exception)``)."""
+    retryable: bool = True
+    """``False``: the step code said this will never succeed (``NonRetryable``): the step fails
+    now, whatever attempts its retry policy has left."""
 
 
 StepResult: TypeAlias = StepSucceeded | StepErrored
@@ -867,7 +870,7 @@ def decide_step_result(
     if isinstance(result, StepSucceeded):
         return Decision(events=(ev.StepCompleted(step_id=step_id, output=result.output),))
     error = result.error
-    if attempt < step.retry.max_attempts:
+    if result.retryable and attempt < step.retry.max_attempts:
         anchor = max(failed_at, now)
         try:
             deadline = step.retry.retry_deadline(snapshot.run_id, step_id, attempt, anchor)
@@ -882,7 +885,8 @@ def decide_step_result(
             events=(retrying, ev.StepStarted(step_id=step_id, attempt=attempt + 1)),
             effects=(_run_step(snapshot, step, attempt + 1),),
         )
-    failed = ev.StepFailed(step_id=step_id, attempt=attempt, error=error)
+    early = not result.retryable and attempt < step.retry.max_attempts
+    failed = ev.StepFailed(step_id=step_id, attempt=attempt, error=error, no_retry=early or None)
     if step.retry.continues_workflow:
         return Decision(events=(failed,))
     return Decision(

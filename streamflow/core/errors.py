@@ -29,6 +29,7 @@
     ├── StoreError                   the event store failed (also how tests inject crashes)
     ├── RequestDeadLettered          a Kafka request could not be processed; it was parked
     ├── RuntimeFailure               workflow or step code failed
+    │   └── NonRetryable             step code says the step will never succeed: no retry
     ├── SerializationError           a value could not be encoded or decoded
     │   └── PayloadTooLarge          a record or payload exceeds the record-size limit
     ├── IoError                      file or process I/O failed
@@ -329,6 +330,15 @@ class RuntimeFailure(FlowError):
         self.reason = message
 
 
+class NonRetryable(RuntimeFailure):
+    """Raise it from step code to say the step will never succeed (a card declined, an order
+    that does not exist): the attempt fails and the step fails at once, whatever attempts its
+    retry policy has left; the policy's failure action then applies (fail the run, or hand the
+    failure to workflow code). Any other exception is retried by the policy."""
+
+    retryable = False
+
+
 class SerializationError(FlowError):
     """Raised when a value cannot be encoded or decoded (never falls back to defaults)."""
 
@@ -392,6 +402,7 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     StoreError,
     RequestDeadLettered,
     RuntimeFailure,
+    NonRetryable,
     SerializationError,
     PayloadTooLarge,
     IoError,

@@ -61,6 +61,12 @@ def _u32(value: Any) -> int:
     return value
 
 
+def _opt_bool(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise SerializationError(f"expected a boolean, got {value!r}")
+
+
 def _opt_utc_enc(value: datetime | None) -> str | None:
     return None if value is None else format_utc(value)
 
@@ -182,6 +188,7 @@ _BOUNDED_FIELDS = frozenset(
         "deadline",
         "resume_at",
         "retry_after",
+        "no_retry",
     }
 )
 
@@ -378,12 +385,22 @@ class StepRetrying(FlowEvent):
     retry_after: datetime | None = None
 
 
-@_event("step_failed", "flow.step.failed", (("step_id", STR), ("attempt", U32), ("error", STR)))
+NO_RETRY = Codec(_ident, _opt_bool, optional=True, omit_none=True)
+
+
+@_event(
+    "step_failed",
+    "flow.step.failed",
+    (("step_id", STR), ("attempt", U32), ("error", STR), ("no_retry", NO_RETRY)),
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepFailed(FlowEvent):
     step_id: str
     attempt: int
     error: str
+    no_retry: bool | None = None
+    """``True`` when step code raised ``NonRetryable``: the step failed before its retry
+    budget was spent. ``None`` (left out of the JSON form) when the budget was spent."""
 
 
 @_event("wait_created", "flow.wait.created", (("wait_id", STR), ("resume_at", UTC)))

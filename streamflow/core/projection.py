@@ -542,7 +542,7 @@ def _step_retrying(s: S, e: ev.StepRetrying, env: Env) -> None:
 @handles(ev.StepFailed)
 def _step_failed(s: S, e: ev.StepFailed, env: Env) -> None:
     step = _running_attempt(s, e, "step_failed")
-    if e.attempt < step.retry.max_attempts:
+    if e.attempt < step.retry.max_attempts and not e.no_retry:
         raise _fail(
             s,
             f"step_failed for step {e.step_id} attempt {e.attempt} before its budget of "

@@ -85,6 +85,7 @@ from streamflow.workflow.runtime import (
     StepInvocation,
     checked_command,
     json_copy,
+    retryable,
     step_error,
     workflow_failures,
     workflow_invocation,
@@ -480,7 +481,7 @@ class FlowEngine:
             check_payload(value, f"step {effect.step_id} output", self._s.record_limits)
             return d.StepSucceeded(value)
         except Exception as exc:
-            return d.StepErrored(step_error(exc))
+            return d.StepErrored(step_error(exc), retryable=retryable(exc))
 
     async def _run_steps(
         self, cached: CachedRun, effects: tuple[d.RunStep, ...], now: datetime

@@ -123,6 +123,8 @@ class StepResult:
     """The attempt's error text when not ``ok``."""
     finished_at: datetime
     """Worker wall clock when the attempt ended (anchors retry deadlines)."""
+    retryable: bool = True
+    """``False`` when step code raised ``NonRetryable``: no retry, whatever the policy."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

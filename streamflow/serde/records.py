@@ -426,6 +426,7 @@ _EVENT_FIELD_CONVS: dict[ev.Codec, Conv] = {
     ev.CHILD_POLICY: _enum(ChildWorkflowCancellationPolicy),
     ev.PARENT: _optional_nested(PARENT),
     ev.PREDECESSOR: _optional_nested(PREDECESSOR),
+    ev.NO_RETRY: Conv(_same, ev.NO_RETRY.decode),
 }
 
 EVENTS: tuple[RecordMap, ...] = tuple(
@@ -518,6 +519,7 @@ BODY = _union(
             ("output", JSON),
             ("error", SAME),
             ("finished_at", INSTANT),
+            ("retryable", SAME),
         ),
     ),
     RecordMap("WakeUp", WakeUp, (("wait_id", SAME), ("due_at", INSTANT))),

@@ -449,7 +449,9 @@ class Journal(TransactionalTopology):
             return self._proposal(snap, body)
         if isinstance(body, m.StepResult):
             result: d.StepResult = (
-                d.StepSucceeded(body.output) if body.ok else d.StepErrored(body.error or "")
+                d.StepSucceeded(body.output)
+                if body.ok
+                else d.StepErrored(body.error or "", retryable=body.retryable)
             )
             return _from(
                 d.decide_step_result(

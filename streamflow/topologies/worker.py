@@ -49,7 +49,13 @@ from streamflow.topologies.common import (
 )
 from streamflow.topologies.processor import served_builds
 from streamflow.topologies.registry import Advertiser
-from streamflow.workflow.runtime import FlowRuntime, StepInvocation, json_copy, step_error
+from streamflow.workflow.runtime import (
+    FlowRuntime,
+    StepInvocation,
+    json_copy,
+    retryable,
+    step_error,
+)
 
 log = logging.getLogger("streamflow.worker")
 COMPONENT = "worker"
@@ -251,7 +257,7 @@ class Worker:
         try:
             result = self._result(task, await self._call(invocation))
         except Exception as exc:
-            result = self._failure(task, step_error(exc))
+            result = self._failure(task, step_error(exc), retryable=retryable(exc))
         faults.hit("worker.after_effect_before_result")
         request = m.Request(
             request_id=str(uuid.uuid4()), run_id=task.run_id, sent_at=self._clock(), body=result
@@ -281,13 +287,14 @@ class Worker:
             output = await output
         return output
 
-    def _failure(self, task: m.StepTask, error: str) -> m.StepResult:
+    def _failure(self, task: m.StepTask, error: str, *, retryable: bool) -> m.StepResult:
         return m.StepResult(
             step_id=task.step_id,
             attempt=task.attempt,
             ok=False,
             error=error,
             finished_at=self._clock(),
+            retryable=retryable,
         )
 
     def _commit(self, *, asynchronous: bool = False) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from streamflow.core.commands import RuntimeCommand
-from streamflow.core.errors import FlowError, RuntimeFailure
+from streamflow.core.errors import FlowError, NonRetryable, RuntimeFailure
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.projection import ProjectedRun, project
@@ -152,6 +152,11 @@ def checked_command(result: object) -> RuntimeCommand:
 MAX_ERROR_TEXT = 8192
 """Characters of a step's error text that are recorded; a longer text is cut (an exception
 that quotes a whole payload must not make the failure itself too large to record)."""
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether the step's retry policy may try again after ``exc`` (not after ``NonRetryable``)."""
+    return not isinstance(exc, NonRetryable)
 
 
 def step_error(exc: Exception) -> str:

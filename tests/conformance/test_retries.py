@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from streamflow import (
+    NonRetryable,
     RetryPolicy,
     RuntimeFailure,
     StepStatus,
@@ -163,3 +164,46 @@ async def test_run_summary_counts_statuses_and_actionable_work(make_driver):
     await driver.force_cancel("r-wait")
     summary = await driver.run_summary()
     assert (summary.cancelled, summary.open_waits, summary.non_terminal) == (1, 0, 1)
+
+
+async def test_a_non_retryable_failure_fails_the_step_at_once_whatever_the_policy(make_driver):
+    def step(inv):
+        raise NonRetryable("card declined")
+
+    runtime = Scripted(sequential("charge", retry=RetryPolicy.fixed(5, 0)), step)
+    driver = await make_driver(runtime)
+    await driver.start_with_id("run-1", spec())
+    snap = await driver.settle("run-1")
+    assert runtime.step_calls == [("charge", 1)], "a non-retryable failure was tried again"
+    assert snap.status is WorkflowRunStatus.FAILED
+    assert snap.steps["charge"].status is StepStatus.FAILED
+    assert snap.steps["charge"].error == "runtime error: card declined"
+    assert snap.terminal_outcome == RetryExhausted(
+        step_id="charge", attempt=1, error="runtime error: card declined"
+    )
+    assert keys(await driver.history("run-1"))[-3:] == [
+        "step.started",
+        "step.failed",
+        "run.retry_exhausted",
+    ]
+
+
+async def test_a_non_retryable_failure_reaches_workflow_code_that_handles_failures(make_driver):
+    policy = RetryPolicy.fixed(4, 0).continue_workflow_on_failure()
+
+    def workflow(ctx):
+        failed = ctx.step_failed("charge")
+        if failed is not None:
+            return ctx.complete({"declined": failed})
+        return ctx.schedule_step("charge", "chargeCard", None, policy)
+
+    def step(inv):
+        raise NonRetryable("card declined")
+
+    runtime = Scripted(workflow, step)
+    driver = await make_driver(runtime)
+    await driver.start_with_id("run-1", spec())
+    snap = await driver.settle("run-1")
+    assert runtime.step_calls == [("charge", 1)]
+    assert snap.status is WorkflowRunStatus.COMPLETED
+    assert snap.output == {"declined": "runtime error: card declined"}

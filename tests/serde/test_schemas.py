@@ -15,7 +15,7 @@ from fastavro import parse_schema
 
 import streamflow.core.events as ev
 from streamflow.core.errors import SerializationError
-from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
+from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope, StepFailed
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
 from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
@@ -53,14 +53,14 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "dbdb3fa9f1848482",
-    "HistoryRecord": "b3a607ef21af0cb6",
+    "Request": "208fd4879d180d82",
+    "HistoryRecord": "40c805455f1b412b",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "640cb8b095318ffc",
     "Incident": "9045929b847bc9a9",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "d186cdd37e2c5317",
-    "HookRequest": "2e574cd53edb9253",
+    "HookRequest": "6cfd35d67a15b189",
     "TokenRecord": "c24e40eebab4077a",
     "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
@@ -73,7 +73,12 @@ evolution (docs/wire-format.md): keep the old expanded schema in ``schemas/retir
 buffers stay decodable, then update the pin.
 """
 
-RETIRED_FINGERPRINTS = {"51a92df0ffbd2875": "Request"}
+RETIRED_FINGERPRINTS = {
+    "51a92df0ffbd2875": "Request",
+    "dbdb3fa9f1848482": "Request",
+    "b3a607ef21af0cb6": "HistoryRecord",
+    "2e574cd53edb9253": "HookRequest",
+}
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
 RECORD_TYPES: dict[str, type[Any]] = {
@@ -392,17 +397,32 @@ def test_the_shipped_retired_versions_decode_to_current_values(tmp_path: Path) -
         retired = registry.by_fingerprint[bytes.fromhex(fingerprint)]
         assert retired.name == name
         assert not retired.current
-    # A request written by the previous Request schema still decodes.
-    old_dir = _copy_schemas(tmp_path / "old")
-    request = json.loads((old_dir / "Request.avsc").read_text())
-    body = next(f for f in request["fields"] if f["name"] == "body")
-    body["type"] = body["type"][: body["type"].index("QueryChild") + 1]
-    (old_dir / "Request.avsc").write_text(json.dumps(request))
-    old = WireCodec(build_registry(old_dir))
-    value = ex.request(messages.QueryChild(parent_run_id="p", child_id="c"))
-    data = old.encode(value)
-    assert data[2:10].hex() == "51a92df0ffbd2875"
-    assert codec.decode(data) == value
+    # Requests written by the previous Request schemas still decode: before StepResult had
+    # `retryable` and StepFailed `no_retry` (their defaults fill in), and before that, before
+    # the retention bodies.
+    for fingerprint, union_ends in (("dbdb3fa9f1848482", None), ("51a92df0ffbd2875", "QueryChild")):
+        old_dir = _copy_schemas(tmp_path / fingerprint)
+        for record, added in (("StepResult", "retryable"), ("StepFailed", "no_retry")):
+            schema = json.loads((old_dir / f"{record}.avsc").read_text())
+            schema["fields"] = [f for f in schema["fields"] if f["name"] != added]
+            (old_dir / f"{record}.avsc").write_text(json.dumps(schema))
+        if union_ends is not None:
+            request = json.loads((old_dir / "Request.avsc").read_text())
+            body = next(f for f in request["fields"] if f["name"] == "body")
+            body["type"] = body["type"][: body["type"].index(union_ends) + 1]
+            (old_dir / "Request.avsc").write_text(json.dumps(request))
+        old = WireCodec(build_registry(old_dir))
+        for value in (
+            ex.request(messages.QueryChild(parent_run_id="p", child_id="c")),
+            ex.request(
+                messages.StepResult(
+                    step_id="s", attempt=2, ok=False, error="boom", finished_at=ex.T0
+                )
+            ),
+        ):
+            data = old.encode(value)
+            assert data[2:10].hex() == fingerprint
+            assert codec.decode(data) == value
 
 
 def test_an_undefined_reference_fails_loading(tmp_path: Path) -> None:
@@ -458,3 +478,25 @@ def test_a_fingerprint_is_never_registered_twice(tmp_path: Path) -> None:
     (schemas / "retired" / "Reply.old.avsc").write_text(json.dumps(codec.schema_json("Reply")))
     with pytest.raises(SerializationError, match="is never reused"):
         build_registry(schemas)
+
+
+def test_a_history_record_written_before_step_failed_had_no_retry_still_decodes(
+    tmp_path: Path,
+) -> None:
+    old_dir = _copy_schemas(tmp_path / "old")
+    schema = json.loads((old_dir / "StepFailed.avsc").read_text())
+    schema["fields"] = [f for f in schema["fields"] if f["name"] != "no_retry"]
+    (old_dir / "StepFailed.avsc").write_text(json.dumps(schema))
+    old = WireCodec(build_registry(old_dir))
+    envelope = FlowEventEnvelope(
+        run_id="run-1",
+        sequence=7,
+        event_id="e-7",
+        timestamp=ex.T0,
+        event=StepFailed(step_id="s", attempt=3, error="boom"),
+    )
+    data = old.encode(envelope)
+    assert data[2:10].hex() == "b3a607ef21af0cb6"
+    decoded = codec.decode(data)
+    assert decoded == envelope
+    assert decoded.event.no_retry is None
