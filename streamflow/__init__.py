@@ -75,6 +75,7 @@ from streamflow.core.events import (
     WaitCreated,
 )
 from streamflow.core.ids import MAX_WORKFLOW_PATCH_MARKERS, RuntimeBuildId, WorkflowPatchId
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -207,6 +208,7 @@ __all__ = [
     "LeaseLost",
     "NonDeterministic",
     "NonRetryable",
+    "FlowIncident",
     "NoopFlowEventObserver",
     "ReplayLimitExceeded",
     "RetryBackoff",

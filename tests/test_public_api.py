@@ -21,6 +21,7 @@ PINNED = {
     "ChildWorkflowSnapshot", "WorkflowContinuation", "WorkflowTerminalOutcome",
     "ActiveHookSnapshot", "ParentLink", "ContinuationLink", "token_digest",
     "WorkflowRunSummary", "WorkflowRunSuspension", "ScheduledWakeup", "WakeupKind",
+    "FlowIncident",
     # events
     "FlowEvent", "FlowEventEnvelope", "RunCreated", "RunStarted", "RunCompleted", "RunFailed",
     "RunCancellationRequested", "RunCancelled", "RunTimedOut", "RunRetryExhausted",

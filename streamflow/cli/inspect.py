@@ -124,13 +124,19 @@ def _answer(args: argparse.Namespace, source: StoreInspector | _Remotes) -> int:
 
 
 def render_runs(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'run':<36} {'status':<17} {'workflow':<24} {'ver':<6} {'build':<14} seq"]
+    lines = [
+        f"{'run':<36} {'status':<17} {'workflow':<24} {'ver':<6} {'build':<14} {'seq':<5} incident"
+    ]
     for row in rows:
+        incident = row.get("incident")
+        stuck = "-" if not incident else f"{incident['error_type']} x{incident['attempts']}"
         lines.append(
             f"{row['run_id']:<36} {row['status']:<17} {row['workflow'] or '-':<24} "
-            f"{row['version'] or '-':<6} {row['build'] or '-':<14} {row['last_sequence']}"
+            f"{row['version'] or '-':<6} {row['build'] or '-':<14} {row['last_sequence']:<5} "
+            f"{stuck}"
         )
-    lines.append(f"{len(rows)} runs")
+    failing = sum(1 for row in rows if row.get("incident"))
+    lines.append(f"{len(rows)} runs" + (f", {failing} with an incident" if failing else ""))
     return "\n".join(lines)
 
 
@@ -162,6 +168,19 @@ def render_run(view: dict[str, Any]) -> str:
         lines.append(f"  child {child['child_id']} -> {child['run_id']} {outcome}")
     if view.get("error"):
         lines.append(f"  error: {view['error']}")
+    incident = view.get("incident")
+    if incident:
+        n = incident["attempts"]
+        lines.append(
+            f"  incident: cannot make progress since {incident['first_at']} "
+            f"({n} failed decision{'' if n == 1 else 's'}, the latest {incident['last_at']} "
+            f"at sequence {incident['sequence']}; retried with backoff):"
+        )
+        lines.append(f"    {incident['error_type']}: {_indent(incident['error'])}")
     if view.get("output") is not None:
         lines.append(f"  output: {json.dumps(view['output'], sort_keys=True)}")
     return "\n".join(lines)
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n    ")

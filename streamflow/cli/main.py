@@ -15,7 +15,6 @@ import shutil
 import signal
 import sys
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 
 from streamflow.cli import builds, check, history, inspect, retention, topics
@@ -51,21 +50,20 @@ async def run_demo(directory: Path, run_id: str, step_delay: float) -> int:
         engine = (
             FlowEngine.builder(runtime).with_store(store).with_observer(ConsoleObserver()).build()
         )
-        runner = InProcessTaskRunner(engine)
-        scheduler = FlowScheduler(engine, runner)
         order = {"order_id": run_id, "sku": "BOOK-42", "quantity": 1, "amount_cents": 2599}
         existing = run_id in await engine.list_run_ids()
         print(f"{'resuming' if existing else 'starting'} run {run_id} in {directory}", flush=True)
-        await engine.start_with_id(run_id, orders_spec(), order)
-        while not (snapshot := await engine.snapshot(run_id)).is_terminal:
-            await scheduler.enqueue_due_work(engine.now())
-            await runner.drain()
-            for error in runner.errors:
-                raise error
-            if (await engine.snapshot(run_id)).is_terminal:
-                break
-            delay = await scheduler.next_wakeup_delay(engine.now()) or timedelta(seconds=1)
-            await asyncio.sleep(min(delay, timedelta(seconds=1)).total_seconds())
+        # The host loop: it recovers whatever a killed process left in flight (this run, if
+        # it was interrupted), then fires timers and delayed retries as they fall due.
+        stop = asyncio.Event()
+        host = asyncio.create_task(FlowScheduler(engine, InProcessTaskRunner(engine)).run(stop))
+        try:
+            if not existing:
+                await engine.start_with_id(run_id, orders_spec(), order)
+            await engine.result(run_id)
+        finally:
+            stop.set()
+            await host
         snapshot = await engine.snapshot(run_id)
         print(f"\nrun {run_id}: {snapshot.status.value}  output={snapshot.output}")
         print(f"steps executed by this process: {runtime.executions or 'none'}\n")

@@ -13,6 +13,7 @@ import inspect
 import logging
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +21,7 @@ from datetime import datetime
 from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
+from streamflow.core import incidents
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import (
@@ -39,6 +41,7 @@ from streamflow.core.errors import (
     RuntimeBuildUnavailable,
 )
 from streamflow.core.ids import validate_run_id
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import (
     WorkflowRunSummary,
     WorkflowRunSuspension,
@@ -96,6 +99,13 @@ log = logging.getLogger("streamflow.engine")
 DEFAULT_MAX_REPLAY_ITERATIONS = 1024
 DEFAULT_MAX_CONTINUE_AS_NEW_HOPS = 64
 DEFAULT_MAX_CHILD_WORKFLOW_DEPTH = 32
+DEFAULT_RECOVERY_CONCURRENCY = 32
+"""Runs ``recover`` drives at once."""
+RESULT_POLL = 1.0
+"""Seconds between checks of the store while ``result`` waits (for ends another engine or
+process commits; this engine's own wake it at once)."""
+DEFAULT_STEP_THREADS = 8
+"""Threads that run synchronous ``run_step`` code (a coroutine ``run_step`` needs none)."""
 
 _DRIVING: ContextVar[frozenset[str]] = ContextVar("streamflow_driving", default=frozenset())
 """Runs whose drive is in progress further up this call chain (a parent reconciling its
@@ -119,6 +129,7 @@ class EngineSettings:
     new_run_id: Callable[[], str] = lambda: str(uuid.uuid4())
     cache_runs: int = 4096
     record_limits: RecordLimits = RecordLimits()  # noqa: RUF009 - a frozen value
+    step_threads: int = DEFAULT_STEP_THREADS
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +152,14 @@ class FlowEngine:
     def __init__(self, store: FlowEventStore, runtime: FlowRuntime, **settings: object) -> None:
         self._s = EngineSettings(store=store, runtime=runtime, **settings)  # type: ignore[arg-type]
         self._runs = RunCache(store, self._s.cache_runs)
+        self._step_pool = ThreadPoolExecutor(
+            max_workers=self._s.step_threads, thread_name_prefix="sf-step"
+        )
+        self._ended: dict[str, set[asyncio.Future[None]]] = {}
+        """Run id → futures resolved when this engine commits the run's terminal event."""
+        self._wakeup_listeners: list[Callable[[datetime], None]] = []
+        self._failing: set[str] | None = None
+        """Runs with an incident (loaded from the store when first needed)."""
 
     @staticmethod
     def builder(runtime: FlowRuntime) -> FlowEngineBuilder:
@@ -250,6 +269,9 @@ class FlowEngine:
             try:
                 async with self._runs.locked(current):
                     snap = await self._drive_locked(current, now)
+            except FlowError as exc:
+                await self._record_incident(current, exc)
+                raise
             finally:
                 _DRIVING.reset(token)
             if snap.continuation is None:
@@ -337,6 +359,7 @@ class FlowEngine:
                 raise RunNotFound(run_id)
             snap = cached.snapshot
             if snap.is_terminal:
+                await self._heal(run_id)
                 return snap.copy()
             repair = d.needs_start_repair(snap)
             if repair is not None:
@@ -368,6 +391,7 @@ class FlowEngine:
                 raise decision.error
             if not await self._commit_tolerant(cached, decision.events):
                 continue
+            await self._heal(run_id)  # the run's code decided: whatever failed before is gone
             steps = tuple(e for e in decision.effects if isinstance(e, d.RunStep))
             if steps:
                 await self._run_steps(cached, steps, now)
@@ -375,6 +399,102 @@ class FlowEngine:
                 return snap.copy()
             # Child requests are created and driven by the reconciliation of the next
             # iteration; a successor by the chain loop once this run returns as terminal.
+
+    # -- recovery -------------------------------------------------------------------------------
+
+    async def recover(self, *, concurrency: int = DEFAULT_RECOVERY_CONCURRENCY) -> list[str]:
+        """Drive every run that has work in flight and nothing to wait for, as a process that
+        starts on a store another one left behind must: a run created whose first decision
+        was never made, a step started whose result was never committed, a batch half done,
+        a child or a continue-as-new successor not yet created. Runs waiting on a timer that is
+        not due, a hook or a signal are left to what wakes them (a ``FlowScheduler``, a
+        callback). Returns the ids of the runs it drove; one whose drive fails does not stop
+        the others (its failure is recorded as its incident, see :meth:`incident`)."""
+        now = self._s.clock()
+        gate = asyncio.Semaphore(max(1, concurrency))
+        driven: list[str] = []
+
+        async def one(run_id: str) -> None:
+            async with gate:
+                if not await self._needs_recovery(run_id, now):
+                    return
+                driven.append(run_id)
+                with contextlib.suppress(FlowError):  # recorded as the run's incident
+                    await self.drive_at(run_id, now)
+
+        await asyncio.gather(*(one(r) for r in await self._s.store.list_open_run_ids()))
+        return sorted(driven)
+
+    async def _needs_recovery(self, run_id: str, now: datetime) -> bool:
+        cached = await self._runs.sync(run_id)
+        if cached is None:
+            return False
+        snap = cached.snapshot
+        if snap.continuation is not None:  # ended by continuing: is its successor there?
+            return not await self._exists(snap.continuation.successor_run_id)
+        if snap.is_terminal or not admits(self._s.compatibility, snap.runtime_build_id):
+            return False
+        if snap.running_steps or snap.open_children or d.needs_start_repair(snap) is not None:
+            return True
+        return d.prepare(snap, now, self._s.compatibility) is not d.SUSPENDED
+
+    # -- incidents ----------------------------------------------------------------------------
+
+    async def incident(self, run_id: str) -> FlowIncident | None:
+        """Why the run's latest decision failed (``None``: it did not, or a later one
+        succeeded). Recorded beside the history, never in it; cleared by the next decision that
+        succeeds or by the run's end."""
+        validate_run_id(run_id)
+        return await self._s.store.incident(run_id)
+
+    async def list_incidents(self) -> list[FlowIncident]:
+        return await self._s.store.list_incidents()
+
+    async def _failing_runs(self) -> set[str]:
+        if self._failing is None:
+            self._failing = {i.run_id for i in await self._s.store.list_incidents()}
+        return self._failing
+
+    async def _record_incident(self, run_id: str, error: FlowError) -> None:
+        """Keep ``error`` as the run's incident (once: a parent whose drive failed because its
+        child's did does not record it again)."""
+        if not _is_incident(error) or getattr(error, _RECORDED, None) is not None:
+            return
+        setattr(error, _RECORDED, run_id)
+        try:
+            previous = await self._s.store.incident(run_id)
+            cached = await self._runs.sync(run_id)
+            sequence = 0 if cached is None else cached.snapshot.last_sequence
+            current = incidents.record(
+                previous, run_id, error, sequence=sequence, now=self._s.clock()
+            )
+            await self._s.store.record_incident(current)
+        except FlowError as exc:  # a store that cannot keep it: the caller still gets the error
+            log.error("run %s: could not record its incident (%s): %s", run_id, exc, error)
+            return
+        (await self._failing_runs()).add(run_id)
+        if self._s.metrics is not None:
+            self._s.metrics.incident(run_id, True)
+        log.log(
+            logging.WARNING
+            if previous is None or previous.error != current.error
+            else logging.DEBUG,
+            "run %s cannot make progress (attempt %d): %s: %s",
+            run_id,
+            current.attempts,
+            current.error_type,
+            current.error,
+        )
+
+    async def _heal(self, run_id: str) -> None:
+        failing = await self._failing_runs()
+        if run_id not in failing:
+            return
+        await self._s.store.clear_incident(run_id)
+        failing.discard(run_id)
+        if self._s.metrics is not None:
+            self._s.metrics.incident(run_id, False)
+        log.info("run %s makes progress again", run_id)
 
     # -- child workflows ---------------------------------------------------------------------
 
@@ -473,15 +593,25 @@ class FlowEngine:
             idempotency_key=effect.idempotency_key,
         )
         try:
-            output = self._s.runtime.run_step(invocation)
-            if inspect.isawaitable(output):
-                output = await output
+            output = await self._call_step(invocation)
             value = normalize(output, f"step {effect.step_id} output")
             # The same limit as a Kafka worker's: an output too large fails the attempt.
             check_payload(value, f"step {effect.step_id} output", self._s.record_limits)
             return d.StepSucceeded(value)
         except Exception as exc:
             return d.StepErrored(step_error(exc), retryable=retryable(exc))
+
+    async def _call_step(self, invocation: StepInvocation) -> object:
+        """``run_step``: a coroutine function on the event loop, a plain function on the step
+        thread pool, so that one blocking step never holds up the others (or the engine)."""
+        run_step = self._s.runtime.run_step
+        if inspect.iscoroutinefunction(run_step):
+            return await run_step(invocation)
+        loop = asyncio.get_running_loop()
+        output = await loop.run_in_executor(self._step_pool, run_step, invocation)
+        if inspect.isawaitable(output):
+            output = await output
+        return output
 
     async def _run_steps(
         self, cached: CachedRun, effects: tuple[d.RunStep, ...], now: datetime
@@ -568,8 +698,25 @@ class FlowEngine:
         return True
 
     async def _notify(self, envelope: ev.FlowEventEnvelope) -> None:
+        event = envelope.event
+        if event.is_terminal():
+            await self._heal(envelope.run_id)  # an ended run has nothing left to heal
+            for waiter in self._ended.pop(envelope.run_id, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
+        due = _wakeup_time(event)
+        if due is not None:
+            for listener in tuple(self._wakeup_listeners):
+                listener(due)
         for observer in self._s.observers:
             await notify(observer, envelope)
+
+    def on_wakeup(self, listener: Callable[[datetime], None]) -> Callable[[], None]:
+        """Call ``listener(due_at)`` whenever this engine writes a new wake-up (a timer wait, a
+        delayed retry), so a scheduler sleeping until a later one wakes up for it. Returns a
+        function that removes the listener."""
+        self._wakeup_listeners.append(listener)
+        return lambda: self._wakeup_listeners.remove(listener)
 
     def _admit(self, run_id: str, build: str | None) -> None:
         if not admits(self._s.compatibility, build):
@@ -864,6 +1011,43 @@ class FlowEngine:
         )
         return result.snapshot, result.appended
 
+    # -- results --------------------------------------------------------------------------------
+
+    async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot:
+        """Wait until the run's continue-as-new chain ends; the snapshot of its last run.
+
+        Raises ``RunNotFound`` for an unknown run and ``TimeoutError`` when ``timeout``
+        seconds pass first. The run progresses by whatever drives it (a ``FlowScheduler``, a
+        host, another engine on the same store); this only waits.
+        """
+        validate_run_id(run_id)
+        return await asyncio.wait_for(self._chain_end(run_id), timeout)
+
+    async def _chain_end(self, run_id: str) -> WorkflowRunSnapshot:
+        current = run_id
+        loop = asyncio.get_running_loop()
+        while True:
+            ended: asyncio.Future[None] = loop.create_future()
+            registered = current
+            self._ended.setdefault(registered, set()).add(ended)
+            try:
+                snap = await self._leaf(current)
+                if snap.is_terminal and snap.continuation is None:
+                    return snap
+                if snap.run_id != current:
+                    current = snap.run_id
+                    continue
+                # Woken by this engine's commit of the end; checked again every second for
+                # an end another engine or process committed to the same store.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(ended), RESULT_POLL)
+            finally:
+                waiters = self._ended.get(registered)
+                if waiters is not None:
+                    waiters.discard(ended)
+                    if not waiters:
+                        self._ended.pop(registered, None)
+
     # -- continuation chains ------------------------------------------------------------------
 
     async def continuation_chain(self, run_id: str) -> list[str]:
@@ -1064,6 +1248,13 @@ class FlowEngineBuilder:
         self._options["new_run_id"] = new_run_id
         return self
 
+    def with_step_threads(self, n: int) -> FlowEngineBuilder:
+        """How many synchronous step attempts may run at once (default 8): a plain ``def
+        run_step`` runs on a thread pool of this size, so steps of a batch, or of other runs,
+        run side by side; an ``async def run_step`` runs on the event loop."""
+        self._options["step_threads"] = max(1, int(n))
+        return self
+
     def with_max_record_bytes(self, n: int) -> FlowEngineBuilder:
         """The record-size limit (default 1 MiB; ``streamflow.core.limits``): events, inputs,
         outputs and payloads beyond it are refused with ``PayloadTooLarge``, exactly where a
@@ -1079,3 +1270,23 @@ class FlowEngineBuilder:
     def build(self) -> FlowEngine:
         store = self._store if self._store is not None else InMemoryEventStore()
         return FlowEngine(store, self._runtime, observers=tuple(self._observers), **self._options)
+
+
+def _wakeup_time(event: ev.FlowEvent) -> datetime | None:
+    """When the wake-up an event creates is due (``None``: it creates none)."""
+    if isinstance(event, ev.WaitCreated):
+        return event.resume_at
+    if isinstance(event, ev.StepRetrying):
+        return event.retry_after
+    return None
+
+
+_RECORDED = "_streamflow_incident_of"
+"""Set on an error once it was recorded as a run's incident."""
+_NOT_INCIDENTS = (EventConflict, RunNotFound, RuntimeBuildUnavailable)
+"""Failures that are not about the run's code or history: a lost race (retried), an unknown
+run, a build this engine does not run (another engine's work)."""
+
+
+def _is_incident(error: FlowError) -> bool:
+    return not isinstance(error, _NOT_INCIDENTS)

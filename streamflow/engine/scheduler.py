@@ -4,12 +4,13 @@ tasks, one per run, after preflighting every target build route."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+from asyncio import FIRST_COMPLETED
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from streamflow.core.errors import StoreError
+from streamflow.core.incidents import retry_at
 from streamflow.core.timeutil import require_utc
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
 from streamflow.engine.engine import FlowEngine
@@ -48,10 +49,12 @@ class FlowScheduler:
         return self._dispatcher
 
     async def enqueue_due_work(self, now: datetime) -> FlowSchedulerTick:
-        """Dispatch one ``resume_scheduled_run`` task per run with due work.
+        """Dispatch one ``resume_scheduled_run`` task per run with due work, and a ``drive_run``
+        task per run whose incident is due for another try (:func:`retry_at`).
 
         Every target build route is checked before the first dispatch: one missing route
-        fails the whole tick (``RuntimeBuildRouteNotFound``) and nothing is dispatched.
+        fails the whole tick (``RuntimeBuildRouteNotFound``) and nothing is dispatched. Runs
+        an in-process runner is still working on are not dispatched again.
         """
         now = require_utc(now, "now")
         due = await self._engine.list_due_wakeups(now)
@@ -62,46 +65,99 @@ class FlowScheduler:
                 raise StoreError(
                     f"scheduled wake-ups of run {wakeup.run_id} disagree on the runtime build"
                 )
-        for build in set(builds.values()):
+        retries: dict[str, str | None] = {}
+        for incident in await self._engine.list_incidents():
+            if incident.run_id not in builds and retry_at(incident) <= now:
+                retries[incident.run_id] = await self._engine.runtime_build_id(incident.run_id)
+        for build in set(builds.values()) | set(retries.values()):
             self._dispatcher.ensure_runtime_build_route(build)
+        busy = self._busy()
         for run_id in sorted(builds):
-            await self._dispatcher.dispatch_for_runtime_build(
-                builds[run_id], FlowTask.resume_scheduled_run(run_id, now)
-            )
-        return _tick(due, len(builds))
+            if run_id not in busy:
+                await self._dispatcher.dispatch_for_runtime_build(
+                    builds[run_id], FlowTask.resume_scheduled_run(run_id, now)
+                )
+        for run_id in sorted(retries):
+            if run_id not in busy:
+                await self._dispatcher.dispatch_for_runtime_build(
+                    retries[run_id], FlowTask.drive_run(run_id)
+                )
+        return _tick(due, len(builds) + len(retries))
+
+    def _busy(self) -> frozenset[str]:
+        if isinstance(self._dispatcher, InProcessTaskRunner):
+            return self._dispatcher.busy_runs()
+        return frozenset()
 
     async def next_wakeup(self, now: datetime) -> ScheduledWakeup | None:
         return await self._engine.next_wakeup(now)
 
     async def next_wakeup_delay(self, now: datetime) -> timedelta | None:
-        """Time until the earliest wake-up; zero when overdue, ``None`` when nothing is timed."""
+        """Time until the earliest wake-up or incident retry; zero when overdue, ``None`` when
+        nothing is timed."""
+        now = require_utc(now, "now")
+        times = [retry_at(i) for i in await self._engine.list_incidents()]
         wakeup = await self.next_wakeup(now)
-        if wakeup is None:
+        if wakeup is not None:
+            times.append(wakeup.scheduled_at)
+        if not times:
             return None
-        return max(wakeup.scheduled_at - require_utc(now, "now"), timedelta(0))
+        return max(min(times) - now, timedelta(0))
 
     async def run(
-        self, stop: asyncio.Event, *, max_sleep: timedelta = timedelta(seconds=30)
+        self,
+        stop: asyncio.Event,
+        *,
+        max_sleep: timedelta = timedelta(seconds=30),
+        recover: bool = True,
+        drain_timeout: float = 10.0,
     ) -> None:
-        """Host loop: tick, then sleep until the next wake-up (capped) or until ``stop``.
+        """Host loop: recover once (:meth:`FlowEngine.recover`), then dispatch due work as it
+        falls due until ``stop``.
 
-        Errors back off exponentially up to ``max_sleep`` so an outage cannot spin.
+        The engine tells the loop of every wake-up it writes (a timer wait, a delayed retry),
+        so a sleep until a later one is cut short for it: ``max_sleep`` only bounds a sleep
+        with nothing due. Errors back off exponentially up to ``max_sleep`` so an outage cannot
+        spin. With an in-process runner, dispatched work runs beside the loop (no host needs
+        ``drain``); on the way out the loop waits up to ``drain_timeout`` seconds for it, and
+        cancels the rest (it resumes on the next start, as after a crash).
         """
-        backoff = timedelta(milliseconds=100)
-        while not stop.is_set():
-            now = self._engine.now()
-            try:
-                await self.enqueue_due_work(now)
-                delay = await self.next_wakeup_delay(now)
-                sleep = min(delay if delay is not None else max_sleep, max_sleep)
-                backoff = timedelta(milliseconds=100)
-            except Exception:
-                log.exception("scheduler tick failed; backing off %s", backoff)
-                sleep, backoff = backoff, min(backoff * 2, max_sleep)
+        changed = asyncio.Event()
+        remove = self._engine.on_wakeup(lambda _due: changed.set())
+        try:
+            if recover:
+                try:
+                    driven = await self._engine.recover()
+                    if driven:
+                        log.info("scheduler: recovered %d runs", len(driven))
+                except Exception:
+                    log.exception("scheduler: recovery failed; going on with due work")
+            backoff = timedelta(milliseconds=100)
+            while not stop.is_set():
+                changed.clear()
+                try:
+                    await self.enqueue_due_work(self._engine.now())
+                    delay = await self.next_wakeup_delay(self._engine.now())
+                    sleep = min(delay if delay is not None else max_sleep, max_sleep)
+                    backoff = timedelta(milliseconds=100)
+                except Exception:
+                    log.exception("scheduler tick failed; backing off %s", backoff)
+                    sleep, backoff = backoff, min(backoff * 2, max_sleep)
+                await _first(stop, changed, sleep.total_seconds())
+        finally:
+            remove()
             if isinstance(self._dispatcher, InProcessTaskRunner):
-                await self._dispatcher.drain()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=max(sleep.total_seconds(), 0.001))
+                await self._dispatcher.drain(timeout=drain_timeout)
+
+
+async def _first(stop: asyncio.Event, changed: asyncio.Event, timeout: float) -> None:
+    """Wait until ``stop`` or ``changed`` is set, or ``timeout`` seconds passed."""
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(changed.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=max(timeout, 0.0), return_when=FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def _tick(due: list[ScheduledWakeup], runs: int) -> FlowSchedulerTick:

@@ -462,23 +462,30 @@ class InProcessTaskRunner(_BuildScopedDispatcher):
     :attr:`errors`; :meth:`drain` waits for everything dispatched so far.
     """
 
-    def __init__(self, engine: FlowEngine) -> None:
+    def __init__(self, engine: FlowEngine, *, keep: int = 1000) -> None:
+        """``keep``: how many recent outcomes and errors :attr:`outcomes` and :attr:`errors`
+        hold (a long-running host must not grow without bound)."""
         super().__init__(engine.compatibility)
         self._engine = engine
-        self._running: set[asyncio.Task[FlowTaskOutcome]] = set()
-        self.errors: list[BaseException] = []
-        self.outcomes: list[FlowTaskOutcome] = []
+        self._running: dict[asyncio.Task[FlowTaskOutcome], str | None] = {}
+        self.errors: deque[BaseException] = deque(maxlen=keep)
+        self.outcomes: deque[FlowTaskOutcome] = deque(maxlen=keep)
 
     def has_runtime_build_route(self, build: str | None) -> bool:
         return self._engine.supports_runtime_build(build)
 
     async def dispatch(self, task: FlowTask) -> None:
         running = asyncio.ensure_future(handle_task(self._engine, task))
-        self._running.add(running)
+        self._running[running] = task.target_run_id()
         running.add_done_callback(self._finished)
 
+    def busy_runs(self) -> frozenset[str]:
+        """Runs a dispatched task is still working on (a scheduler need not dispatch them
+        again)."""
+        return frozenset(r for r in self._running.values() if r is not None)
+
     def _finished(self, running: asyncio.Task[FlowTaskOutcome]) -> None:
-        self._running.discard(running)
+        self._running.pop(running, None)
         if running.cancelled():
             return
         error = running.exception()
@@ -488,6 +495,16 @@ class InProcessTaskRunner(_BuildScopedDispatcher):
         self.errors.append(error)
         log.error("in-process task failed: %s", error)
 
-    async def drain(self) -> None:
+    async def drain(self, timeout: float | None = None) -> None:
+        """Wait for everything dispatched so far (and what it dispatches); after ``timeout``
+        seconds, cancel what is left (a run stopped mid-drive resumes later, as after a
+        crash)."""
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         while self._running:
-            await asyncio.wait(set(self._running))
+            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if left is not None and left <= 0:
+                for task in list(self._running):
+                    task.cancel()
+                await asyncio.gather(*self._running, return_exceptions=True)
+                return
+            await asyncio.wait(set(self._running), timeout=left)

@@ -87,6 +87,8 @@ class FlowMetrics:
         self._last: dict[str, int] = {}  # run id -> last sequence seen (open runs only)
         self._ended: Tally[tuple[str, str, str, str]] = Tally()
         self._routes: Callable[[], set[str | None]] | None = None
+        self._incidents: set[str] = set()
+        """Runs whose latest decision failed (``incident``)."""
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self._events = Counter(
             "streamflow_events",
@@ -213,6 +215,14 @@ class FlowMetrics:
     def callback_conflict(self, kind: str, count: float = 1.0) -> None:
         self._callback_conflicts.labels(kind).inc(count)
 
+    def incident(self, run_id: str, present: bool) -> None:
+        """The run has an incident now (``present``), or no longer has one."""
+        with self._lock:
+            if present:
+                self._incidents.add(run_id)
+            else:
+                self._incidents.discard(run_id)
+
     def dead_letter(self, source: str) -> None:
         self._dead_letters.labels(source).inc()
 
@@ -247,6 +257,7 @@ class FlowMetrics:
             oldest: dict[tuple[str, str], datetime] = {}
             hooks: Tally[tuple[str, str]] = Tally()
             due: Tally[tuple[str, str]] = Tally()
+            failing: Tally[tuple[str, str]] = Tally()
             per_build: Tally[str] = Tally()
             earliest_due: datetime | None = None
             for run in self._open.values():
@@ -255,6 +266,8 @@ class FlowMetrics:
                 counts[(run.workflow, run.version, run.build, snap.status.value)] += 1
                 per_build[run.build] += 1
                 hooks[key] += len(snap.active_hooks)
+                if snap.run_id in self._incidents:
+                    failing[key] += 1
                 since = run.suspended_since
                 if since is not None and (key not in oldest or since < oldest[key]):
                     oldest[key] = since
@@ -271,6 +284,12 @@ class FlowMetrics:
                 {k: (now - at).total_seconds() for k, at in oldest.items()},
             )
             yield _family("streamflow_active_hooks", "Active hooks of open runs.", dict(hooks))
+            yield _family(
+                "streamflow_runs_with_incidents",
+                "Open runs whose latest decision failed (an incident: failing workflow code, "
+                "drift, an undecodable input); each is retried with backoff.",
+                dict(failing),
+            )
             yield _family(
                 "streamflow_due_wakeups",
                 "Timer waits and delayed retries that are due and not yet handled.",

@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 from streamflow.core import events as ev
 from streamflow.core.errors import EventConflict, HookTokenConflict, InvalidTransition
 from streamflow.core.ids import validate_run_id
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.projection import evolve
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -54,6 +55,23 @@ class FlowEventStore(Protocol):
     async def list(self, run_id: str) -> ev.History: ...
 
     async def list_run_ids(self) -> builtins.list[str]: ...
+
+    async def list_open_run_ids(self) -> builtins.list[str]:
+        """The runs that have not ended (what recovery looks at)."""
+        ...
+
+    async def record_incident(self, incident: FlowIncident) -> None:
+        """Keep ``incident`` as the run's current one (beside its history; an unknown run
+        records nothing)."""
+        ...
+
+    async def incident(self, run_id: str) -> FlowIncident | None: ...
+
+    async def clear_incident(self, run_id: str) -> bool:
+        """Drop the run's incident; whether it had one."""
+        ...
+
+    async def list_incidents(self) -> builtins.list[FlowIncident]: ...
 
     async def list_due_wakeups(self, now: datetime) -> builtins.list[ScheduledWakeup]: ...
 

@@ -143,4 +143,3 @@ def _check_run(
     except FlowError as exc:
         return f"its history breaks the history rules: {exc}"
     return None
-

@@ -63,12 +63,36 @@ class StoreInspector:
         run_ids = [r for r in await self._store.list_run_ids() if self._owns(r)]
         return [await self._snapshot(run_id) for run_id in run_ids]
 
+    async def _incidents(self) -> dict[str, dict[str, Any]]:
+        return {
+            i.run_id: i.to_json()
+            for i in await self._store.list_incidents()
+            if self._owns(i.run_id)
+        }
+
     def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
-        snaps = self._run(self._snapshots())
-        return [run_row(s) for s in snaps if status is None or s.status is status]
+        """Rows of ``/v1/runs``; each names its incident (``None``: it has none)."""
+
+        async def rows() -> list[dict[str, Any]]:
+            snaps = await self._snapshots()
+            incidents = await self._incidents()
+            return [
+                {**run_row(s), "incident": incidents.get(s.run_id)}
+                for s in snaps
+                if status is None or s.status is status
+            ]
+
+        return self._run(rows())
 
     def run(self, run_id: str) -> dict[str, Any]:
-        return run_view(self._run(self._snapshot(run_id)))
+        """``/v1/runs/{id}``, with the run's incident (why its latest decision failed)."""
+
+        async def view() -> dict[str, Any]:
+            snap = await self._snapshot(run_id)
+            incident = await self._store.incident(run_id)
+            return {**run_view(snap), "incident": None if incident is None else incident.to_json()}
+
+        return self._run(view())
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
         return [envelope.to_json() for envelope in self._run(self._history(run_id))]

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from streamflow.core import events as ev
 from streamflow.core.errors import RunNotFound
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
     FlowHistoryRetentionReport,
@@ -51,6 +52,7 @@ class InMemoryEventStore:
         self._hooks: dict[str, set[tuple[str, str]]] = {}
         self._holds: dict[str, dict[str, HistoryHold]] = {}
         self._tombstones: dict[str, FlowHistoryTombstone] = {}
+        self._incidents: dict[str, FlowIncident] = {}
 
     async def append_if_sequence(
         self, run_id: str, expected_sequence: int, event: ev.FlowEvent
@@ -143,6 +145,7 @@ class InMemoryEventStore:
                         self._unschedule(wakeup)
                     del self._runs[run_id]
                     del self._histories[run_id]
+                    self._incidents.pop(run_id, None)
                     self._tombstones[run_id] = stone
                 stones.extend(made)
             return retention_report(plan, stones)
@@ -181,6 +184,38 @@ class InMemoryEventStore:
     async def list_run_ids(self) -> builtins.list[str]:
         with self._lock:
             return sorted(self._histories)
+
+    async def list_open_run_ids(self) -> builtins.list[str]:
+        """Runs not ended, and runs that continued as new whose successor does not exist."""
+        with self._lock:
+            return sorted(
+                r
+                for r, run in self._runs.items()
+                if not run.snapshot.is_terminal
+                or (
+                    run.snapshot.continuation is not None
+                    and run.snapshot.continuation.successor_run_id not in self._histories
+                )
+            )
+
+    # -- incidents (beside histories, never in them) --------------------------------------------
+
+    async def record_incident(self, incident: FlowIncident) -> None:
+        with self._lock:
+            if incident.run_id in self._histories:
+                self._incidents[incident.run_id] = incident
+
+    async def incident(self, run_id: str) -> FlowIncident | None:
+        with self._lock:
+            return self._incidents.get(run_id)
+
+    async def clear_incident(self, run_id: str) -> bool:
+        with self._lock:
+            return self._incidents.pop(run_id, None) is not None
+
+    async def list_incidents(self) -> builtins.list[FlowIncident]:
+        with self._lock:
+            return [self._incidents[r] for r in sorted(self._incidents)]
 
     async def list_due_wakeups(self, now: datetime) -> builtins.list[ScheduledWakeup]:
         with self._lock:

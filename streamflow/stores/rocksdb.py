@@ -3,12 +3,15 @@
 Layout (raw bytes, three column families, every append one atomic ``WriteBatch``):
 
 * ``events``  ``run_id 0x00 u64be(sequence)`` → envelope JSON
-* ``runs``    ``run_id`` → ``{"last_sequence": n}``
+* ``runs``    ``run_id`` → ``{"last_sequence": n, "open": bool}`` (``open``: not ended yet; a
+  directory written before the flag existed has entries without it, read as open)
 * ``wakeups`` ``u64be(due µs) kind 0x00 run_id 0x00 subject`` → wake-up JSON, so a scheduler tick
   reads only the due prefix instead of replaying histories.
 * ``hooks``   ``token_digest 0x00 run_id 0x00 hook_id`` → empty: the active hooks of non-terminal
   runs by token digest, so a callback by token and the token-uniqueness check are one prefix
   read. (A directory written before this index existed gets it rebuilt on open.)
+* ``incidents`` ``run_id`` → incident JSON: why the run's latest decision failed (beside its
+  history, never in it).
 
 Writes go to RocksDB's write-ahead log before ``append`` returns, so they survive the death of
 the process; pass ``sync=True`` to also fsync each append (power-loss durability, slower).
@@ -29,6 +32,7 @@ from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, Write
 
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound, SerializationError, StoreError
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.projection import project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -54,7 +58,7 @@ from streamflow.stores.base import (
     utc_now,
 )
 
-_FAMILIES = ("events", "runs", "wakeups", "hooks", "retention")
+_FAMILIES = ("events", "runs", "wakeups", "hooks", "retention", "incidents")
 _HOOK_INDEX_READY = b"\xff/index-ready"
 # Shift so instants before 1970 still sort correctly as unsigned big-endian keys.
 _MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
@@ -227,6 +231,9 @@ class RocksDBEventStore:
             self._retention: Rdict | None = (
                 self._db.get_column_family("retention") if "retention" in families else None
             )
+            self._incidents: Rdict | None = (
+                self._db.get_column_family("incidents") if "incidents" in families else None
+            )
             self._handles = {name: self._db.get_column_family_handle(name) for name in families}
         except Exception as exc:
             raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
@@ -345,9 +352,22 @@ class RocksDBEventStore:
             )
             batch.put(
                 run_id.encode(),
-                json.dumps({"last_sequence": envelope.sequence}).encode(),
+                json.dumps(
+                    {"last_sequence": envelope.sequence, "open": _still_open(run.snapshot)}
+                ).encode(),
                 self._handles["runs"],
             )
+            predecessor = event.predecessor if isinstance(event, ev.RunCreated) else None
+            if predecessor is not None and copy_of is None:
+                # The successor exists now: recovery has nothing left to do for the link.
+                raw = get(self._runs, predecessor.run_id.encode(), self._where("the run index"))
+                if raw is not None:
+                    entry = {**json.loads(raw), "open": False}
+                    batch.put(
+                        predecessor.run_id.encode(),
+                        json.dumps(entry).encode(),
+                        self._handles["runs"],
+                    )
             for wakeup in prepared.removed:
                 batch.delete(_wake_key(wakeup), self._handles["wakeups"])
             for wakeup in prepared.added:
@@ -425,6 +445,65 @@ class RocksDBEventStore:
         with self._lock:
             self._require_open()
             return [key.decode() for key, _ in scan(self._runs, self._where("the run index"))]
+
+    async def list_open_run_ids(self) -> builtins.list[str]:
+        with self._lock:
+            self._require_open()
+            out = []
+            for key, value in scan(self._runs, self._where("the run index")):
+                try:
+                    is_open = json.loads(value).get("open", True)
+                except ValueError as exc:
+                    raise StoreError(self._where(f"run {key.decode()}: {exc}")) from exc
+                if is_open:
+                    out.append(key.decode())
+            return out
+
+    # -- incidents (beside histories, never in them) --------------------------------------------
+
+    async def record_incident(self, incident: FlowIncident) -> None:
+        with self._lock:
+            db = self._require_open()
+            if not self._run_known(incident.run_id):
+                return
+            batch = WriteBatch(raw_mode=True)
+            batch.put(
+                incident.run_id.encode(),
+                json.dumps(incident.to_json()).encode(),
+                self._handles["incidents"],
+            )
+            db.write(batch, self._write_options)
+
+    async def incident(self, run_id: str) -> FlowIncident | None:
+        with self._lock:
+            self._require_open()
+            if self._incidents is None:
+                return None
+            raw = get(self._incidents, run_id.encode(), self._where(f"the incident of {run_id}"))
+            return None if raw is None else FlowIncident.from_json(json.loads(raw))
+
+    async def clear_incident(self, run_id: str) -> bool:
+        with self._lock:
+            db = self._require_open()
+            if self._incidents is None:
+                return False
+            where = self._where(f"the incident of {run_id}")
+            if get(self._incidents, run_id.encode(), where) is None:
+                return False
+            batch = WriteBatch(raw_mode=True)
+            batch.delete(run_id.encode(), self._handles["incidents"])
+            db.write(batch, self._write_options)
+            return True
+
+    async def list_incidents(self) -> builtins.list[FlowIncident]:
+        with self._lock:
+            self._require_open()
+            if self._incidents is None:
+                return []
+            return [
+                FlowIncident.from_json(json.loads(value))
+                for _key, value in scan(self._incidents, self._where("the incidents"))
+            ]
 
     def read(self, run_id: str) -> ev.History:
         """The run's stored history without an event loop (empty for an unknown run)."""
@@ -569,6 +648,7 @@ class RocksDBEventStore:
                     for envelope in history:
                         batch.delete(_event_key(run_id, envelope.sequence), self._handles["events"])
                     batch.delete(run_id.encode(), self._handles["runs"])
+                    batch.delete(run_id.encode(), self._handles["incidents"])
                     for wakeup in runs[run_id].wakeups:
                         batch.delete(_wake_key(wakeup), self._handles["wakeups"])
                     batch.put(
@@ -617,7 +697,7 @@ class RocksDBEventStore:
                 return
             # Column-family objects keep the database alive; drop them before closing.
             self._events = self._runs = self._wakeups = self._hooks = None  # type: ignore[assignment]
-            self._retention = None
+            self._retention = self._incidents = None
             self._handles.clear()
             self._cache.clear()
             db.close()
@@ -627,3 +707,9 @@ class RocksDBEventStore:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _still_open(snapshot: WorkflowRunSnapshot) -> bool:
+    """Whether a run may still need recovery: it has not ended, or it continued as new and its
+    successor is not known to exist yet."""
+    return not snapshot.is_terminal or snapshot.continuation is not None

@@ -221,6 +221,7 @@ async def test_the_http_endpoint_serves_metrics_and_inspection_for_an_embedded_s
                 "last_sequence": len(await engine.history("r-1")),
                 "created_at": (await engine.history("r-1"))[0].to_json()["timestamp"],
                 "updated_at": (await engine.history("r-1"))[-1].to_json()["timestamp"],
+                "incident": None,
             }
         ]
         assert fetch(f"{server.url}/v1/runs/r-1")[1]["output"] == {"n": 1}
