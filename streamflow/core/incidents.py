@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from streamflow.core.errors import FlowError, SerializationError
+from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.timeutil import format_utc, parse_utc
 
 FIRST_RETRY = timedelta(seconds=1)
@@ -93,6 +94,14 @@ def record(
         last_at=now,
         sequence=sequence,
     )
+
+
+def current(incident: FlowIncident | None, snapshot: WorkflowRunSnapshot) -> FlowIncident | None:
+    """``incident`` if it still explains ``snapshot``: a reader of ``{ns}.incidents`` that holds
+    a record whose run has moved on since (or ended) holds history, not a current incident."""
+    if incident is None or snapshot.is_terminal or incident.sequence != snapshot.last_sequence:
+        return None
+    return incident
 
 
 def retry_at(incident: FlowIncident) -> datetime:

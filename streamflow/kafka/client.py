@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streamflow.core import decide as d
+from streamflow.core import incidents
 from streamflow.core.errors import (
     ContinueAsNewCycle,
     FlowError,
@@ -34,6 +35,7 @@ from streamflow.core.errors import (
 )
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.ids import validate_run_id
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import continuation_error
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import check_payload
@@ -617,8 +619,23 @@ class FlowClient:
                 if (loop, future) in waiters:
                     waiters.remove((loop, future))
 
-    async def incident(self, run_id: str) -> m.Incident | None:
-        """The latest incident reported for the run (drift, failing workflow code, …)."""
+    async def incident(self, run_id: str) -> FlowIncident | None:
+        """Why the run cannot make progress (``None``: nothing says it cannot), as
+        ``FlowEngine.incident`` answers embedded: failing workflow code, drift, an undecodable
+        input, a decision the journal refused. The processor retries such a run with backoff
+        and clears the incident when a decision succeeds; a record the run's history has moved
+        past (or whose run ended) is not current and is not returned."""
+        record = await self.incident_record(run_id)
+        if record is None:
+            return None
+        try:
+            snapshot = await self.snapshot(run_id)
+        except RunNotFound:
+            return None
+        return incidents.current(record.flow_incident(), snapshot)
+
+    async def incident_record(self, run_id: str) -> m.Incident | None:
+        """The latest record on ``{ns}.incidents`` for the run, current or not."""
         records = await asyncio.to_thread(
             self._incidents.catch_up, {partition_for(run_id, self._incidents.partitions)}
         )

@@ -87,8 +87,8 @@ class FlowMetrics:
         self._last: dict[str, int] = {}  # run id -> last sequence seen (open runs only)
         self._ended: Tally[tuple[str, str, str, str]] = Tally()
         self._routes: Callable[[], set[str | None]] | None = None
-        self._incidents: set[str] = set()
-        """Runs whose latest decision failed (``incident``)."""
+        self._incidents: dict[str, int | None] = {}
+        """Run id -> the sequence its incident is at (``None``: current until cleared)."""
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self._events = Counter(
             "streamflow_events",
@@ -215,13 +215,14 @@ class FlowMetrics:
     def callback_conflict(self, kind: str, count: float = 1.0) -> None:
         self._callback_conflicts.labels(kind).inc(count)
 
-    def incident(self, run_id: str, present: bool) -> None:
-        """The run has an incident now (``present``), or no longer has one."""
+    def incident(self, run_id: str, present: bool, *, sequence: int | None = None) -> None:
+        """The run has an incident now (``present``), or no longer has one. With ``sequence``
+        (a reader of ``{ns}.incidents``) it counts only while the run's history is there."""
         with self._lock:
             if present:
-                self._incidents.add(run_id)
+                self._incidents[run_id] = sequence
             else:
-                self._incidents.discard(run_id)
+                self._incidents.pop(run_id, None)
 
     def dead_letter(self, source: str) -> None:
         self._dead_letters.labels(source).inc()
@@ -266,7 +267,10 @@ class FlowMetrics:
                 counts[(run.workflow, run.version, run.build, snap.status.value)] += 1
                 per_build[run.build] += 1
                 hooks[key] += len(snap.active_hooks)
-                if snap.run_id in self._incidents:
+                if snap.run_id in self._incidents and self._incidents[snap.run_id] in (
+                    None,
+                    snap.last_sequence,
+                ):
                     failing[key] += 1
                 since = run.suspended_since
                 if since is not None and (key not in oldest or since < oldest[key]):

@@ -24,6 +24,7 @@ from enum import Enum
 from typing import TypeAlias
 
 from streamflow.core.events import FlowEvent
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
@@ -339,6 +340,22 @@ class Incident:
     error: ErrorInfo
     processor: str
     at: datetime
+    attempts: int = 1
+    """Decisions of the run that failed in a row, this one included."""
+    first_at: datetime | None = None
+    """When the first of them failed (``None``: this one is the first)."""
+
+    def flow_incident(self) -> FlowIncident:
+        """The record as the embedded engine reports the same failure."""
+        return FlowIncident(
+            run_id=self.run_id,
+            error_type=self.error.type,
+            error=self.error.message,
+            attempts=self.attempts,
+            first_at=self.first_at or self.at,
+            last_at=self.at,
+            sequence=self.sequence,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

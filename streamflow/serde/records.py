@@ -662,6 +662,8 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ("error", _nested(ERROR_INFO)),
             ("processor", SAME),
             ("at", INSTANT),
+            ("attempts", SAME),
+            ("first_at", OPT_INSTANT),
         ),
     ),
     RecordMap(

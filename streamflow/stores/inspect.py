@@ -9,12 +9,13 @@ every run is linear in the events held: an index of summaries can replace it whe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from streamflow.core.errors import RunNotFound
 from streamflow.core.events import FlowEventEnvelope
+from streamflow.core.incidents import FlowIncident, current
 from streamflow.core.inspect import open_suspensions, summarize
 from streamflow.core.projection import project
 from streamflow.core.retention import RetentionFacts
@@ -39,12 +40,16 @@ class StoreInspector:
         *,
         clock: Callable[[], datetime] = _utc_now,
         owns: Callable[[str], bool] | None = None,
+        incidents: Callable[[], Mapping[str, FlowIncident]] | None = None,
     ) -> None:
         """``owns`` limits the answers to some runs (an observers instance answers for the
-        history partitions it owns)."""
+        history partitions it owns). ``incidents``: where incidents come from instead of the
+        store (the observers' feed of ``{ns}.incidents``: a record counts while the run's
+        history has not moved past it)."""
         self._store = store
         self._clock = clock
         self._owns = owns or (lambda run_id: True)
+        self._feed = incidents
 
     @staticmethod
     def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -63,21 +68,32 @@ class StoreInspector:
         run_ids = [r for r in await self._store.list_run_ids() if self._owns(r)]
         return [await self._snapshot(run_id) for run_id in run_ids]
 
-    async def _incidents(self) -> dict[str, dict[str, Any]]:
-        return {
-            i.run_id: i.to_json()
-            for i in await self._store.list_incidents()
-            if self._owns(i.run_id)
-        }
+    async def _incidents(self) -> Mapping[str, FlowIncident]:
+        if self._feed is not None:
+            return self._feed()
+        return {i.run_id: i for i in await self._store.list_incidents()}
+
+    async def _incident_of(
+        self, snap: WorkflowRunSnapshot, known: Mapping[str, FlowIncident] | None = None
+    ) -> dict[str, Any] | None:
+        if known is None:
+            if self._feed is None:
+                incident = await self._store.incident(snap.run_id)
+                return None if incident is None else incident.to_json()
+            known = self._feed()
+        found = known.get(snap.run_id)
+        if self._feed is not None:
+            found = current(found, snap)
+        return None if found is None else found.to_json()
 
     def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
         """Rows of ``/v1/runs``; each names its incident (``None``: it has none)."""
 
         async def rows() -> list[dict[str, Any]]:
             snaps = await self._snapshots()
-            incidents = await self._incidents()
+            known = await self._incidents()
             return [
-                {**run_row(s), "incident": incidents.get(s.run_id)}
+                {**run_row(s), "incident": await self._incident_of(s, known)}
                 for s in snaps
                 if status is None or s.status is status
             ]
@@ -89,8 +105,7 @@ class StoreInspector:
 
         async def view() -> dict[str, Any]:
             snap = await self._snapshot(run_id)
-            incident = await self._store.incident(run_id)
-            return {**run_view(snap), "incident": None if incident is None else incident.to_json()}
+            return {**run_view(snap), "incident": await self._incident_of(snap)}
 
         return self._run(view())
 

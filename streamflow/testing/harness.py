@@ -20,6 +20,7 @@ from streamflow.core.errors import (
     FlowError,
 )
 from streamflow.core.events import FlowEventEnvelope
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import WorkflowRunSummary
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -106,6 +107,10 @@ class RunDriver(Protocol):
     async def dispose_hook_by_token(self, token: str) -> tuple[str, str]: ...
 
     async def continuation_chain(self, run_id: str) -> list[str]: ...
+
+    async def incident(self, run_id: str) -> FlowIncident | None:
+        """Why the run cannot make progress (``None``: nothing says it cannot)."""
+        ...
 
     async def list_active_hooks(self) -> list[ActiveHookSnapshot]: ...
 
@@ -302,6 +307,9 @@ class EmbeddedDriver:
 
     async def continuation_chain(self, run_id: str) -> list[str]:
         return await self.engine.continuation_chain(run_id)
+
+    async def incident(self, run_id: str) -> FlowIncident | None:
+        return await self.engine.incident(run_id)
 
     async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
         return await self.engine.list_active_hooks()

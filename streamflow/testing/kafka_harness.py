@@ -19,6 +19,7 @@ from streamflow.core import decide as d
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.errors import FlowError, RunNotFound
 from streamflow.core.events import FlowEventEnvelope
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import WorkflowRunSummary, summarize
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -240,7 +241,7 @@ class KafkaDriver:
         return snap
 
     async def _incident_error(self, snap: WorkflowRunSnapshot) -> FlowError | None:
-        incident = await self.client.incident(snap.run_id)
+        incident = await self.client.incident_record(snap.run_id)
         if incident is None or incident.sequence != snap.last_sequence:
             return None
         return to_error(incident.error)
@@ -379,6 +380,9 @@ class KafkaDriver:
         run_id, hook_id = await self.client.dispose_hook_by_token(token)
         await self._quiesce(run_id)
         return run_id, hook_id
+
+    async def incident(self, run_id: str) -> FlowIncident | None:
+        return await self.client.incident(run_id)
 
     async def continuation_chain(self, run_id: str) -> list[str]:
         return await self.client.continuation_chain(run_id)

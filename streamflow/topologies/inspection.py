@@ -16,12 +16,13 @@ from __future__ import annotations
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
@@ -98,15 +99,21 @@ class OwnedInspector:
         *,
         partitions: int,
         owned: Callable[[], frozenset[int]],
+        incidents: Callable[[], Mapping[str, FlowIncident]] | None = None,
     ) -> None:
         self._store = store
         self._partitions = partitions
         self._owned = owned
+        self._incidents = incidents
 
     def _scoped(self) -> tuple[StoreInspector, frozenset[int]]:
         owned = self._owned()  # one view of the assignment for the whole answer
         count = self._partitions
-        inspector = StoreInspector(self._store, owns=lambda r: partition_for(r, count) in owned)
+        inspector = StoreInspector(
+            self._store,
+            owns=lambda r: partition_for(r, count) in owned,
+            incidents=self._incidents,
+        )
         return inspector, owned
 
     def _one(self, run_id: str) -> tuple[StoreInspector, frozenset[int]]:

@@ -67,6 +67,7 @@ from streamflow.topologies.common import (
     utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
+from streamflow.topologies.incident_feed import IncidentFeed
 from streamflow.topologies.inspection import (
     NamespaceInspector,
     ObserverDirectory,
@@ -139,6 +140,7 @@ class Observers(TransactionalTopology):
         self._routes = RouteTable(settings)
         self.metrics.with_routes(self._live_routes)
         self._sides = _SideReaders(settings, names, self.metrics)
+        self.incidents = IncidentFeed(settings, self.metrics)
         self._publisher = _Publisher(settings, names, self.metrics, self._source, metrics_interval)
         self._settled: dict[int, int] = {}
         self._starts: dict[int, int] = {}
@@ -180,6 +182,7 @@ class Observers(TransactionalTopology):
             }
         self._routes.refresh()
         self._sides.poll()
+        self.incidents.poll()
         self._publisher.maybe_publish(self._clock())
 
     def begin(self) -> None:
@@ -312,6 +315,7 @@ class Observers(TransactionalTopology):
         self._end_reader.close()
         self._publisher.close()
         self._sides.close()
+        self.incidents.close()
         self._routes.close()
         self.index.close()
         self._offsets.close()
@@ -330,9 +334,16 @@ class Observers(TransactionalTopology):
         advertised URL, the first answers for every partition (asking the other instances of
         the group); without one it answers for this instance's partitions only. The local one
         says which partitions each answer covers."""
-        local = OwnedInspector(self.index, partitions=self._partitions, owned=self.owned)
+        local = OwnedInspector(
+            self.index,
+            partitions=self._partitions,
+            owned=self.owned,
+            incidents=self.incidents.latest,
+        )
         if self._advertise is None:
-            return StoreInspector(self.index, owns=self.owns), local
+            return StoreInspector(
+                self.index, owns=self.owns, incidents=self.incidents.latest
+            ), local
         namespace = NamespaceInspector(
             local,
             partitions=self._partitions,

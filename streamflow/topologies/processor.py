@@ -7,7 +7,11 @@ offsets it reflects, written in the same batch), and whenever the run is decidab
 ``{run_id, expected_sequence, events}`` on ``{ns}.requests``. Proposals need no transaction:
 the journal applies one only if the run's last sequence still equals ``expected_sequence``, so
 a duplicate or late proposal is harmless. A decision that cannot be made (drift, failing code,
-an invalid command) becomes an incident on ``{ns}.incidents``, never a crash.
+an invalid command) becomes an incident on ``{ns}.incidents``, never a crash: the processor
+tries the run again with capped exponential backoff (``streamflow.core.incidents``; at once
+after a restart, which may carry a fix) and clears the incident with a tombstone when a
+decision succeeds or the run ends. Incidents are kept in local state too, so a restarted
+instance goes on counting attempts.
 
 Delayed retries are woken here, not by the timer: the retry attempt must go through a replay
 (so code that changed while the step waited is caught as ``NonDeterministic``), and replay is
@@ -33,9 +37,11 @@ from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
+from streamflow.core import incidents
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import FlowError, PayloadTooLarge, ReplayLimitExceeded
+from streamflow.core.incidents import FlowIncident
 from streamflow.core.limits import check_events
 from streamflow.core.projection import ProjectedRun as CachedRun
 from streamflow.core.snapshot import WorkflowRunStatus
@@ -114,7 +120,7 @@ class Processor:
         self._limits = limits
         self._topic_profile = topic_profile
         self._group = self._names.processor_group(self._build)
-        self._state = LocalState(state_dir, ("events", "meta"))
+        self._state = LocalState(state_dir, ("events", "meta", "incidents"))
         self._reset_if_identity_changed()
         membership: dict[str, object] = {"session.timeout.ms": session_timeout_ms}
         if static_membership:
@@ -126,7 +132,11 @@ class Processor:
         self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
         self._runs: dict[str, CachedRun] = {}
         self._proposed: dict[str, tuple[int, float]] = {}
-        self._incidents: dict[str, int] = {}
+        self._incidents: dict[str, FlowIncident] = {}
+        """Runs whose latest decision failed (also in local state, ``incidents``)."""
+        self._held: dict[str, float] = {}
+        """Run id -> monotonic time before which a failed run is not decided again (unless its
+        history moves)."""
         self._timers: list[tuple[float, str]] = []
         self._pending: set[str] = set()
         self._loop = asyncio.new_event_loop()
@@ -148,8 +158,8 @@ class Processor:
         if self._state.get("meta", b"identity") == identity:
             return
         batch = self._state.batch()
-        batch.delete_range("events", b"\x00", b"\xff")
-        batch.delete_range("meta", b"\x00", b"\xff")
+        for family in ("events", "meta", "incidents"):
+            batch.delete_range(family, b"\x00", b"\xff")
         batch.put("meta", b"identity", identity)
         self._state.write(batch)
 
@@ -227,7 +237,7 @@ class Processor:
         if cached.snapshot.is_terminal:
             self._runs.pop(run_id, None)
             self._proposed.pop(run_id, None)
-            self._incidents.pop(run_id, None)
+            self._heal(run_id, batch)  # an ended run has nothing left to heal
             batch.delete_range("events", prefix, run_id.encode() + b"\x01")
         else:
             key = prefix + envelope.sequence.to_bytes(8, "big")
@@ -243,8 +253,13 @@ class Processor:
         snap = cached.snapshot
         if snap.is_terminal or snap.base_status is WorkflowRunStatus.PENDING:
             return
-        if self._incidents.get(run_id) == snap.last_sequence:
-            return
+        incident = self._incidents.get(run_id)
+        if (
+            incident is not None
+            and incident.sequence == snap.last_sequence
+            and time.monotonic() < self._held.get(run_id, 0.0)
+        ):
+            return  # failed here before: tried again when its backoff ends
         proposed = self._proposed.get(run_id)
         if proposed is not None and proposed[0] == snap.last_sequence and not retry_proposal:
             return
@@ -278,6 +293,7 @@ class Processor:
             # same way.
             self._incident(cached, ReplayLimitExceeded(self._max_iterations), now)
         else:
+            self._heal_now(run_id)
             self._schedule_retry(cached, now)
 
     def _invoke(self, cached: CachedRun) -> RuntimeCommand:
@@ -296,6 +312,7 @@ class Processor:
         except PayloadTooLarge as exc:
             self._incident(cached, exc, now)
             return
+        self._heal_now(snap.run_id)  # the run's code decided: whatever failed before is gone
         proposal = m.Proposal(
             expected_sequence=snap.last_sequence,
             events=tuple(events),
@@ -337,19 +354,54 @@ class Processor:
 
     def _incident(self, cached: CachedRun, error: FlowError, now: datetime) -> None:
         snap = cached.snapshot
-        incident = m.Incident(
-            run_id=snap.run_id,
+        run_id = snap.run_id
+        previous = self._incidents.get(run_id)
+        current = incidents.record(previous, run_id, error, sequence=snap.last_sequence, now=now)
+        record = m.Incident(
+            run_id=run_id,
             sequence=snap.last_sequence,
             build=self._build,
             error=error_info(error),
             processor=f"{self._group}/{self._instance}",
             at=now,
+            attempts=current.attempts,
+            first_at=None if current.attempts == 1 else current.first_at,
         )
         self._producer.produce(
-            self._names.incidents, key=snap.run_id.encode(), value=self._wire.encode(incident)
+            self._names.incidents, key=run_id.encode(), value=self._wire.encode(record)
         )
-        self._incidents[snap.run_id] = snap.last_sequence
-        log.warning("run %s at sequence %d: %s", snap.run_id, snap.last_sequence, error)
+        self._incidents[run_id] = current
+        batch = self._state.batch()
+        batch.put("incidents", run_id.encode(), json.dumps(current.to_json()).encode())
+        self._state.write(batch)
+        wait = max((incidents.retry_at(current) - now).total_seconds(), 0.0)
+        self._held[run_id] = time.monotonic() + wait
+        heapq.heappush(self._timers, (self._held[run_id], run_id))
+        repeated = previous is not None and previous.error == current.error
+        log.log(
+            logging.DEBUG if repeated else logging.WARNING,
+            "run %s cannot make progress at sequence %d (attempt %d, next in %.0f s): %s",
+            run_id,
+            snap.last_sequence,
+            current.attempts,
+            wait,
+            error,
+        )
+
+    def _heal_now(self, run_id: str) -> None:
+        if run_id in self._incidents:
+            batch = self._state.batch()
+            self._heal(run_id, batch)
+            self._state.write(batch)
+
+    def _heal(self, run_id: str, batch: StateBatch) -> None:
+        """Clear the run's incident: a tombstone on ``{ns}.incidents``, gone from local state."""
+        self._held.pop(run_id, None)
+        if self._incidents.pop(run_id, None) is None:
+            return
+        self._producer.produce(self._names.incidents, key=run_id.encode(), value=None)
+        batch.delete("incidents", run_id.encode())
+        log.info("run %s makes progress again", run_id)
 
     def _schedule_retry(self, cached: CachedRun, now: datetime) -> None:
         afters = [
@@ -388,6 +440,8 @@ class Processor:
         for run_id in [r for r in self._runs if partition_for(r, self._partitions) in lost]:
             self._runs.pop(run_id, None)
             self._pending.discard(run_id)
+            self._incidents.pop(run_id, None)
+            self._held.pop(run_id, None)
 
     def _load(self, partitions: set[int]) -> None:
         """Rebuild in-memory runs of these partitions from local state; decide them all."""
@@ -401,6 +455,18 @@ class Processor:
                 self._runs[envelope.run_id] = current
             current.apply(envelope)
             self._pending.add(envelope.run_id)
+        # The incidents of these runs: attempts go on counting, but each run is decided at
+        # once (a restart may carry the fix); one that ended meanwhile is forgotten.
+        stale = self._state.batch()
+        for key, value in self._state.scan("incidents"):
+            incident = FlowIncident.from_json(json.loads(value))
+            if partition_for(incident.run_id, self._partitions) not in partitions:
+                continue
+            if incident.run_id in self._runs:
+                self._incidents[incident.run_id] = incident
+            else:
+                stale.delete("incidents", key)
+        self._state.write(stale)
 
     def _shutdown(self) -> None:
         budget = Deadline(SHUTDOWN_BUDGET)

@@ -160,14 +160,14 @@ async def test_a_pruned_component_leaves_only_tombstones_in_the_log(driver, kafk
     await asyncio.to_thread(refused_proposal, kafka, victim, len(await driver.history(victim)))
 
     async def incident_recorded():
-        return await driver.client.incident(victim) is not None
+        return await driver.client.incident_record(victim) is not None
 
     await until(incident_recorded, "the refused proposal's incident")
 
     report = await driver.prune_terminal_history(SOON)
 
     assert report.deleted_run_ids == tuple(members)
-    assert await driver.client.incident(victim) is None
+    assert await driver.client.incident_record(victim) is None
     runs = latest_history(kafka)
     assert {r: state(runs, r) for r in members} == dict.fromkeys(members, "gone")
     records = retention_records(kafka)

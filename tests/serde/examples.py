@@ -363,7 +363,14 @@ REPLY_FULL = Reply(
 )
 REPLY_MIN = Reply(request_id="", run_id="r", kind=ReplyKind.REQUEST, ok=True, at=T0)
 INCIDENT_FULL = Incident(
-    run_id="order-1", sequence=7, build="b-7", error=ERROR_FULL, processor="proc-1", at=T1
+    run_id="order-1",
+    sequence=7,
+    build="b-7",
+    error=ERROR_FULL,
+    processor="proc-1",
+    at=T1,
+    attempts=3,
+    first_at=T0,
 )
 INCIDENT_MIN = Incident(run_id="r", sequence=0, build=None, error=ERROR_MIN, processor="", at=T0)
 DEAD_LETTER_FULL = DeadLetter(

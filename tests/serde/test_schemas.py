@@ -57,7 +57,7 @@ PINNED_FINGERPRINTS = {
     "HistoryRecord": "40c805455f1b412b",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "640cb8b095318ffc",
-    "Incident": "9045929b847bc9a9",
+    "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "d186cdd37e2c5317",
     "HookRequest": "6cfd35d67a15b189",
@@ -78,6 +78,7 @@ RETIRED_FINGERPRINTS = {
     "dbdb3fa9f1848482": "Request",
     "b3a607ef21af0cb6": "HistoryRecord",
     "2e574cd53edb9253": "HookRequest",
+    "9045929b847bc9a9": "Incident",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
@@ -425,6 +426,29 @@ def test_the_shipped_retired_versions_decode_to_current_values(tmp_path: Path) -
             assert codec.decode(data) == value
 
 
+def test_incidents_written_before_attempts_were_counted_decode_as_first_attempts(
+    tmp_path: Path,
+) -> None:
+    old_dir = _copy_schemas(tmp_path / "incident")
+    schema = json.loads((old_dir / "Incident.avsc").read_text())
+    schema["fields"] = [f for f in schema["fields"] if f["name"] not in ("attempts", "first_at")]
+    (old_dir / "Incident.avsc").write_text(json.dumps(schema))
+    old = WireCodec(build_registry(old_dir))
+    incident = messages.Incident(
+        run_id="r",
+        sequence=4,
+        build=None,
+        error=messages.ErrorInfo(type="RuntimeFailure", message="boom"),
+        processor="processor/0",
+        at=ex.T0,
+    )
+    data = old.encode(incident)
+    assert data[2:10].hex() == "9045929b847bc9a9"
+    decoded = codec.decode(data)
+    assert decoded == incident
+    assert (decoded.attempts, decoded.first_at) == (1, None)
+
+
 def test_an_undefined_reference_fails_loading(tmp_path: Path) -> None:
     schemas = _copy_schemas(tmp_path / "schemas")
     (schemas / "ErrorInfo.avsc").unlink()
@@ -500,3 +524,17 @@ def test_a_history_record_written_before_step_failed_had_no_retry_still_decodes(
     decoded = codec.decode(data)
     assert decoded == envelope
     assert decoded.event.no_retry is None
+
+
+def test_every_top_level_record_maps_every_field_of_its_class() -> None:
+    """A field added to a message class but not to its record map would be dropped on the
+    wire (decoded as its default) without any round trip of a default-valued example noticing."""
+    import dataclasses
+
+    from streamflow.serde import records
+
+    for record in records.TOP_LEVEL:
+        if not dataclasses.is_dataclass(record.cls):
+            continue
+        declared = {f.name for f in dataclasses.fields(record.cls)}
+        assert {name for name, _ in record.fields} == declared, record.name
