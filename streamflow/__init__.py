@@ -16,9 +16,11 @@ from streamflow.core.errors import (
     ContinueAsNewLimitExceeded,
     EventConflict,
     FlowError,
+    HookAlreadyResolved,
     HookConflict,
     HookTokenConflict,
     HookTokenNotFound,
+    HookTokenTooShort,
     InvalidRunId,
     InvalidRuntimeBuildId,
     InvalidTransition,
@@ -100,7 +102,7 @@ from streamflow.core.snapshot import (
     WorkflowSignalSnapshot,
 )
 from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
-from streamflow.core.tokens import token_digest
+from streamflow.core.tokens import HookSecret, token_digest
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
@@ -192,7 +194,10 @@ __all__ = [
     "token_digest",
     "HookStatus",
     "HookTokenConflict",
+    "HookAlreadyResolved",
     "HookTokenNotFound",
+    "HookTokenTooShort",
+    "HookSecret",
     "InMemoryEventStore",
     "InMemoryFlowEventObserver",
     "InMemoryFlowTaskQueue",

@@ -97,6 +97,13 @@ def canary_token(suffix: str = "") -> str:
     return f"{CANARY_TOKEN}{suffix}"
 
 
+CANARY_SECRET = b"sf-canary-hook-secret-4b1d9e7a2c6f08e3d5a1"
+"""A host hook secret the derived-token tests configure. The tokens it derives for the runs in
+:data:`DERIVED_CANARY_RUNS` (hook ``approval``) are searched for after the suite, like the
+canary token."""
+DERIVED_CANARY_RUNS = ("derived-1", "derived-2")
+
+
 class Routed(Scripted):
     """A runtime whose workflow function is chosen by the run's spec name (parents and
     children in one runtime); steps go to ``step`` as in :class:`Scripted`."""

@@ -21,7 +21,7 @@ PINNED = {
     "ChildWorkflowSnapshot", "WorkflowContinuation", "WorkflowTerminalOutcome",
     "ActiveHookSnapshot", "ParentLink", "ContinuationLink", "token_digest",
     "WorkflowRunSummary", "WorkflowRunSuspension", "ScheduledWakeup", "WakeupKind",
-    "FlowIncident",
+    "FlowIncident", "HookSecret",
     # events
     "FlowEvent", "FlowEventEnvelope", "RunCreated", "RunStarted", "RunCompleted", "RunFailed",
     "RunCancellationRequested", "RunCancelled", "RunTimedOut", "RunRetryExhausted",
@@ -46,7 +46,8 @@ PINNED = {
     "LeaseLost", "HookTokenConflict", "HookConflict", "SignalConflict", "InvalidWorkflow",
     "InvalidTransition", "InvalidWorkerConfiguration", "TaskManagement", "StoreError",
     "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
-    "PayloadTooLarge", "RequestDeadLettered", "NonRetryable",
+    "PayloadTooLarge", "RequestDeadLettered", "NonRetryable", "HookAlreadyResolved",
+    "HookTokenTooShort",
 }  # fmt: skip
 
 
@@ -94,3 +95,29 @@ def test_the_design_doc_example_imports_work():
         WorkflowSignal,
         WorkflowSpec,
     )
+
+
+def test_the_hosting_and_hook_token_api_is_there():
+    """What a host and workflow code use to run safely: recovery, incidents, results, step
+    threads and derived hook tokens."""
+    from streamflow import (
+        FlowEngine,
+        FlowEngineBuilder,
+        HookAlreadyResolved,
+        HookTokenNotFound,
+        HookTokenTooShort,
+        NonRetryable,
+        RuntimeFailure,
+        StepInvocation,
+        WorkflowContext,
+    )
+
+    for method in ("recover", "incident", "list_incidents", "result"):
+        assert callable(getattr(FlowEngine, method)), method
+    for option in ("with_hook_secret", "with_step_threads"):
+        assert callable(getattr(FlowEngineBuilder, option)), option
+    assert callable(WorkflowContext.hook_token)
+    assert callable(StepInvocation.hook_token)
+    assert issubclass(HookAlreadyResolved, HookTokenNotFound)
+    assert issubclass(NonRetryable, RuntimeFailure)
+    assert issubclass(HookTokenTooShort, streamflow.FlowError)

@@ -14,9 +14,12 @@ module to the end) and searches, for the canary's bytes:
 * the session log (``log_file`` in pyproject), which every in-process logger writes to, and the
   logs of topology subprocesses (under the base temp directory).
 
-It must find the canary 0 times. Positive controls keep the search honest: the same scan must
-find the canary in ``*.hook-requests`` (so tokens were planted and the Kafka scan reads them),
-and must see ``hook_created`` events in the histories it read.
+It must find the canary 0 times, nor any of the tokens derived from
+``tests.support.CANARY_SECRET`` for the runs the derived-token tests create (their step "sends"
+the link in memory; the token must reach no event, input, output, log or topic). Positive
+controls keep the search honest: the same scan must find the canary and a derived token in
+``*.hook-requests`` (so tokens were planted and the Kafka scan reads them), and must see
+``hook_created`` events in the histories it read.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from rocksdict import AccessType, Options, Rdict
 
-from streamflow import HookTokenConflict, HookTokenNotFound, InvalidTransition
+from streamflow import HookSecret, HookTokenConflict, HookTokenNotFound, InvalidTransition
 from streamflow.kafka.clients import (
     caught_up,
     partition_count,
@@ -42,9 +45,28 @@ from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
 from streamflow.testing.kafka_harness import KafkaDriver
-from tests.support import CANARY_TOKEN, Scripted, canary_token, spec
+from tests.support import (
+    CANARY_SECRET,
+    CANARY_TOKEN,
+    DERIVED_CANARY_RUNS,
+    Scripted,
+    canary_token,
+    spec,
+)
 
 CANARY = CANARY_TOKEN.encode()
+DERIVED = tuple(
+    HookSecret(CANARY_SECRET).token(run_id, "approval").encode() for run_id in DERIVED_CANARY_RUNS
+)
+"""The tokens the derived-token tests derive (``tests/conformance/test_derived_hook_tokens.py``)."""
+
+
+def _count(blob: bytes) -> int:
+    return blob.count(CANARY) + _derived(blob)
+
+
+def _derived(blob: bytes) -> int:
+    return sum(blob.count(token) for token in DERIVED)
 
 
 def hook_flow(ctx):
@@ -131,10 +153,10 @@ def _read_topic(
         consumer.close()
 
 
-def _kafka_findings(bootstrap: str) -> tuple[dict[str, int], int, int]:
-    """(canary count per topic outside hook-requests, count inside hook-requests, number of
-    hook_created history records seen), reading every partition of every test namespace's
-    topics at once, aborted transactions included."""
+def _kafka_findings(bootstrap: str) -> tuple[dict[str, int], int, int, int]:
+    """(canary count per topic outside hook-requests, count inside hook-requests, derived
+    tokens inside hook-requests, number of hook_created history records seen), reading every
+    partition of every test namespace's topics at once, aborted transactions included."""
     settings = KafkaSettings(bootstrap=bootstrap, namespace=f"canary-{uuid.uuid4().hex[:6]}")
     consumer = reader(settings, **{"isolation.level": "read_uncommitted"})
     try:
@@ -152,7 +174,7 @@ def _kafka_findings(bootstrap: str) -> tuple[dict[str, int], int, int]:
                 ends[(tp.topic, tp.partition)] = high
         consumer.assign([tp for tp in wanted if (tp.topic, tp.partition) in ends])
         leaks: dict[str, int] = {}
-        planted = hooks_seen = 0
+        planted = derived = hooks_seen = 0
         while ends:
             for msg in consumer.consume(num_messages=5000, timeout=1.0):
                 if msg.error() is not None:
@@ -160,9 +182,10 @@ def _kafka_findings(bootstrap: str) -> tuple[dict[str, int], int, int]:
                 topic, partition = msg.topic() or "", msg.partition() or 0
                 headers = b"".join(v or b"" for _k, v in msg.headers() or ())
                 blob = (msg.key() or b"") + (msg.value() or b"") + headers
-                count = blob.count(CANARY)
+                count = _count(blob)
                 if topic.endswith(".hook-requests"):
                     planted += count
+                    derived += _derived(blob)
                 elif count:
                     leaks[topic] = leaks.get(topic, 0) + count
                 if topic.endswith(".history") and headers == b"hook_created":
@@ -174,7 +197,7 @@ def _kafka_findings(bootstrap: str) -> tuple[dict[str, int], int, int]:
                 position = consumer.position([TopicPartition(key[0], key[1])])[0].offset
                 if position >= ends[key]:
                     del ends[key]
-        return leaks, planted, hooks_seen
+        return leaks, planted, derived, hooks_seen
     finally:
         consumer.close()
 
@@ -202,7 +225,7 @@ def _rocksdb_findings(directory: Path) -> tuple[int, int]:
         for name in families:
             for key, value in db.get_column_family(name).items():
                 blob = bytes(key) + bytes(value) if raw else (repr(key) + repr(value)).encode()
-                found += blob.count(CANARY)
+                found += _count(blob)
                 hooks += b"hook_created" in blob or b"HookCreated" in blob
     finally:
         db.close()
@@ -223,7 +246,7 @@ def _file_findings(root: Path, rocksdb: list[Path]) -> dict[str, int]:
     for path in root.rglob("*"):
         if not path.is_file() or any(d in path.parents for d in rocksdb):
             continue
-        count = path.read_bytes().count(CANARY)
+        count = _count(path.read_bytes())
         if count:
             leaks[str(path)] = count
     return leaks
@@ -242,8 +265,8 @@ def test_zz_the_canary_token_is_found_nowhere(kafka_broker, request, tmp_path_fa
             db_leaks[str(directory)] = found
     file_leaks = _file_findings(base, databases)
     log_file = Path(request.config.rootpath) / request.config.getini("log_file")
-    log_count = log_file.read_bytes().count(CANARY) if log_file.exists() else 0
-    kafka_leaks, planted, kafka_hooks = _kafka_findings(kafka_broker.bootstrap)
+    log_count = _count(log_file.read_bytes()) if log_file.exists() else 0
+    kafka_leaks, planted, derived, kafka_hooks = _kafka_findings(kafka_broker.bootstrap)
 
     assert kafka_leaks == {}
     assert db_leaks == {}
@@ -251,6 +274,7 @@ def test_zz_the_canary_token_is_found_nowhere(kafka_broker, request, tmp_path_fa
     assert log_count == 0
     # Positive controls: the token was planted, travelled, and the scans read what they claim.
     assert planted > 0, "no callback by token reached Kafka: nothing was planted"
+    assert derived > 0, "no callback with a derived token reached Kafka"
     assert kafka_hooks > 0, "the Kafka scan saw no hook_created history record"
     assert histories_with_hooks > 0, "the RocksDB scan saw no hook_created record"
     assert databases, "no RocksDB database was scanned"

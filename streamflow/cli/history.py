@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import IO
@@ -58,6 +59,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--accept-unpinned", action="store_true", help="with --build: include unpinned runs"
     )
     replay.add_argument("--quiet", action="store_true", help="print drifts and the summary only")
+    replay.add_argument(
+        "--hook-secret-file",
+        type=Path,
+        default=os.environ.get("STREAMFLOW_HOOK_SECRET_FILE"),
+        help="the hosts' hook secret, for code that derives hook tokens (ctx.hook_token)",
+    )
 
 
 def _sources(parser: argparse.ArgumentParser, *, file: bool) -> None:
@@ -129,9 +136,10 @@ def _export(args: argparse.Namespace, histories: Histories) -> int:
 
 
 def _replay(args: argparse.Namespace, histories: Histories) -> int:
-    from streamflow.cli.run import load_runtime
+    from streamflow.cli.run import load_hook_secret, load_runtime
 
     runtime = load_runtime(args.app)
+    secret = load_hook_secret(args.hook_secret_file)
     compat: RuntimeBuildCompatibility | None = None
     if args.build:
         compat = RuntimeBuildCompatibility.new(args.build[0])
@@ -140,7 +148,13 @@ def _replay(args: argparse.Namespace, histories: Histories) -> int:
         if args.accept_unpinned:
             compat = compat.accept_unpinned()
     report = asyncio.run(
-        replay_histories(runtime, histories, compatibility=compat, all_builds=not args.build)
+        replay_histories(
+            runtime,
+            histories,
+            compatibility=compat,
+            all_builds=not args.build,
+            hook_secret=secret,
+        )
     )
     print_report(report, sys.stdout, quiet=args.quiet)
     return EXIT_OK if report.ok else EXIT_DRIFT

@@ -26,6 +26,8 @@ from typing import Any
 
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.decide import Limits
+from streamflow.core.errors import FlowError
+from streamflow.core.tokens import HookSecret
 from streamflow.kafka.config import KafkaSettings
 from streamflow.observe.observers import FlowEventObserver
 from streamflow.topologies.runner import TopologyThread
@@ -125,6 +127,14 @@ def register(subparsers: Any) -> None:
         help="observers: seconds between metric samples on {ns}.metrics (0: never)",
     )
     run.add_argument(
+        "--hook-secret-file",
+        type=Path,
+        default=os.environ.get("STREAMFLOW_HOOK_SECRET_FILE"),
+        help="processor, worker: a file holding the secret hook tokens are derived from "
+        "(ctx.hook_token, StepInvocation.hook_token; at least 32 bytes, surrounding whitespace "
+        "ignored); every processor and worker of a namespace needs the same one",
+    )
+    run.add_argument(
         "--max-child-workflow-depth",
         type=int,
         default=int(os.environ.get("STREAMFLOW_MAX_CHILD_WORKFLOW_DEPTH", "32")),
@@ -148,6 +158,20 @@ def load_runtime(spec: str | None) -> FlowRuntime:
     if not isinstance(runtime, FlowRuntime):
         raise SystemExit(f"{spec} is not a streamflow FlowRuntime")
     return runtime
+
+
+def load_hook_secret(path: Path | None) -> HookSecret | None:
+    """The secret in ``path`` (never echoed: errors name the file, not its content)."""
+    if path is None:
+        return None
+    try:
+        key = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise SystemExit(f"--hook-secret-file {path}: {exc.strerror or exc}") from None
+    try:
+        return HookSecret(key)
+    except FlowError as exc:
+        raise SystemExit(f"--hook-secret-file {path}: {exc}") from None
 
 
 def compatibility(args: argparse.Namespace) -> RuntimeBuildCompatibility | None:
@@ -224,6 +248,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             topic_profile=args.topic_profile,
             session_timeout_ms=args.session_timeout_ms,
             **static,
+            hook_secret=load_hook_secret(args.hook_secret_file),
         )
         return "processor", processor.run
     from streamflow.topologies.worker import Worker
@@ -236,6 +261,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
         topic_profile=args.topic_profile,
         session_timeout_ms=args.session_timeout_ms,
         **static,
+        hook_secret=load_hook_secret(args.hook_secret_file),
     )
     return "worker", worker.run
 

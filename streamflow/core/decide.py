@@ -30,6 +30,7 @@ from streamflow.core.errors import (
     FlowError,
     HookConflict,
     HookTokenNotFound,
+    HookTokenTooShort,
     InvalidTransition,
     InvalidWorkflow,
     NonDeterministic,
@@ -51,7 +52,7 @@ from streamflow.core.snapshot import (
 )
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import add_millis, format_utc, require_utc
-from streamflow.core.tokens import digests_equal, token_digest
+from streamflow.core.tokens import check_new_token, digests_equal, resolution_of, token_digest
 from streamflow.core.values import (
     CancellationRequest,
     Cancelled,
@@ -163,6 +164,11 @@ class ReleaseToken:
     hook_id: str
     claim_id: str | None = None
     """Release only this claim (a stale proposal's), not whatever the hook holds now."""
+    resolution: str | None = None
+    """How the hook was resolved (``received``, ``disposed``, ``cancelled``); ``None``: forget
+    the token altogether (a stale claim)."""
+    payload_digest: str | None = None
+    """SHA-256 of the received payload's canonical JSON."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -606,6 +612,10 @@ def _decide_hook(snapshot: WorkflowRunSnapshot, command: cmd.CreateHook) -> Deci
         return Rejected(exc)
     existing = snapshot.hooks.get(hook_id)
     if existing is None:
+        try:
+            check_new_token(hook_id, command.token)
+        except HookTokenTooShort as exc:
+            return Rejected(exc)
         created = ev.HookCreated(hook_id=hook_id, token_digest=digest, metadata=command.metadata)
         return Decision(events=(created,), suspend=True)
     if not digests_equal(existing.token_digest, digest):
@@ -1210,7 +1220,16 @@ def follow_ups(prior: Before, snapshot: WorkflowRunSnapshot, event: ev.FlowEvent
     active = snapshot.active_hook_digests()
     for hook_id, digest in sorted(prior.hooks.items()):
         if active.get(hook_id) != digest:
-            out.append(ReleaseToken(token_digest=digest, run_id=run_id, hook_id=hook_id))
+            resolution, payload = resolution_of(snapshot, hook_id)
+            out.append(
+                ReleaseToken(
+                    token_digest=digest,
+                    run_id=run_id,
+                    hook_id=hook_id,
+                    resolution=resolution,
+                    payload_digest=payload,
+                )
+            )
     if isinstance(event, ev.ChildWorkflowResolved | ev.RunCancellationRequested):
         eldest = eldest_blocking_child(snapshot)
         if eldest is not None and eldest.child_id != prior.eldest_child:

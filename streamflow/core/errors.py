@@ -18,13 +18,15 @@
     ├── NonDeterministic             replayed workflow code disagrees with recorded history
     ├── EventConflict                an expected-sequence append lost a race
     ├── HookTokenNotFound            no active hook owns a token (token redacted)
+    │   └── HookAlreadyResolved      ... and the last hook that did was resolved
     ├── LeaseLost                    a task lease is stale, rotated or unknown
+    ├── HookTokenTooShort            a new hook's token has fewer than 16 characters
     ├── HookTokenConflict            a token is owned by another active hook (token redacted)
     ├── HookConflict                 a hook resolution contradicts history
     ├── SignalConflict               a signal id was redelivered with other content
     ├── InvalidWorkflow              WorkflowSpec validation failed
     ├── InvalidTransition            corrupt history or an invalid command
-    ├── InvalidWorkerConfiguration   bad worker / router / queue settings
+    ├── InvalidWorkerConfiguration   bad worker / router / queue / host settings
     ├── TaskManagement               a task queue rejected or failed an operation
     ├── StoreError                   the event store failed (also how tests inject crashes)
     ├── RequestDeadLettered          a Kafka request could not be processed; it was parked
@@ -35,7 +37,7 @@
     ├── IoError                      file or process I/O failed
     └── ReplayLimitExceeded          a drive loop exceeded max_replay_iterations
 
-Every error carries its data as attributes. Hook tokens never reach an error at all: the two
+Every error carries its data as attributes. Hook tokens never reach an error at all: the
 token errors carry the token's SHA-256 digest, and their text shows only its first 12 hex
 digits.
 """
@@ -235,12 +237,56 @@ class HookTokenNotFound(FlowError):
         self.token_digest = token_digest
 
 
+class HookAlreadyResolved(HookTokenNotFound):
+    """Raised by a callback by token when no active hook holds the token and the last hook that
+    did has been resolved: a late or repeated callback (a double click, a webhook retry), not an
+    unknown link.
+
+    ``resolution`` is ``"received"``, ``"disposed"`` or ``"cancelled"`` (the run ended, or was
+    cancelled, with the hook open); ``same_payload`` says whether a resume's payload equals the
+    recorded one (always ``False`` for a dispose, or a hook that was not received). Like its
+    base class it carries the token's digest, never the token.
+    """
+
+    def __init__(
+        self, token_digest: str, run_id: str, hook_id: str, resolution: str, same_payload: bool
+    ) -> None:
+        FlowError.__init__(
+            self,
+            f"hook {hook_id} of workflow run {run_id} holding token {_short(token_digest)} was "
+            f"already {resolution}" + (" with the same payload" if same_payload else ""),
+        )
+        self.token_digest = token_digest
+        self.run_id = run_id
+        self.hook_id = hook_id
+        self.resolution = resolution
+        self.same_payload = same_payload
+
+
 class LeaseLost(FlowError):
     """Raised when a task lease is stale, rotated or unknown; the task was not acknowledged."""
 
     def __init__(self, lease_id: str) -> None:
         super().__init__(f"task lease {lease_id} was lost")
         self.lease_id = lease_id
+
+
+class HookTokenTooShort(FlowError):
+    """Raised when workflow code creates a hook with a token shorter than ``minimum`` (16)
+    characters: short tokens can be guessed. Carries only the lengths, never the token.
+
+    Derive tokens with ``ctx.hook_token(hook_id)`` (``FlowEngine.builder(...)
+    .with_hook_secret(...)``), or generate them with ``secrets.token_urlsafe(32)``.
+    """
+
+    def __init__(self, hook_id: str, length: int, minimum: int) -> None:
+        super().__init__(
+            f"hook {hook_id} token is {length} characters long; tokens must have at least "
+            f"{minimum} (use ctx.hook_token(hook_id) or secrets.token_urlsafe(32))"
+        )
+        self.hook_id = hook_id
+        self.length = length
+        self.minimum = minimum
 
 
 class HookTokenConflict(FlowError):
@@ -288,7 +334,8 @@ class InvalidTransition(FlowError):
 
 
 class InvalidWorkerConfiguration(FlowError):
-    """Raised for invalid worker, router or queue settings."""
+    """Raised for invalid worker, router, queue or host settings (a hook secret too short, or
+    missing where ``hook_token`` is called)."""
 
 
 class TaskManagement(FlowError):
@@ -391,7 +438,9 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     NonDeterministic,
     EventConflict,
     HookTokenNotFound,
+    HookAlreadyResolved,
     LeaseLost,
+    HookTokenTooShort,
     HookTokenConflict,
     HookConflict,
     SignalConflict,

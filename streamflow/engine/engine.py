@@ -65,7 +65,7 @@ from streamflow.core.snapshot import (
 )
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
-from streamflow.core.tokens import token_digest
+from streamflow.core.tokens import HookSecret, token_digest
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
@@ -130,6 +130,7 @@ class EngineSettings:
     cache_runs: int = 4096
     record_limits: RecordLimits = RecordLimits()  # noqa: RUF009 - a frozen value
     step_threads: int = DEFAULT_STEP_THREADS
+    hook_secret: HookSecret | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,7 +578,7 @@ class FlowEngine:
 
     async def _invoke_workflow(self, cached: CachedRun) -> RuntimeCommand:
         with workflow_failures():
-            result = self._s.runtime.run_workflow(workflow_invocation(cached))
+            result = self._s.runtime.run_workflow(workflow_invocation(cached, self._s.hook_secret))
             if inspect.isawaitable(result):
                 result = await result
         return checked_command(result)
@@ -591,6 +592,7 @@ class FlowEngine:
             history=HistoryView(cached.history),
             attempt=effect.attempt,
             idempotency_key=effect.idempotency_key,
+            hook_secret=self._s.hook_secret,
         )
         try:
             output = await self._call_step(invocation)
@@ -960,10 +962,11 @@ class FlowEngine:
     async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
         """Resume the active hook holding ``token``; returns ``(run_id, hook_id)``.
 
-        Only active hooks are found (a late callback after receipt or disposal gets
-        ``HookTokenNotFound``): keep the returned ids to redeliver by id.
+        Only active hooks are found: a late callback after the hook was received, disposed or
+        cancelled gets ``HookAlreadyResolved`` (with ``same_payload``), an unknown token
+        ``HookTokenNotFound``.
         """
-        run_id, hook_id, digest = await self.find_hook_by_token(token)
+        run_id, hook_id, digest = await self.find_hook_by_token(token, payload=payload, resume=True)
         snap, _ = await self.receive_hook(run_id, hook_id, payload, token_digest=digest)
         await self._after_hook(snap)
         return run_id, hook_id
@@ -975,11 +978,20 @@ class FlowEngine:
         await self._after_hook(snap)
         return run_id, hook_id
 
-    async def find_hook_by_token(self, token: str) -> tuple[str, str, str]:
-        """``(run_id, hook_id, token_digest)`` of the one active hook holding ``token``."""
+    async def find_hook_by_token(
+        self, token: str, *, payload: object = None, resume: bool = False
+    ) -> tuple[str, str, str]:
+        """``(run_id, hook_id, token_digest)`` of the one active hook holding ``token``.
+
+        No active hook holds it: ``HookAlreadyResolved`` if the last hook that did is resolved
+        (``payload`` and ``resume`` describe the callback, for its ``same_payload``), else
+        ``HookTokenNotFound``."""
         digest = token_digest(token)
         owners = await self._s.store.find_active_hooks(digest)
         if not owners:
+            resolved = await self._s.store.resolved_hook(digest)
+            if resolved is not None:
+                raise resolved.error(normalize(payload, "hook payload"), resume=resume)
             raise HookTokenNotFound(digest)
         if len(owners) > 1:
             raise InvalidTransition("hook token is active in multiple runs (value redacted)")
@@ -1253,6 +1265,17 @@ class FlowEngineBuilder:
         run_step`` runs on a thread pool of this size, so steps of a batch, or of other runs,
         run side by side; an ``async def run_step`` runs on the event loop."""
         self._options["step_threads"] = max(1, int(n))
+        return self
+
+    def with_hook_secret(self, secret: bytes | HookSecret) -> FlowEngineBuilder:
+        """The host secret hook tokens are derived from (at least 32 bytes, e.g.
+        ``secrets.token_bytes(32)`` kept in your secret store): ``ctx.hook_token(hook_id)`` in
+        workflow code and ``invocation.hook_token(hook_id)`` in step code return the same
+        unguessable token, so it never travels through an input or output. Every process that
+        serves the same runs needs the same secret."""
+        self._options["hook_secret"] = (
+            secret if isinstance(secret, HookSecret) else HookSecret(secret)
+        )
         return self
 
     def with_max_record_bytes(self, n: int) -> FlowEngineBuilder:

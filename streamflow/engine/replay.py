@@ -18,6 +18,7 @@ from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministic
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.replay import Drift, DriftKind, Origin, compare, origin, refused
+from streamflow.core.tokens import HookSecret
 from streamflow.workflow.runtime import (
     FlowRuntime,
     checked_command,
@@ -83,6 +84,7 @@ async def _decide(
     now_event: ev.FlowEventEnvelope | None,
     recorded: Sequence[ev.FlowEvent],
     limits: d.Limits,
+    hook_secret: HookSecret | None = None,
 ) -> tuple[Drift | None, int]:
     """Run the code on ``run``'s prefix; the drift found, if any, and how many recorded events
     the decision accounts for."""
@@ -91,7 +93,7 @@ async def _decide(
     now = now_event.timestamp if now_event is not None else run.history[-1].timestamp
     try:
         with workflow_failures():
-            result = runtime.run_workflow(workflow_invocation(run))
+            result = runtime.run_workflow(workflow_invocation(run, hook_secret))
             if inspect.isawaitable(result):
                 result = await result
         command = checked_command(result)
@@ -132,8 +134,10 @@ async def replay_history(
     history: Sequence[ev.FlowEventEnvelope],
     *,
     limits: d.Limits = DEFAULT_LIMITS,
+    hook_secret: HookSecret | None = None,
 ) -> RunReplay:
-    """Replay one run's recorded history through ``runtime``'s current workflow code."""
+    """Replay one run's recorded history through ``runtime``'s current workflow code (with the
+    hosts' ``hook_secret`` if the code derives hook tokens)."""
     run = ProjectedRun(run_id)
     drifts: list[Drift] = []
     decisions = 0
@@ -146,7 +150,9 @@ async def replay_history(
             and _decidable(run)
         ):
             decisions += 1
-            drift, width = await _decide(runtime, run, envelope, events[index:], limits)
+            drift, width = await _decide(
+                runtime, run, envelope, events[index:], limits, hook_secret
+            )
             compared_until = index + width
             if drift is not None:
                 drifts.append(drift)
@@ -161,7 +167,7 @@ async def replay_history(
     if history and _decidable(run):
         # An open run: would the current code go on with it?
         decisions += 1
-        drift, _ = await _decide(runtime, run, None, (), limits)
+        drift, _ = await _decide(runtime, run, None, (), limits, hook_secret)
         if drift is not None:
             drifts.append(drift)
     return RunReplay(run_id=run_id, events=len(history), decisions=decisions, drifts=tuple(drifts))
@@ -175,6 +181,7 @@ async def replay_histories(
     compatibility: RuntimeBuildCompatibility | None = None,
     all_builds: bool = True,
     limits: d.Limits = DEFAULT_LIMITS,
+    hook_secret: HookSecret | None = None,
 ) -> ReplayReport:
     """Replay many runs. With ``all_builds=False`` only the runs ``compatibility`` admits are
     replayed (the runs a deploy of that build would take over); the rest are reported skipped."""
@@ -187,7 +194,9 @@ async def replay_histories(
                 RunReplay(run_id, len(history), 0, skipped=f"build {build or '<unpinned>'}")
             )
             continue
-        runs.append(await replay_history(runtime, run_id, history, limits=limits))
+        runs.append(
+            await replay_history(runtime, run_id, history, limits=limits, hook_secret=hook_secret)
+        )
     return ReplayReport(tuple(runs))
 
 

@@ -221,7 +221,9 @@ async def handle_task(engine: FlowEngine, task: FlowTask) -> FlowTaskOutcome:
     if kind in (FlowTaskKind.RESUME_HOOK_BY_TOKEN, FlowTaskKind.DISPOSE_HOOK_BY_TOKEN) and (
         task.token is not None
     ):
-        run_id, hook_id, digest = await engine.find_hook_by_token(task.token)
+        run_id, hook_id, digest = await engine.find_hook_by_token(
+            task.token, payload=task.payload, resume=kind is FlowTaskKind.RESUME_HOOK_BY_TOKEN
+        )
         return await _hook_task(engine, task, run_id, hook_id, digest)
     raise InvalidTransition(f"flow task {kind.value} is missing its target or is not supported")
 

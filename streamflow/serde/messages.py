@@ -450,6 +450,12 @@ class ReleaseToken:
     run_id: str
     hook_id: str
     claim_id: str | None = None
+    resolution: str | None = None
+    """How the hook was resolved (``received``, ``disposed``, ``cancelled``): the token is kept
+    as resolved so a late callback is told so. ``None`` forgets it (a stale claim, a pruned
+    run)."""
+    payload_digest: str | None = None
+    """SHA-256 of the received payload's canonical JSON."""
 
 
 class CallbackAction(str, Enum):
@@ -483,13 +489,21 @@ class HookRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TokenRecord:
-    """Which active hook holds a token (``{ns}.hook-tokens``, compacted by digest)."""
+    """Which active hook holds a token (``{ns}.hook-tokens``, compacted by digest), or, with a
+    ``resolution``, which hook last held it (the token is then free)."""
 
     token_digest: str
     run_id: str
     hook_id: str
     claim_id: str
     claimed_at: datetime
+    resolution: str | None = None
+    payload_digest: str | None = None
+
+    @property
+    def holds(self) -> bool:
+        """Whether the hook still holds the token."""
+        return self.resolution is None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

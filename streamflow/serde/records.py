@@ -36,7 +36,7 @@ from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.tokens import is_token_digest
+from streamflow.core.tokens import RESOLUTIONS, is_token_digest
 from streamflow.core.values import (
     CancellationRequest,
     Cancelled,
@@ -191,6 +191,12 @@ def _digest(value: Any) -> str:
     return cast(str, value)
 
 
+def _resolution(value: Any) -> str:
+    if value not in RESOLUTIONS:
+        raise SerializationError(f"must be one of {', '.join(RESOLUTIONS)}, got {value!r}")
+    return cast(str, value)
+
+
 def _secret(value: Any) -> str:
     # The plaintext hook token: checked without ever quoting it (or chaining the
     # UnicodeEncodeError, which holds it).
@@ -235,6 +241,7 @@ COUNT = Conv(_count, _count)
 DIGEST = Conv(_digest, _digest)
 OPT_DIGEST = Conv(_optional(_digest), _optional(_digest))
 SECRET = Conv(_secret, _secret)
+OPT_RESOLUTION = Conv(_optional(_resolution), _optional(_resolution))
 
 
 def _enum(cls: type[Enum]) -> Conv:
@@ -578,7 +585,14 @@ HOOK_BODY = _union(
     RecordMap(
         "ReleaseToken",
         ReleaseToken,
-        (("token_digest", DIGEST), ("run_id", SAME), ("hook_id", SAME), ("claim_id", SAME)),
+        (
+            ("token_digest", DIGEST),
+            ("run_id", SAME),
+            ("hook_id", SAME),
+            ("claim_id", SAME),
+            ("resolution", OPT_RESOLUTION),
+            ("payload_digest", OPT_DIGEST),
+        ),
     ),
     RecordMap(
         "HookCallback",
@@ -732,6 +746,8 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ("hook_id", SAME),
             ("claim_id", SAME),
             ("claimed_at", INSTANT),
+            ("resolution", OPT_RESOLUTION),
+            ("payload_digest", OPT_DIGEST),
         ),
     ),
     RecordMap(

@@ -22,6 +22,7 @@ from streamflow.core.retention import (
     PrunePlan,
 )
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
+from streamflow.core.tokens import ResolvedHook, resolved_hook
 from streamflow.core.wakeups import ScheduledWakeup, scheduled_wakeups
 
 Clock = Callable[[], datetime]
@@ -82,6 +83,11 @@ class FlowEventStore(Protocol):
         with this digest (at most one, unless a legacy history says otherwise)."""
         ...
 
+    async def resolved_hook(self, token_digest: str) -> ResolvedHook | None:
+        """The last hook that held the token with this digest, once resolved (kept until its
+        run's history is pruned); ``None`` if no hook ever held it, or one still does."""
+        ...
+
     async def list_active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
         """Active hooks of non-terminal runs, sorted by (run, hook)."""
         ...
@@ -134,6 +140,8 @@ class PreparedAppend:
     added: frozenset[ScheduledWakeup]
     hooks_removed: frozenset[ActiveHook] = frozenset()
     hooks_added: frozenset[ActiveHook] = frozenset()
+    resolved: tuple[ResolvedHook, ...] = ()
+    """The hooks this event resolved, for the index of resolved tokens."""
 
 
 def prepare_append(
@@ -180,13 +188,31 @@ def prepare_append(
     before, hooks_before = run.wakeups, run.hooks
     after, hooks_after = scheduled_wakeups(run.snapshot), active_hooks(run.snapshot)
     run.wakeups, run.hooks = after, hooks_after
+    hooks_removed = hooks_before - hooks_after
     return run, PreparedAppend(
         envelope=envelope,
         removed=before - after,
         added=after - before,
-        hooks_removed=hooks_before - hooks_after,
+        hooks_removed=hooks_removed,
         hooks_added=hooks_after - hooks_before,
+        resolved=tuple(
+            resolved_hook(run.snapshot, hook_id, digest)
+            for digest, _run, hook_id in sorted(hooks_removed)
+        ),
     )
+
+
+def forgotten_hooks(
+    snapshot: WorkflowRunSnapshot, lookup: Callable[[str], ResolvedHook | None]
+) -> builtins.list[str]:
+    """Digests whose resolved-token entry belongs to ``snapshot``'s run (to drop with its
+    history)."""
+    out = []
+    for hook_id, hook in snapshot.hooks.items():
+        entry = lookup(hook.token_digest)
+        if entry is not None and (entry.run_id, entry.hook_id) == (snapshot.run_id, hook_id):
+            out.append(hook.token_digest)
+    return out
 
 
 # -- retention (reference §2.10) -------------------------------------------------------------

@@ -21,10 +21,12 @@ from streamflow.core.retention import (
     tombstone,
 )
 from streamflow.core.snapshot import ActiveHookSnapshot
+from streamflow.core.tokens import ResolvedHook
 from streamflow.core.wakeups import ScheduledWakeup, sort_key
 from streamflow.stores.base import (
     Clock,
     StoreRun,
+    forgotten_hooks,
     new_event_id,
     prepare_append,
     retention_report,
@@ -50,6 +52,7 @@ class InMemoryEventStore:
         self._due: list[_WakeKey] = []
         self._wakeups: dict[_WakeKey, ScheduledWakeup] = {}
         self._hooks: dict[str, set[tuple[str, str]]] = {}
+        self._resolved: dict[str, ResolvedHook] = {}
         self._holds: dict[str, dict[str, HistoryHold]] = {}
         self._tombstones: dict[str, FlowHistoryTombstone] = {}
         self._incidents: dict[str, FlowIncident] = {}
@@ -93,6 +96,8 @@ class InMemoryEventStore:
                     self._hooks.pop(digest, None)
             for digest, owner_run, hook_id in prepared.hooks_added:
                 self._hooks.setdefault(digest, set()).add((owner_run, hook_id))
+            for resolved in prepared.resolved:
+                self._resolved[resolved.token_digest] = resolved
             return prepared.envelope
 
     def _unschedule(self, wakeup: ScheduledWakeup) -> None:
@@ -143,6 +148,8 @@ class InMemoryEventStore:
                 for run_id, stone in zip(component, made, strict=True):
                     for wakeup in self._runs[run_id].wakeups:
                         self._unschedule(wakeup)
+                    for digest in forgotten_hooks(self._runs[run_id].snapshot, self._resolved.get):
+                        del self._resolved[digest]
                     del self._runs[run_id]
                     del self._histories[run_id]
                     self._incidents.pop(run_id, None)
@@ -156,6 +163,12 @@ class InMemoryEventStore:
     async def find_active_hooks(self, token_digest: str) -> builtins.list[tuple[str, str]]:
         with self._lock:
             return self._owners(token_digest)
+
+    async def resolved_hook(self, token_digest: str) -> ResolvedHook | None:
+        with self._lock:
+            if self._hooks.get(token_digest):
+                return None
+            return self._resolved.get(token_digest)
 
     async def list_active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
         with self._lock:

@@ -12,6 +12,8 @@ Layout (raw bytes, three column families, every append one atomic ``WriteBatch``
   read. (A directory written before this index existed gets it rebuilt on open.)
 * ``incidents`` ``run_id`` → incident JSON: why the run's latest decision failed (beside its
   history, never in it).
+* ``resolved`` ``token_digest`` → JSON of the last hook that held the token, once resolved (so a
+  late callback is told ``HookAlreadyResolved``); deleted with that run's history.
 
 Writes go to RocksDB's write-ahead log before ``append`` returns, so they survive the death of
 the process; pass ``sync=True`` to also fsync each append (power-loss durability, slower).
@@ -46,11 +48,13 @@ from streamflow.core.retention import (
 )
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
+from streamflow.core.tokens import ResolvedHook
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, sort_key
 from streamflow.stores.base import (
     ActiveHook,
     Clock,
     StoreRun,
+    forgotten_hooks,
     new_event_id,
     prepare_append,
     retention_report,
@@ -58,7 +62,7 @@ from streamflow.stores.base import (
     utc_now,
 )
 
-_FAMILIES = ("events", "runs", "wakeups", "hooks", "retention", "incidents")
+_FAMILIES = ("events", "runs", "wakeups", "hooks", "retention", "incidents", "resolved")
 _HOOK_INDEX_READY = b"\xff/index-ready"
 # Shift so instants before 1970 still sort correctly as unsigned big-endian keys.
 _MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
@@ -234,6 +238,9 @@ class RocksDBEventStore:
             self._incidents: Rdict | None = (
                 self._db.get_column_family("incidents") if "incidents" in families else None
             )
+            self._resolved: Rdict | None = (
+                self._db.get_column_family("resolved") if "resolved" in families else None
+            )
             self._handles = {name: self._db.get_column_family_handle(name) for name in families}
         except Exception as exc:
             raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
@@ -376,6 +383,12 @@ class RocksDBEventStore:
                 batch.delete(_hook_key(hook), self._handles["hooks"])
             for hook in prepared.hooks_added:
                 batch.put(_hook_key(hook), b"", self._handles["hooks"])
+            for resolved in prepared.resolved:
+                batch.put(
+                    resolved.token_digest.encode(),
+                    json.dumps(resolved.to_json()).encode(),
+                    self._handles["resolved"],
+                )
             try:
                 db.write(batch, self._write_options)
             except Exception as exc:
@@ -543,6 +556,25 @@ class RocksDBEventStore:
             self._require_open()
             return self._owners(token_digest)
 
+    def _resolved_entry(self, token_digest: str) -> ResolvedHook | None:
+        if self._resolved is None:
+            return None
+        where = self._where("the index of resolved hook tokens")
+        raw = get(self._resolved, token_digest.encode(), where)
+        if raw is None:
+            return None
+        try:
+            return ResolvedHook.from_json(json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"{where}: undecodable entry: {exc}") from exc
+
+    async def resolved_hook(self, token_digest: str) -> ResolvedHook | None:
+        with self._lock:
+            self._require_open()
+            if self._owners(token_digest):
+                return None
+            return self._resolved_entry(token_digest)
+
     async def list_active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
         found = []
         with self._lock:
@@ -651,6 +683,8 @@ class RocksDBEventStore:
                     batch.delete(run_id.encode(), self._handles["incidents"])
                     for wakeup in runs[run_id].wakeups:
                         batch.delete(_wake_key(wakeup), self._handles["wakeups"])
+                    for digest in forgotten_hooks(runs[run_id].snapshot, self._resolved_entry):
+                        batch.delete(digest.encode(), self._handles["resolved"])
                     batch.put(
                         _tomb_key(run_id),
                         json.dumps(stone.to_json()).encode(),
@@ -697,7 +731,7 @@ class RocksDBEventStore:
                 return
             # Column-family objects keep the database alive; drop them before closing.
             self._events = self._runs = self._wakeups = self._hooks = None  # type: ignore[assignment]
-            self._retention = self._incidents = None
+            self._retention = self._incidents = self._resolved = None
             self._handles.clear()
             self._cache.clear()
             db.close()

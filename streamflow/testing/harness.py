@@ -163,8 +163,10 @@ class EmbeddedDriver:
         compatibility: RuntimeBuildCompatibility | None = None,
         max_replay_iterations: int | None = None,
         observers: Sequence[FlowEventObserver] = (),
+        hook_secret: bytes | None = None,
     ) -> None:
         self.name = name
+        self._hook_secret = hook_secret
         self._open_store = open_store
         self._runtime = runtime
         self._compatibility = compatibility
@@ -182,6 +184,8 @@ class EmbeddedDriver:
             builder = builder.with_max_replay_iterations(self._max)
         for observer in self._observers:
             builder = builder.with_observer(observer)
+        if self._hook_secret is not None:
+            builder = builder.with_hook_secret(self._hook_secret)
         return builder.build()
 
     async def _driving(self, run_id: str, action: Awaitable[T]) -> None:
@@ -288,7 +292,9 @@ class EmbeddedDriver:
         await self._drive_after(snap)
 
     async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
-        run_id, hook_id, digest = await self.engine.find_hook_by_token(token)
+        run_id, hook_id, digest = await self.engine.find_hook_by_token(
+            token, payload=payload, resume=True
+        )
         snap, _ = await self.engine.receive_hook(run_id, hook_id, payload, token_digest=digest)
         await self._drive_after(snap)
         return run_id, hook_id

@@ -29,6 +29,7 @@ from streamflow.core.retention import (
 )
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.tokens import HookSecret
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
@@ -70,9 +71,11 @@ class KafkaDriver:
         max_replay_iterations: int | None = None,
         observers: Sequence[FlowEventObserver] = (),
         partitions: int = 2,
+        hook_secret: bytes | None = None,
     ) -> None:
         self._settings = settings
         self._runtime = runtime
+        self._hook_secret = None if hook_secret is None else HookSecret(hook_secret)
         self._root = state_root
         self._compatibility = compatibility
         self._max = max_replay_iterations or 1024
@@ -103,8 +106,15 @@ class KafkaDriver:
             compatibility=self._compatibility,
             max_replay_iterations=self._max,
             topic_profile="dev",
+            hook_secret=self._hook_secret,
         )
-        worker = Worker(s, self._runtime, compatibility=self._compatibility, topic_profile="dev")
+        worker = Worker(
+            s,
+            self._runtime,
+            compatibility=self._compatibility,
+            topic_profile="dev",
+            hook_secret=self._hook_secret,
+        )
         timer = Timer(s, state_dir=root / "timer")
         hooks = Hooks(s, state_dir=root / "hooks", commit_interval=0.02, on_hang=log_hang)
         self._threads = [

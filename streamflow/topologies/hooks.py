@@ -11,12 +11,14 @@ hook) holding it.
   the journal, which appends ``hook_created`` if the run has not moved on. Held by another
   hook → a ``HookTokenConflict`` incident for the claiming run.
 * **Release** (from the journal, in the transaction of ``hook_received``, ``hook_disposed``, a
-  cancellation or the end of the run; or of a stale claimed proposal, naming its claim id):
-  forget the holder.
+  cancellation or the end of the run): the token is free, and its record says how the last
+  hook that held it was resolved, so that a late callback is told ``HookAlreadyResolved``.
+  A release without a resolution (a stale claimed proposal's, naming its claim id, or the
+  prune of the run's history) forgets the token.
 * **Callback** (from a caller, the only record that carries a token in plaintext): hash the
   token, compare with the record key in constant time, and route a digest-only resume or
   dispose request to the holder's run; the journal replies. An unknown token gets a typed
-  ``HookTokenNotFound`` reply from here.
+  ``HookTokenNotFound`` reply from here, a resolved one ``HookAlreadyResolved``.
 
 Records of this topic may carry tokens, so a record that cannot be decoded is dead-lettered
 without its value.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -38,7 +41,7 @@ from streamflow.core.errors import (
     HookTokenNotFound,
     InvalidTransition,
 )
-from streamflow.core.tokens import digests_equal, is_token_digest, token_digest
+from streamflow.core.tokens import ResolvedHook, digests_equal, is_token_digest, token_digest
 from streamflow.kafka.admin import fit_record_limit
 from streamflow.kafka.clients import APPEND_WOKEN, partition_count
 from streamflow.kafka.config import KafkaSettings
@@ -195,7 +198,11 @@ class Hooks(TransactionalTopology):
     def _claim(self, msg: Message, claim: m.ClaimToken, now: datetime) -> None:
         digest = claim.token_digest
         holder = self._holder(digest)
-        if holder is not None and (holder.run_id, holder.hook_id) != (claim.run_id, claim.hook_id):
+        if (
+            holder is not None
+            and holder.holds
+            and (holder.run_id, holder.hook_id) != (claim.run_id, claim.hook_id)
+        ):
             conflict = HookTokenConflict(digest, holder.run_id, holder.hook_id)
             incident = m.Incident(
                 run_id=claim.run_id,
@@ -234,10 +241,17 @@ class Hooks(TransactionalTopology):
     def _release(self, msg: Message, release: m.ReleaseToken) -> None:
         holder = self._holder(release.token_digest)
         if holder is None or (holder.run_id, holder.hook_id) != (release.run_id, release.hook_id):
-            return
+            return  # another hook holds (or last held) the token
         if release.claim_id is not None and release.claim_id != holder.claim_id:
             return  # a stale proposal's claim; the hook claimed the token again since
-        self._put(msg.partition() or 0, release.token_digest, None)
+        if release.resolution is None:
+            # A stale claim, or the run's history was pruned: forget the token.
+            self._put(msg.partition() or 0, release.token_digest, None)
+            return
+        resolved = replace(
+            holder, resolution=release.resolution, payload_digest=release.payload_digest
+        )
+        self._put(msg.partition() or 0, release.token_digest, resolved)
 
     def _callback(self, msg: Message, callback: m.HookCallback, now: datetime) -> None:
         try:
@@ -253,6 +267,18 @@ class Hooks(TransactionalTopology):
         holder = self._holder(digest)
         if holder is None:
             self._reject(callback, HookTokenNotFound(digest), now)
+            return
+        if not holder.holds:
+            assert holder.resolution is not None
+            late = ResolvedHook(
+                token_digest=digest,
+                run_id=holder.run_id,
+                hook_id=holder.hook_id,
+                resolution=holder.resolution,
+                payload_digest=holder.payload_digest,
+            )
+            resume = callback.action is m.CallbackAction.RESUME
+            self._reject(callback, late.error(callback.payload, resume=resume), now)
             return
         body: m.RequestBody
         if callback.action is m.CallbackAction.RESUME:

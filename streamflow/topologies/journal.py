@@ -735,6 +735,8 @@ class Journal(TransactionalTopology):
                 run_id=release.run_id,
                 hook_id=release.hook_id,
                 claim_id=release.claim_id,
+                resolution=release.resolution,
+                payload_digest=release.payload_digest,
             )
         )
         self._producer.produce(
@@ -1055,6 +1057,15 @@ class Journal(TransactionalTopology):
         self._producer.produce(self._names.incidents, key=run_id.encode(), value=None)
         record = m.RetentionRecord(run_id=run_id, tombstone=stone)
         if own:
+            # The hooks topology forgets the tokens this run's hooks last held (unless another
+            # hook holds one now): a callback with one of them is unknown from now on.
+            snap = self._snapshot(run_id)
+            for hook in () if snap is None else snap.hooks.values():
+                self._release(
+                    d.ReleaseToken(
+                        token_digest=hook.token_digest, run_id=run_id, hook_id=hook.hook_id
+                    )
+                )
             self._put_retention(txn, record)
             prefix = run_id.encode() + b"\x00"
             txn.batch.delete_range("events", prefix, run_id.encode() + b"\x01")

@@ -45,6 +45,7 @@ from streamflow.core.incidents import FlowIncident
 from streamflow.core.limits import check_events
 from streamflow.core.projection import ProjectedRun as CachedRun
 from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.core.tokens import HookSecret
 from streamflow.kafka import admin
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
@@ -107,10 +108,12 @@ class Processor:
         topic_profile: str = "production",
         session_timeout_ms: int = 10_000,
         static_membership: bool = True,
+        hook_secret: HookSecret | None = None,
     ) -> None:
         self._settings = settings
         self._wire = codec.Wire(settings.limits)
         self._runtime = runtime
+        self._hook_secret = hook_secret
         self._compat = compatibility
         self._build = None if compatibility is None else str(compatibility.current)
         self._names = Names(settings.namespace)
@@ -298,7 +301,7 @@ class Processor:
 
     def _invoke(self, cached: CachedRun) -> RuntimeCommand:
         with workflow_failures():
-            result = self._runtime.run_workflow(workflow_invocation(cached))
+            result = self._runtime.run_workflow(workflow_invocation(cached, self._hook_secret))
             if inspect.isawaitable(result):
                 result = self._loop.run_until_complete(result)
         return checked_command(result)

@@ -29,6 +29,7 @@ from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.errors import FlowError
 from streamflow.core.jsonvalue import normalize
 from streamflow.core.limits import check_payload
+from streamflow.core.tokens import HookSecret
 from streamflow.kafka import admin
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
@@ -112,10 +113,12 @@ class Worker:
         topic_profile: str = "production",
         session_timeout_ms: int = 10_000,
         static_membership: bool = True,
+        hook_secret: HookSecret | None = None,
     ) -> None:
         self._settings = settings
         self._wire = codec.Wire(settings.limits)
         self._runtime = runtime
+        self._hook_secret = hook_secret
         self._compat = compatibility
         self._names = Names(settings.namespace)
         build = None if compatibility is None else str(compatibility.current)
@@ -253,6 +256,7 @@ class Worker:
             history=(),
             attempt=task.attempt,
             idempotency_key=task.idempotency_key,
+            hook_secret=self._hook_secret,
         )
         try:
             result = self._result(task, await self._call(invocation))

@@ -22,6 +22,7 @@ from streamflow.core.snapshot import (
     WorkflowSignalSnapshot,
 )
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.tokens import derive_hook_token
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
@@ -216,7 +217,17 @@ class WorkflowContext:
     def wait_until(self, wait_id: str, resume_at: datetime) -> RuntimeCommand:
         return RuntimeCommand.wait_until(wait_id, resume_at)
 
+    def hook_token(self, hook_id: str) -> str:
+        """An unguessable token for hook ``hook_id`` of this run, derived from the host's hook
+        secret (HMAC-SHA-256 of the run and hook ids; ``with_hook_secret`` embedded,
+        ``--hook-secret-file`` on Kafka). Step code derives the same value with
+        ``invocation.hook_token(hook_id)``, so it never has to travel in an input or output,
+        where history would record it."""
+        return derive_hook_token(self._invocation.hook_secret, self.run_id, hook_id)
+
     def create_hook(self, hook_id: str, token: str, metadata: object = None) -> RuntimeCommand:
+        """Suspend until hook ``hook_id`` is resumed or disposed. Only the token's SHA-256 is
+        recorded; a new hook's token must have at least 16 characters (``HookTokenTooShort``)."""
         return RuntimeCommand.create_hook(hook_id, token, metadata)
 
     def create_hook_with_metadata(

@@ -15,6 +15,7 @@ from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.projection import ProjectedRun, project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.tokens import HookSecret, derive_hook_token
 from streamflow.workflow.typed import decode
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ class WorkflowInvocation:
     """Committed events, from sequence 1."""
     snapshot: WorkflowRunSnapshot | None = field(default=None, repr=False, compare=False)
     """The projection of ``history`` when the engine already has it (saves a replay)."""
+    hook_secret: HookSecret | None = field(default=None, repr=False, compare=False)
+    """The host's hook secret (``ctx.hook_token``), if it configured one."""
 
     def context(self) -> WorkflowContext:
         from streamflow.workflow.context import WorkflowContext
@@ -110,12 +113,22 @@ class StepInvocation:
     """1-based attempt; a redelivery after a crash repeats the same number."""
     idempotency_key: str = ""
     """``flow:{run_id}:{step_id}``: stable across attempts and redeliveries."""
+    hook_secret: HookSecret | None = field(default=None, repr=False, compare=False)
+    """The host's hook secret (``hook_token``), if it configured one."""
 
     def input_as(self, model: type[T]) -> T:
         return decode(self.input, model, f"step {self.step_id} input")
 
+    def hook_token(self, hook_id: str) -> str:
+        """The token of hook ``hook_id`` of this run, derived from the host's hook secret: the
+        same value ``ctx.hook_token(hook_id)`` gives workflow code. Put it in the link this step
+        sends; never return it (outputs are recorded)."""
+        return derive_hook_token(self.hook_secret, self.run_id, hook_id)
 
-def workflow_invocation(run: ProjectedRun) -> WorkflowInvocation:
+
+def workflow_invocation(
+    run: ProjectedRun, hook_secret: HookSecret | None = None
+) -> WorkflowInvocation:
     """The invocation that replays ``run`` through workflow code once."""
     snap = run.snapshot
     assert snap.spec is not None
@@ -125,6 +138,7 @@ def workflow_invocation(run: ProjectedRun) -> WorkflowInvocation:
         input=json_copy(snap.input),
         history=HistoryView(run.history),
         snapshot=snap,
+        hook_secret=hook_secret,
     )
 
 

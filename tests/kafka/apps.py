@@ -77,3 +77,28 @@ class Family(FlowRuntime):
 
     def run_step(self, invocation: StepInvocation) -> object:
         return Ledgered().run_step(invocation)
+
+
+APPROVAL_SPEC_NAME = "drills.approval"
+
+
+class Approval(FlowRuntime):
+    """A step "sends" an approval link (a ``run link`` line in the ledger) with the token it
+    derives from the host's hook secret; the workflow waits on a hook with the same token."""
+
+    def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
+        ctx = invocation.context()
+        if not ctx.step_completed("send"):
+            return ctx.schedule_step("send", "send-link", {})
+        payload = ctx.hook_payload("approval")
+        if payload is None:
+            return ctx.create_hook("approval", ctx.hook_token("approval"))
+        return ctx.complete(payload)
+
+    def run_step(self, invocation: StepInvocation) -> object:
+        link = f"https://approvals.example/?token={invocation.hook_token('approval')}"
+        with open(os.environ["STREAMFLOW_TEST_LEDGER"], "a") as ledger:
+            ledger.write(f"{invocation.run_id} {link}\n")
+            ledger.flush()
+            os.fsync(ledger.fileno())
+        return {"sent": True}

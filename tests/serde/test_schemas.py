@@ -60,8 +60,8 @@ PINNED_FINGERPRINTS = {
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "d186cdd37e2c5317",
-    "HookRequest": "6cfd35d67a15b189",
-    "TokenRecord": "c24e40eebab4077a",
+    "HookRequest": "ff5c4ae72df863df",
+    "TokenRecord": "c1e6433bc5811e9b",
     "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
     "MetricSample": "63d86828325dd99c",
@@ -79,6 +79,8 @@ RETIRED_FINGERPRINTS = {
     "b3a607ef21af0cb6": "HistoryRecord",
     "2e574cd53edb9253": "HookRequest",
     "9045929b847bc9a9": "Incident",
+    "6cfd35d67a15b189": "HookRequest",
+    "c24e40eebab4077a": "TokenRecord",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 

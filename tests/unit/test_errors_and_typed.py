@@ -33,8 +33,9 @@ from tests.support import T0, spec
 
 def test_every_seed_error_variant_is_a_flow_error_and_exported():
     # The seed's 28, PayloadTooLarge (the record-size limit), RequestDeadLettered (a Kafka
-    # request parked in the dead-letter topic) and NonRetryable (a step that must not retry).
-    assert len(errors.ALL_ERRORS) == 31
+    # request parked in the dead-letter topic), NonRetryable (a step that must not retry),
+    # HookAlreadyResolved (a late callback) and HookTokenTooShort (a guessable token).
+    assert len(errors.ALL_ERRORS) == 33
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
