@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import ipaddress
 import logging
 import os
 import signal
@@ -315,11 +316,28 @@ def observers_main(
 def advertised_url(host: str, port: int) -> str:
     """How other observers instances reach this one: the bound address, or this machine's name
     when bound to every interface."""
-    if host in ("", "0.0.0.0", "::"):
-        host = socket.getfqdn()
+    if _every_interface(host):
+        host = _machine_name()
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{port}"
+
+
+def _every_interface(host: str) -> bool:
+    """Whether ``host`` is a wildcard bind (``0.0.0.0``, ``::`` or another spelling of them)."""
+    try:
+        return host == "" or ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False  # a name
+
+
+def _machine_name() -> str:
+    """This machine's fully qualified name; its host name when the resolver only knows it as
+    ``localhost`` (a name that takes every peer to itself)."""
+    name = socket.getfqdn()
+    if name.split(".")[0].lower() in ("localhost", "ip6-localhost", "ip6-loopback"):
+        return socket.gethostname()
+    return name
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -117,6 +118,10 @@ def fetch_covered(
         raise InspectionUnavailable(f"observers instance {base}: {exc}") from None
 
 
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class ObserverServer:
     """Serves ``metrics`` and ``inspector`` on ``host:port`` from daemon threads (port 0: any
     free port; read :attr:`port` after :meth:`start`)."""
@@ -144,7 +149,8 @@ class ObserverServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("%s " + format, self.address_string(), *args)
 
-        self._http = ThreadingHTTPServer((host, port), Handler)
+        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
+        self._http = server_class((host, port), Handler)
         self._http.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -165,7 +171,7 @@ class ObserverServer:
     def url(self) -> str:
         host = self._http.server_address[0]
         name = host.decode() if isinstance(host, bytes) else str(host)
-        return f"http://{name}:{self.port}"
+        return f"http://[{name}]:{self.port}" if ":" in name else f"http://{name}:{self.port}"
 
     def start(self) -> ObserverServer:
         self._thread = threading.Thread(

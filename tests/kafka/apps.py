@@ -3,11 +3,17 @@
 Every step execution appends ``run step attempt key`` to the ledger file named by
 ``STREAMFLOW_TEST_LEDGER`` (flushed and fsynced), so a test can count real side effects
 across process deaths.
+
+With ``STREAMFLOW_TEST_GATE`` naming a directory, a step for which ``<dir>/<run>.<step>.hold``
+exists first appends its attempt to ``<dir>/<run>.<step>.started``, then waits until the hold
+file is removed before its side effect: a test can keep chosen steps in flight for as long as
+it needs. Without the variable (or the hold file), steps run at once.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 
 from streamflow import (
@@ -20,6 +26,22 @@ from streamflow import (
 
 STEPS = 3
 PAUSE = timedelta(milliseconds=300)
+GATE_POLL = 0.02
+"""Seconds between two looks at a hold file."""
+
+
+def hold_at_gate(invocation: StepInvocation) -> None:
+    """Wait while ``STREAMFLOW_TEST_GATE`` holds this step (see the module docstring)."""
+    gate = os.environ.get("STREAMFLOW_TEST_GATE")
+    if not gate:
+        return
+    name = os.path.join(gate, f"{invocation.run_id}.{invocation.step_id}")
+    if not os.path.exists(f"{name}.hold"):
+        return
+    with open(f"{name}.started", "a") as started:
+        started.write(f"{invocation.attempt}\n")
+    while os.path.exists(f"{name}.hold"):
+        time.sleep(GATE_POLL)
 
 
 class Ledgered(FlowRuntime):
@@ -41,6 +63,7 @@ class Ledgered(FlowRuntime):
         return ctx.complete({"steps": STEPS})
 
     def run_step(self, invocation: StepInvocation) -> object:
+        hold_at_gate(invocation)
         path = os.environ["STREAMFLOW_TEST_LEDGER"]
         line = f"{invocation.run_id} {invocation.step_id} {invocation.attempt} "
         line += f"{invocation.idempotency_key}\n"
