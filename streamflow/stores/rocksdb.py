@@ -211,6 +211,7 @@ class RocksDBEventStore:
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, StoreRun] = OrderedDict()
         self._cache_runs = max(1, cache_runs)
+        self._owner = not read_only
         try:
             if read_only:
                 if not self.path.is_dir():
@@ -442,8 +443,15 @@ class RocksDBEventStore:
         """Events with sequence > ``after_sequence`` (acceleration for incremental replay)."""
         with self._lock:
             self._require_open()
-            if not self._run_known(run_id):
-                raise RunNotFound(run_id)
+            cached = self._cache.get(run_id) if self._owner else None
+            if cached is None:
+                if not self._run_known(run_id):
+                    raise RunNotFound(run_id)
+            elif after_sequence >= cached.snapshot.last_sequence:
+                # The owner writes every event of a run it caches (and drops the run when a
+                # write fails or the history is deleted): it knows the run exists and where its
+                # history ends, so an engine catching up after its own append reads nothing.
+                return []
             return self._read(run_id, after_sequence)
 
     async def list_run_ids(self) -> builtins.list[str]:

@@ -142,6 +142,25 @@ async def test_a_pruned_run_id_is_refused_by_the_store_itself(open_store):
     assert len(await store.list("run-2")) == 3
 
 
+async def test_list_from_reads_what_follows_and_knows_unknown_and_pruned_runs(open_store):
+    # The RocksDB owner answers "nothing after the last event" for a run it caches without a
+    # read; everything else is read (and checked) from the store.
+    store = open_store(clock=FakeClock())
+    await start(store)
+    whole = await store.list("run-1")
+    assert await store.list_from("run-1", 0) == whole
+    assert await store.list_from("run-1", 1) == whole[1:]
+    assert await store.list_from("run-1", 2) == []
+    appended = await store.append_if_sequence("run-1", 2, ev.RunCompleted(output=None))
+    assert await store.list_from("run-1", 2) == [appended]
+    assert await store.list_from("run-1", 3) == []
+    with pytest.raises(RunNotFound):
+        await store.list_from("no-such-run", 0)
+    await store.prune_terminal_history(FlowHistoryRetentionPolicy.new(T0 + timedelta(days=1)))
+    with pytest.raises(RunNotFound):
+        await store.list_from("run-1", 3)
+
+
 async def test_a_pruned_run_id_stays_refused_across_reopen(tmp_path):
     store = RocksDBEventStore(tmp_path / "db", clock=FakeClock())
     await start(store)
