@@ -28,6 +28,9 @@ from streamflow.core.events import JSON, FlowEvent
 from streamflow.core.jsonvalue import JsonValue
 
 _IDENTITY = JSON.encode
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps(value, separators=(",", ":"), ensure_ascii=False)`` without building an encoder
+per call (sizing runs for every event a backend writes)."""
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 MIN_MAX_RECORD_BYTES = 128 * 1024
 ENVELOPE_HEADROOM = 16 * 1024
@@ -88,7 +91,7 @@ def json_bytes(value: JsonValue) -> int:
         return 5
     if isinstance(value, int | float):
         return len(repr(value))
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    text = _COMPACT.encode(value)
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 

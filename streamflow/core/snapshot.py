@@ -289,7 +289,7 @@ class WorkflowRunSnapshot:
 
     @property
     def is_terminal(self) -> bool:
-        return self.base_status is not None and self.base_status.is_terminal
+        return self.base_status in _TERMINAL  # asked several times per append: kept cheap
 
     @property
     def is_cancelling(self) -> bool:
@@ -326,6 +326,8 @@ class WorkflowRunSnapshot:
 
     def blocking_children(self) -> list[ChildWorkflowSnapshot]:
         """Open children this run waits for, in request order."""
+        if not self.open_children:  # asked on every drive iteration; most runs have none
+            return []
         children = (self.child_workflows[c] for c in self.open_children)
         return sorted(
             (c for c in children if self.blocks_on(c)),

@@ -30,10 +30,15 @@ class ScheduledWakeup:
     """The run's pinned build (for routing)."""
 
 
+_NONE: frozenset[ScheduledWakeup] = frozenset()
+
+
 def scheduled_wakeups(snapshot: WorkflowRunSnapshot) -> frozenset[ScheduledWakeup]:
     """Wake-ups of a run: Waiting timers and delayed retries, none once terminal."""
+    if not (snapshot.open_waits or snapshot.retry_steps):  # most appends: nothing timed
+        return _NONE
     if snapshot.is_terminal or snapshot.spec is None:
-        return frozenset()
+        return _NONE
     build = snapshot.spec.runtime_build_id
     out: set[ScheduledWakeup] = set()
     for wait_id in snapshot.open_waits:

@@ -161,6 +161,10 @@ class FlowEngine:
         self._wakeup_listeners: list[Callable[[datetime], None]] = []
         self._failing: set[str] | None = None
         """Runs with an incident (loaded from the store when first needed)."""
+        self._limits = d.Limits(
+            max_continue_as_new_hops=self._s.max_continue_as_new_hops,
+            max_child_workflow_depth=self._s.max_child_workflow_depth,
+        )
 
     @staticmethod
     def builder(runtime: FlowRuntime) -> FlowEngineBuilder:
@@ -198,10 +202,7 @@ class FlowEngine:
 
     @property
     def limits(self) -> d.Limits:
-        return d.Limits(
-            max_continue_as_new_hops=self._s.max_continue_as_new_hops,
-            max_child_workflow_depth=self._s.max_child_workflow_depth,
-        )
+        return self._limits
 
     # -- start and drive ----------------------------------------------------------------------
 
@@ -215,7 +216,7 @@ class FlowEngine:
         Returns ``run_id`` (the chain's root) even when the run continued as new; the chain is
         driven to its active leaf.
         """
-        await self.record_start(run_id, spec, input)
+        await self._record_start(run_id, spec, input)
         # A terminal root is acknowledged without admission; following its continuation links
         # repairs a missing successor code-free and drives the active leaf (if any is open).
         await self.drive_at(run_id, self._s.clock())
@@ -226,6 +227,13 @@ class FlowEngine:
     ) -> WorkflowRunSnapshot:
         """The durable half of :meth:`start_with_id`: validate, compare with an existing run,
         admit and append ``run_created`` + ``run_started`` as needed, without driving."""
+        return (await self._record_start(run_id, spec, input)).snapshot.copy()
+
+    async def _record_start(
+        self, run_id: str, spec: WorkflowSpec, input: object = None
+    ) -> CachedRun:
+        """:meth:`record_start` returning the engine's own entry (no copy for the caller that
+        goes on to drive the run)."""
         validate_run_id(run_id)
         spec.validate()
         value = normalize(input, "workflow input")
@@ -244,7 +252,7 @@ class FlowEngine:
                     await self._commit(target, decision.events)
                 except EventConflict:
                     continue
-                return target.snapshot.copy()
+                return target
         raise ReplayLimitExceeded(self._s.max_replay_iterations)
 
     async def drive(self, run_id: str) -> WorkflowRunSnapshot:
@@ -706,7 +714,7 @@ class FlowEngine:
             for waiter in self._ended.pop(envelope.run_id, ()):
                 if not waiter.done():
                     waiter.set_result(None)
-        due = _wakeup_time(event)
+        due = _wakeup_time(event) if self._wakeup_listeners else None
         if due is not None:
             for listener in tuple(self._wakeup_listeners):
                 listener(due)

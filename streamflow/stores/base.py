@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from streamflow.core import events as ev
 from streamflow.core.errors import EventConflict, HookTokenConflict, InvalidTransition
@@ -120,7 +120,12 @@ class StoreRun:
     hooks: frozenset[ActiveHook] = frozenset()
 
 
+_NONE: frozenset[Any] = frozenset()
+
+
 def active_hooks(snapshot: WorkflowRunSnapshot) -> frozenset[ActiveHook]:
+    if not snapshot.active_hooks:  # most runs never create a hook
+        return _NONE
     run_id = snapshot.run_id
     return frozenset(
         (digest, run_id, hook_id) for hook_id, digest in snapshot.active_hook_digests().items()
@@ -133,13 +138,18 @@ def store_run(snapshot: WorkflowRunSnapshot) -> StoreRun:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedAppend:
+class PreparedAppend(NamedTuple):
+    """What one append writes beside its envelope: the wake-up and active-hook deltas.
+
+    A named tuple, not a frozen dataclass: one is built per append, and a frozen dataclass's
+    ``__init__`` costs several times as much.
+    """
+
     envelope: ev.FlowEventEnvelope
     removed: frozenset[ScheduledWakeup]
     added: frozenset[ScheduledWakeup]
-    hooks_removed: frozenset[ActiveHook] = frozenset()
-    hooks_added: frozenset[ActiveHook] = frozenset()
+    hooks_removed: frozenset[ActiveHook] = _NONE
+    hooks_added: frozenset[ActiveHook] = _NONE
     resolved: tuple[ResolvedHook, ...] = ()
     """The hooks this event resolved, for the index of resolved tokens."""
 
@@ -188,17 +198,20 @@ def prepare_append(
     before, hooks_before = run.wakeups, run.hooks
     after, hooks_after = scheduled_wakeups(run.snapshot), active_hooks(run.snapshot)
     run.wakeups, run.hooks = after, hooks_after
-    hooks_removed = hooks_before - hooks_after
+    # Most appends leave both indexes empty: no set differences to build then.
+    hooks_removed = hooks_before - hooks_after if hooks_before else _NONE
     return run, PreparedAppend(
-        envelope=envelope,
-        removed=before - after,
-        added=after - before,
-        hooks_removed=hooks_removed,
-        hooks_added=hooks_after - hooks_before,
-        resolved=tuple(
+        envelope,
+        before - after if before else _NONE,
+        after - before if after else _NONE,
+        hooks_removed,
+        hooks_after - hooks_before if hooks_after else _NONE,
+        tuple(
             resolved_hook(run.snapshot, hook_id, digest)
             for digest, _run, hook_id in sorted(hooks_removed)
-        ),
+        )
+        if hooks_removed
+        else (),
     )
 
 

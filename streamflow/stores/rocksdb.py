@@ -140,7 +140,7 @@ def scan(family: Rdict, where: str, from_key: bytes | None = None) -> Iterator[t
     ``Rdict.items()`` ends quietly where the iterator hit an error, so a damaged store would
     read back as a shorter one; this checks the iterator's status before saying it is done.
     """
-    iterator = family.iter(_checked())
+    iterator = family.iter(_CHECKED)
     try:
         if from_key is None:
             iterator.seek_to_first()
@@ -161,7 +161,7 @@ def scan(family: Rdict, where: str, from_key: bytes | None = None) -> Iterator[t
 def get(family: Rdict, key: bytes, where: str) -> bytes | None:
     """A point read that raises :class:`StoreError` (naming ``where``) when RocksDB fails."""
     try:
-        value = family.get(key, read_opt=_checked())
+        value = family.get(key, read_opt=_CHECKED)
     except Exception as exc:
         raise damaged(where, exc) from exc
     return None if value is None else cast(bytes, value)
@@ -174,10 +174,15 @@ def damaged(where: str, exc: BaseException) -> StoreError:
     )
 
 
-def _checked() -> ReadOptions:
+def _checked_options() -> ReadOptions:
     options = ReadOptions()
     options.set_verify_checksums(True)
     return options
+
+
+_CHECKED = _checked_options()
+"""The options of every read: verify block checksums. Never changed after this, so one value
+serves every read instead of one built per read."""
 
 
 def _options() -> Options:
@@ -210,6 +215,7 @@ class RocksDBEventStore:
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, StoreRun] = OrderedDict()
         self._cache_runs = max(1, cache_runs)
+        self._owner = not read_only
         try:
             if read_only:
                 if not self.path.is_dir():
@@ -334,10 +340,14 @@ class RocksDBEventStore:
     ) -> ev.FlowEventEnvelope:
         with self._lock:
             db = self._require_open()
-            if self._tombstone(run_id) is not None:
+            known = self._load(run_id)
+            # A tombstone is written in the batch that deletes the run's events, and the run
+            # leaves the cache with it: a run with a history here has none. So only a run
+            # without one (a new run id) needs the read.
+            if known is None and self._tombstone(run_id) is not None:
                 raise pruned_run(run_id)
             run, prepared = prepare_append(
-                self._load(run_id),
+                known,
                 run_id,
                 expected,
                 event,
@@ -446,8 +456,15 @@ class RocksDBEventStore:
         """Events with sequence > ``after_sequence`` (acceleration for incremental replay)."""
         with self._lock:
             self._require_open()
-            if not self._run_known(run_id):
-                raise RunNotFound(run_id)
+            cached = self._cache.get(run_id) if self._owner else None
+            if cached is None:
+                if not self._run_known(run_id):
+                    raise RunNotFound(run_id)
+            elif after_sequence >= cached.snapshot.last_sequence:
+                # The owner writes every event of a run it caches (and drops the run when a
+                # write fails or the history is deleted): it knows the run exists and where its
+                # history ends, so an engine catching up after its own append reads nothing.
+                return []
             return self._read(run_id, after_sequence)
 
     async def list_run_ids(self) -> builtins.list[str]:

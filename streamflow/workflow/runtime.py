@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from streamflow.core.commands import RuntimeCommand
@@ -142,16 +142,33 @@ def workflow_invocation(
     )
 
 
-@contextmanager
-def workflow_failures() -> Iterator[None]:
+class _WorkflowFailures:
+    """The context manager :func:`workflow_failures` returns: stateless, so one serves every
+    invocation (a generator-based one costs a generator per replay)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None or isinstance(exc, FlowError) or not isinstance(exc, Exception):
+            return
+        raise RuntimeFailure(f"run_workflow failed: {type(exc).__name__}: {exc}") from exc
+
+
+_WORKFLOW_FAILURES = _WorkflowFailures()
+
+
+def workflow_failures() -> _WorkflowFailures:
     """What workflow code's own exceptions become: ``FlowError`` as raised, anything else a
     ``RuntimeFailure`` naming it (the run stays as it was)."""
-    try:
-        yield
-    except FlowError:
-        raise
-    except Exception as exc:
-        raise RuntimeFailure(f"run_workflow failed: {type(exc).__name__}: {exc}") from exc
+    return _WORKFLOW_FAILURES
 
 
 def checked_command(result: object) -> RuntimeCommand:

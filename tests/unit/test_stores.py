@@ -12,10 +12,12 @@ import streamflow.core.events as ev
 from streamflow import (
     ChildOperationReference,
     EventConflict,
+    FlowHistoryRetentionPolicy,
     InvalidTransition,
     InvalidWorkflow,
     RetryPolicy,
     RocksDBEventStore,
+    RunConflict,
     RunNotFound,
     StoreError,
     WorkflowSpec,
@@ -119,6 +121,60 @@ async def test_due_wakeups_are_indexed_and_follow_the_projection(open_store):
     await store.append_if_sequence("run-1", 6, ev.RunCancelled(reason=None))
     assert await store.list_due_wakeups(T0 + timedelta(days=1)) == []
     assert await store.next_scheduled_wakeup() is None
+
+
+async def test_a_pruned_run_id_is_refused_by_the_store_itself(open_store):
+    # The RocksDB store reads a run's tombstone only for a run id it holds no history of: the
+    # batch that writes the tombstone deletes the history, and the run leaves the cache with it.
+    store = open_store(clock=FakeClock())
+    await start(store)
+    await store.append_if_sequence("run-1", 2, ev.RunCompleted(output=None))
+    await start(store, "run-2")
+    report = await store.prune_terminal_history(
+        FlowHistoryRetentionPolicy.new(T0 + timedelta(days=1))
+    )
+    assert report.deleted_run_ids == ("run-1",)
+    for expected in (0, 3):
+        with pytest.raises(RunConflict, match="pruned"):
+            await store.append_if_sequence("run-1", expected, ev.RunStarted())
+    # The run that was kept goes on appending.
+    await store.append_if_sequence("run-2", 2, ev.RunCompleted(output=None))
+    assert len(await store.list("run-2")) == 3
+
+
+async def test_list_from_reads_what_follows_and_knows_unknown_and_pruned_runs(open_store):
+    # The RocksDB owner answers "nothing after the last event" for a run it caches without a
+    # read; everything else is read (and checked) from the store.
+    store = open_store(clock=FakeClock())
+    await start(store)
+    whole = await store.list("run-1")
+    assert await store.list_from("run-1", 0) == whole
+    assert await store.list_from("run-1", 1) == whole[1:]
+    assert await store.list_from("run-1", 2) == []
+    appended = await store.append_if_sequence("run-1", 2, ev.RunCompleted(output=None))
+    assert await store.list_from("run-1", 2) == [appended]
+    assert await store.list_from("run-1", 3) == []
+    with pytest.raises(RunNotFound):
+        await store.list_from("no-such-run", 0)
+    await store.prune_terminal_history(FlowHistoryRetentionPolicy.new(T0 + timedelta(days=1)))
+    with pytest.raises(RunNotFound):
+        await store.list_from("run-1", 3)
+
+
+async def test_a_pruned_run_id_stays_refused_across_reopen(tmp_path):
+    store = RocksDBEventStore(tmp_path / "db", clock=FakeClock())
+    await start(store)
+    await store.append_if_sequence("run-1", 2, ev.RunCompleted(output=None))
+    await store.prune_terminal_history(FlowHistoryRetentionPolicy.new(T0 + timedelta(days=1)))
+    store.close()
+    reopened = RocksDBEventStore(tmp_path / "db")
+    try:
+        with pytest.raises(RunConflict, match="pruned"):
+            await reopened.append_if_sequence(
+                "run-1", 0, ev.RunCreated(spec=spec(), input={"n": 1})
+            )
+    finally:
+        reopened.close()
 
 
 async def test_rocksdb_store_is_durable_across_reopen(tmp_path):
