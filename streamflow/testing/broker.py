@@ -224,6 +224,24 @@ def _port_taken(port: int) -> str | None:
     return None
 
 
+OPEN_FILES = 1 << 20
+"""File descriptors the broker JVM asks for: it holds one per partition segment, and a test
+session creates tens of thousands of partitions (a namespace per test)."""
+
+
+def _more_open_files() -> None:
+    """Raise the child's open-file limit as far as the system allows (best effort)."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for limit in ((OPEN_FILES, OPEN_FILES), (hard, hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+            return
+        except (ValueError, OSError):
+            continue
+
+
 def _java() -> str:
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
@@ -368,6 +386,7 @@ class KafkaNode:
                 stderr=subprocess.STDOUT,
                 cwd=self.work_dir,
                 start_new_session=self._detach,
+                preexec_fn=_more_open_files,
             )
 
     def wait(self, timeout: float, peers: Sequence[KafkaNode] = ()) -> None:

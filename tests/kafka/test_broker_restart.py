@@ -185,6 +185,11 @@ def test_a_killed_broker_restarts_on_its_data_and_port() -> None:
         create_topic(bootstrap, topic, 1, {})
         acked = produce(acks_all(bootstrap), topic, values("before", 300))
         transact(bootstrap, topic, [b"txn-before"], "restart-single-tx")
+        # A commit returns once the coordinator logged it; the partition's commit marker is
+        # written after. Read it back first, so the kill below tests the durability of a
+        # complete commit, not how long a restarted coordinator takes to finish one.
+        before = read_all(bootstrap, topic, **{"isolation.level": "read_committed"})
+        assert b"txn-before" in [r[2] for r in before]
 
         broker.kill()  # SIGKILL: no flush, no clean shutdown
         assert not broker.running
