@@ -52,7 +52,7 @@ from streamflow.core.snapshot import (
 )
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import add_millis, format_utc, require_utc
-from streamflow.core.tokens import check_new_token, digests_equal, resolution_of, token_digest
+from streamflow.core.tokens import check_new_token, digests_equal, token_digest
 from streamflow.core.values import (
     CancellationRequest,
     Cancelled,
@@ -741,26 +741,19 @@ def _decide_children(
     depth = snapshot.depth + 1
     if depth > limits.max_child_workflow_depth:
         return Rejected(ChildWorkflowDepthExceeded(limits.max_child_workflow_depth))
-    events: list[ev.FlowEvent] = []
-    effects: list[Effect] = []
-    for child in missing:
-        child_run_id = new_run_id()
-        events.append(
-            ev.ChildWorkflowRequested(
-                child_id=child.child_id,
-                child_run_id=child_run_id,
-                spec=child.spec,
-                input=child.input,
-                cancellation_policy=child.cancellation_policy,
-            )
+    # The children's starts are what the run owes once these are recorded
+    # (``core.obligations``), not effects of this decision.
+    events = tuple(
+        ev.ChildWorkflowRequested(
+            child_id=child.child_id,
+            child_run_id=new_run_id(),
+            spec=child.spec,
+            input=child.input,
+            cancellation_policy=child.cancellation_policy,
         )
-        link = ParentLink(
-            run_id=snapshot.run_id, child_id=child.child_id, child_run_id=child_run_id, depth=depth
-        )
-        effects.append(
-            StartRun(run_id=child_run_id, spec=child.spec, input=child.input, parent=link)
-        )
-    return Decision(events=tuple(events), effects=tuple(effects))
+        for child in missing
+    )
+    return Decision(events=events)
 
 
 def _decide_continue_as_new(
@@ -793,19 +786,9 @@ def _decide_continue_as_new(
     hop = snapshot.hop + 1
     if hop > limits.max_continue_as_new_hops:
         return Rejected(ContinueAsNewLimitExceeded(limits.max_continue_as_new_hops))
-    assert snapshot.spec is not None
-    successor = new_run_id()
+    # The successor's start is what the run owes once this is recorded (core.obligations).
     return Decision(
-        events=(ev.RunContinuedAsNew(successor_run_id=successor, input=command.input),),
-        effects=(
-            StartRun(
-                run_id=successor,
-                spec=snapshot.spec,
-                input=command.input,
-                parent=snapshot.parent,
-                predecessor=ContinuationLink(run_id=run_id, hop=hop),
-            ),
-        ),
+        events=(ev.RunContinuedAsNew(successor_run_id=new_run_id(), input=command.input),)
     )
 
 
@@ -1141,99 +1124,3 @@ def due_waits(snapshot: WorkflowRunSnapshot, now: datetime) -> list[str]:
     if snapshot.is_terminal:
         return []
     return sorted(w for w in snapshot.open_waits if snapshot.waits[w].resume_at <= now)
-
-
-# -- cross-run follow-ups of committed events -------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Before:
-    """What :func:`follow_ups` needs to know about a run just before an event."""
-
-    hooks: dict[str, str]
-    """hook id → token digest of the active hooks."""
-    eldest_child: str | None
-    """The eldest open child the run waits for."""
-
-
-def before(snapshot: WorkflowRunSnapshot) -> Before:
-    eldest = eldest_blocking_child(snapshot)
-    return Before(
-        hooks=snapshot.active_hook_digests(),
-        eldest_child=None if eldest is None else eldest.child_id,
-    )
-
-
-def follow_ups(prior: Before, snapshot: WorkflowRunSnapshot, event: ev.FlowEvent) -> list[Effect]:
-    """The work other runs (and the hook-token index) owe to one committed event.
-
-    A distributed shell delivers these in the same transaction as the event, so there is no
-    window in which the event is durable and its consequence is not: a child's start with its
-    request, a successor's start with the link, a parent's resolution with the child's end, a
-    token's release with the hook's resolution.
-    """
-    out: list[Effect] = []
-    run_id = snapshot.run_id
-    if isinstance(event, ev.ChildWorkflowRequested):
-        link = ParentLink(
-            run_id=run_id,
-            child_id=event.child_id,
-            child_run_id=event.child_run_id,
-            depth=snapshot.depth + 1,
-        )
-        out.append(
-            StartRun(run_id=event.child_run_id, spec=event.spec, input=event.input, parent=link)
-        )
-    elif isinstance(event, ev.RunContinuedAsNew):
-        assert snapshot.spec is not None
-        out.append(
-            StartRun(
-                run_id=event.successor_run_id,
-                spec=snapshot.spec,
-                input=event.input,
-                parent=snapshot.parent,
-                predecessor=ContinuationLink(run_id=run_id, hop=snapshot.hop + 1),
-            )
-        )
-    elif isinstance(event, ev.RunCancellationRequested):
-        assert snapshot.cancellation is not None
-        for child in snapshot.open_children_in_order():
-            if (
-                child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
-                and child.requested_sequence < snapshot.cancellation.sequence
-            ):
-                out.append(PropagateCancellation(run_id=child.run_id, request=event.request))
-    if (
-        event.is_terminal()
-        and not isinstance(event, ev.RunContinuedAsNew)
-        and snapshot.parent is not None
-        and snapshot.terminal_outcome is not None
-    ):
-        out.append(
-            ResolveParent(
-                parent_run_id=snapshot.parent.run_id,
-                child_id=snapshot.parent.child_id,
-                child_run_id=snapshot.parent.child_run_id,
-                outcome=snapshot.terminal_outcome,
-            )
-        )
-    active = snapshot.active_hook_digests()
-    for hook_id, digest in sorted(prior.hooks.items()):
-        if active.get(hook_id) != digest:
-            resolution, payload = resolution_of(snapshot, hook_id)
-            out.append(
-                ReleaseToken(
-                    token_digest=digest,
-                    run_id=run_id,
-                    hook_id=hook_id,
-                    resolution=resolution,
-                    payload_digest=payload,
-                )
-            )
-    if isinstance(event, ev.ChildWorkflowResolved | ev.RunCancellationRequested):
-        eldest = eldest_blocking_child(snapshot)
-        if eldest is not None and eldest.child_id != prior.eldest_child:
-            out.append(
-                QueryChild(run_id=eldest.run_id, parent_run_id=run_id, child_id=eldest.child_id)
-            )
-    return out

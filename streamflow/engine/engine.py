@@ -51,6 +51,7 @@ from streamflow.core.inspect import (
 )
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import RecordLimits, check_events, check_payload
+from streamflow.core.obligations import cancellations_owed, child_start, successor_start
 from streamflow.core.projection import evolve, project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -70,8 +71,6 @@ from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
-    ContinuationLink,
-    ParentLink,
     WorkflowProgress,
     WorkflowSignal,
     WorkflowTerminalOutcome,
@@ -290,21 +289,13 @@ class FlowEngine:
     async def _next_in_chain(self, snap: WorkflowRunSnapshot, seen: set[str]) -> str:
         """The successor of a run that continued as new, created from the durable link if a
         crash lost it (no workflow code runs). A link back into the chain is a cycle."""
-        assert snap.continuation is not None
-        assert snap.spec is not None
-        successor = snap.continuation.successor_run_id
+        start = successor_start(snap)
+        assert start is not None
+        successor = start.run_id
         if successor in seen:
             raise ContinueAsNewCycle(successor)
         seen.add(successor)
-        await self._ensure_run(
-            d.StartRun(
-                run_id=successor,
-                spec=snap.spec,
-                input=snap.continuation.input,
-                parent=snap.parent,
-                predecessor=ContinuationLink(run_id=snap.run_id, hop=snap.hop + 1),
-            )
-        )
+        await self._ensure_run(start)
         return successor
 
     async def _leaf(self, run_id: str) -> WorkflowRunSnapshot:
@@ -546,30 +537,20 @@ class FlowEngine:
         build = child.spec.runtime_build_id
         admitted = admits(self._s.compatibility, build)
         blocking = parent.blocks_on(child)
-        link = ParentLink(
-            run_id=parent.run_id,
-            child_id=child.child_id,
-            child_run_id=child.run_id,
-            depth=parent.depth + 1,
-        )
         if blocking and not admitted and not await self._exists(child.run_id):
             # The child stream is not created by an engine that could not run it.
             self._admit(child.run_id, build)
         # Creates a missing child stream; an existing one must have this very authority (an
         # unrelated run under the child's id fails closed with RunConflict).
-        await self._ensure_run(
-            d.StartRun(run_id=child.run_id, spec=child.spec, input=child.input, parent=link)
-        )
+        await self._ensure_run(child_start(parent, child))
         leaf = await self._leaf(child.run_id)
-        if (
-            parent.cancellation is not None
-            and child.requested_sequence < parent.cancellation.sequence
-            and child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
-            and not leaf.is_terminal
-        ):
+        owed_cancellation = next(
+            (c for c in cancellations_owed(parent) if c.run_id == child.run_id), None
+        )
+        if owed_cancellation is not None and not leaf.is_terminal:
             # A child with a request of its own keeps it: propagation does not compare.
             with contextlib.suppress(RunConflict):
-                await self.record_cancellation_request(leaf.run_id, parent.cancellation.request)
+                await self.record_cancellation_request(leaf.run_id, owed_cancellation.request)
         if not leaf.is_terminal:
             if admitted:
                 leaf = await self._drive_chain(child.run_id, now)
@@ -829,14 +810,8 @@ class FlowEngine:
         reason = d.termination_reason(event)
         outcomes: dict[str, WorkflowTerminalOutcome] = {}
         for child in leaf.open_children_in_order():
-            link = ParentLink(
-                run_id=leaf.run_id,
-                child_id=child.child_id,
-                child_run_id=child.run_id,
-                depth=leaf.depth + 1,
-            )
-            start = d.StartRun(run_id=child.run_id, spec=child.spec, input=child.input, parent=link)
-            await self._ensure_run(start)  # restored if missing (never driven); checked if not
+            # Restored if missing (never driven); checked if not.
+            await self._ensure_run(child_start(leaf, child))
             if child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION:
                 ended = await self._terminate(child.run_id, ev.RunCancelled(reason=reason), lineage)
                 if ended.terminal_outcome is not None:

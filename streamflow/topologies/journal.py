@@ -41,6 +41,7 @@ from streamflow.core.errors import (
 )
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
+from streamflow.core.obligations import newly_owed, owed
 from streamflow.core.projection import evolve, project
 from streamflow.core.retention import (
     BEING_PRUNED,
@@ -640,7 +641,7 @@ class Journal(TransactionalTopology):
         encoded: list[tuple[ev.FlowEventEnvelope, bytes, bytes, bytes | None]] = []
         effects: list[d.Effect] = []
         for event in events:
-            prior = d.before(snap)
+            prior = owed(snap)
             envelope = ev.FlowEventEnvelope(
                 run_id=run_id,
                 sequence=snap.last_sequence + 1,
@@ -652,7 +653,7 @@ class Journal(TransactionalTopology):
             task = self._task(snap, event, envelope.sequence)
             value = self._wire.encode(envelope)
             encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
-            effects += d.follow_ups(prior, snap, event)
+            effects += newly_owed(prior, owed(snap))
         for envelope, key, value, task in encoded:
             event = envelope.event
             self._producer.produce(
