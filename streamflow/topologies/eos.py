@@ -339,7 +339,7 @@ class TransactionalTopology(ClientKeeper):
             self._recover(f"commit failed: {error.str()}", error, rewind=rewind, backoff=rewind)
             return False
         faults.hit(f"{self.component}.after_commit_before_state")
-        self._group_ok_at = time.monotonic()
+        self._answered()
         self._producer.poll(0)  # serve delivery reports of what was just committed
         self.committed()
         self._open = None
@@ -403,7 +403,7 @@ class TransactionalTopology(ClientKeeper):
                     return
                 with self._watchdog.bound("committed", self._call_timeout):
                     committed = self._consumer.committed(assignment, timeout=self._call_timeout)
-                self._group_ok_at = time.monotonic()
+                self._answered()
                 for tp in committed:
                     self.restore(tp.partition)
                 for tp in committed:
@@ -465,7 +465,7 @@ class TransactionalTopology(ClientKeeper):
                     self._replace_producer()
                 if self._stop.wait(min(0.2 * 2**attempt, MAX_BACKOFF)):
                     return
-        self._group_ok_at = time.monotonic()
+        self._answered()
         log.info("%s assigned %s", self.component, sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, source: object, partitions: list[TopicPartition]) -> None:

@@ -42,6 +42,8 @@ PROBE_AFTER = 5.0
 REPLACE_AFTER = 15.0
 """Seconds a rewind may fail to read the committed offsets before the consumer is replaced."""
 STUCK_AFTER = 15.0
+OUTAGE_AFTER = 2 * PROBE_AFTER
+"""A silence of the group coordinator longer than this was an outage (:meth:`_answered`)."""
 """Seconds without an answer from the group coordinator, while the cluster itself answers,
 before the consumer is replaced."""
 GIVE_UP_AFTER = 45.0
@@ -111,6 +113,9 @@ class ClientKeeper:
         self._group_ok_at = time.monotonic()
         """When the group coordinator last answered (a commit, committed offsets, an
         assignment)."""
+        self._answered_at = self._group_ok_at
+        """Like ``_group_ok_at``, but never reset by a consumer replacement: how long the
+        cluster really was out of reach (see :meth:`_answered`)."""
         self._probed_at = 0.0
         self._abandoned: list[float] = []
         self._replaced: list[float] = []
@@ -153,12 +158,25 @@ class ClientKeeper:
         try:
             with self._watchdog.bound("committed", self._call_timeout):
                 self._consumer.committed(probe, timeout=self._call_timeout)
-            self._group_ok_at = time.monotonic()
+            self._answered()
         except KafkaException as exc:
             log.warning("%s: the group coordinator does not answer (%s)", self.component, exc)
             if now - self._group_ok_at > STUCK_AFTER and self._cluster_answers():
                 silent = now - self._group_ok_at
                 self._replace_consumer(f"no answer from the group coordinator for {silent:.0f}s")
+
+    def _answered(self) -> None:
+        """The group coordinator answered. After a silence longer than :data:`OUTAGE_AFTER`
+        (an idle loop still hears from it every :data:`PROBE_AFTER` seconds), tell the
+        topology how long the cluster was out of reach (:meth:`reconnected`)."""
+        now = time.monotonic()
+        silent = now - self._answered_at
+        self._group_ok_at = self._answered_at = now
+        if silent > OUTAGE_AFTER:
+            self.reconnected(silent)
+
+    def reconnected(self, silent: float) -> None:
+        """The cluster answers again after ``silent`` seconds without an answer."""
 
     def _cluster_answers(self) -> bool:
         """Whether the cluster answers a metadata request (so a silent group coordinator is a

@@ -18,7 +18,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -231,6 +231,12 @@ class Journal(TransactionalTopology):
     def tick(self) -> None:
         self._routes.refresh()
         self._publish_counts()
+
+    def reconnected(self, silent: float) -> None:
+        # Processors could not heartbeat while the cluster was away either: their routes are
+        # not gone, only late. Judge them with the outage added for a while.
+        log.info("journal: the cluster answers again after %.0fs; routes live that long", silent)
+        self._routes.excuse(timedelta(seconds=silent), self._clock())
 
     def begin(self) -> None:
         self._txn = _Transaction(batch=self._state.batch())

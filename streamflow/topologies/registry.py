@@ -3,9 +3,13 @@ them), advertised on ``{ns}.builds`` with heartbeats and read by the journal.
 
 A processor instance writes its registration (current build, compatible builds,
 ``accept_unpinned``) when it starts, refreshes it every ``heartbeat``, and tombstones it on a
-graceful stop. A registration is live while ``heartbeat_at + ttl`` is in the future. The
-journal admits a start, a cancellation request or a timer wake-up only for a run whose build
-some live registration admits — the distributed form of the seed's runtime-build admission.
+graceful stop. A registration is live while ``heartbeat_at + ttl`` is in the future. While
+the cluster was out of reach nobody could heartbeat, so for one ``ttl`` after the journal hears
+from it again an outage's length is added to every registration's life
+(:meth:`RouteTable.excuse`): a start sent while the broker was down is not refused because its
+processor had no broker to heartbeat to. The journal admits a start, a cancellation request or
+a timer wake-up only for a run whose build some live registration admits: runtime-build
+admission, distributed.
 """
 
 from __future__ import annotations
@@ -122,6 +126,8 @@ class RouteTable:
         self._ends = reader(settings)
         self._registrations: dict[bytes, BuildRegistration] = {}
         self._lock = threading.Lock()
+        self._slack = timedelta(0)
+        self._slack_until: datetime | None = None
         self._partitions = partition_count(self._reader, self._names.builds)
         self._reader.assign(
             [
@@ -160,13 +166,19 @@ class RouteTable:
             except Exception:
                 log.warning("ignoring an undecodable build registration %r", key)
 
+    def excuse(self, outage: timedelta, now: datetime) -> None:
+        """The cluster was out of reach for ``outage``: until one default ``ttl`` from ``now``,
+        a registration lives that much longer (its instance could not heartbeat meanwhile)."""
+        with self._lock:
+            self._slack = max(outage, self._slack) if self._slack_until else outage
+            self._slack_until = now + DEFAULT_TTL
+
     def live(self, now: datetime) -> list[BuildRegistration]:
         with self._lock:
-            return [
-                r
-                for r in self._registrations.values()
-                if r.heartbeat_at + timedelta(milliseconds=r.ttl_ms) > now
-            ]
+            if self._slack_until is not None and now >= self._slack_until:
+                self._slack, self._slack_until = timedelta(0), None
+            slack = self._slack
+            return [r for r in self._registrations.values() if is_live(r, now, slack)]
 
     def has_route(self, build: str | None, now: datetime, *, role: str = "processor") -> bool:
         """Whether a live registration of ``role`` admits ``build``; re-reads the topic once
@@ -182,6 +194,13 @@ class RouteTable:
     def close(self) -> None:
         self._reader.close()
         self._ends.close()
+
+
+def is_live(
+    registration: BuildRegistration, now: datetime, slack: timedelta = timedelta(0)
+) -> bool:
+    """Whether ``registration`` has heartbeated within its ``ttl`` (plus ``slack``) of ``now``."""
+    return registration.heartbeat_at + timedelta(milliseconds=registration.ttl_ms) + slack > now
 
 
 def routes_for(registrations: Iterable[BuildRegistration]) -> dict[str, list[str]]:
