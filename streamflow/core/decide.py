@@ -24,6 +24,7 @@ from typing import TypeAlias
 from streamflow.core import commands as cmd
 from streamflow.core import events as ev
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.errors import (
     ChildWorkflowDepthExceeded,
     ContinueAsNewLimitExceeded,
@@ -76,7 +77,7 @@ MAX_CHILD_WORKFLOW_BATCH_SIZE = 64
 class Limits:
     """Engine limits that commands are checked against."""
 
-    max_continue_as_new_hops: int = 64
+    max_continue_as_new_hops: int = DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
     """Continue-as-new hops a chain may take (0 disables continue-as-new)."""
     max_child_workflow_depth: int = 32
     """How deeply children may nest (0 disables child workflows)."""
@@ -126,6 +127,22 @@ class StartRun:
             ),
             ev.RunStarted(),
         )
+
+
+def successor_start(snapshot: WorkflowRunSnapshot) -> StartRun:
+    """The start of the successor a run that continued as new links to, exactly as its link
+    asks for it (same spec, the link's input, the same parent, the next hop): how the
+    successor is created with the link, and recreated from it when a crash lost it."""
+    link = snapshot.continuation
+    assert link is not None
+    assert snapshot.spec is not None
+    return StartRun(
+        run_id=link.successor_run_id,
+        spec=snapshot.spec,
+        input=link.input,
+        parent=snapshot.parent,
+        predecessor=ContinuationLink(run_id=snapshot.run_id, hop=snapshot.hop + 1),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1185,16 +1202,7 @@ def follow_ups(prior: Before, snapshot: WorkflowRunSnapshot, event: ev.FlowEvent
             StartRun(run_id=event.child_run_id, spec=event.spec, input=event.input, parent=link)
         )
     elif isinstance(event, ev.RunContinuedAsNew):
-        assert snapshot.spec is not None
-        out.append(
-            StartRun(
-                run_id=event.successor_run_id,
-                spec=snapshot.spec,
-                input=event.input,
-                parent=snapshot.parent,
-                predecessor=ContinuationLink(run_id=run_id, hop=snapshot.hop + 1),
-            )
-        )
+        out.append(successor_start(snapshot))
     elif isinstance(event, ev.RunCancellationRequested):
         assert snapshot.cancellation is not None
         for child in snapshot.open_children_in_order():
