@@ -467,11 +467,14 @@ class FlowClient:
 
     async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot:
         """Wait until the run's chain ends and return the snapshot of its last run (a run that
-        continued as new is followed to its successor). ``ContinueAsNewCycle`` for a link
-        back into the chain, ``ContinueAsNewLimitExceeded`` past the hop limit."""
+        continued as new is followed to its successor). A successor's start is requested
+        with the link and written by its own partition's journal, so one not visible yet is
+        waited for (up to the request timeout) before ``RunNotFound``. ``ContinueAsNewCycle``
+        for a link back into the chain, ``ContinueAsNewLimitExceeded`` past the hop limit."""
         walk = ChainWalk(run_id, self._max_hops)
         snap = await self._segment_result(run_id, timeout)
         while (successor := walk.next_link(snap)) is not None:
+            await self._await_run(successor)
             snap = await self._segment_result(successor, timeout)
         return snap
 
