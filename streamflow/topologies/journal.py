@@ -84,30 +84,6 @@ COUNTS_PUBLISH_INTERVAL = 5.0
 log = logging.getLogger("streamflow.journal")
 COMPONENT = "journal"
 
-# What a processor may propose: the events workflow commands (and the pre-replay repairs)
-# produce. Outcomes that only the journal may record (step results, timer completion,
-# cancellation requests, receipts) are refused even from a well-meaning processor.
-PROPOSABLE: frozenset[type[ev.FlowEvent]] = frozenset(
-    {
-        ev.StepCreated,
-        ev.StepStarted,
-        ev.WaitCreated,
-        ev.RunProgressRecorded,
-        ev.ChildOperationLinked,
-        ev.RunCompleted,
-        ev.RunFailed,
-        ev.RunCancelled,
-        ev.RunTimedOut,
-        ev.RunRetryExhausted,
-        ev.SignalWaitCreated,
-        ev.SignalWaitCompleted,
-        ev.HookCreated,
-        ev.ChildWorkflowRequested,
-        ev.RunContinuedAsNew,
-    }
-)
-
-
 RETENTION_BODIES = (
     m.HoldHistory,
     m.ReleaseHistoryHold,
@@ -563,7 +539,11 @@ class Journal(TransactionalTopology):
             )
             return _Outcome(effects=releases)
         for event in body.events:
-            if type(event) not in PROPOSABLE:
+            # What a processor may propose: the events workflow commands and the pre-replay
+            # repairs produce (origin CODE, CODE_OR_HOST, DERIVED). Events only the host writes
+            # (starts, step results, timer completion, cancellation requests, receipts) are
+            # refused even from a well-meaning processor.
+            if not event.ORIGIN.proposable:
                 return _Outcome(
                     error=InvalidTransition(
                         f"proposal rejected: processors may not propose {event.TYPE}"
