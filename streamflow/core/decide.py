@@ -40,6 +40,7 @@ from streamflow.core.errors import (
     RuntimeBuildUnavailable,
     SignalConflict,
 )
+from streamflow.core.ids import idempotency_key
 from streamflow.core.jsonvalue import JsonValue, canonical, dumps_compact, json_equal
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import (
@@ -105,8 +106,8 @@ class RunStep:
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across redeliveries of the same step: ``flow:{run_id}:{step_id}``."""
-        return f"flow:{self.run_id}:{self.step_id}"
+        """Stable across attempts and redeliveries of the same step (:func:`idempotency_key`)."""
+        return idempotency_key(self.run_id, self.step_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

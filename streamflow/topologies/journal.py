@@ -39,7 +39,7 @@ from streamflow.core.errors import (
     RuntimeBuildUnavailable,
     SerializationError,
 )
-from streamflow.core.ids import is_valid_run_id, validate_run_id
+from streamflow.core.ids import idempotency_key, is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
 from streamflow.core.projection import evolve, project
 from streamflow.core.retention import (
@@ -739,7 +739,7 @@ class Journal(TransactionalTopology):
             input=step.input,
             attempt=event.attempt,
             retry=step.retry,
-            idempotency_key=f"flow:{snap.run_id}:{step.step_id}",
+            idempotency_key=idempotency_key(snap.run_id, step.step_id),
             runtime_build_id=None if build is None else str(build),
             started_sequence=sequence,
         )
