@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.decide import Limits
 from streamflow.core.errors import FlowError
 from streamflow.core.tokens import HookSecret
@@ -94,7 +95,9 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--max-continue-as-new-hops",
         type=int,
-        default=int(os.environ.get("STREAMFLOW_MAX_CONTINUE_AS_NEW_HOPS", "64")),
+        default=int(
+            os.environ.get("STREAMFLOW_MAX_CONTINUE_AS_NEW_HOPS", DEFAULT_MAX_CONTINUE_AS_NEW_HOPS)
+        ),
         help="processor: continue-as-new hops a chain may take (0 disables continue-as-new)",
     )
     run.add_argument(

@@ -24,6 +24,7 @@ from typing import TypeAlias
 from streamflow.core import commands as cmd
 from streamflow.core import events as ev
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.errors import (
     ChildWorkflowDepthExceeded,
     ContinueAsNewLimitExceeded,
@@ -39,6 +40,7 @@ from streamflow.core.errors import (
     RuntimeBuildUnavailable,
     SignalConflict,
 )
+from streamflow.core.ids import idempotency_key
 from streamflow.core.jsonvalue import JsonValue, canonical, dumps_compact, json_equal
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import (
@@ -76,7 +78,7 @@ MAX_CHILD_WORKFLOW_BATCH_SIZE = 64
 class Limits:
     """Engine limits that commands are checked against."""
 
-    max_continue_as_new_hops: int = 64
+    max_continue_as_new_hops: int = DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
     """Continue-as-new hops a chain may take (0 disables continue-as-new)."""
     max_child_workflow_depth: int = 32
     """How deeply children may nest (0 disables child workflows)."""
@@ -104,8 +106,8 @@ class RunStep:
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across redeliveries of the same step: ``flow:{run_id}:{step_id}``."""
-        return f"flow:{self.run_id}:{self.step_id}"
+        """Stable across attempts and redeliveries of the same step (:func:`idempotency_key`)."""
+        return idempotency_key(self.run_id, self.step_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,6 +3,10 @@
 JSON is internally tagged: ``{"type": "step_completed", "step_id": …, "output": …}``. Each event
 class declares its fields once, as ``(name, codec)`` pairs, and the generic encoder/decoder
 uses them, so adding a field cannot forget one direction.
+
+Each registration also declares the event's :class:`Origin` (who may write it), the one
+definition replay verification (:mod:`streamflow.core.replay`, where code decided) and the
+Kafka journal (what a processor may propose) read.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from streamflow.core.errors import SerializationError
@@ -107,12 +112,45 @@ CHILD_POLICY = Codec(
 )
 
 
+class Origin(StrEnum):
+    """Who may write an event of a type: declared once, on its registration below."""
+
+    CODE = "code"
+    """Only a decision of workflow code: the events its command turns into."""
+    CODE_OR_HOST = "code_or_host"
+    """Workflow code's command or a host control, the same event either way (``run_cancelled``
+    from ``ctx.cancel()`` or ``force_cancel``, progress, child-operation links)."""
+    DERIVED = "derived"
+    """Never a choice of workflow code nor a host request of its own: it follows from the
+    history by the core's rules (a step attempt's start, a signal paired with its wait, a run
+    ended by a failed fail-run step). The deciding shell writes it, with a decision of code or
+    as a pre-replay repair; a host outcome may write it too (a step result that retries at once
+    or exhausts the run)."""
+    HOST = "host"
+    """Only the host: a start, a host request (signal, hook callback, cancellation request,
+    host shutdown), an outcome it reports (step results, timers, child outcomes)."""
+
+    @property
+    def from_code(self) -> bool:
+        """Whether workflow code may have decided it: the points where replay verification
+        runs the code (``CODE`` must match, ``CODE_OR_HOST`` may be the host's)."""
+        return self is Origin.CODE or self is Origin.CODE_OR_HOST
+
+    @property
+    def proposable(self) -> bool:
+        """Whether the deciding shell writes it, so a processor may propose it to the Kafka
+        journal: everything but the host's own events."""
+        return self is not Origin.HOST
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlowEvent:
-    """Base of every history event. ``TYPE`` is the JSON tag, ``KEY`` the dot key."""
+    """Base of every history event. ``TYPE`` is the JSON tag, ``KEY`` the dot key, ``ORIGIN``
+    who may write it."""
 
     TYPE: ClassVar[str] = ""
     KEY: ClassVar[str] = ""
+    ORIGIN: ClassVar[Origin]
     TERMINAL: ClassVar[bool] = False
     FIELDS: ClassVar[tuple[tuple[str, Codec], ...]] = ()
     SIZED: ClassVar[tuple[tuple[str, Codec], ...]] = ()
@@ -161,10 +199,16 @@ class FlowEvent:
 
 
 def _event(
-    type_: str, key: str, fields: tuple[tuple[str, Codec], ...], *, terminal: bool = False
+    type_: str,
+    key: str,
+    fields: tuple[tuple[str, Codec], ...],
+    *,
+    origin: Origin,
+    terminal: bool = False,
 ) -> Callable[[type[FlowEvent]], type[FlowEvent]]:
     def register(cls: type[FlowEvent]) -> type[FlowEvent]:
         cls.TYPE, cls.KEY, cls.FIELDS, cls.TERMINAL = type_, key, fields, terminal
+        cls.ORIGIN = origin
         cls.SIZED = tuple((n, c) for n, c in fields if n not in _BOUNDED_FIELDS)
         EVENT_TYPES[type_] = cls
         return cls
@@ -173,6 +217,14 @@ def _event(
 
 
 EVENT_TYPES: dict[str, type[FlowEvent]] = {}
+"""Every event type by its JSON tag."""
+
+
+def event_types(*origins: Origin) -> frozenset[type[FlowEvent]]:
+    """The registered event types of the given origins."""
+    return frozenset(cls for cls in EVENT_TYPES.values() if cls.ORIGIN in origins)
+
+
 _BOUNDED_FIELDS = frozenset(
     {
         "step_id",
@@ -197,6 +249,7 @@ _BOUNDED_FIELDS = frozenset(
     "run_created",
     "flow.run.created",
     (("spec", SPEC), ("input", JSON), ("parent", PARENT), ("predecessor", PREDECESSOR)),
+    origin=Origin.HOST,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCreated(FlowEvent):
@@ -208,38 +261,55 @@ class RunCreated(FlowEvent):
     """Set on a continue-as-new successor."""
 
 
-@_event("run_started", "flow.run.started", ())
+@_event("run_started", "flow.run.started", (), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted(FlowEvent):
     pass
 
 
-@_event("run_completed", "flow.run.completed", (("output", JSON),), terminal=True)
+@_event(
+    "run_completed", "flow.run.completed", (("output", JSON),), terminal=True, origin=Origin.CODE
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(FlowEvent):
     output: JsonValue = None
 
 
-@_event("run_failed", "flow.run.failed", (("error", STR),), terminal=True)
+@_event("run_failed", "flow.run.failed", (("error", STR),), terminal=True, origin=Origin.CODE)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunFailed(FlowEvent):
     error: str
 
 
-@_event("run_cancellation_requested", "flow.run.cancellation.requested", (("request", REQUEST),))
+@_event(
+    "run_cancellation_requested",
+    "flow.run.cancellation.requested",
+    (("request", REQUEST),),
+    origin=Origin.HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCancellationRequested(FlowEvent):
     request: CancellationRequest
 
 
-@_event("run_cancelled", "flow.run.cancelled", (("reason", OPT_STR),), terminal=True)
+@_event(
+    "run_cancelled",
+    "flow.run.cancelled",
+    (("reason", OPT_STR),),
+    terminal=True,
+    origin=Origin.CODE_OR_HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCancelled(FlowEvent):
     reason: str | None = None
 
 
 @_event(
-    "run_timed_out", "flow.run.timed_out", (("deadline", UTC), ("reason", OPT_STR)), terminal=True
+    "run_timed_out",
+    "flow.run.timed_out",
+    (("deadline", UTC), ("reason", OPT_STR)),
+    terminal=True,
+    origin=Origin.CODE_OR_HOST,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunTimedOut(FlowEvent):
@@ -252,6 +322,7 @@ class RunTimedOut(FlowEvent):
     "flow.run.retry_exhausted",
     (("step_id", STR), ("attempt", U32), ("error", STR)),
     terminal=True,
+    origin=Origin.DERIVED,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRetryExhausted(FlowEvent):
@@ -260,7 +331,13 @@ class RunRetryExhausted(FlowEvent):
     error: str
 
 
-@_event("run_host_shutdown", "flow.run.host_shutdown", (("reason", OPT_STR),), terminal=True)
+@_event(
+    "run_host_shutdown",
+    "flow.run.host_shutdown",
+    (("reason", OPT_STR),),
+    terminal=True,
+    origin=Origin.HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunHostShutdown(FlowEvent):
     reason: str | None = None
@@ -271,6 +348,7 @@ class RunHostShutdown(FlowEvent):
     "flow.run.continued_as_new",
     (("successor_run_id", STR), ("input", JSON)),
     terminal=True,
+    origin=Origin.CODE,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunContinuedAsNew(FlowEvent):
@@ -278,13 +356,23 @@ class RunContinuedAsNew(FlowEvent):
     input: JsonValue = None
 
 
-@_event("run_progress_recorded", "flow.run.progress.recorded", (("progress", PROGRESS),))
+@_event(
+    "run_progress_recorded",
+    "flow.run.progress.recorded",
+    (("progress", PROGRESS),),
+    origin=Origin.CODE_OR_HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunProgressRecorded(FlowEvent):
     progress: WorkflowProgress
 
 
-@_event("child_operation_linked", "flow.child.operation.linked", (("child", CHILD_REF),))
+@_event(
+    "child_operation_linked",
+    "flow.child.operation.linked",
+    (("child", CHILD_REF),),
+    origin=Origin.CODE_OR_HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildOperationLinked(FlowEvent):
     child: ChildOperationReference
@@ -300,6 +388,7 @@ class ChildOperationLinked(FlowEvent):
         ("input", JSON),
         ("cancellation_policy", CHILD_POLICY),
     ),
+    origin=Origin.CODE,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildWorkflowRequested(FlowEvent):
@@ -316,6 +405,7 @@ class ChildWorkflowRequested(FlowEvent):
     "child_workflow_resolved",
     "flow.child.workflow.resolved",
     (("child_id", STR), ("outcome", OUTCOME)),
+    origin=Origin.HOST,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildWorkflowResolved(FlowEvent):
@@ -323,13 +413,18 @@ class ChildWorkflowResolved(FlowEvent):
     outcome: WorkflowTerminalOutcome
 
 
-@_event("signal_received", "flow.signal.received", (("signal", SIGNAL),))
+@_event("signal_received", "flow.signal.received", (("signal", SIGNAL),), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalReceived(FlowEvent):
     signal: WorkflowSignal
 
 
-@_event("signal_wait_created", "flow.signal.wait.created", (("wait_id", STR), ("signal_name", STR)))
+@_event(
+    "signal_wait_created",
+    "flow.signal.wait.created",
+    (("wait_id", STR), ("signal_name", STR)),
+    origin=Origin.CODE,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalWaitCreated(FlowEvent):
     wait_id: str
@@ -337,7 +432,10 @@ class SignalWaitCreated(FlowEvent):
 
 
 @_event(
-    "signal_wait_completed", "flow.signal.wait.completed", (("wait_id", STR), ("signal_id", STR))
+    "signal_wait_completed",
+    "flow.signal.wait.completed",
+    (("wait_id", STR), ("signal_id", STR)),
+    origin=Origin.DERIVED,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalWaitCompleted(FlowEvent):
@@ -349,6 +447,7 @@ class SignalWaitCompleted(FlowEvent):
     "step_created",
     "flow.step.created",
     (("step_id", STR), ("step_name", STR), ("input", JSON), ("retry", RETRY)),
+    origin=Origin.CODE,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCreated(FlowEvent):
@@ -358,14 +457,21 @@ class StepCreated(FlowEvent):
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
-@_event("step_started", "flow.step.started", (("step_id", STR), ("attempt", U32)))
+@_event(
+    "step_started", "flow.step.started", (("step_id", STR), ("attempt", U32)), origin=Origin.DERIVED
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(FlowEvent):
     step_id: str
     attempt: int
 
 
-@_event("step_completed", "flow.step.completed", (("step_id", STR), ("output", JSON)))
+@_event(
+    "step_completed",
+    "flow.step.completed",
+    (("step_id", STR), ("output", JSON)),
+    origin=Origin.HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCompleted(FlowEvent):
     step_id: str
@@ -376,6 +482,7 @@ class StepCompleted(FlowEvent):
     "step_retrying",
     "flow.step.retrying",
     (("step_id", STR), ("attempt", U32), ("error", STR), ("retry_after", OPT_UTC)),
+    origin=Origin.HOST,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepRetrying(FlowEvent):
@@ -392,6 +499,7 @@ NO_RETRY = Codec(_ident, _opt_bool, optional=True, omit_none=True)
     "step_failed",
     "flow.step.failed",
     (("step_id", STR), ("attempt", U32), ("error", STR), ("no_retry", NO_RETRY)),
+    origin=Origin.HOST,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepFailed(FlowEvent):
@@ -403,14 +511,16 @@ class StepFailed(FlowEvent):
     budget was spent. ``None`` (left out of the JSON form) when the budget was spent."""
 
 
-@_event("wait_created", "flow.wait.created", (("wait_id", STR), ("resume_at", UTC)))
+@_event(
+    "wait_created", "flow.wait.created", (("wait_id", STR), ("resume_at", UTC)), origin=Origin.CODE
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitCreated(FlowEvent):
     wait_id: str
     resume_at: datetime
 
 
-@_event("wait_completed", "flow.wait.completed", (("wait_id", STR),))
+@_event("wait_completed", "flow.wait.completed", (("wait_id", STR),), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitCompleted(FlowEvent):
     wait_id: str
@@ -420,6 +530,7 @@ class WaitCompleted(FlowEvent):
     "hook_created",
     "flow.hook.created",
     (("hook_id", STR), ("token_digest", STR), ("metadata", JSON)),
+    origin=Origin.CODE,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookCreated(FlowEvent):
@@ -430,14 +541,16 @@ class HookCreated(FlowEvent):
     metadata: JsonValue = None
 
 
-@_event("hook_received", "flow.hook.received", (("hook_id", STR), ("payload", JSON)))
+@_event(
+    "hook_received", "flow.hook.received", (("hook_id", STR), ("payload", JSON)), origin=Origin.HOST
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookReceived(FlowEvent):
     hook_id: str
     payload: JsonValue = None
 
 
-@_event("hook_disposed", "flow.hook.disposed", (("hook_id", STR),))
+@_event("hook_disposed", "flow.hook.disposed", (("hook_id", STR),), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookDisposed(FlowEvent):
     hook_id: str

@@ -1,4 +1,5 @@
-"""Identifier rules: run ids, runtime build ids and workflow patch marker ids."""
+"""Identifier rules: run ids, runtime build ids, workflow patch marker ids, and the step
+idempotency key."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ def validate_run_id(run_id: object) -> str:
 
 def is_valid_run_id(run_id: object) -> bool:
     return isinstance(run_id, str) and _RUN_ID.fullmatch(run_id) is not None
+
+
+def idempotency_key(run_id: str, step_id: str) -> str:
+    """The key handed to every execution of a step (``flow:{run_id}:{step_id}``): the same for
+    every attempt and redelivery of the step, on every backend."""
+    return f"flow:{run_id}:{step_id}"
 
 
 class RuntimeBuildId(str):

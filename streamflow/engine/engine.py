@@ -23,12 +23,11 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import incidents
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import (
     ChildWorkflowCycle,
     ChildWorkflowDepthExceeded,
-    ContinueAsNewCycle,
-    ContinueAsNewLimitExceeded,
     EventConflict,
     FlowError,
     HookConflict,
@@ -96,7 +95,6 @@ from streamflow.workflow.runtime import (
 log = logging.getLogger("streamflow.engine")
 
 DEFAULT_MAX_REPLAY_ITERATIONS = 1024
-DEFAULT_MAX_CONTINUE_AS_NEW_HOPS = 64
 DEFAULT_MAX_CHILD_WORKFLOW_DEPTH = 32
 DEFAULT_RECOVERY_CONCURRENCY = 32
 """Runs ``recover`` drives at once."""
@@ -269,7 +267,8 @@ class FlowEngine:
     async def _drive_chain(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
         """Drive ``run_id`` and then every continue-as-new successor, to the active leaf."""
         validate_run_id(run_id)
-        current, seen = run_id, {run_id}
+        walk = self._walk(run_id)
+        current = run_id
         while True:
             if current in _DRIVING.get():
                 raise ChildWorkflowCycle(current)
@@ -282,29 +281,33 @@ class FlowEngine:
                 raise
             finally:
                 _DRIVING.reset(token)
-            if snap.continuation is None:
+            successor = await self._next_in_chain(snap, walk)
+            if successor is None:
                 return snap
-            current = await self._next_in_chain(snap, seen)
+            current = successor
 
-    async def _next_in_chain(self, snap: WorkflowRunSnapshot, seen: set[str]) -> str:
-        """The successor of a run that continued as new, created from the durable link if a
-        crash lost it (no workflow code runs). A link back into the chain is a cycle."""
-        start = successor_start(snap)
-        assert start is not None
-        successor = start.run_id
-        if successor in seen:
-            raise ContinueAsNewCycle(successor)
-        seen.add(successor)
-        await self._ensure_run(start)
+    def _walk(self, run_id: str) -> ChainWalk:
+        return ChainWalk(run_id, self._s.max_continue_as_new_hops)
+
+    async def _next_in_chain(self, snap: WorkflowRunSnapshot, walk: ChainWalk) -> str | None:
+        """The successor of ``snap`` on ``walk`` (``None`` where the chain ends), created from
+        the durable link if a crash lost it (no workflow code runs). The walk refuses a link
+        back into the chain and one hop past the limit before anything is created."""
+        successor = walk.next_link(snap)
+        if successor is not None:
+            start = successor_start(snap)
+            assert start is not None
+            await self._ensure_run(start)
         return successor
 
     async def _leaf(self, run_id: str) -> WorkflowRunSnapshot:
         """The active leaf of ``run_id``'s continuation chain (repairing missing successors),
         without driving anything."""
         validate_run_id(run_id)
-        snap, seen = await self._load(run_id), {run_id}
-        while snap.continuation is not None:
-            snap = await self._load(await self._next_in_chain(snap, seen))
+        walk = self._walk(run_id)
+        snap = await self._load(run_id)
+        while (successor := await self._next_in_chain(snap, walk)) is not None:
+            snap = await self._load(successor)
         return snap
 
     async def _ensure_run(self, start: d.StartRun) -> WorkflowRunSnapshot:
@@ -872,16 +875,18 @@ class FlowEngine:
         if problem is not None:
             raise problem.error
         validate_run_id(run_id)
-        snap, seen = await self._load(run_id), {run_id}
+        walk = self._walk(run_id)
+        snap = await self._load(run_id)
         while True:
             recorded = d.recorded_signal(snap, signal)
             if isinstance(recorded, d.Rejected):
                 raise recorded.error
             if recorded is not None:  # an exact redelivery: nothing to write
                 return await self._leaf(snap.run_id), False
-            if snap.continuation is None:
+            successor = await self._next_in_chain(snap, walk)
+            if successor is None:
                 break
-            snap = await self._load(await self._next_in_chain(snap, seen))
+            snap = await self._load(successor)
         leaf_id = snap.run_id
         result = await self._host(leaf_id, lambda s: d.decide_signal(s, signal), admission=True)
         return result.snapshot, result.appended
@@ -1054,21 +1059,15 @@ class FlowEngine:
         for a successor started by something else.
         """
         validate_run_id(run_id)
+        walk = self._walk(run_id)
         snap = await self._load(run_id)
-        chain = [run_id]
-        while snap.continuation is not None:
-            successor = snap.continuation.successor_run_id
-            if successor in chain:
-                raise ContinueAsNewCycle(successor)
-            if len(chain) > self._s.max_continue_as_new_hops:
-                raise ContinueAsNewLimitExceeded(self._s.max_continue_as_new_hops)
+        while (successor := walk.next_link(snap)) is not None:
             nxt = await self._load(successor)
             problem = continuation_error(snap, nxt)
             if problem is not None:
                 raise problem
-            chain.append(successor)
             snap = nxt
-        return chain
+        return walk.chain
 
     # -- scheduled work ------------------------------------------------------------------------
 

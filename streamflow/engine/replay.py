@@ -17,7 +17,7 @@ from streamflow.core import events as ev
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministic
 from streamflow.core.projection import ProjectedRun
-from streamflow.core.replay import Drift, DriftKind, Origin, compare, origin, refused
+from streamflow.core.replay import Drift, DriftKind, compare, refused
 from streamflow.core.tokens import HookSecret
 from streamflow.workflow.runtime import (
     FlowRuntime,
@@ -144,11 +144,7 @@ async def replay_history(
     events = [envelope.event for envelope in history]
     compared_until = 0  # events a decision already accounted for
     for index, envelope in enumerate(history):
-        if (
-            index >= max(1, compared_until)
-            and origin(envelope.event) is not Origin.OTHER
-            and _decidable(run)
-        ):
+        if index >= max(1, compared_until) and envelope.event.ORIGIN.from_code and _decidable(run):
             decisions += 1
             drift, width = await _decide(
                 runtime, run, envelope, events[index:], limits, hook_secret

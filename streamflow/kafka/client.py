@@ -25,8 +25,8 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streamflow.core import decide as d
 from streamflow.core import incidents
+from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
 from streamflow.core.errors import (
-    ContinueAsNewCycle,
     FlowError,
     InvalidTransition,
     IoError,
@@ -245,12 +245,25 @@ class RetentionReader:
 
 class FlowClient:
     """Talks to streamflow's Kafka topologies. Methods are ``async``; one client may be shared
-    by many coroutines of one event loop."""
+    by many coroutines of one event loop.
 
-    def __init__(self, settings: KafkaSettings, *, request_timeout: float = 30.0) -> None:
+    ``max_continue_as_new_hops`` is the hop limit :meth:`result` and
+    :meth:`continuation_chain` walk a chain with (``ContinueAsNewLimitExceeded`` past it, as
+    the embedded engine's walks): the client cannot learn the processors' limit, so give it
+    the ``--max-continue-as-new-hops`` they run with when that is not the default (64).
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        request_timeout: float = 30.0,
+        max_continue_as_new_hops: int = DEFAULT_MAX_CONTINUE_AS_NEW_HOPS,
+    ) -> None:
         self._settings = settings
         self._names = Names(settings.namespace)
         self._timeout = request_timeout
+        self._max_hops = max(0, int(max_continue_as_new_hops))
         self._wire = codec.Wire(settings.limits)
         self._producer = producer(settings)
         self._partitions = partition_count(self._producer, self._names.requests)
@@ -447,16 +460,21 @@ class FlowClient:
     async def list_run_ids(self) -> list[str]:
         return await asyncio.to_thread(self._history.run_ids)
 
+    @property
+    def max_continue_as_new_hops(self) -> int:
+        """The hop limit this client walks chains with."""
+        return self._max_hops
+
     async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot:
         """Wait until the run's chain ends and return the snapshot of its last run (a run that
-        continued as new is followed to its successor)."""
+        continued as new is followed to its successor). A successor's start is requested
+        with the link and written by its own partition's journal, so one not visible yet is
+        waited for (up to the request timeout) before ``RunNotFound``. ``ContinueAsNewCycle``
+        for a link back into the chain, ``ContinueAsNewLimitExceeded`` past the hop limit."""
+        walk = ChainWalk(run_id, self._max_hops)
         snap = await self._segment_result(run_id, timeout)
-        seen = {run_id}
-        while snap.continuation is not None:
-            successor = snap.continuation.successor_run_id
-            if successor in seen:
-                raise ContinueAsNewCycle(successor)
-            seen.add(successor)
+        while (successor := walk.next_link(snap)) is not None:
+            await self._await_run(successor)
             snap = await self._segment_result(successor, timeout)
         return snap
 
@@ -464,20 +482,17 @@ class FlowClient:
         """Run ids from ``run_id`` along its continue-as-new links to the last run, checking
         that every successor was started by its predecessor's link. A successor's start is
         written with the link, so one not visible yet is waited for (up to the request
-        timeout) before ``RunNotFound``."""
+        timeout) before ``RunNotFound``. ``ContinueAsNewCycle`` for a link back into the
+        chain, ``ContinueAsNewLimitExceeded`` past the hop limit."""
+        walk = ChainWalk(run_id, self._max_hops)
         snap = await self.snapshot(run_id)
-        chain = [run_id]
-        while snap.continuation is not None:
-            successor = snap.continuation.successor_run_id
-            if successor in chain:
-                raise ContinueAsNewCycle(successor)
+        while (successor := walk.next_link(snap)) is not None:
             nxt = await self._await_run(successor)
             problem = continuation_error(snap, nxt)
             if problem is not None:
                 raise problem
-            chain.append(successor)
             snap = nxt
-        return chain
+        return walk.chain
 
     async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
         """Active hooks of non-terminal runs, sorted by (run, hook), with token digests.

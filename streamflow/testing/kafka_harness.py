@@ -17,7 +17,13 @@ from pathlib import Path
 
 from streamflow.core import decide as d
 from streamflow.core.builds import RuntimeBuildCompatibility
-from streamflow.core.errors import FlowError, RunNotFound
+from streamflow.core.chains import ChainWalk
+from streamflow.core.errors import (
+    ContinueAsNewCycle,
+    ContinueAsNewLimitExceeded,
+    FlowError,
+    RunNotFound,
+)
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import WorkflowRunSummary, summarize
@@ -240,13 +246,17 @@ class KafkaDriver:
             return None
 
     async def _chain_leaf(self, run_id: str) -> WorkflowRunSnapshot | None:
+        """The last run of ``run_id``'s chain visible so far (``None``: a run on the way is
+        not there yet); a chain the walk refuses stops where it was refused."""
+        walk = ChainWalk(run_id, self.client.max_continue_as_new_hops)
         snap = await self._maybe_snapshot(run_id)
-        seen = {run_id}
-        while snap is not None and snap.continuation is not None:
-            successor = snap.continuation.successor_run_id
-            if successor in seen:
+        while snap is not None:
+            try:
+                successor = walk.next_link(snap)
+            except (ContinueAsNewCycle, ContinueAsNewLimitExceeded):
                 return snap
-            seen.add(successor)
+            if successor is None:
+                return snap
             snap = await self._maybe_snapshot(successor)
         return snap
 

@@ -39,7 +39,7 @@ from streamflow.core.errors import (
     RuntimeBuildUnavailable,
     SerializationError,
 )
-from streamflow.core.ids import is_valid_run_id, validate_run_id
+from streamflow.core.ids import idempotency_key, is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
 from streamflow.core.obligations import newly_owed, owed
 from streamflow.core.projection import evolve, project
@@ -84,30 +84,6 @@ COUNTED: dict[str, dict[str, str]] = {
 COUNTS_PUBLISH_INTERVAL = 5.0
 log = logging.getLogger("streamflow.journal")
 COMPONENT = "journal"
-
-# What a processor may propose: the events workflow commands (and the pre-replay repairs)
-# produce. Outcomes that only the journal may record (step results, timer completion,
-# cancellation requests, receipts) are refused even from a well-meaning processor.
-PROPOSABLE: frozenset[type[ev.FlowEvent]] = frozenset(
-    {
-        ev.StepCreated,
-        ev.StepStarted,
-        ev.WaitCreated,
-        ev.RunProgressRecorded,
-        ev.ChildOperationLinked,
-        ev.RunCompleted,
-        ev.RunFailed,
-        ev.RunCancelled,
-        ev.RunTimedOut,
-        ev.RunRetryExhausted,
-        ev.SignalWaitCreated,
-        ev.SignalWaitCompleted,
-        ev.HookCreated,
-        ev.ChildWorkflowRequested,
-        ev.RunContinuedAsNew,
-    }
-)
-
 
 RETENTION_BODIES = (
     m.HoldHistory,
@@ -570,7 +546,11 @@ class Journal(TransactionalTopology):
             )
             return _Outcome(effects=releases)
         for event in body.events:
-            if type(event) not in PROPOSABLE:
+            # What a processor may propose: the events workflow commands and the pre-replay
+            # repairs produce (origin CODE, CODE_OR_HOST, DERIVED). Events only the host writes
+            # (starts, step results, timer completion, cancellation requests, receipts) are
+            # refused even from a well-meaning processor.
+            if not event.ORIGIN.proposable:
                 return _Outcome(
                     error=InvalidTransition(
                         f"proposal rejected: processors may not propose {event.TYPE}"
@@ -766,7 +746,7 @@ class Journal(TransactionalTopology):
             input=step.input,
             attempt=event.attempt,
             retry=step.retry,
-            idempotency_key=f"flow:{snap.run_id}:{step.step_id}",
+            idempotency_key=idempotency_key(snap.run_id, step.step_id),
             runtime_build_id=None if build is None else str(build),
             started_sequence=sequence,
         )
