@@ -28,6 +28,7 @@ from streamflow.core import incidents
 from streamflow.core.errors import (
     ContinueAsNewCycle,
     FlowError,
+    FlowTimeout,
     InvalidTransition,
     IoError,
     RunConflict,
@@ -173,7 +174,9 @@ class HistoryReader:
                     return list(known)
                 self._absorb(self._topic.drain(0.05))
             if time.monotonic() > deadline:
-                raise TimeoutError(f"history of run {run_id} did not reach sequence {sequence}")
+                raise FlowTimeout(
+                    f"the history of run {run_id} to reach sequence {sequence}", timeout
+                )
 
     def run_ids(self) -> list[str]:
         with self._lock:
@@ -422,8 +425,8 @@ class FlowClient:
         try:
             reply = await asyncio.wait_for(future, self._timeout)
         except TimeoutError:
-            raise TimeoutError(
-                f"no reply to {what} within {self._timeout}s; are the topologies running?"
+            raise FlowTimeout(
+                f"a reply to {what}", self._timeout, "are the topologies running?"
             ) from None
         finally:
             with self._lock:
@@ -449,7 +452,8 @@ class FlowClient:
 
     async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot:
         """Wait until the run's chain ends and return the snapshot of its last run (a run that
-        continued as new is followed to its successor)."""
+        continued as new is followed to its successor). ``FlowTimeout`` (a ``TimeoutError``)
+        when a run of the chain does not end within ``timeout`` seconds."""
         snap = await self._segment_result(run_id, timeout)
         seen = {run_id}
         while snap.continuation is not None:
@@ -608,7 +612,12 @@ class FlowClient:
             snap = await self.snapshot(run_id)
             if snap.is_terminal:
                 return snap
-            notice = await asyncio.wait_for(future, timeout)
+            try:
+                notice = await asyncio.wait_for(future, timeout)
+            except TimeoutError:
+                if timeout is None:
+                    raise
+                raise FlowTimeout(f"workflow run {run_id} to end", timeout) from None
             events = await asyncio.to_thread(
                 self._history.history_through, run_id, notice.last_sequence, timeout or 60.0
             )

@@ -38,6 +38,7 @@ from streamflow.core.errors import (
     RunNotFound,
     RuntimeBuildUnavailable,
     SerializationError,
+    TopicsRefused,
 )
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
@@ -210,15 +211,19 @@ class Journal(TransactionalTopology):
         self._partitions = partition_count(self._consumer, self._names.requests)
         history_partitions = partition_count(self._consumer, self._names.history)
         if history_partitions != self._partitions:
-            raise RuntimeError(
-                f"{self._names.requests} has {self._partitions} partitions but "
-                f"{self._names.history} has {history_partitions}: they must be equal"
+            raise TopicsRefused(
+                [
+                    f"{self._names.requests} has {self._partitions} partitions but "
+                    f"{self._names.history} has {history_partitions}: they must be equal"
+                ]
             )
         retention_partitions = partition_count(self._consumer, self._names.retention)
         if retention_partitions != self._partitions:
-            raise RuntimeError(
-                f"{self._names.requests} has {self._partitions} partitions but "
-                f"{self._names.retention} has {retention_partitions}: they must be equal"
+            raise TopicsRefused(
+                [
+                    f"{self._names.requests} has {self._partitions} partitions but "
+                    f"{self._names.retention} has {retention_partitions}: they must be equal"
+                ]
             )
         self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
         self._task_partitions: dict[str, int] = {}

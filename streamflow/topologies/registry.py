@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.errors import FlowTimeout
 from streamflow.kafka.clients import (
     APPEND_WOKEN,
     caught_up,
@@ -148,7 +149,7 @@ class RouteTable:
             if caught_up(self._reader, self._names.builds, targets):
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {self._names.builds} took over {timeout}s")
+                raise FlowTimeout(f"{self._names.builds} to be read to its end", timeout)
 
     def _apply(self, key: bytes, value: bytes | None) -> None:
         with self._lock:
