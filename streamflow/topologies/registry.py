@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -183,13 +182,3 @@ class RouteTable:
     def close(self) -> None:
         self._reader.close()
         self._ends.close()
-
-
-def routes_for(registrations: Iterable[BuildRegistration]) -> dict[str, list[str]]:
-    """Builds → the groups that serve them (for operators' listings)."""
-    out: dict[str, list[str]] = {}
-    for r in registrations:
-        for build in (r.current, *r.compatible):
-            if build is not None:
-                out.setdefault(build, []).append(r.group)
-    return out
