@@ -448,7 +448,7 @@ class Journal(TransactionalTopology):
             quiet = (m.Proposal, m.StepResult, m.WakeUp, m.ResolveChild, m.QueryChild)
             if isinstance(body, quiet) and not request.reply:
                 return _Outcome()
-            return _Outcome(error=_not_found(run_id))
+            return _Outcome(error=RunNotFound(run_id))
         successor = None if snap.continuation is None else snap.continuation.successor_run_id
         if isinstance(body, m.Proposal):
             return self._proposal(snap, body)
@@ -1112,9 +1112,6 @@ class Journal(TransactionalTopology):
     # -- restore --------------------------------------------------------------------------------
 
     def restore(self, partition: int) -> None:
-        self._restore(partition)
-
-    def _restore(self, partition: int) -> None:
         """Bring local state up to history and retention partition ``partition``'s committed
         end (a null history value is a retention tombstone: the key is deleted)."""
         batch = self._state.batch()
@@ -1205,10 +1202,6 @@ def _from(outcome: d.Outcome) -> _Outcome:
     if isinstance(outcome, d.Decision):
         return _Outcome(events=outcome.events, effects=outcome.effects)
     return _Outcome()
-
-
-def _not_found(run_id: str) -> FlowError:
-    return RunNotFound(run_id)
 
 
 def _no_route(snap: WorkflowRunSnapshot) -> FlowError:
