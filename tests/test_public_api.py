@@ -48,6 +48,11 @@ PINNED = {
     "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
     "PayloadTooLarge", "RequestDeadLettered", "NonRetryable", "HookAlreadyResolved",
     "HookTokenTooShort",
+    # the families under FlowError (caught, never raised)
+    "ConflictError", "NotFoundError", "InvalidInputError", "InfrastructureError",
+    # errors of timeouts and of Kafka deployments
+    "FlowTimeout", "Fenced", "InspectionUnavailable", "AdminError", "TopicsRefused",
+    "ClusterUnavailable", "ManifestError",
 }  # fmt: skip
 
 

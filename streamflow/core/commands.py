@@ -1,21 +1,20 @@
-"""The 14 ``RuntimeCommand`` types a workflow returns from one replay, and their JSON form.
+"""The 14 ``RuntimeCommand`` types a workflow returns from one replay.
 
-JSON fields are normalised on construction, so a command compares with history exactly as it
-would after a round trip through any store.
+A command never leaves the process that decides it: what is stored and sent is the events it
+leads to. Its JSON fields are normalised on construction, so it compares with history exactly
+as those events would after a round trip through any store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from streamflow.core.errors import SerializationError
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.timeutil import format_utc, parse_utc
 from streamflow.core.values import (
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
@@ -51,23 +50,6 @@ class StepCommand:
     def with_retry(self, retry: RetryPolicy) -> StepCommand:
         return replace(self, retry=retry)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "step_id": self.step_id,
-            "step_name": self.step_name,
-            "input": self.input,
-            "retry": self.retry.to_json(),
-        }
-
-    @staticmethod
-    def from_json(data: Mapping[str, Any]) -> StepCommand:
-        return StepCommand(
-            step_id=data["step_id"],
-            step_name=data["step_name"],
-            input=data.get("input"),
-            retry=RetryPolicy.from_json(data.get("retry")),
-        )
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildWorkflowCommand:
@@ -96,25 +78,6 @@ class ChildWorkflowCommand:
     ) -> ChildWorkflowCommand:
         return replace(self, cancellation_policy=ChildWorkflowCancellationPolicy(policy))
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "child_id": self.child_id,
-            "spec": self.spec.to_json(),
-            "input": self.input,
-            "cancellation_policy": self.cancellation_policy.value,
-        }
-
-    @staticmethod
-    def from_json(data: Mapping[str, Any]) -> ChildWorkflowCommand:
-        return ChildWorkflowCommand(
-            child_id=data["child_id"],
-            spec=WorkflowSpec.from_json(data["spec"]),
-            input=data.get("input"),
-            cancellation_policy=ChildWorkflowCancellationPolicy(
-                data.get("cancellation_policy") or "request_cancellation"
-            ),
-        )
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeCommand:
@@ -129,25 +92,6 @@ class RuntimeCommand:
     @property
     def type(self) -> str:
         return self.TYPE
-
-    def to_json(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    @staticmethod
-    def from_json(data: object) -> RuntimeCommand:
-        if not isinstance(data, Mapping):
-            raise SerializationError(f"runtime command must be an object, got {data!r}")
-        cls = COMMAND_TYPES.get(str(data.get("type")))
-        if cls is None:
-            raise SerializationError(f"unknown runtime command type {data.get('type')!r}")
-        try:
-            return cls._decode(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SerializationError(f"invalid {cls.TYPE} command: {exc}") from exc
-
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        raise NotImplementedError
 
     # Static constructors mirroring the seed's RuntimeCommand::* helpers.
     @staticmethod
@@ -226,15 +170,6 @@ class RuntimeCommand:
         return StartChildWorkflows(children=tuple(children))
 
 
-COMMAND_TYPES: dict[str, type[RuntimeCommand]] = {}
-
-
-def _command(cls: type[RuntimeCommand]) -> type[RuntimeCommand]:
-    COMMAND_TYPES[cls.TYPE] = cls
-    return cls
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Complete(RuntimeCommand):
     TYPE = "complete"
@@ -243,57 +178,25 @@ class Complete(RuntimeCommand):
     def __post_init__(self) -> None:
         _set_json(self, "output")
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "output": self.output}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return Complete(output=data.get("output"))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fail(RuntimeCommand):
     TYPE = "fail"
     error: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "error": self.error}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return Fail(error=data["error"])
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cancel(RuntimeCommand):
     TYPE = "cancel"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return Cancel()
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Timeout(RuntimeCommand):
     TYPE = "timeout"
     deadline: datetime
     reason: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "deadline": format_utc(self.deadline), "reason": self.reason}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return Timeout(deadline=parse_utc(data["deadline"]), reason=data.get("reason"))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContinueAsNew(RuntimeCommand):
     TYPE = "continue_as_new"
@@ -302,43 +205,19 @@ class ContinueAsNew(RuntimeCommand):
     def __post_init__(self) -> None:
         _set_json(self, "input")
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "input": self.input}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return ContinueAsNew(input=data.get("input"))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordProgress(RuntimeCommand):
     TYPE = "record_progress"
     progress: WorkflowProgress
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "progress": self.progress.to_json()}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return RecordProgress(progress=WorkflowProgress.from_json(data["progress"]))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkChildOperation(RuntimeCommand):
     TYPE = "link_child_operation"
     child: ChildOperationReference
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "child": self.child.to_json()}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return LinkChildOperation(child=ChildOperationReference.from_json(data["child"]))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartChildWorkflow(RuntimeCommand):
     TYPE = "start_child_workflow"
@@ -360,21 +239,7 @@ class StartChildWorkflow(RuntimeCommand):
             cancellation_policy=self.cancellation_policy,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, **self.as_child().to_json()}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        child = ChildWorkflowCommand.from_json(data)
-        return StartChildWorkflow(
-            child_id=child.child_id,
-            spec=child.spec,
-            input=child.input,
-            cancellation_policy=child.cancellation_policy,
-        )
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleStep(RuntimeCommand):
     TYPE = "schedule_step"
@@ -391,18 +256,7 @@ class ScheduleStep(RuntimeCommand):
             step_id=self.step_id, step_name=self.step_name, input=self.input, retry=self.retry
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, **self.as_step().to_json()}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        step = StepCommand.from_json(data)
-        return ScheduleStep(
-            step_id=step.step_id, step_name=step.step_name, input=step.input, retry=step.retry
-        )
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleSteps(RuntimeCommand):
     TYPE = "schedule_steps"
@@ -411,30 +265,14 @@ class ScheduleSteps(RuntimeCommand):
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "steps": [s.to_json() for s in self.steps]}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return ScheduleSteps(steps=tuple(StepCommand.from_json(s) for s in data["steps"]))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitUntil(RuntimeCommand):
     TYPE = "wait_until"
     wait_id: str
     resume_at: datetime
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "wait_id": self.wait_id, "resume_at": format_utc(self.resume_at)}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return WaitUntil(wait_id=data["wait_id"], resume_at=parse_utc(data["resume_at"]))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateHook(RuntimeCommand):
     TYPE = "create_hook"
@@ -453,37 +291,14 @@ class CreateHook(RuntimeCommand):
             f"CreateHook(hook_id={self.hook_id!r}, token='<redacted>', metadata={self.metadata!r})"
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": self.TYPE,
-            "hook_id": self.hook_id,
-            "token": self.token,
-            "metadata": self.metadata,
-        }
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return CreateHook(
-            hook_id=data["hook_id"], token=data["token"], metadata=data.get("metadata")
-        )
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitForSignal(RuntimeCommand):
     TYPE = "wait_for_signal"
     wait_id: str
     signal_name: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "wait_id": self.wait_id, "signal_name": self.signal_name}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return WaitForSignal(wait_id=data["wait_id"], signal_name=data["signal_name"])
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartChildWorkflows(RuntimeCommand):
     TYPE = "start_child_workflows"
@@ -491,12 +306,3 @@ class StartChildWorkflows(RuntimeCommand):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "children", tuple(self.children))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "children": [c.to_json() for c in self.children]}
-
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return StartChildWorkflows(
-            children=tuple(ChildWorkflowCommand.from_json(c) for c in data["children"])
-        )

@@ -107,15 +107,6 @@ def digests_equal(left: str, right: str) -> bool:
     return hmac.compare_digest(left.encode("utf-8"), right.encode("utf-8"))
 
 
-def token_matches(token: str, digest: str) -> bool:
-    """Whether ``token`` hashes to ``digest``, compared in constant time."""
-    try:
-        computed = token_digest(token)
-    except InvalidTransition:
-        return False
-    return digests_equal(computed, digest)
-
-
 def short(digest: str) -> str:
     """A digest abbreviated for messages: enough to correlate, never the token."""
     return f"sha256:{digest[:12]}…"

@@ -30,6 +30,7 @@ from streamflow.core.errors import (
     ChildWorkflowDepthExceeded,
     EventConflict,
     FlowError,
+    FlowTimeout,
     HookConflict,
     HookTokenConflict,
     HookTokenNotFound,
@@ -1016,12 +1017,19 @@ class FlowEngine:
     async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot:
         """Wait until the run's continue-as-new chain ends; the snapshot of its last run.
 
-        Raises ``RunNotFound`` for an unknown run and ``TimeoutError`` when ``timeout``
-        seconds pass first. The run progresses by whatever drives it (a ``FlowScheduler``, a
-        host, another engine on the same store); this only waits.
+        Raises ``RunNotFound`` for an unknown run and ``FlowTimeout`` (a ``TimeoutError``)
+        when ``timeout`` seconds pass first. The run progresses by whatever drives it (a
+        ``FlowScheduler``, a host, another engine on the same store); this only waits.
         """
         validate_run_id(run_id)
-        return await asyncio.wait_for(self._chain_end(run_id), timeout)
+        try:
+            return await asyncio.wait_for(self._chain_end(run_id), timeout)
+        except FlowTimeout:
+            raise
+        except TimeoutError:
+            if timeout is None:
+                raise
+            raise FlowTimeout(f"workflow run {run_id} to end", timeout) from None
 
     async def _chain_end(self, run_id: str) -> WorkflowRunSnapshot:
         current = run_id

@@ -28,6 +28,7 @@ from streamflow.core import incidents
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
 from streamflow.core.errors import (
     FlowError,
+    FlowTimeout,
     InvalidTransition,
     IoError,
     RunConflict,
@@ -173,7 +174,9 @@ class HistoryReader:
                     return list(known)
                 self._absorb(self._topic.drain(0.05))
             if time.monotonic() > deadline:
-                raise TimeoutError(f"history of run {run_id} did not reach sequence {sequence}")
+                raise FlowTimeout(
+                    f"the history of run {run_id} to reach sequence {sequence}", timeout
+                )
 
     def run_ids(self) -> list[str]:
         with self._lock:
@@ -435,8 +438,8 @@ class FlowClient:
         try:
             reply = await asyncio.wait_for(future, self._timeout)
         except TimeoutError:
-            raise TimeoutError(
-                f"no reply to {what} within {self._timeout}s; are the topologies running?"
+            raise FlowTimeout(
+                f"a reply to {what}", self._timeout, "are the topologies running?"
             ) from None
         finally:
             with self._lock:
@@ -470,7 +473,9 @@ class FlowClient:
         continued as new is followed to its successor). A successor's start is requested
         with the link and written by its own partition's journal, so one not visible yet is
         waited for (up to the request timeout) before ``RunNotFound``. ``ContinueAsNewCycle``
-        for a link back into the chain, ``ContinueAsNewLimitExceeded`` past the hop limit."""
+        for a link back into the chain, ``ContinueAsNewLimitExceeded`` past the hop limit,
+        ``FlowTimeout`` (a ``TimeoutError``) when a run of the chain does not end within
+        ``timeout`` seconds."""
         walk = ChainWalk(run_id, self._max_hops)
         snap = await self._segment_result(run_id, timeout)
         while (successor := walk.next_link(snap)) is not None:
@@ -623,7 +628,12 @@ class FlowClient:
             snap = await self.snapshot(run_id)
             if snap.is_terminal:
                 return snap
-            notice = await asyncio.wait_for(future, timeout)
+            try:
+                notice = await asyncio.wait_for(future, timeout)
+            except TimeoutError:
+                if timeout is None:
+                    raise
+                raise FlowTimeout(f"workflow run {run_id} to end", timeout) from None
             events = await asyncio.to_thread(
                 self._history.history_through, run_id, notice.last_sequence, timeout or 60.0
             )

@@ -16,6 +16,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from streamflow.core.errors import FlowTimeout
 from streamflow.kafka.config import KafkaSettings
 
 log = logging.getLogger("streamflow.kafka")
@@ -220,8 +221,6 @@ def read_to_end(
             if position >= end:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"reading {topic}[{partition}] to offset {end} took over {timeout}s"
-                )
+                raise FlowTimeout(f"{topic}[{partition}] to be read to offset {end}", timeout)
     finally:
         source.close()

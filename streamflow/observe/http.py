@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from streamflow.core.errors import FlowError, RunNotFound
+from streamflow.core.errors import InspectionUnavailable as InspectionUnavailable
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.observe.metrics import FlowMetrics
 
@@ -76,10 +77,6 @@ class Covered:
 
     value: Any
     partitions: frozenset[int]
-
-
-class InspectionUnavailable(Exception):
-    """Part of the answer lives with an observers instance that cannot answer now (HTTP 503)."""
 
 
 def fetch_json(

@@ -439,11 +439,6 @@ def decode_retention(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Retent
     return _codec(max_size).decode_as(data, RetentionRecord)
 
 
-def schema_name_of(data: bytes) -> str:
-    """Top-level schema name in the header of ``data``, without reading the body."""
-    return _codec(DEFAULT_MAX_SIZE).schema_of(data).name
-
-
 def fingerprint_of(name: str) -> bytes:
     """The 8 header bytes of the current version of top-level schema ``name``."""
     return shipped_registry().schema(name).fingerprint

@@ -31,7 +31,7 @@ from typing import Any, TypeAlias, cast
 
 import streamflow.core.events as ev
 from streamflow.core.errors import SerializationError
-from streamflow.core.events import EVENT_TYPES, FlowEvent, FlowEventEnvelope
+from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
@@ -52,7 +52,6 @@ from streamflow.core.values import (
     TimedOut,
     WorkflowProgress,
     WorkflowSignal,
-    WorkflowTerminalOutcome,
 )
 from streamflow.serde.messages import (
     AuditRecord,
@@ -68,7 +67,6 @@ from streamflow.serde.messages import (
     HoldHistory,
     HookCallback,
     HookRequest,
-    HookRequestBody,
     Incident,
     LinkChild,
     MetricSample,
@@ -81,7 +79,6 @@ from streamflow.serde.messages import (
     Reply,
     ReplyKind,
     Request,
-    RequestBody,
     ResolveChild,
     ResumeHook,
     RetentionRecord,
@@ -793,36 +790,3 @@ def from_avro(name: str, record: Mapping[str, Any]) -> WireValue:
     if mapping is None:
         raise SerializationError(f"{name!r} is not a top-level wire schema")
     return cast(WireValue, mapping.from_avro(record))
-
-
-def event_to_avro(event: FlowEvent) -> Branch:
-    """``(full record name, record)`` of one history event."""
-    return cast(Branch, EVENT.to(event))
-
-
-def event_from_avro(branch: Branch) -> FlowEvent:
-    return cast(FlowEvent, EVENT.back(branch))
-
-
-def body_to_avro(body: RequestBody) -> Branch:
-    return cast(Branch, BODY.to(body))
-
-
-def body_from_avro(branch: Branch) -> RequestBody:
-    return cast(RequestBody, BODY.back(branch))
-
-
-def hook_body_to_avro(body: HookRequestBody) -> Branch:
-    return cast(Branch, HOOK_BODY.to(body))
-
-
-def hook_body_from_avro(branch: Branch) -> HookRequestBody:
-    return cast(HookRequestBody, HOOK_BODY.back(branch))
-
-
-def outcome_to_avro(outcome: WorkflowTerminalOutcome) -> Branch:
-    return cast(Branch, OUTCOME.to(outcome))
-
-
-def outcome_from_avro(branch: Branch) -> WorkflowTerminalOutcome:
-    return cast(WorkflowTerminalOutcome, OUTCOME.back(branch))

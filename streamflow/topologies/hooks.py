@@ -40,6 +40,7 @@ from streamflow.core.errors import (
     HookTokenConflict,
     HookTokenNotFound,
     InvalidTransition,
+    TopicsRefused,
 )
 from streamflow.core.tokens import ResolvedHook, digests_equal, is_token_digest, token_digest
 from streamflow.kafka.admin import fit_record_limit
@@ -108,9 +109,11 @@ class Hooks(TransactionalTopology):
         self._partitions = partition_count(self._consumer, names.hook_requests)
         token_partitions = partition_count(self._consumer, names.hook_tokens)
         if token_partitions != self._partitions:
-            raise RuntimeError(
-                f"{names.hook_requests} has {self._partitions} partitions but "
-                f"{names.hook_tokens} has {token_partitions}: they must be equal"
+            raise TopicsRefused(
+                [
+                    f"{names.hook_requests} has {self._partitions} partitions but "
+                    f"{names.hook_tokens} has {token_partitions}: they must be equal"
+                ]
             )
         self._run_partitions = partition_count(self._consumer, names.requests)
         self._batch: StateBatch | None = None

@@ -38,6 +38,7 @@ from streamflow.core.errors import (
     RunNotFound,
     RuntimeBuildUnavailable,
     SerializationError,
+    TopicsRefused,
 )
 from streamflow.core.ids import idempotency_key, is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
@@ -187,15 +188,19 @@ class Journal(TransactionalTopology):
         self._partitions = partition_count(self._consumer, self._names.requests)
         history_partitions = partition_count(self._consumer, self._names.history)
         if history_partitions != self._partitions:
-            raise RuntimeError(
-                f"{self._names.requests} has {self._partitions} partitions but "
-                f"{self._names.history} has {history_partitions}: they must be equal"
+            raise TopicsRefused(
+                [
+                    f"{self._names.requests} has {self._partitions} partitions but "
+                    f"{self._names.history} has {history_partitions}: they must be equal"
+                ]
             )
         retention_partitions = partition_count(self._consumer, self._names.retention)
         if retention_partitions != self._partitions:
-            raise RuntimeError(
-                f"{self._names.requests} has {self._partitions} partitions but "
-                f"{self._names.retention} has {retention_partitions}: they must be equal"
+            raise TopicsRefused(
+                [
+                    f"{self._names.requests} has {self._partitions} partitions but "
+                    f"{self._names.retention} has {retention_partitions}: they must be equal"
+                ]
             )
         self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
         self._task_partitions: dict[str, int] = {}
@@ -426,7 +431,7 @@ class Journal(TransactionalTopology):
             quiet = (m.Proposal, m.StepResult, m.WakeUp, m.ResolveChild, m.QueryChild)
             if isinstance(body, quiet) and not request.reply:
                 return _Outcome()
-            return _Outcome(error=_not_found(run_id))
+            return _Outcome(error=RunNotFound(run_id))
         successor = None if snap.continuation is None else snap.continuation.successor_run_id
         if isinstance(body, m.Proposal):
             return self._proposal(snap, body)
@@ -1094,9 +1099,6 @@ class Journal(TransactionalTopology):
     # -- restore --------------------------------------------------------------------------------
 
     def restore(self, partition: int) -> None:
-        self._restore(partition)
-
-    def _restore(self, partition: int) -> None:
         """Bring local state up to history and retention partition ``partition``'s committed
         end (a null history value is a retention tombstone: the key is deleted)."""
         batch = self._state.batch()
@@ -1187,10 +1189,6 @@ def _from(outcome: d.Outcome) -> _Outcome:
     if isinstance(outcome, d.Decision):
         return _Outcome(events=outcome.events, effects=outcome.effects)
     return _Outcome()
-
-
-def _not_found(run_id: str) -> FlowError:
-    return RunNotFound(run_id)
 
 
 def _no_route(snap: WorkflowRunSnapshot) -> FlowError:

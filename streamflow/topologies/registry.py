@@ -17,13 +17,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.errors import FlowTimeout
 from streamflow.kafka.clients import (
     APPEND_WOKEN,
     caught_up,
@@ -154,7 +154,7 @@ class RouteTable:
             if caught_up(self._reader, self._names.builds, targets):
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {self._names.builds} took over {timeout}s")
+                raise FlowTimeout(f"{self._names.builds} to be read to its end", timeout)
 
     def _apply(self, key: bytes, value: bytes | None) -> None:
         with self._lock:
@@ -201,13 +201,3 @@ def is_live(
 ) -> bool:
     """Whether ``registration`` has heartbeated within its ``ttl`` (plus ``slack``) of ``now``."""
     return registration.heartbeat_at + timedelta(milliseconds=registration.ttl_ms) + slack > now
-
-
-def routes_for(registrations: Iterable[BuildRegistration]) -> dict[str, list[str]]:
-    """Builds → the groups that serve them (for operators' listings)."""
-    out: dict[str, list[str]] = {}
-    for r in registrations:
-        for build in (r.current, *r.compatible):
-            if build is not None:
-                out.setdefault(build, []).append(r.group)
-    return out
