@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import count
 
 import pytest
@@ -73,7 +73,6 @@ from streamflow.core.projection import project
 from streamflow.core.retry import U64_MAX, RetryBackoff, RetryPolicy
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.timeutil import MAX_UTC
 from streamflow.core.tokens import token_digest
 from streamflow.core.values import (
     CancellationRequest,
@@ -113,6 +112,9 @@ DELAYED = RetryPolicy.fixed(3, 60_000)
 ONCE = RetryPolicy.none()
 KEEP_GOING = RetryPolicy.none().continue_workflow_on_failure()
 LINK = ParentLink(run_id="parent", child_id="c", child_run_id=RUN, depth=1)
+
+MAX_UTC = datetime.max.replace(tzinfo=UTC)
+"""The latest representable instant (a retry delay past it cannot be recorded)."""
 
 
 # -- histories ---------------------------------------------------------------------------------
