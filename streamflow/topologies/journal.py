@@ -109,14 +109,14 @@ class _Transaction:
     staged: dict[str, list[ev.FlowEventEnvelope]] = field(default_factory=dict)
     history_offsets: dict[int, int] = field(default_factory=dict)
     child_starts: int = 0
-    """Child start requests produced in this transaction (for the child-request drill)."""
+    """Child start requests produced in this transaction (for the child-request fault points)."""
     retention: dict[str, m.RetentionRecord] = field(default_factory=dict)
     """Retention records written in this transaction, by run (read before local state)."""
     retention_offsets: dict[int, int] = field(default_factory=dict)
     erased: set[str] = field(default_factory=set)
     """Runs pruned in this transaction: gone for every later request in it."""
     prunes: int = 0
-    """Components this transaction deletes (for the prune drill)."""
+    """Components this transaction deletes (for the prune fault points)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +239,7 @@ class Journal(TransactionalTopology):
         assert self._txn is not None
         self._handle(msg, self._txn)
         # The request's output is produced into the open transaction: a handler failing here
-        # must leave none of it visible (the failure drill raises at this point).
+        # must leave none of it visible (a crash test raises at this fault point).
         faults.hit("journal.after_handle")
 
     def _publish_counts(self) -> None:
@@ -271,7 +271,7 @@ class Journal(TransactionalTopology):
     def flushed(self) -> None:
         """The fault point of a prune produced but not yet committed."""
         if self._txn is not None and self._txn.prunes:
-            # A prune's tombstones are in the log, uncommitted: the window of the prune drill.
+            # A prune's tombstones are in the log, uncommitted: the window of a prune fault point.
             faults.hit("journal.after_prune_produced")
 
     def committed(self) -> None:
@@ -716,7 +716,7 @@ class Journal(TransactionalTopology):
         self._send(m.Request(request_id=str(uuid.uuid4()), run_id=target, sent_at=now, body=body))
         if isinstance(effect, d.StartRun) and effect.parent and effect.predecessor is None:
             # The parent's child_workflow_requested and the child's start are both produced,
-            # neither committed: the window the child-request drill kills the journal in.
+            # neither committed: the window a crash test kills the journal in.
             faults.hit("journal.after_child_request_produced")
 
     def _send(self, request: m.Request) -> None:
