@@ -45,9 +45,12 @@ class StepCommand:
 
     @staticmethod
     def new(step_id: str, step_name: str, input: object = None) -> StepCommand:
+        """A step with the default retry policy (``RetryPolicy()``: 3 immediate attempts); ``input``
+        is normalised to JSON."""
         return StepCommand(step_id=step_id, step_name=step_name, input=input)  # type: ignore[arg-type]
 
     def with_retry(self, retry: RetryPolicy) -> StepCommand:
+        """A copy with ``retry`` as the step's attempt budget and delays."""
         return replace(self, retry=retry)
 
 
@@ -71,11 +74,14 @@ class ChildWorkflowCommand:
 
     @staticmethod
     def new(child_id: str, spec: WorkflowSpec, input: object = None) -> ChildWorkflowCommand:
+        """A child with the default policy (``REQUEST_CANCELLATION``); ``input`` is normalised to
+        JSON."""
         return ChildWorkflowCommand(child_id=child_id, spec=spec, input=input)  # type: ignore[arg-type]
 
     def with_cancellation_policy(
         self, policy: ChildWorkflowCancellationPolicy
     ) -> ChildWorkflowCommand:
+        """A copy with ``policy`` (a ``ChildWorkflowCancellationPolicy`` or its value)."""
         return replace(self, cancellation_policy=ChildWorkflowCancellationPolicy(policy))
 
 
@@ -91,41 +97,60 @@ class RuntimeCommand:
 
     @property
     def type(self) -> str:
+        """The command's tag, e.g. ``"schedule_step"``."""
         return self.TYPE
 
-    # Static constructors mirroring the seed's RuntimeCommand::* helpers.
+    # Static constructors, one per variant.
     @staticmethod
     def complete(output: object = None) -> Complete:
+        """End the run ``completed`` with ``output`` (``run_completed``). Refused
+        (``InvalidTransition``) while a cancellation is requested."""
         return Complete(output=output)  # type: ignore[arg-type]
 
     @staticmethod
     def fail(error: str) -> Fail:
+        """End the run ``failed`` with the error text ``error`` (``run_failed``)."""
         return Fail(error=error)
 
     @staticmethod
     def cancel() -> Cancel:
+        """End a run whose cancellation was requested: ``run_cancelled`` with the request's reason.
+        Without a recorded request it is ``InvalidTransition``."""
         return Cancel()
 
     @staticmethod
     def timeout(deadline: datetime, reason: str | None = None) -> Timeout:
+        """End the run with ``run_timed_out`` (status ``failed``). ``deadline`` must be
+        timezone-aware (a naive one is ``InvalidTransition``)."""
         return Timeout(deadline=deadline, reason=reason)
 
     @staticmethod
     def continue_as_new(input: object = None) -> ContinueAsNew:
+        """End the run ``continued_as_new`` and start a successor with the same spec and ``input``.
+        Refused while cancelling, or with an unconsumed signal, an open signal wait or an open child
+        (``InvalidTransition``); beyond the hop limit it is ``ContinueAsNewLimitExceeded``."""
         return ContinueAsNew(input=input)  # type: ignore[arg-type]
 
     @staticmethod
     def record_progress(progress: WorkflowProgress) -> RecordProgress:
+        """Record ``progress`` (``run_progress_recorded``) once per progress id; the same record
+        again is ``InvalidTransition`` (no progress), another one under the same id
+        ``NonDeterministic``."""
         return RecordProgress(progress=progress)
 
     @staticmethod
     def link_child_operation(child: ChildOperationReference) -> LinkChildOperation:
+        """Link an external operation (``child_operation_linked``) once per reference id, with the
+        same idempotency rules as ``record_progress``."""
         return LinkChildOperation(child=child)
 
     @staticmethod
     def schedule_step(
         step_id: str, step_name: str, input: object = None, retry: RetryPolicy | None = None
     ) -> ScheduleStep:
+        """Run one step: ``step_created`` and ``step_started`` for a new id, then ``run_step`` (at
+        least once). ``retry`` defaults to ``RetryPolicy()``. A known id is compared with history
+        (``NonDeterministic`` on drift); a finished step rescheduled is ``InvalidTransition``."""
         return ScheduleStep(
             step_id=step_id,
             step_name=step_name,
@@ -135,18 +160,28 @@ class RuntimeCommand:
 
     @staticmethod
     def schedule_steps(steps: Sequence[StepCommand]) -> ScheduleSteps:
+        """Run independent steps concurrently; the whole batch is validated before anything is
+        written (not empty, no blank or duplicate id)."""
         return ScheduleSteps(steps=tuple(steps))
 
     @staticmethod
     def wait_until(wait_id: str, resume_at: datetime) -> WaitUntil:
+        """Suspend until the timer ``wait_id`` is completed (``wait_created``), even if
+        ``resume_at`` (timezone-aware) has passed. Another ``resume_at`` on replay is
+        ``NonDeterministic``."""
         return WaitUntil(wait_id=wait_id, resume_at=resume_at)
 
     @staticmethod
     def create_hook(hook_id: str, token: str, metadata: object = None) -> CreateHook:
+        """Create a token-addressed callback (``hook_created``, recording only the token's SHA-256
+        digest) and suspend until it is resumed or disposed. A new hook's token needs at least 16
+        characters (``HookTokenTooShort``)."""
         return CreateHook(hook_id=hook_id, token=token, metadata=metadata)  # type: ignore[arg-type]
 
     @staticmethod
     def wait_for_signal(wait_id: str, signal_name: str) -> WaitForSignal:
+        """Wait for the oldest unconsumed delivery of the declared signal ``signal_name``
+        (``signal_wait_created``). An undeclared name is ``InvalidTransition``."""
         return WaitForSignal(wait_id=wait_id, signal_name=signal_name)
 
     @staticmethod
@@ -158,6 +193,9 @@ class RuntimeCommand:
             ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
         ),
     ) -> StartChildWorkflow:
+        """Request one child workflow (``child_workflow_requested``, with a fresh child run id); the
+        parent waits for its outcome. Beyond the depth limit it is ``ChildWorkflowDepthExceeded``.
+        """
         return StartChildWorkflow(
             child_id=child_id,
             spec=spec,
@@ -167,11 +205,15 @@ class RuntimeCommand:
 
     @staticmethod
     def start_child_workflows(children: Sequence[ChildWorkflowCommand]) -> StartChildWorkflows:
+        """Request up to 64 children at once; validated whole before anything is written, and their
+        outcomes are recorded in request order."""
         return StartChildWorkflows(children=tuple(children))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Complete(RuntimeCommand):
+    """``RuntimeCommand.complete``: end the run with ``output``."""
+
     TYPE = "complete"
     output: JsonValue = None
 
@@ -181,17 +223,23 @@ class Complete(RuntimeCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fail(RuntimeCommand):
+    """``RuntimeCommand.fail``: end the run failed with ``error``."""
+
     TYPE = "fail"
     error: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cancel(RuntimeCommand):
+    """``RuntimeCommand.cancel``: end a run whose cancellation was requested."""
+
     TYPE = "cancel"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Timeout(RuntimeCommand):
+    """``RuntimeCommand.timeout``: end the run timed out at ``deadline``."""
+
     TYPE = "timeout"
     deadline: datetime
     reason: str | None = None
@@ -199,6 +247,8 @@ class Timeout(RuntimeCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContinueAsNew(RuntimeCommand):
+    """``RuntimeCommand.continue_as_new``: hand over to a successor run with ``input``."""
+
     TYPE = "continue_as_new"
     input: JsonValue = None
 
@@ -208,18 +258,24 @@ class ContinueAsNew(RuntimeCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordProgress(RuntimeCommand):
+    """``RuntimeCommand.record_progress``: record one progress record."""
+
     TYPE = "record_progress"
     progress: WorkflowProgress
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkChildOperation(RuntimeCommand):
+    """``RuntimeCommand.link_child_operation``: link one external operation."""
+
     TYPE = "link_child_operation"
     child: ChildOperationReference
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartChildWorkflow(RuntimeCommand):
+    """``RuntimeCommand.start_child_workflow``: request one child workflow."""
+
     TYPE = "start_child_workflow"
     child_id: str
     spec: WorkflowSpec
@@ -232,6 +288,7 @@ class StartChildWorkflow(RuntimeCommand):
         _set_json(self, "input")
 
     def as_child(self) -> ChildWorkflowCommand:
+        """The same request as a one-member ``start_child_workflows`` batch."""
         return ChildWorkflowCommand(
             child_id=self.child_id,
             spec=self.spec,
@@ -242,6 +299,8 @@ class StartChildWorkflow(RuntimeCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleStep(RuntimeCommand):
+    """``RuntimeCommand.schedule_step``: run one step."""
+
     TYPE = "schedule_step"
     step_id: str
     step_name: str
@@ -252,6 +311,7 @@ class ScheduleStep(RuntimeCommand):
         _set_json(self, "input")
 
     def as_step(self) -> StepCommand:
+        """The same step as a one-member ``schedule_steps`` batch."""
         return StepCommand(
             step_id=self.step_id, step_name=self.step_name, input=self.input, retry=self.retry
         )
@@ -259,6 +319,8 @@ class ScheduleStep(RuntimeCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleSteps(RuntimeCommand):
+    """``RuntimeCommand.schedule_steps``: run a batch of independent steps."""
+
     TYPE = "schedule_steps"
     steps: tuple[StepCommand, ...]
 
@@ -268,6 +330,8 @@ class ScheduleSteps(RuntimeCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitUntil(RuntimeCommand):
+    """``RuntimeCommand.wait_until``: suspend on a timer."""
+
     TYPE = "wait_until"
     wait_id: str
     resume_at: datetime
@@ -275,6 +339,9 @@ class WaitUntil(RuntimeCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateHook(RuntimeCommand):
+    """``RuntimeCommand.create_hook``: create a hook. ``token`` is plaintext and never recorded
+    (``repr`` redacts it); ``metadata`` may be a ``HookMetadata``."""
+
     TYPE = "create_hook"
     hook_id: str
     token: str
@@ -294,6 +361,8 @@ class CreateHook(RuntimeCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitForSignal(RuntimeCommand):
+    """``RuntimeCommand.wait_for_signal``: wait for a delivery of a declared signal."""
+
     TYPE = "wait_for_signal"
     wait_id: str
     signal_name: str
@@ -301,6 +370,8 @@ class WaitForSignal(RuntimeCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartChildWorkflows(RuntimeCommand):
+    """``RuntimeCommand.start_child_workflows``: request a batch of children."""
+
     TYPE = "start_child_workflows"
     children: tuple[ChildWorkflowCommand, ...]
 

@@ -42,8 +42,8 @@ class Codec:
     decode: Callable[[Any], Any]
     optional: bool = False
     omit_none: bool = False
-    """Leave the field out of the JSON form when it is ``None`` (fields added after the seed's
-    wire shape, so histories without them encode exactly as before)."""
+    """Leave the field out of the JSON form when it is ``None`` (fields added to an existing
+    event, so histories without them encode exactly as before)."""
 
 
 def _ident(value: Any) -> Any:
@@ -159,17 +159,20 @@ class FlowEvent:
     (``streamflow.core.limits``) measures these."""
 
     def event_key(self) -> str:
-        """The seed's routing / metrics key, e.g. ``flow.step.completed``."""
+        """The routing / metrics key, e.g. ``flow.step.completed``."""
         return self.KEY
 
     @property
     def type(self) -> str:
+        """The JSON tag, e.g. ``"step_completed"``."""
         return self.TYPE
 
     def is_terminal(self) -> bool:
+        """Whether the event ends its run (nothing may follow it)."""
         return self.TERMINAL
 
     def to_json(self) -> dict[str, Any]:
+        """The internally tagged JSON form; ``omit_none`` fields at ``None`` are left out."""
         out: dict[str, Any] = {"type": self.TYPE}
         for name, codec in self.FIELDS:
             value = getattr(self, name)
@@ -180,6 +183,8 @@ class FlowEvent:
 
     @staticmethod
     def from_json(data: object) -> FlowEvent:
+        """Decode the JSON form into the class its ``type`` names; ``SerializationError`` for an
+        unknown type, a missing required field or a malformed one."""
         if not isinstance(data, Mapping):
             raise SerializationError(f"event must be a JSON object, got {data!r}")
         tag = data.get("type")
@@ -253,6 +258,10 @@ _BOUNDED_FIELDS = frozenset(
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCreated(FlowEvent):
+    """A run's first event: its spec (the run's immutable authority), its input and where it came
+    from. Written by a start, and for a child or a continue-as-new successor once the parent's
+    request or the predecessor's link is committed."""
+
     spec: WorkflowSpec
     input: JsonValue = None
     parent: ParentLink | None = None
@@ -264,7 +273,9 @@ class RunCreated(FlowEvent):
 @_event("run_started", "flow.run.started", (), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted(FlowEvent):
-    pass
+    """The run may now be driven. Written right after ``run_created`` by a new start, or, when a
+    crash lost it, by the next start retry, drive or cancellation request (not charged to the replay
+    budget)."""
 
 
 @_event(
@@ -272,12 +283,17 @@ class RunStarted(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(FlowEvent):
+    """Workflow code's ``complete(output)``: the run ended ``completed``. Only while running, never
+    after a cancellation request."""
+
     output: JsonValue = None
 
 
 @_event("run_failed", "flow.run.failed", (("error", STR),), terminal=True, origin=Origin.CODE)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunFailed(FlowEvent):
+    """Workflow code's ``fail(error)``: the run ended ``failed`` with that error text."""
+
     error: str
 
 
@@ -289,6 +305,11 @@ class RunFailed(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCancellationRequested(FlowEvent):
+    """A host's cleanup-aware cancellation request, at most once and only while running: the run
+    becomes ``cancelling``, and its pending and running steps, waiting timers, active hooks and open
+    signal waits are cancelled. A parent's request is handed on to its open ``request_cancellation``
+    children requested before it."""
+
     request: CancellationRequest
 
 
@@ -301,6 +322,9 @@ class RunCancellationRequested(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCancelled(FlowEvent):
+    """The run ended ``cancelled``: workflow code's ``cancel()`` after a cancellation request (with
+    the request's reason), or the host's ``force_cancel``."""
+
     reason: str | None = None
 
 
@@ -313,6 +337,9 @@ class RunCancelled(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunTimedOut(FlowEvent):
+    """The run ended ``failed`` by a timeout at ``deadline``: workflow code's ``timeout(…)`` or the
+    host's ``terminate_for_timeout``."""
+
     deadline: datetime
     reason: str | None = None
 
@@ -326,6 +353,10 @@ class RunTimedOut(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRetryExhausted(FlowEvent):
+    """The run ended ``failed`` because a ``fail_run`` step spent its attempts. Written right after
+    that step's ``step_failed``, repeating its attempt and error, or code-free by the next drive
+    when a crash lost it."""
+
     step_id: str
     attempt: int
     error: str
@@ -340,6 +371,9 @@ class RunRetryExhausted(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunHostShutdown(FlowEvent):
+    """The run ended ``failed`` by the host's explicit, non-resumable shutdown policy
+    (``terminate_for_host_shutdown``); an ordinary process shutdown writes nothing."""
+
     reason: str | None = None
 
 
@@ -352,6 +386,9 @@ class RunHostShutdown(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunContinuedAsNew(FlowEvent):
+    """Workflow code's ``continue_as_new(input)``: the run ended ``continued_as_new``, and
+    ``successor_run_id`` (a fresh id) starts with the same spec and ``input``."""
+
     successor_run_id: str
     input: JsonValue = None
 
@@ -364,6 +401,9 @@ class RunContinuedAsNew(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunProgressRecorded(FlowEvent):
+    """A progress record, once per progress id, from workflow code's or the host's
+    ``record_progress``."""
+
     progress: WorkflowProgress
 
 
@@ -375,6 +415,9 @@ class RunProgressRecorded(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildOperationLinked(FlowEvent):
+    """A link to an external operation, once per reference id, from workflow code's or the host's
+    ``link_child_operation``."""
+
     child: ChildOperationReference
 
 
@@ -392,6 +435,9 @@ class ChildOperationLinked(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildWorkflowRequested(FlowEvent):
+    """Workflow code requested a child workflow. Recorded, with a fresh child run id, before the
+    child's stream exists: the child is then created from it, with a parent link."""
+
     child_id: str
     child_run_id: str
     spec: WorkflowSpec
@@ -409,6 +455,9 @@ class ChildWorkflowRequested(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildWorkflowResolved(FlowEvent):
+    """How a child's continue-as-new chain ended (never ``continued_as_new``), appended to the
+    parent in request order; the parent then replays."""
+
     child_id: str
     outcome: WorkflowTerminalOutcome
 
@@ -416,6 +465,9 @@ class ChildWorkflowResolved(FlowEvent):
 @_event("signal_received", "flow.signal.received", (("signal", SIGNAL),), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalReceived(FlowEvent):
+    """A signal delivery (``send_signal``) to a running or cancelling run, once per signal id. It
+    stays in history, unconsumed, until a signal wait of its name pairs with it."""
+
     signal: WorkflowSignal
 
 
@@ -427,6 +479,8 @@ class SignalReceived(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalWaitCreated(FlowEvent):
+    """Workflow code's ``wait_for_signal``: a wait for the next delivery of a declared signal."""
+
     wait_id: str
     signal_name: str
 
@@ -439,6 +493,9 @@ class SignalWaitCreated(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalWaitCompleted(FlowEvent):
+    """A signal wait paired with a delivery of its name, the oldest of each first, one pair per
+    drive iteration, before workflow code replays."""
+
     wait_id: str
     signal_id: str
 
@@ -451,6 +508,9 @@ class SignalWaitCompleted(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCreated(FlowEvent):
+    """Workflow code scheduled a new step: its name, input and retry policy, which every replay must
+    repeat."""
+
     step_id: str
     step_name: str
     input: JsonValue = None
@@ -462,6 +522,10 @@ class StepCreated(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(FlowEvent):
+    """An attempt of a step begins, before it runs: the first right after ``step_created``, a retry
+    at once or once its delay is due. A redelivery of a running attempt after a crash writes none.
+    """
+
     step_id: str
     attempt: int
 
@@ -474,6 +538,9 @@ class StepStarted(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCompleted(FlowEvent):
+    """The running attempt succeeded with ``output``; workflow code sees it from its next replay
+    on."""
+
     step_id: str
     output: JsonValue = None
 
@@ -486,6 +553,9 @@ class StepCompleted(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepRetrying(FlowEvent):
+    """The running attempt failed with attempts left; ``retry_after`` is the deadline of a delayed
+    retry (``None``: the next attempt starts at once)."""
+
     step_id: str
     attempt: int
     error: str
@@ -503,6 +573,10 @@ NO_RETRY = Codec(_ident, _opt_bool, optional=True, omit_none=True)
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepFailed(FlowEvent):
+    """The step failed for good: its last attempt failed, or step code raised ``NonRetryable``.
+    Under ``fail_run`` ``run_retry_exhausted`` follows; under ``continue_workflow`` workflow code
+    reads the error."""
+
     step_id: str
     attempt: int
     error: str
@@ -516,6 +590,9 @@ class StepFailed(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitCreated(FlowEvent):
+    """Workflow code's ``wait_until``: a timer due at ``resume_at``. The run suspends until
+    ``wait_completed``, even if that time has passed."""
+
     wait_id: str
     resume_at: datetime
 
@@ -523,6 +600,9 @@ class WaitCreated(FlowEvent):
 @_event("wait_completed", "flow.wait.completed", (("wait_id", STR),), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitCompleted(FlowEvent):
+    """A waiting timer completed (``resume_wait``: by the scheduler, or on Kafka the timer topology,
+    once due, or by a caller); the run replays."""
+
     wait_id: str
 
 
@@ -534,6 +614,9 @@ class WaitCompleted(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookCreated(FlowEvent):
+    """Workflow code created a hook: its token's digest and its metadata. The run suspends while the
+    hook is active."""
+
     hook_id: str
     token_digest: str
     """SHA-256 of the hook's token (``streamflow.core.tokens``); the token itself is never
@@ -546,6 +629,8 @@ class HookCreated(FlowEvent):
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookReceived(FlowEvent):
+    """A callback resumed an active hook with ``payload`` (``resume_hook``, by id or by token)."""
+
     hook_id: str
     payload: JsonValue = None
 
@@ -553,6 +638,9 @@ class HookReceived(FlowEvent):
 @_event("hook_disposed", "flow.hook.disposed", (("hook_id", STR),), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookDisposed(FlowEvent):
+    """A caller revoked an active hook (``dispose_hook``, by id or by token); workflow code sees
+    ``hook_disposed``."""
+
     hook_id: str
 
 
@@ -572,9 +660,11 @@ class FlowEventEnvelope:
     """The event itself."""
 
     def event_key(self) -> str:
+        """The event's dot key, e.g. ``flow.step.completed``."""
         return self.event.KEY
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form: the envelope fields and the tagged event."""
         return {
             "run_id": self.run_id,
             "sequence": self.sequence,
@@ -585,6 +675,8 @@ class FlowEventEnvelope:
 
     @staticmethod
     def from_json(data: object) -> FlowEventEnvelope:
+        """Decode the JSON form; ``SerializationError`` for a malformed envelope (a sequence below
+        1, say) or event."""
         if not isinstance(data, Mapping):
             raise SerializationError(f"event envelope must be a JSON object, got {data!r}")
         sequence = data.get("sequence")

@@ -22,6 +22,7 @@ def validate_run_id(run_id: object) -> str:
 
 
 def is_valid_run_id(run_id: object) -> bool:
+    """Whether ``run_id`` is a string of one or more ``[A-Za-z0-9_-]``."""
     return isinstance(run_id, str) and _RUN_ID.fullmatch(run_id) is not None
 
 
@@ -58,6 +59,8 @@ class RuntimeBuildId(str):
 
     @classmethod
     def new(cls, value: str) -> RuntimeBuildId:
+        """The same as ``RuntimeBuildId(value)``: ``InvalidRuntimeBuildId`` when ``value`` breaks
+        the rules."""
         return cls(value)
 
     def __repr__(self) -> str:
@@ -87,6 +90,8 @@ class WorkflowPatchId(str):
 
     @classmethod
     def new(cls, value: str) -> WorkflowPatchId:
+        """The same as ``WorkflowPatchId(value)``: ``InvalidWorkflowPatchId`` when ``value`` breaks
+        the rules."""
         return cls(value)
 
     def __repr__(self) -> str:

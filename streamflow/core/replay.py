@@ -32,6 +32,8 @@ GENERATED_FIELDS = frozenset({"child_run_id", "successor_run_id"})
 
 
 class DriftKind(StrEnum):
+    """How current code disagrees with a recorded history at one point."""
+
     DIFFERENT = "different"
     """Code decided other events than history records."""
     REJECTED = "rejected"
@@ -74,6 +76,7 @@ def comparable(event: ev.FlowEvent) -> dict[str, Any]:
 
 
 def render(events: Sequence[ev.FlowEvent]) -> str:
+    """``events`` as replay compares them: one canonical JSON line each, generated ids left out."""
     return "\n".join(
         json.dumps(comparable(e), sort_keys=True, separators=(",", ":")) for e in events
     )

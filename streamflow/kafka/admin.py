@@ -110,10 +110,13 @@ class ApplyReport:
 
     @property
     def existing(self) -> tuple[str, ...]:
+        """The declared topics that existed before this call."""
         return tuple(t.spec.name for t in self.topics if t.exists)
 
     @property
     def drift(self) -> tuple[str, ...]:
+        """The drift of every existing topic (differences reported, never changed), as ``topic:
+        difference``."""
         return tuple(f"{t.spec.name}: {d}" for t in self.topics for d in t.drift)
 
 

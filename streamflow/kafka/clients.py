@@ -115,6 +115,7 @@ class Deadline:
         self._end = time.monotonic() + seconds
 
     def left(self, at_most: float | None = None) -> float:
+        """Seconds left (never negative), at most ``at_most`` when given."""
         remaining = max(0.0, self._end - time.monotonic())
         return remaining if at_most is None else min(remaining, at_most)
 
@@ -142,6 +143,8 @@ def close_producer(source: Producer, timeout: float) -> int:
 
 
 def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> int:
+    """The number of partitions of ``topic``; ``KafkaException`` when the topic does not exist or
+    its metadata has an error."""
     metadata = client.list_topics(topic, timeout=timeout)
     info = metadata.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:

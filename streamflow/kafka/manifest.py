@@ -180,6 +180,7 @@ class Manifest:
     """Topology templates by name."""
 
     def profile(self, name: str) -> Profile:
+        """The replication profile ``name``; ``ManifestError`` for an undeclared one."""
         try:
             return self.profiles[name]
         except KeyError:
@@ -305,6 +306,7 @@ def for_build(name: str, build: str | None) -> str:
 
 
 def cleanup_kinds(policy: str) -> frozenset[str]:
+    """The parts of a ``cleanup.policy`` value, e.g. ``{"compact", "delete"}``."""
     return frozenset(part.strip() for part in policy.split(",") if part.strip())
 
 

@@ -121,7 +121,7 @@ LONG_MAX = 2**63 - 1
 
 
 def json_to_bytes(value: JsonValue) -> bytes:
-    """Compact UTF-8 JSON text of ``value`` (design §6)."""
+    """Compact UTF-8 JSON text of ``value`` (``docs/wire-format.md``)."""
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -257,9 +257,12 @@ class RecordMap:
 
     @property
     def full_name(self) -> str:
+        """The schema's full name, e.g. ``streamflow.v1.Request``."""
         return f"{NAMESPACE}.{self.name}"
 
     def to_avro(self, value: Any) -> AvroRecord:
+        """The Avro record of ``value``; ``SerializationError`` naming the field that does not
+        convert."""
         record: AvroRecord = {}
         for name, conv in self.fields:
             try:
@@ -269,6 +272,8 @@ class RecordMap:
         return record
 
     def from_avro(self, record: Mapping[str, Any]) -> Any:
+        """The Python value of an Avro ``record``; ``SerializationError`` naming the field that
+        does not convert."""
         attributes: dict[str, Any] = {}
         for name, conv in self.fields:
             try:

@@ -104,16 +104,21 @@ class StoreInspector:
         return asyncio.run(view())
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
+        """``/v1/runs/{id}/history``: the run's envelopes as JSON (``RunNotFound`` for an unknown
+        run)."""
         return [envelope.to_json() for envelope in asyncio.run(self._history(run_id))]
 
     def summary(self) -> dict[str, Any]:
+        """``/v1/summary``: counts per status and open work over the runs it answers for."""
         return summary_view(summarize(asyncio.run(self._snapshots())))
 
     def suspensions(self) -> list[dict[str, Any]]:
+        """``/v1/suspensions``: the open suspensions of the runs it answers for, due ones marked."""
         snaps = asyncio.run(self._snapshots())
         return [suspension_view(s) for s in open_suspensions(snaps, self._clock())]
 
     def hooks(self) -> list[dict[str, Any]]:
+        """``/v1/hooks``: the active hooks of the runs it answers for (digests only)."""
         hooks = asyncio.run(self._store.list_active_hooks())
         return [hook_view(h) for h in hooks if self._owns(h.run_id)]
 

@@ -66,6 +66,11 @@ COMPONENT = "hooks"
 
 
 class Hooks(TransactionalTopology):
+    """One hooks instance: owns the token index of its ``{ns}.hook-requests`` partitions (see the
+    module docstring), kept in local state under ``state_dir`` and restored from
+    ``{ns}.hook-tokens``. ``TopicsRefused`` when the two topics do not have the same partition
+    count."""
+
     component = COMPONENT
 
     def __init__(
@@ -124,15 +129,18 @@ class Hooks(TransactionalTopology):
     # -- the transactional topology's hooks ----------------------------------------------------
 
     def begin(self) -> None:
+        """Start staging the token records and offsets of a new transaction."""
         self._batch = self._state.batch()
         self._staged = {}
         self._offsets = {}
         self._produced = False
 
     def has_output(self) -> bool:
+        """Whether the open transaction produced anything."""
         return self._produced
 
     def committed(self) -> None:
+        """Write the staged token records (a ``None`` deletes) and offsets to local state."""
         batch = self._batch
         if batch is None:
             return
@@ -148,6 +156,7 @@ class Hooks(TransactionalTopology):
         self._staged = {}
 
     def aborted(self) -> None:
+        """Drop the staged token records."""
         self._batch = None
         self._staged = {}
 
@@ -166,11 +175,14 @@ class Hooks(TransactionalTopology):
         self._state.write(batch)
 
     def close_state(self) -> None:
+        """Close local state."""
         self._state.close()
 
     # -- one record ----------------------------------------------------------------------------
 
     def handle(self, msg: Message) -> None:
+        """Handle one claim, release or callback (see the module docstring) in the open
+        transaction."""
         now = self._clock()
         raw = msg.value()
         if raw is None:
@@ -348,6 +360,7 @@ class Hooks(TransactionalTopology):
         self._produced = True
 
     def dead_letter(self, msg: Message, reason: str) -> None:
+        """Park ``msg`` without its value (it may carry a token), with ``reason``."""
         self._dead_letter(msg, reason, self._clock())
 
     def _dead_letter(self, msg: Message, reason: str, now: datetime) -> None:
