@@ -146,7 +146,7 @@ def prepare(
     now: datetime,
     compatibility: RuntimeBuildCompatibility | None,
 ) -> Outcome:
-    """Everything a drive iteration decides before invoking workflow code (reference §2.0).
+    """Everything a drive iteration decides before invoking workflow code.
 
     Call :func:`needs_start_repair` first; this function assumes the run was started.
     """

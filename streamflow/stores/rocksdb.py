@@ -451,7 +451,7 @@ class RocksDBEventStore:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    # -- retention (reference §2.10) ----------------------------------------------------------
+    # -- retention --------------------------------------------------------------------------------
 
     def _tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
         if self._retention is None:
