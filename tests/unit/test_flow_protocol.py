@@ -17,6 +17,7 @@ from streamflow import Flow, FlowEngine, InMemoryEventStore
 from streamflow.flow import FLOW_OPERATIONS
 from streamflow.kafka.client import FlowClient
 from streamflow.serde import messages
+from streamflow.testing.harness import CHANGES
 from tests.support import Scripted, sequential
 
 IMPLEMENTATIONS = [FlowEngine, FlowClient]
@@ -40,6 +41,7 @@ def test_the_operations_are_every_protocol_member():
     members = {n for n in dir(Flow) if not n.startswith("_")}
     assert set(FLOW_OPERATIONS) == members
     assert len(FLOW_OPERATIONS) == len(members)
+    assert set(FLOW_OPERATIONS) >= CHANGES
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS, ids=lambda c: c.__name__)
