@@ -1,6 +1,7 @@
 """streamflow: a durable, event-sourced workflow engine for Python.
 
-The names here mirror the seed system's API (design.md §8). Everything else is internal.
+The names here are the public API; everything else is internal. ``Flow`` is the protocol
+both backends implement: ``FlowEngine`` here, ``streamflow.kafka.client.FlowClient`` on Kafka.
 """
 
 from streamflow.core.builds import RuntimeBuildCompatibility
@@ -140,6 +141,7 @@ from streamflow.engine.tasks import (
     InProcessTaskRunner,
     RuntimeBuildTaskRouter,
 )
+from streamflow.flow import Flow
 from streamflow.observe.metrics import FlowMetrics
 from streamflow.observe.observers import (
     FanoutFlowEventObserver,
@@ -176,6 +178,7 @@ __all__ = [
     "ContinueAsNewLimitExceeded",
     "EventConflict",
     "FanoutFlowEventObserver",
+    "Flow",
     "FlowEngine",
     "FlowEngineBuilder",
     "FlowError",

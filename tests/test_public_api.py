@@ -5,9 +5,9 @@ from __future__ import annotations
 import streamflow
 
 PINNED = {
-    # engine, runtime contract, context
-    "FlowEngine", "FlowEngineBuilder", "FlowRuntime", "WorkflowInvocation", "StepInvocation",
-    "WorkflowContext",
+    # the calls both backends offer, the engine, runtime contract, context
+    "Flow", "FlowEngine", "FlowEngineBuilder", "FlowRuntime", "WorkflowInvocation",
+    "StepInvocation", "WorkflowContext",
     # commands and their parts
     "RuntimeCommand", "StepCommand", "ChildWorkflowCommand",
     # definitions and values

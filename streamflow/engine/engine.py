@@ -2,7 +2,9 @@
 
 It is a thin shell around ``streamflow.core``: it loads histories, asks the pure deciders what
 to append, appends with expected sequences, runs step effects in process, and notifies
-observers. The drive loop is the seed's (reference §2.0).
+observers. The drive loop is described in docs/semantics.md (section 1).
+
+It implements :class:`streamflow.Flow`, the calls ``FlowClient`` offers on Kafka too.
 """
 
 from __future__ import annotations
@@ -146,6 +148,10 @@ class FlowEngine:
 
     Build one with :meth:`builder`; every method is ``async``. Engines are cheap to create and
     may share a store (a replacement engine on the same store resumes every run).
+
+    It implements :class:`streamflow.Flow` (the calls that work on ``FlowClient`` too); the
+    calls that change a run drive it before they return, and an error while driving raises
+    from the call as well as being recorded as the run's incident.
     """
 
     def __init__(self, store: FlowEventStore, runtime: FlowRuntime, **settings: object) -> None:
@@ -503,7 +509,7 @@ class FlowEngine:
     # -- child workflows ---------------------------------------------------------------------
 
     async def _reconcile_children(self, cached: CachedRun, now: datetime) -> bool:
-        """The seed's step 5: create missing child streams, hand a cancellation request on,
+        """Step 5 of the drive loop: create missing child streams, hand a cancellation request on,
         drive open children concurrently, and record the outcomes of those that ended, in
         request order. Returns whether anything was appended to the parent."""
         snap = cached.snapshot
@@ -1167,7 +1173,7 @@ class FlowEngine:
     async def list_open_suspensions(self, now: datetime) -> list[WorkflowRunSuspension]:
         return open_suspensions(await self.list_snapshots(), require_utc(now, "now"))
 
-    # -- retention (reference §2.10) --------------------------------------------------------
+    # -- retention (docs/semantics.md, section 15) -------------------------------------------
 
     async def prune_terminal_history(
         self, policy: FlowHistoryRetentionPolicy
@@ -1186,12 +1192,15 @@ class FlowEngine:
         return await self._s.store.hold_history(run_id, hold_id, reason)
 
     async def history_holds(self, run_id: str) -> list[HistoryHold]:
+        validate_run_id(run_id)
         return await self._s.store.history_holds(run_id)
 
     async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        validate_run_id(run_id)
         return await self._s.store.release_history_hold(run_id, hold_id)
 
     async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        validate_run_id(run_id)
         return await self._s.store.history_tombstone(run_id)
 
     async def runtime_build_id(self, run_id: str) -> str | None:
