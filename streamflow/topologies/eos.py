@@ -210,6 +210,7 @@ class TransactionalTopology(ClientKeeper):
                 self._tick()
                 if self._open is None:
                     self._check_group()
+                self._resume_assigned()
                 messages = poll_batch(self._consumer, self._max_batch, self._wait())
                 for msg in messages:
                     if not self._dispatch(msg):
@@ -465,6 +466,9 @@ class TransactionalTopology(ClientKeeper):
                 if self._stop.wait(min(0.2 * 2**attempt, MAX_BACKOFF)):
                     return
         self._answered()
+        # A partition paused by _serve_group, revoked and assigned again, may come back still
+        # paused: the loop resumes whatever it owns before its next poll.
+        self._resume_pending = True
         log.info("%s assigned %s", self.component, sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, source: object, partitions: list[TopicPartition]) -> None:

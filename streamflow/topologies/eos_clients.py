@@ -113,6 +113,8 @@ class ClientKeeper:
         """Like ``_group_ok_at``, but never reset by a consumer replacement: how long the
         cluster really was out of reach (see :meth:`_answered`)."""
         self._probed_at = 0.0
+        self._resume_pending = False
+        """Partitions may be paused that must not be (see :meth:`_resume_assigned`)."""
         self._abandoned: list[float] = []
         self._replaced: list[float] = []
 
@@ -331,9 +333,24 @@ class ClientKeeper:
                     offset = msg.offset() or 0
                     self._seek(TopicPartition(msg.topic() or "", msg.partition() or 0, offset))
         finally:
-            owned = [tp for tp in self._consumer.assignment() if (tp.topic, tp.partition) in paused]
-            if owned:
-                self._consumer.resume(owned)
+            # Resume the whole assignment, not only what this call paused: a rebalance in the
+            # middle may have revoked paused partitions and handed them back later, still
+            # paused (librdkafka keeps an application pause on a re-assigned partition), and a
+            # partition nobody resumes is never fetched again: the loop would poll forever and
+            # get nothing.
+            if paused:
+                self._resume_pending = True
+                self._resume_assigned()
+
+    def _resume_assigned(self) -> None:
+        """Resume every assigned partition once something may have left one paused (only
+        :meth:`_serve_group` pauses, and only while it waits)."""
+        if not self._resume_pending:
+            return
+        assignment = self._consumer.assignment()
+        if assignment:
+            self._consumer.resume(assignment)
+        self._resume_pending = False
 
     def _seek(self, tp: TopicPartition) -> None:
         try:
