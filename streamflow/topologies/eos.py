@@ -210,8 +210,11 @@ class TransactionalTopology(ClientKeeper):
                 self._tick()
                 if self._open is None:
                     self._check_group()
+                    self._check_progress()
                 self._resume_assigned()
                 messages = poll_batch(self._consumer, self._max_batch, self._wait())
+                if messages:
+                    self._fetched_at = time.monotonic()
                 for msg in messages:
                     if not self._dispatch(msg):
                         break  # rewound: the rest of the batch comes again
@@ -469,6 +472,7 @@ class TransactionalTopology(ClientKeeper):
         # A partition paused by _serve_group, revoked and assigned again, may come back still
         # paused: the loop resumes whatever it owns before its next poll.
         self._resume_pending = True
+        self._fetched_at = time.monotonic()
         log.info("%s assigned %s", self.component, sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, source: object, partitions: list[TopicPartition]) -> None:
@@ -537,6 +541,8 @@ class TransactionalTopology(ClientKeeper):
                     log.exception("%s: final commit failed", self.component)
             with self._watchdog.bound("consumer close", budget.left(self._call_timeout)):
                 self._consumer.close()
+                if self._probe is not None:
+                    self._probe.close()
         finally:
             try:
                 if clean:

@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from streamflow.core.errors import Fenced as Fenced
-from streamflow.kafka.clients import consumer, producer
+from streamflow.kafka.clients import consumer, producer, reader
 from streamflow.kafka.config import KafkaSettings
 from streamflow.topologies.watchdog import BoundedCaller, HangHandler, Hung, Watchdog
 
@@ -43,6 +43,10 @@ PROBE_AFTER = 5.0
 REPLACE_AFTER = 15.0
 """Seconds a rewind may fail to read the committed offsets before the consumer is replaced."""
 STUCK_AFTER = 15.0
+STARVED_AFTER = 20.0
+"""An idle consumer that fetched nothing for this long while its partitions hold records past
+its position is stuck (:meth:`_check_progress`). Longer than any transaction timeout we set, so
+a transaction legitimately holding the last stable offset never counts."""
 OUTAGE_AFTER = 2 * PROBE_AFTER
 """A silence of the group coordinator longer than this was an outage (:meth:`_answered`)."""
 """Seconds without an answer from the group coordinator, while the cluster itself answers,
@@ -114,6 +118,11 @@ class ClientKeeper:
         cluster really was out of reach (see :meth:`_answered`)."""
         self._probed_at = 0.0
         self._resume_pending = False
+        self._fetched_at = time.monotonic()
+        """When the consumer last handed over a record (or was assigned, or replaced)."""
+        self._progress_checked_at = 0.0
+        self._probe: Consumer | None = None
+        """A group-less reader for :meth:`_check_progress`, made on first use."""
         """Partitions may be paused that must not be (see :meth:`_resume_assigned`)."""
         self._abandoned: list[float] = []
         self._replaced: list[float] = []
@@ -176,6 +185,64 @@ class ClientKeeper:
     def reconnected(self, silent: float) -> None:
         """The cluster answers again after ``silent`` seconds without an answer."""
 
+    def _check_progress(self) -> None:
+        """An idle consumer that has handed over nothing for :data:`STARVED_AFTER` seconds
+        while a partition it owns holds a committed record, older than that, past the offset it
+        is at, is stuck — seen after broker restarts: assigned, polling, fetching nothing, and
+        no error anywhere. A group-less read_committed probe looks for such a record; if there
+        is one the consumer is replaced (as the same static member it takes the same partitions
+        back and fetches from the committed offsets; a process that keeps needing that exits for
+        its supervisor)."""
+        now = time.monotonic()
+        if now - self._fetched_at < STARVED_AFTER or now - self._progress_checked_at < PROBE_AFTER:
+            return
+        self._progress_checked_at = now
+        assignment = self._consumer.assignment()
+        if not assignment:
+            return
+        try:
+            with self._watchdog.bound("position", self._call_timeout):
+                positions = self._consumer.position(assignment)
+                unknown = [tp for tp in positions if tp.offset < 0]
+                if unknown:
+                    known = {(tp.topic, tp.partition): tp for tp in positions if tp.offset >= 0}
+                    for tp in self._consumer.committed(unknown, timeout=self._call_timeout):
+                        known[(tp.topic, tp.partition)] = tp
+                    positions = list(known.values())
+                starts = [tp for tp in positions if tp.offset >= 0]
+                if not starts:
+                    return
+                stale = self._stale_record(starts, now)
+        except KafkaException:
+            return  # the cluster is away: _check_group deals with that
+        if stale is not None:
+            silent = now - self._fetched_at
+            self._replace_consumer(
+                f"it handed over nothing for {silent:.0f}s while {stale} waits to be read"
+            )
+
+    def _stale_record(self, starts: list[TopicPartition], now: float) -> str | None:
+        """``topic[partition]@offset`` of a committed record at or after ``starts`` written
+        more than :data:`STARVED_AFTER` seconds ago, if a probe can read one within a second."""
+        if self._probe is None:
+            self._probe = reader(self._settings)
+        self._probe.assign(starts)
+        try:
+            deadline = time.monotonic() + 1.0
+            while (left := deadline - time.monotonic()) > 0:
+                msg = self._probe.poll(left)
+                if msg is None:
+                    return None
+                if msg.error() is not None:
+                    continue
+                _kind, written_ms = msg.timestamp()
+                age = time.time() - written_ms / 1000
+                if written_ms > 0 and age > STARVED_AFTER:
+                    return f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+            return None
+        finally:
+            self._probe.unassign()
+
     def _cluster_answers(self) -> bool:
         """Whether the cluster answers a metadata request (so a silent group coordinator is a
         client that lost it, not a broker that is down)."""
@@ -200,7 +267,7 @@ class ClientKeeper:
         old = self._consumer
         group, overrides, required = self._consumer_config
         self._consumer = consumer(self._settings, group, overrides, **required)
-        self._group_ok_at = time.monotonic()
+        self._group_ok_at = self._fetched_at = time.monotonic()
         self.forget()
         self._subscribe()
         threading.Thread(
