@@ -1,6 +1,7 @@
 """streamflow: a durable, event-sourced workflow engine for Python.
 
-The names here mirror the seed system's API (design.md §8). Everything else is internal.
+The names here are the public API; everything else is internal. ``Flow`` is the protocol
+both backends implement: ``FlowEngine`` here, ``streamflow.kafka.client.FlowClient`` on Kafka.
 """
 
 from streamflow.core.builds import RuntimeBuildCompatibility
@@ -10,17 +11,25 @@ from streamflow.core.commands import (
     StepCommand,
 )
 from streamflow.core.errors import (
+    AdminError,
     ChildWorkflowCycle,
     ChildWorkflowDepthExceeded,
+    ClusterUnavailable,
+    ConflictError,
     ContinueAsNewCycle,
     ContinueAsNewLimitExceeded,
     EventConflict,
+    Fenced,
     FlowError,
+    FlowTimeout,
     HookAlreadyResolved,
     HookConflict,
     HookTokenConflict,
     HookTokenNotFound,
     HookTokenTooShort,
+    InfrastructureError,
+    InspectionUnavailable,
+    InvalidInputError,
     InvalidRunId,
     InvalidRuntimeBuildId,
     InvalidTransition,
@@ -29,8 +38,10 @@ from streamflow.core.errors import (
     InvalidWorkflowPatchId,
     IoError,
     LeaseLost,
+    ManifestError,
     NonDeterministic,
     NonRetryable,
+    NotFoundError,
     PayloadTooLarge,
     ReplayLimitExceeded,
     RequestDeadLettered,
@@ -44,6 +55,7 @@ from streamflow.core.errors import (
     SignalConflict,
     StoreError,
     TaskManagement,
+    TopicsRefused,
 )
 from streamflow.core.events import (
     ChildOperationLinked,
@@ -129,6 +141,7 @@ from streamflow.engine.tasks import (
     InProcessTaskRunner,
     RuntimeBuildTaskRouter,
 )
+from streamflow.flow import Flow
 from streamflow.observe.metrics import FlowMetrics
 from streamflow.observe.observers import (
     FanoutFlowEventObserver,
@@ -165,6 +178,7 @@ __all__ = [
     "ContinueAsNewLimitExceeded",
     "EventConflict",
     "FanoutFlowEventObserver",
+    "Flow",
     "FlowEngine",
     "FlowEngineBuilder",
     "FlowError",
@@ -260,6 +274,17 @@ __all__ = [
     "StepStatus",
     "StoreError",
     "TaskManagement",
+    "AdminError",
+    "ClusterUnavailable",
+    "ConflictError",
+    "Fenced",
+    "FlowTimeout",
+    "InfrastructureError",
+    "InspectionUnavailable",
+    "InvalidInputError",
+    "ManifestError",
+    "NotFoundError",
+    "TopicsRefused",
     "WaitCompleted",
     "WaitCreated",
     "WaitSnapshot",

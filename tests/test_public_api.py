@@ -5,9 +5,9 @@ from __future__ import annotations
 import streamflow
 
 PINNED = {
-    # engine, runtime contract, context
-    "FlowEngine", "FlowEngineBuilder", "FlowRuntime", "WorkflowInvocation", "StepInvocation",
-    "WorkflowContext",
+    # the calls both backends offer, the engine, runtime contract, context
+    "Flow", "FlowEngine", "FlowEngineBuilder", "FlowRuntime", "WorkflowInvocation",
+    "StepInvocation", "WorkflowContext",
     # commands and their parts
     "RuntimeCommand", "StepCommand", "ChildWorkflowCommand",
     # definitions and values
@@ -48,6 +48,11 @@ PINNED = {
     "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
     "PayloadTooLarge", "RequestDeadLettered", "NonRetryable", "HookAlreadyResolved",
     "HookTokenTooShort",
+    # the families under FlowError (caught, never raised)
+    "ConflictError", "NotFoundError", "InvalidInputError", "InfrastructureError",
+    # errors of timeouts and of Kafka deployments
+    "FlowTimeout", "Fenced", "InspectionUnavailable", "AdminError", "TopicsRefused",
+    "ClusterUnavailable", "ManifestError",
 }  # fmt: skip
 
 

@@ -303,11 +303,24 @@ async def run_scenario(
         sender = asyncio.ensure_future(load.send(name, runs, rate))
         await timeline(deployment, outcome.faults)
         await sender
-        await asyncio.wait_for(asyncio.gather(*load.starts, return_exceptions=True), settle)
+        _, pending = await asyncio.wait(load.starts, timeout=settle) if load.starts else ((), ())
+        if pending:
+            # A stalled namespace is a finding, not a crash of the suite: report it and check
+            # what there is (the runs of those starts count as missing or stuck).
+            outcome.violations.append(
+                f"{len(pending)} starts were not acknowledged within {settle:.0f}s"
+            )
+            for task in pending:
+                task.cancel()
+        wait = 1.0 if pending else settle  # stalled: do not wait out every run again
         results = await asyncio.gather(
-            *(client.result(r, timeout=settle) for r in load.steps + load.hooks),
+            *(client.result(r, timeout=wait) for r in load.steps + load.hooks),
             return_exceptions=True,
         )
+        if pending and load.callbacks:
+            _, unanswered = await asyncio.wait(load.callbacks, timeout=1.0)
+            for task in unanswered:
+                task.cancel()
         callbacks = await asyncio.gather(*load.callbacks, return_exceptions=True)
         outcome.observers = _index_check(deployment, load) if observers else {}
         if probe is not None:

@@ -65,6 +65,7 @@ class BuildUsage:
         return self.open_runs == 0
 
     def to_json(self) -> dict[str, object]:
+        """The JSON form ``streamflow builds --json`` prints."""
         return {
             "build": self.build,
             "open_runs": self.open_runs,
@@ -81,6 +82,7 @@ Pins: TypeAlias = Iterable[tuple[str | None, bool]]
 
 
 def pins_of_histories(histories: Mapping[str, Sequence[FlowEventEnvelope]]) -> Pins:
+    """The ``(build, terminal)`` pair of every history that starts with ``run_created``."""
     for events in histories.values():
         if not events or not isinstance(events[0].event, RunCreated):
             continue
@@ -181,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def cmd_builds(args: argparse.Namespace) -> int:
+    """``streamflow builds``: each build's runs and live routes, as a table or JSON; the exit
+    status."""
     try:
         properties = dict(_property(p) for p in args.properties)
         settings = KafkaSettings.from_env(

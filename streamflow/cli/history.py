@@ -29,6 +29,7 @@ EXIT_BAD_INPUT = 2
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``streamflow export`` and ``streamflow replay`` to the command line."""
     export = subparsers.add_parser(
         "export",
         help="write recorded histories as JSON Lines",
@@ -82,6 +83,8 @@ def _sources(parser: argparse.ArgumentParser, *, file: bool) -> None:
 
 
 def load(args: argparse.Namespace) -> Histories:
+    """The histories the arguments name: an export file, a RocksDB store directory (read only) or
+    a Kafka namespace."""
     if getattr(args, "file", None) is not None:
         return read_jsonl(args.file)
     if args.dir is not None:
@@ -109,6 +112,7 @@ async def _from_store(directory: Path) -> Histories:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``export`` or ``replay``; the exit status."""
     try:
         histories = load(args)
     except (FlowError, OSError, ValueError) as exc:
@@ -161,6 +165,8 @@ def _replay(args: argparse.Namespace, histories: Histories) -> int:
 
 
 def print_report(report: ReplayReport, out: IO[str], *, quiet: bool = False) -> None:
+    """Print a replay report: one line per run (with ``quiet``, only drifts), each drift with its
+    diff, then a verdict."""
     for run in report.runs:
         if run.skipped is not None:
             if not quiet:
@@ -183,6 +189,7 @@ def print_report(report: ReplayReport, out: IO[str], *, quiet: bool = False) -> 
 
 
 def describe(drift: Drift) -> str:
+    """One drift's headline: run, sequence, step, kind and subject."""
     step = f" step={drift.step_id}" if drift.step_id else ""
     return f"DRIFT  {drift.run_id} seq={drift.sequence}{step} [{drift.kind}] {drift.subject}"
 

@@ -27,6 +27,7 @@ EXIT_OK, EXIT_NOT_FOUND, EXIT_UNREADABLE = 0, 1, 2
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``streamflow runs`` and ``streamflow show`` to the command line."""
     runs = subparsers.add_parser("runs", help="list runs (optionally of one status)")
     runs.add_argument("--status", choices=[s.value for s in WorkflowRunStatus])
     _source(runs)
@@ -93,6 +94,8 @@ class _Remotes:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``runs`` or ``show`` against a RocksDB store directory (read only) or observers URLs;
+    the exit status."""
     try:
         if args.url:
             return _answer(args, _Remotes(args.url))
@@ -124,6 +127,7 @@ def _answer(args: argparse.Namespace, source: StoreInspector | _Remotes) -> int:
 
 
 def render_runs(rows: list[dict[str, Any]]) -> str:
+    """The table of ``streamflow runs``: one line per run, with its incident if it has one."""
     lines = [
         f"{'run':<36} {'status':<17} {'workflow':<24} {'ver':<6} {'build':<14} {'seq':<5} incident"
     ]
@@ -141,6 +145,8 @@ def render_runs(rows: list[dict[str, Any]]) -> str:
 
 
 def render_run(view: dict[str, Any]) -> str:
+    """The header of ``streamflow show``: a run's status, origin, steps, waits, hooks (digests
+    only), signal waits, children, error and incident."""
     lines = [
         f"run {view['run_id']}: {view['status']}",
         f"  workflow {view['workflow']} v{view['version']}, build {view['build'] or 'unpinned'}",

@@ -35,6 +35,7 @@ class ConsoleObserver:
     """Prints each committed event as it happens."""
 
     async def observe(self, envelope: FlowEventEnvelope) -> None:
+        """Print one event line (and a progress line for ``run_progress_recorded``)."""
         print(f"  #{envelope.sequence:<3} {render_event(envelope)}", flush=True)
         event = envelope.event
         if isinstance(event, RunProgressRecorded):
@@ -44,6 +45,8 @@ class ConsoleObserver:
 
 
 async def run_demo(directory: Path, run_id: str, step_delay: float) -> int:
+    """Start (or resume) the example order run ``run_id`` on the RocksDB store in ``directory``,
+    with a host loop, until it ends; print its history."""
     store = RocksDBEventStore(directory)
     try:
         runtime = Orders(step_delay=step_delay)
@@ -78,6 +81,7 @@ SERVERS = frozenset({"run"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``streamflow`` command: parse ``argv`` and run the command; returns the exit status."""
     parser = argparse.ArgumentParser(prog="streamflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the example order workflow on embedded RocksDB")

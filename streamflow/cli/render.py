@@ -15,6 +15,7 @@ def _short(value: object, limit: int = 60) -> str:
 
 
 def render_event(envelope: ev.FlowEventEnvelope) -> str:
+    """One event as a short line: its key and what it is about (step, wait, hook, outcome)."""
     event = envelope.event
     detail = ""
     if isinstance(event, ev.StepCreated | ev.StepCompleted | ev.StepStarted):

@@ -46,18 +46,29 @@ class Retention(Protocol):
 
     async def prune_terminal_history(
         self, policy: FlowHistoryRetentionPolicy
-    ) -> FlowHistoryRetentionReport: ...
+    ) -> FlowHistoryRetentionReport:
+        """Delete every eligible component, leaving tombstones."""
+        ...
 
-    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold: ...
+    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
+        """Keep ``run_id`` (and its component) from pruning."""
+        ...
 
-    async def release_history_hold(self, run_id: str, hold_id: str) -> bool: ...
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        """Drop hold ``hold_id`` of the run; whether it existed."""
+        ...
 
-    async def history_holds(self, run_id: str) -> list[HistoryHold]: ...
+    async def history_holds(self, run_id: str) -> list[HistoryHold]:
+        """The run's holds."""
+        ...
 
-    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None: ...
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        """What is kept of the run's pruned history, or ``None``."""
+        ...
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``streamflow prune``, ``hold`` and ``release`` to the command line."""
     prune = subparsers.add_parser(
         "prune",
         help="delete terminal histories, whole components at a time",
@@ -117,6 +128,7 @@ def cutoff(args: argparse.Namespace, now: datetime) -> datetime:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``prune``, ``hold`` or ``release``; the exit status."""
     try:
         if args.command == "prune":
             policy = FlowHistoryRetentionPolicy.new(cutoff(args, datetime.now(UTC)))

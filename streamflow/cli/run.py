@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.decide import Limits
 from streamflow.core.errors import FlowError
 from streamflow.core.tokens import HookSecret
@@ -39,6 +40,7 @@ log = logging.getLogger("streamflow.cli")
 
 
 def register(subparsers: Any) -> None:
+    """Add ``streamflow run`` and its topology options to the command line."""
     run = subparsers.add_parser("run", help="run one Kafka topology instance")
     run.add_argument("role", choices=ROLES)
     run.add_argument("--app", default=os.environ.get("STREAMFLOW_APP"), help="module:Runtime")
@@ -94,7 +96,9 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--max-continue-as-new-hops",
         type=int,
-        default=int(os.environ.get("STREAMFLOW_MAX_CONTINUE_AS_NEW_HOPS", "64")),
+        default=int(
+            os.environ.get("STREAMFLOW_MAX_CONTINUE_AS_NEW_HOPS", DEFAULT_MAX_CONTINUE_AS_NEW_HOPS)
+        ),
         help="processor: continue-as-new hops a chain may take (0 disables continue-as-new)",
     )
     run.add_argument(
@@ -153,6 +157,8 @@ def load_object(spec: str) -> object:
 
 
 def load_runtime(spec: str | None) -> FlowRuntime:
+    """The ``FlowRuntime`` named by ``module:Runtime``; ``SystemExit`` when it is missing or is
+    not one."""
     if not spec or ":" not in spec:
         raise SystemExit("--app module:Runtime (or STREAMFLOW_APP) is required for this role")
     runtime = load_object(spec)
@@ -176,6 +182,8 @@ def load_hook_secret(path: Path | None) -> HookSecret | None:
 
 
 def compatibility(args: argparse.Namespace) -> RuntimeBuildCompatibility | None:
+    """The build admission the ``--build``, ``--compatible-build`` and ``--accept-unpinned``
+    options describe (``None`` without ``--build``)."""
     if args.build is None:
         return None
     compat = RuntimeBuildCompatibility.new(args.build)
@@ -268,6 +276,8 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
 
 
 def load_observer(spec: str) -> FlowEventObserver:
+    """The observer named by ``module:Observer``; ``SystemExit`` unless it has an ``async
+    observe(envelope)`` method."""
     observer = load_object(spec)
     if not isinstance(observer, FlowEventObserver):
         raise SystemExit(f"{spec} has no async observe(envelope) method")
@@ -277,6 +287,8 @@ def load_observer(spec: str) -> FlowEventObserver:
 def observers_main(
     args: argparse.Namespace, settings: KafkaSettings, state: Path
 ) -> Callable[[threading.Event], None]:
+    """The observers topology's main function, serving ``/metrics`` and ``/v1`` on
+    ``--http-port`` while it runs (unless the port is negative)."""
     from streamflow.observe.http import ObserverServer
     from streamflow.topologies.observers import Observers
 
@@ -341,6 +353,9 @@ def _machine_name() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run one topology instance until SIGTERM or SIGINT, then stop it gracefully within
+    ``--shutdown-timeout`` (or exit at once with status 1). Returns 0, or 1 if the topology
+    stopped with an error."""
     logging.basicConfig(
         level=os.environ.get("STREAMFLOW_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

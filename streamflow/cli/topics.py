@@ -82,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    """``streamflow topics apply``: create the namespace's missing topics and verify the others;
+    the exit status."""
     try:
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
         manifest = load_manifest(args.manifests)
@@ -102,6 +104,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
+    """``streamflow topics describe``: the declared topics next to what the cluster has; the exit
+    status (refused if ``apply`` would refuse)."""
     try:
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
         manifest = load_manifest(args.manifests)

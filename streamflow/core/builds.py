@@ -24,15 +24,19 @@ class RuntimeBuildCompatibility:
 
     @staticmethod
     def new(current: str) -> RuntimeBuildCompatibility:
+        """Admit only ``current`` (``InvalidRuntimeBuildId`` if it breaks the build-id rules)."""
         return RuntimeBuildCompatibility(current=RuntimeBuildId(current))
 
     def with_compatible_build(self, build: str) -> RuntimeBuildCompatibility:
+        """A copy that also admits ``build``."""
         return replace(self, compatible=self.compatible | {RuntimeBuildId(build)})
 
     def accept_unpinned(self) -> RuntimeBuildCompatibility:
+        """A copy that also admits runs without a build pin."""
         return replace(self, accepts_unpinned=True)
 
     def supports(self, build: str | None) -> bool:
+        """Whether a run pinned to ``build`` (``None``: unpinned) is admitted."""
         if build is None:
             return self.accepts_unpinned
         return build == self.current or build in self.compatible

@@ -1,21 +1,20 @@
-"""The 14 ``RuntimeCommand`` types a workflow returns from one replay, and their JSON form.
+"""The 14 ``RuntimeCommand`` types a workflow returns from one replay.
 
-JSON fields are normalised on construction, so a command compares with history exactly as it
-would after a round trip through any store.
+A command never leaves the process that decides it: what is stored and sent is the events it
+leads to. Its JSON fields are normalised on construction, so it compares with history exactly
+as those events would after a round trip through any store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from streamflow.core.errors import SerializationError
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.timeutil import format_utc, parse_utc
 from streamflow.core.values import (
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
@@ -46,27 +45,13 @@ class StepCommand:
 
     @staticmethod
     def new(step_id: str, step_name: str, input: object = None) -> StepCommand:
+        """A step with the default retry policy (``RetryPolicy()``: 3 immediate attempts); ``input``
+        is normalised to JSON."""
         return StepCommand(step_id=step_id, step_name=step_name, input=input)  # type: ignore[arg-type]
 
     def with_retry(self, retry: RetryPolicy) -> StepCommand:
+        """A copy with ``retry`` as the step's attempt budget and delays."""
         return replace(self, retry=retry)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "step_id": self.step_id,
-            "step_name": self.step_name,
-            "input": self.input,
-            "retry": self.retry.to_json(),
-        }
-
-    @staticmethod
-    def from_json(data: Mapping[str, Any]) -> StepCommand:
-        return StepCommand(
-            step_id=data["step_id"],
-            step_name=data["step_name"],
-            input=data.get("input"),
-            retry=RetryPolicy.from_json(data.get("retry")),
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,31 +74,15 @@ class ChildWorkflowCommand:
 
     @staticmethod
     def new(child_id: str, spec: WorkflowSpec, input: object = None) -> ChildWorkflowCommand:
+        """A child with the default policy (``REQUEST_CANCELLATION``); ``input`` is normalised to
+        JSON."""
         return ChildWorkflowCommand(child_id=child_id, spec=spec, input=input)  # type: ignore[arg-type]
 
     def with_cancellation_policy(
         self, policy: ChildWorkflowCancellationPolicy
     ) -> ChildWorkflowCommand:
+        """A copy with ``policy`` (a ``ChildWorkflowCancellationPolicy`` or its value)."""
         return replace(self, cancellation_policy=ChildWorkflowCancellationPolicy(policy))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "child_id": self.child_id,
-            "spec": self.spec.to_json(),
-            "input": self.input,
-            "cancellation_policy": self.cancellation_policy.value,
-        }
-
-    @staticmethod
-    def from_json(data: Mapping[str, Any]) -> ChildWorkflowCommand:
-        return ChildWorkflowCommand(
-            child_id=data["child_id"],
-            spec=WorkflowSpec.from_json(data["spec"]),
-            input=data.get("input"),
-            cancellation_policy=ChildWorkflowCancellationPolicy(
-                data.get("cancellation_policy") or "request_cancellation"
-            ),
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,60 +97,60 @@ class RuntimeCommand:
 
     @property
     def type(self) -> str:
+        """The command's tag, e.g. ``"schedule_step"``."""
         return self.TYPE
 
-    def to_json(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    @staticmethod
-    def from_json(data: object) -> RuntimeCommand:
-        if not isinstance(data, Mapping):
-            raise SerializationError(f"runtime command must be an object, got {data!r}")
-        cls = COMMAND_TYPES.get(str(data.get("type")))
-        if cls is None:
-            raise SerializationError(f"unknown runtime command type {data.get('type')!r}")
-        try:
-            return cls._decode(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SerializationError(f"invalid {cls.TYPE} command: {exc}") from exc
-
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        raise NotImplementedError
-
-    # Static constructors mirroring the seed's RuntimeCommand::* helpers.
+    # Static constructors, one per variant.
     @staticmethod
     def complete(output: object = None) -> Complete:
+        """End the run ``completed`` with ``output`` (``run_completed``). Refused
+        (``InvalidTransition``) while a cancellation is requested."""
         return Complete(output=output)  # type: ignore[arg-type]
 
     @staticmethod
     def fail(error: str) -> Fail:
+        """End the run ``failed`` with the error text ``error`` (``run_failed``)."""
         return Fail(error=error)
 
     @staticmethod
     def cancel() -> Cancel:
+        """End a run whose cancellation was requested: ``run_cancelled`` with the request's reason.
+        Without a recorded request it is ``InvalidTransition``."""
         return Cancel()
 
     @staticmethod
     def timeout(deadline: datetime, reason: str | None = None) -> Timeout:
+        """End the run with ``run_timed_out`` (status ``failed``). ``deadline`` must be
+        timezone-aware (a naive one is ``InvalidTransition``)."""
         return Timeout(deadline=deadline, reason=reason)
 
     @staticmethod
     def continue_as_new(input: object = None) -> ContinueAsNew:
+        """End the run ``continued_as_new`` and start a successor with the same spec and ``input``.
+        Refused while cancelling, or with an unconsumed signal, an open signal wait or an open child
+        (``InvalidTransition``); beyond the hop limit it is ``ContinueAsNewLimitExceeded``."""
         return ContinueAsNew(input=input)  # type: ignore[arg-type]
 
     @staticmethod
     def record_progress(progress: WorkflowProgress) -> RecordProgress:
+        """Record ``progress`` (``run_progress_recorded``) once per progress id; the same record
+        again is ``InvalidTransition`` (no progress), another one under the same id
+        ``NonDeterministic``."""
         return RecordProgress(progress=progress)
 
     @staticmethod
     def link_child_operation(child: ChildOperationReference) -> LinkChildOperation:
+        """Link an external operation (``child_operation_linked``) once per reference id, with the
+        same idempotency rules as ``record_progress``."""
         return LinkChildOperation(child=child)
 
     @staticmethod
     def schedule_step(
         step_id: str, step_name: str, input: object = None, retry: RetryPolicy | None = None
     ) -> ScheduleStep:
+        """Run one step: ``step_created`` and ``step_started`` for a new id, then ``run_step`` (at
+        least once). ``retry`` defaults to ``RetryPolicy()``. A known id is compared with history
+        (``NonDeterministic`` on drift); a finished step rescheduled is ``InvalidTransition``."""
         return ScheduleStep(
             step_id=step_id,
             step_name=step_name,
@@ -191,18 +160,28 @@ class RuntimeCommand:
 
     @staticmethod
     def schedule_steps(steps: Sequence[StepCommand]) -> ScheduleSteps:
+        """Run independent steps concurrently; the whole batch is validated before anything is
+        written (not empty, no blank or duplicate id)."""
         return ScheduleSteps(steps=tuple(steps))
 
     @staticmethod
     def wait_until(wait_id: str, resume_at: datetime) -> WaitUntil:
+        """Suspend until the timer ``wait_id`` is completed (``wait_created``), even if
+        ``resume_at`` (timezone-aware) has passed. Another ``resume_at`` on replay is
+        ``NonDeterministic``."""
         return WaitUntil(wait_id=wait_id, resume_at=resume_at)
 
     @staticmethod
     def create_hook(hook_id: str, token: str, metadata: object = None) -> CreateHook:
+        """Create a token-addressed callback (``hook_created``, recording only the token's SHA-256
+        digest) and suspend until it is resumed or disposed. A new hook's token needs at least 16
+        characters (``HookTokenTooShort``)."""
         return CreateHook(hook_id=hook_id, token=token, metadata=metadata)  # type: ignore[arg-type]
 
     @staticmethod
     def wait_for_signal(wait_id: str, signal_name: str) -> WaitForSignal:
+        """Wait for the oldest unconsumed delivery of the declared signal ``signal_name``
+        (``signal_wait_created``). An undeclared name is ``InvalidTransition``."""
         return WaitForSignal(wait_id=wait_id, signal_name=signal_name)
 
     @staticmethod
@@ -214,6 +193,9 @@ class RuntimeCommand:
             ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
         ),
     ) -> StartChildWorkflow:
+        """Request one child workflow (``child_workflow_requested``, with a fresh child run id); the
+        parent waits for its outcome. Beyond the depth limit it is ``ChildWorkflowDepthExceeded``.
+        """
         return StartChildWorkflow(
             child_id=child_id,
             spec=spec,
@@ -223,124 +205,77 @@ class RuntimeCommand:
 
     @staticmethod
     def start_child_workflows(children: Sequence[ChildWorkflowCommand]) -> StartChildWorkflows:
+        """Request up to 64 children at once; validated whole before anything is written, and their
+        outcomes are recorded in request order."""
         return StartChildWorkflows(children=tuple(children))
 
 
-COMMAND_TYPES: dict[str, type[RuntimeCommand]] = {}
-
-
-def _command(cls: type[RuntimeCommand]) -> type[RuntimeCommand]:
-    COMMAND_TYPES[cls.TYPE] = cls
-    return cls
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Complete(RuntimeCommand):
+    """``RuntimeCommand.complete``: end the run with ``output``."""
+
     TYPE = "complete"
     output: JsonValue = None
 
     def __post_init__(self) -> None:
         _set_json(self, "output")
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "output": self.output}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return Complete(output=data.get("output"))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fail(RuntimeCommand):
+    """``RuntimeCommand.fail``: end the run failed with ``error``."""
+
     TYPE = "fail"
     error: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "error": self.error}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return Fail(error=data["error"])
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cancel(RuntimeCommand):
+    """``RuntimeCommand.cancel``: end a run whose cancellation was requested."""
+
     TYPE = "cancel"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return Cancel()
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Timeout(RuntimeCommand):
+    """``RuntimeCommand.timeout``: end the run timed out at ``deadline``."""
+
     TYPE = "timeout"
     deadline: datetime
     reason: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "deadline": format_utc(self.deadline), "reason": self.reason}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return Timeout(deadline=parse_utc(data["deadline"]), reason=data.get("reason"))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContinueAsNew(RuntimeCommand):
+    """``RuntimeCommand.continue_as_new``: hand over to a successor run with ``input``."""
+
     TYPE = "continue_as_new"
     input: JsonValue = None
 
     def __post_init__(self) -> None:
         _set_json(self, "input")
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "input": self.input}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return ContinueAsNew(input=data.get("input"))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordProgress(RuntimeCommand):
+    """``RuntimeCommand.record_progress``: record one progress record."""
+
     TYPE = "record_progress"
     progress: WorkflowProgress
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "progress": self.progress.to_json()}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return RecordProgress(progress=WorkflowProgress.from_json(data["progress"]))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkChildOperation(RuntimeCommand):
+    """``RuntimeCommand.link_child_operation``: link one external operation."""
+
     TYPE = "link_child_operation"
     child: ChildOperationReference
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "child": self.child.to_json()}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return LinkChildOperation(child=ChildOperationReference.from_json(data["child"]))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartChildWorkflow(RuntimeCommand):
+    """``RuntimeCommand.start_child_workflow``: request one child workflow."""
+
     TYPE = "start_child_workflow"
     child_id: str
     spec: WorkflowSpec
@@ -353,6 +288,7 @@ class StartChildWorkflow(RuntimeCommand):
         _set_json(self, "input")
 
     def as_child(self) -> ChildWorkflowCommand:
+        """The same request as a one-member ``start_child_workflows`` batch."""
         return ChildWorkflowCommand(
             child_id=self.child_id,
             spec=self.spec,
@@ -360,23 +296,11 @@ class StartChildWorkflow(RuntimeCommand):
             cancellation_policy=self.cancellation_policy,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, **self.as_child().to_json()}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        child = ChildWorkflowCommand.from_json(data)
-        return StartChildWorkflow(
-            child_id=child.child_id,
-            spec=child.spec,
-            input=child.input,
-            cancellation_policy=child.cancellation_policy,
-        )
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleStep(RuntimeCommand):
+    """``RuntimeCommand.schedule_step``: run one step."""
+
     TYPE = "schedule_step"
     step_id: str
     step_name: str
@@ -387,56 +311,37 @@ class ScheduleStep(RuntimeCommand):
         _set_json(self, "input")
 
     def as_step(self) -> StepCommand:
+        """The same step as a one-member ``schedule_steps`` batch."""
         return StepCommand(
             step_id=self.step_id, step_name=self.step_name, input=self.input, retry=self.retry
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, **self.as_step().to_json()}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        step = StepCommand.from_json(data)
-        return ScheduleStep(
-            step_id=step.step_id, step_name=step.step_name, input=step.input, retry=step.retry
-        )
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleSteps(RuntimeCommand):
+    """``RuntimeCommand.schedule_steps``: run a batch of independent steps."""
+
     TYPE = "schedule_steps"
     steps: tuple[StepCommand, ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "steps": [s.to_json() for s in self.steps]}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return ScheduleSteps(steps=tuple(StepCommand.from_json(s) for s in data["steps"]))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitUntil(RuntimeCommand):
+    """``RuntimeCommand.wait_until``: suspend on a timer."""
+
     TYPE = "wait_until"
     wait_id: str
     resume_at: datetime
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "wait_id": self.wait_id, "resume_at": format_utc(self.resume_at)}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return WaitUntil(wait_id=data["wait_id"], resume_at=parse_utc(data["resume_at"]))
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateHook(RuntimeCommand):
+    """``RuntimeCommand.create_hook``: create a hook. ``token`` is plaintext and never recorded
+    (``repr`` redacts it); ``metadata`` may be a ``HookMetadata``."""
+
     TYPE = "create_hook"
     hook_id: str
     token: str
@@ -453,50 +358,22 @@ class CreateHook(RuntimeCommand):
             f"CreateHook(hook_id={self.hook_id!r}, token='<redacted>', metadata={self.metadata!r})"
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": self.TYPE,
-            "hook_id": self.hook_id,
-            "token": self.token,
-            "metadata": self.metadata,
-        }
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return CreateHook(
-            hook_id=data["hook_id"], token=data["token"], metadata=data.get("metadata")
-        )
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitForSignal(RuntimeCommand):
+    """``RuntimeCommand.wait_for_signal``: wait for a delivery of a declared signal."""
+
     TYPE = "wait_for_signal"
     wait_id: str
     signal_name: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "wait_id": self.wait_id, "signal_name": self.signal_name}
 
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return WaitForSignal(wait_id=data["wait_id"], signal_name=data["signal_name"])
-
-
-@_command
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartChildWorkflows(RuntimeCommand):
+    """``RuntimeCommand.start_child_workflows``: request a batch of children."""
+
     TYPE = "start_child_workflows"
     children: tuple[ChildWorkflowCommand, ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "children", tuple(self.children))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "children": [c.to_json() for c in self.children]}
-
-    @classmethod
-    def _decode(cls, data: Mapping[str, Any]) -> RuntimeCommand:
-        return StartChildWorkflows(
-            children=tuple(ChildWorkflowCommand.from_json(c) for c in data["children"])
-        )

@@ -1,41 +1,65 @@
-"""The error tree of streamflow: one root, ``FlowError``, and one subclass per seed variant.
+"""The error tree of streamflow: one root, ``FlowError``, four families under it, and one
+class for each thing that can go wrong.
 
 ::
 
     FlowError
-    ├── RunNotFound                  unknown or empty run stream
-    ├── RunTerminal                  a mutation reached a run that already ended
-    ├── InvalidRunId                 run id empty or outside [A-Za-z0-9_-]
-    ├── ContinueAsNewCycle           a continuation link revisits a run
-    ├── ContinueAsNewLimitExceeded   chain longer than the configured hop limit
-    ├── ChildWorkflowCycle           a child is already in the active ancestry
-    ├── ChildWorkflowDepthExceeded   child nesting beyond the configured depth
-    ├── RunConflict                  idempotent start / cancellation request disagrees with history
-    ├── InvalidRuntimeBuildId        malformed runtime build identifier
-    ├── InvalidWorkflowPatchId       malformed patch marker identifier
-    ├── RuntimeBuildUnavailable      this engine does not admit the run's build (nothing written)
-    ├── RuntimeBuildRouteNotFound    no task route for a build (nothing dispatched)
-    ├── NonDeterministic             replayed workflow code disagrees with recorded history
-    ├── EventConflict                an expected-sequence append lost a race
-    ├── HookTokenNotFound            no active hook owns a token (token redacted)
-    │   └── HookAlreadyResolved      ... and the last hook that did was resolved
-    ├── LeaseLost                    a task lease is stale, rotated or unknown
-    ├── HookTokenTooShort            a new hook's token has fewer than 16 characters
-    ├── HookTokenConflict            a token is owned by another active hook (token redacted)
-    ├── HookConflict                 a hook resolution contradicts history
-    ├── SignalConflict               a signal id was redelivered with other content
-    ├── InvalidWorkflow              WorkflowSpec validation failed
-    ├── InvalidTransition            corrupt history or an invalid command
-    ├── InvalidWorkerConfiguration   bad worker / router / queue / host settings
-    ├── TaskManagement               a task queue rejected or failed an operation
-    ├── StoreError                   the event store failed (also how tests inject crashes)
-    ├── RequestDeadLettered          a Kafka request could not be processed; it was parked
-    ├── RuntimeFailure               workflow or step code failed
-    │   └── NonRetryable             step code says the step will never succeed: no retry
-    ├── SerializationError           a value could not be encoded or decoded
-    │   └── PayloadTooLarge          a record or payload exceeds the record-size limit
-    ├── IoError                      file or process I/O failed
-    └── ReplayLimitExceeded          a drive loop exceeded max_replay_iterations
+    ├── ConflictError                      disagrees with what is recorded, or lost a race
+    │   ├── RunConflict                    idempotent start / cancellation differs from history
+    │   ├── RunTerminal                    a mutation reached a run that already ended
+    │   ├── EventConflict                  an expected-sequence append lost a race
+    │   ├── HookConflict                   a hook resolution contradicts history
+    │   ├── HookTokenConflict              another active hook owns the token (token redacted)
+    │   ├── SignalConflict                 a signal id was redelivered with other content
+    │   └── LeaseLost                      a task lease is stale, rotated or unknown
+    ├── NotFoundError                      what the request names does not exist (any more)
+    │   ├── RunNotFound                    unknown or empty run stream
+    │   ├── HookTokenNotFound              no active hook owns a token (token redacted)
+    │   │   └── HookAlreadyResolved        ... and the last hook that did was resolved
+    │   └── RuntimeBuildRouteNotFound      no task route for a build (nothing dispatched)
+    ├── InvalidInputError                  breaks a rule: the same input fails the same way
+    │   ├── InvalidRunId                   run id empty or outside [A-Za-z0-9_-]
+    │   ├── InvalidRuntimeBuildId          malformed runtime build identifier
+    │   ├── InvalidWorkflowPatchId         malformed patch marker identifier
+    │   ├── InvalidWorkflow                WorkflowSpec validation failed
+    │   ├── InvalidTransition              corrupt history or an invalid command
+    │   ├── InvalidWorkerConfiguration     bad worker / router / queue / host settings
+    │   ├── HookTokenTooShort              a new hook's token has fewer than 16 characters
+    │   ├── ContinueAsNewCycle             a continuation link revisits a run
+    │   ├── ContinueAsNewLimitExceeded     chain longer than the configured hop limit
+    │   ├── ChildWorkflowCycle             a child is already in the active ancestry
+    │   ├── ChildWorkflowDepthExceeded     child nesting beyond the configured depth
+    │   ├── SerializationError             a value could not be encoded or decoded
+    │   │   └── PayloadTooLarge            a record or payload exceeds the record-size limit
+    │   └── ManifestError                  a topic manifest is malformed (also a ValueError)
+    ├── InfrastructureError                a part streamflow relies on failed or is missing
+    │   ├── StoreError                     the event store failed (also how tests inject crashes)
+    │   ├── IoError                        file or process I/O failed
+    │   ├── TaskManagement                 a task queue rejected or failed an operation
+    │   ├── RuntimeBuildUnavailable        no engine here admits the run's build (nothing written)
+    │   ├── RequestDeadLettered            a Kafka request could not be processed; it was parked
+    │   ├── FlowTimeout                    a wait gave up after its timeout (also a TimeoutError)
+    │   ├── Fenced                         a topology was taken over: it stops (also a RuntimeError)
+    │   ├── InspectionUnavailable          an observers instance cannot answer its part
+    │   └── AdminError                     a Kafka topic operation did not complete
+    │       ├── TopicsRefused              unsafe or rejected: co-partitioning, replication, ...
+    │       └── ClusterUnavailable         the cluster did not answer within the timeout
+    ├── RuntimeFailure                     workflow or step code failed
+    │   └── NonRetryable                   step code says the step will never succeed: no retry
+    ├── NonDeterministic                   replayed workflow code disagrees with recorded history
+    └── ReplayLimitExceeded                a drive loop exceeded max_replay_iterations
+
+Catch a family to handle every error of one kind: ``except NotFoundError`` answers "no such
+thing" whatever the thing, ``except InfrastructureError`` is the place for "try again later".
+The families are never raised themselves, nor is ``AdminError``; ``ALL_ERRORS`` lists the
+classes that are. The last three classes belong to no family: they report the application's own
+code (a failing step, code that no longer replays its history, a workflow that loops), which
+only a change of that code fixes.
+
+Three classes also have a builtin base, so that ``except`` clauses written before they joined
+the tree still work: ``FlowTimeout`` is a ``TimeoutError`` (what ``FlowEngine.result``,
+``FlowClient.result`` and the Kafka client's waits raised before, as ``asyncio.wait_for``
+does), ``Fenced`` a ``RuntimeError`` and ``ManifestError`` a ``ValueError``.
 
 Every error carries its data as attributes. Hook tokens never reach an error at all: the
 token errors carry the token's SHA-256 digest, and their text shows only its first 12 hex
@@ -44,7 +68,7 @@ digits.
 
 from __future__ import annotations
 
-REDACTED = "<redacted>"
+from collections.abc import Sequence
 
 
 def _short(digest: str) -> str:
@@ -77,7 +101,41 @@ def _rebuild(cls: type[FlowError], state: dict[str, object]) -> FlowError:
     return error
 
 
-class RunNotFound(FlowError):
+# -- the families: never raised themselves, caught to handle every error of one kind ----------
+
+
+class ConflictError(FlowError):
+    """The request disagrees with what is durably recorded, or lost a race to another writer.
+
+    Nothing was written. Read the run again and decide anew: another caller got there first,
+    or the same request was sent before with other content.
+    """
+
+
+class NotFoundError(FlowError):
+    """What the request names (a run, an active hook's token, a route for a build) does not
+    exist, or no longer does. Nothing was written."""
+
+
+class InvalidInputError(FlowError):
+    """The input breaks a rule (an id, a spec, a command, a value, a setting, a manifest).
+
+    Nothing was written, and the same input fails the same way again: fix the input (or the
+    code that produced it).
+    """
+
+
+class InfrastructureError(FlowError):
+    """Something streamflow relies on failed, is missing or did not answer in time: the store,
+    a task queue, Kafka, a deployment that serves the run's build.
+
+    Operator action: fix the part the message names, or wait for it, then retry. A request
+    that timed out may still be applied: send it again with the same ids, which makes it
+    idempotent.
+    """
+
+
+class RunNotFound(NotFoundError):
     """Raised for a snapshot, history or mutation of a run that has no history.
 
     Operator action: check the run id; it may have been pruned by retention.
@@ -88,7 +146,7 @@ class RunNotFound(FlowError):
         self.run_id = run_id
 
 
-class RunTerminal(FlowError):
+class RunTerminal(ConflictError):
     """Raised when a new signal, hook resolution or host mutation targets a terminal run."""
 
     def __init__(self, run_id: str) -> None:
@@ -96,7 +154,7 @@ class RunTerminal(FlowError):
         self.run_id = run_id
 
 
-class InvalidRunId(FlowError):
+class InvalidRunId(InvalidInputError):
     """Raised when a run id is empty or contains characters outside ``[A-Za-z0-9_-]``."""
 
     def __init__(self, run_id: str) -> None:
@@ -104,7 +162,7 @@ class InvalidRunId(FlowError):
         self.run_id = run_id
 
 
-class ContinueAsNewCycle(FlowError):
+class ContinueAsNewCycle(InvalidInputError):
     """Raised when following continue-as-new links revisits ``run_id``."""
 
     def __init__(self, run_id: str) -> None:
@@ -112,7 +170,7 @@ class ContinueAsNewCycle(FlowError):
         self.run_id = run_id
 
 
-class ContinueAsNewLimitExceeded(FlowError):
+class ContinueAsNewLimitExceeded(InvalidInputError):
     """Raised when a continuation chain would exceed the engine's hop limit."""
 
     def __init__(self, limit: int) -> None:
@@ -120,7 +178,7 @@ class ContinueAsNewLimitExceeded(FlowError):
         self.limit = limit
 
 
-class ChildWorkflowCycle(FlowError):
+class ChildWorkflowCycle(InvalidInputError):
     """Raised when a child or continuation run is already part of the active ancestry."""
 
     def __init__(self, run_id: str) -> None:
@@ -128,7 +186,7 @@ class ChildWorkflowCycle(FlowError):
         self.run_id = run_id
 
 
-class ChildWorkflowDepthExceeded(FlowError):
+class ChildWorkflowDepthExceeded(InvalidInputError):
     """Raised when a child request or child replay is nested deeper than the configured limit."""
 
     def __init__(self, limit: int) -> None:
@@ -136,7 +194,7 @@ class ChildWorkflowDepthExceeded(FlowError):
         self.limit = limit
 
 
-class RunConflict(FlowError):
+class RunConflict(ConflictError):
     """Raised when an idempotent request disagrees with the run's durable authority.
 
     ``reason`` is e.g. ``"workflow spec differs"``, ``"workflow input differs"`` or
@@ -149,15 +207,15 @@ class RunConflict(FlowError):
         self.reason = reason
 
 
-class InvalidRuntimeBuildId(FlowError):
+class InvalidRuntimeBuildId(InvalidInputError):
     """Raised when a runtime build id breaks the identifier rules."""
 
 
-class InvalidWorkflowPatchId(FlowError):
+class InvalidWorkflowPatchId(InvalidInputError):
     """Raised when a patch marker id breaks the identifier rules."""
 
 
-class RuntimeBuildUnavailable(FlowError):
+class RuntimeBuildUnavailable(InfrastructureError):
     """Raised when this engine's build compatibility does not admit the run.
 
     Nothing is written. Operator action: route the work to a compatible build, or deploy one.
@@ -191,7 +249,7 @@ class RuntimeBuildUnavailable(FlowError):
         self.current_build_id = current_build_id
 
 
-class RuntimeBuildRouteNotFound(FlowError):
+class RuntimeBuildRouteNotFound(NotFoundError):
     """Raised by routers and scheduler preflight when no route serves a build."""
 
     def __init__(self, required_build_id: str | None) -> None:
@@ -212,7 +270,7 @@ class NonDeterministic(FlowError):
         self.reason = reason
 
 
-class EventConflict(FlowError):
+class EventConflict(ConflictError):
     """Raised by ``append_if_sequence`` when the run's last sequence is not the expected one."""
 
     def __init__(self, run_id: str, expected_sequence: int, actual_sequence: int) -> None:
@@ -225,7 +283,7 @@ class EventConflict(FlowError):
         self.actual_sequence = actual_sequence
 
 
-class HookTokenNotFound(FlowError):
+class HookTokenNotFound(NotFoundError):
     """Raised when no active hook owns the token.
 
     Carries only the token's SHA-256 digest (``token_digest``); the text shows an abbreviation
@@ -263,7 +321,7 @@ class HookAlreadyResolved(HookTokenNotFound):
         self.same_payload = same_payload
 
 
-class LeaseLost(FlowError):
+class LeaseLost(ConflictError):
     """Raised when a task lease is stale, rotated or unknown; the task was not acknowledged."""
 
     def __init__(self, lease_id: str) -> None:
@@ -271,7 +329,7 @@ class LeaseLost(FlowError):
         self.lease_id = lease_id
 
 
-class HookTokenTooShort(FlowError):
+class HookTokenTooShort(InvalidInputError):
     """Raised when workflow code creates a hook with a token shorter than ``minimum`` (16)
     characters: short tokens can be guessed. Carries only the lengths, never the token.
 
@@ -289,7 +347,7 @@ class HookTokenTooShort(FlowError):
         self.minimum = minimum
 
 
-class HookTokenConflict(FlowError):
+class HookTokenConflict(ConflictError):
     """Raised when a hook token is already owned by an active hook of a non-terminal run.
 
     Carries the token's SHA-256 digest (``token_digest``), never the token.
@@ -305,7 +363,7 @@ class HookTokenConflict(FlowError):
         self.existing_hook_id = existing_hook_id
 
 
-class HookConflict(FlowError):
+class HookConflict(ConflictError):
     """Raised when a hook resolution contradicts the hook's durable state."""
 
     def __init__(self, run_id: str, hook_id: str, reason: str) -> None:
@@ -315,7 +373,7 @@ class HookConflict(FlowError):
         self.reason = reason
 
 
-class SignalConflict(FlowError):
+class SignalConflict(ConflictError):
     """Raised when a signal id is redelivered with a different name or payload."""
 
     def __init__(self, run_id: str, signal_id: str, reason: str) -> None:
@@ -325,28 +383,28 @@ class SignalConflict(FlowError):
         self.reason = reason
 
 
-class InvalidWorkflow(FlowError):
+class InvalidWorkflow(InvalidInputError):
     """Raised when a ``WorkflowSpec`` fails validation; nothing is written."""
 
 
-class InvalidTransition(FlowError):
+class InvalidTransition(InvalidInputError):
     """Raised for corrupt or out-of-order history and for invalid workflow commands."""
 
 
-class InvalidWorkerConfiguration(FlowError):
+class InvalidWorkerConfiguration(InvalidInputError):
     """Raised for invalid worker, router, queue or host settings (a hook secret too short, or
     missing where ``hook_token`` is called)."""
 
 
-class TaskManagement(FlowError):
+class TaskManagement(InfrastructureError):
     """Raised when a task queue rejects or fails an operation."""
 
 
-class StoreError(FlowError):
+class StoreError(InfrastructureError):
     """Raised when the event store fails. Engines leave the run to be resumed later."""
 
 
-class RequestDeadLettered(FlowError):
+class RequestDeadLettered(InfrastructureError):
     """A Kafka request could not be processed and was parked in the dead-letter topic.
 
     ``dead_letters`` names that topic; ``topic``, ``partition`` and ``offset`` say where the
@@ -386,7 +444,7 @@ class NonRetryable(RuntimeFailure):
     retryable = False
 
 
-class SerializationError(FlowError):
+class SerializationError(InvalidInputError):
     """Raised when a value cannot be encoded or decoded (never falls back to defaults)."""
 
 
@@ -407,7 +465,7 @@ class PayloadTooLarge(SerializationError):
         self.limit = limit
 
 
-class IoError(FlowError):
+class IoError(InfrastructureError):
     """Raised when file or process I/O fails."""
 
 
@@ -420,6 +478,105 @@ class ReplayLimitExceeded(FlowError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"workflow replay exceeded the limit of {limit} iterations")
         self.limit = limit
+
+
+# -- Kafka deployments: topics, topologies, inspection ----------------------------------------
+# Defined here (they carry only text) so that the whole tree is one module; the Kafka modules
+# that raise them re-export them under their old import paths.
+
+
+class FlowTimeout(InfrastructureError, TimeoutError):
+    """A wait gave up after ``seconds``: ``waiting_for`` says for what, ``hint`` (may be
+    ``None``) what to check.
+
+    Raised by ``FlowEngine.result`` and ``FlowClient.result`` when their ``timeout`` passes, by
+    ``FlowClient`` when a request gets no reply within its request timeout, and by the Kafka
+    topologies when reading a topic to its end takes too long. It is also a ``TimeoutError``,
+    so ``except TimeoutError`` (and code written for ``asyncio.wait_for``) catches it.
+    """
+
+    def __init__(self, waiting_for: str, seconds: float, hint: str | None = None) -> None:
+        super().__init__(
+            f"gave up after {seconds:g}s waiting for {waiting_for}" + (f"; {hint}" if hint else "")
+        )
+        self.waiting_for = waiting_for
+        self.seconds = seconds
+        self.hint = hint
+
+
+class Fenced(InfrastructureError, RuntimeError):
+    """Another instance took over this topology's transactional id or group membership, or a
+    client cannot be kept alive in this process: the topology stops (its process exits with
+    status 1, for its supervisor to start it again). Still a ``RuntimeError``, as it was
+    before it joined this tree."""
+
+
+class InspectionUnavailable(InfrastructureError):
+    """Part of an inspection answer lives with an observers instance that cannot answer now
+    (HTTP 503); the message names the instance or the partitions. Operator action: check that
+    every observers instance is running, then ask again."""
+
+
+class AdminError(InfrastructureError):
+    """Root of the errors of topic administration (``streamflow topics``); never raised
+    itself."""
+
+
+class TopicsRefused(AdminError):
+    """The cluster or the request is unsafe, or the cluster rejected a topic.
+
+    Raised before anything is created when existing topics disagree with the manifest on
+    partitions or cleanup policy, allow unclean leader election, or the profile needs more
+    brokers than the cluster has; also when the cluster rejects a declared topic, and by a
+    topology that will not start on topics that must be co-partitioned and are not. ``problems``
+    lists every reason; ``created`` names topics this call created before a late rejection (a
+    concurrent creator). Operator action: fix the topic or the flags named in each problem.
+    """
+
+    def __init__(self, problems: Sequence[str], *, created: Sequence[str] = ()) -> None:
+        self.problems = tuple(problems)
+        self.created = tuple(created)
+        done = f"created before refusing: {', '.join(created)}" if created else "nothing created"
+        super().__init__(f"refused: {'; '.join(self.problems)} ({done})")
+
+
+class ClusterUnavailable(AdminError):
+    """The cluster did not answer ``operation`` within the timeout, or the transport failed.
+
+    Operator action: check the bootstrap address, network and credentials, then retry; a
+    retried ``apply`` is safe.
+    """
+
+    def __init__(self, operation: str, detail: str) -> None:
+        super().__init__(f"{operation}: {detail}")
+        self.operation = operation
+        self.detail = detail
+
+
+class ManifestError(InvalidInputError, ValueError):
+    """A topic manifest is missing, malformed or unsafe, or an override makes it so.
+
+    Raised by ``load_manifest``, ``parse_manifest`` and the rendering methods of ``Manifest``
+    (``streamflow.kafka.manifest``); nothing has touched a cluster yet. ``source`` names the
+    file (or ``override``), ``reason`` says what is wrong. Operator action: fix that file or
+    flag. Still a ``ValueError``, as it was before it joined this tree.
+    """
+
+    def __init__(self, reason: str, *, source: str | None = None) -> None:
+        super().__init__(f"{source}: {reason}" if source else reason)
+        self.reason = reason
+        self.source = source
+
+
+FAMILIES: tuple[type[FlowError], ...] = (
+    ConflictError,
+    NotFoundError,
+    InvalidInputError,
+    InfrastructureError,
+    AdminError,
+)
+"""The classes of the tree that are only caught, never raised: the four families and
+``AdminError``. Every other class is in ``ALL_ERRORS``."""
 
 
 ALL_ERRORS: tuple[type[FlowError], ...] = (
@@ -456,4 +613,12 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     PayloadTooLarge,
     IoError,
     ReplayLimitExceeded,
+    FlowTimeout,
+    Fenced,
+    InspectionUnavailable,
+    TopicsRefused,
+    ClusterUnavailable,
+    ManifestError,
 )
+"""Every class of the tree that is raised: each crosses a process boundary by name and fields
+(``streamflow.serde.errors``)."""

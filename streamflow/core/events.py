@@ -3,6 +3,10 @@
 JSON is internally tagged: ``{"type": "step_completed", "step_id": …, "output": …}``. Each event
 class declares its fields once, as ``(name, codec)`` pairs, and the generic encoder/decoder
 uses them, so adding a field cannot forget one direction.
+
+Each registration also declares the event's :class:`Origin` (who may write it), the one
+definition replay verification (:mod:`streamflow.core.replay`, where code decided) and the
+Kafka journal (what a processor may propose) read.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from streamflow.core.errors import SerializationError
@@ -37,8 +42,8 @@ class Codec:
     decode: Callable[[Any], Any]
     optional: bool = False
     omit_none: bool = False
-    """Leave the field out of the JSON form when it is ``None`` (fields added after the seed's
-    wire shape, so histories without them encode exactly as before)."""
+    """Leave the field out of the JSON form when it is ``None`` (fields added to an existing
+    event, so histories without them encode exactly as before)."""
 
 
 def _ident(value: Any) -> Any:
@@ -107,12 +112,45 @@ CHILD_POLICY = Codec(
 )
 
 
+class Origin(StrEnum):
+    """Who may write an event of a type: declared once, on its registration below."""
+
+    CODE = "code"
+    """Only a decision of workflow code: the events its command turns into."""
+    CODE_OR_HOST = "code_or_host"
+    """Workflow code's command or a host control, the same event either way (``run_cancelled``
+    from ``ctx.cancel()`` or ``force_cancel``, progress, child-operation links)."""
+    DERIVED = "derived"
+    """Never a choice of workflow code nor a host request of its own: it follows from the
+    history by the core's rules (a step attempt's start, a signal paired with its wait, a run
+    ended by a failed fail-run step). The deciding shell writes it, with a decision of code or
+    as a pre-replay repair; a host outcome may write it too (a step result that retries at once
+    or exhausts the run)."""
+    HOST = "host"
+    """Only the host: a start, a host request (signal, hook callback, cancellation request,
+    host shutdown), an outcome it reports (step results, timers, child outcomes)."""
+
+    @property
+    def from_code(self) -> bool:
+        """Whether workflow code may have decided it: the points where replay verification
+        runs the code (``CODE`` must match, ``CODE_OR_HOST`` may be the host's)."""
+        return self is Origin.CODE or self is Origin.CODE_OR_HOST
+
+    @property
+    def proposable(self) -> bool:
+        """Whether the deciding shell writes it, so a processor may propose it to the Kafka
+        journal: everything but the host's own events."""
+        return self is not Origin.HOST
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlowEvent:
-    """Base of every history event. ``TYPE`` is the JSON tag, ``KEY`` the dot key."""
+    """Base of every history event. ``TYPE`` is the JSON tag, ``KEY`` the dot key, ``ORIGIN``
+    who may write it."""
 
     TYPE: ClassVar[str] = ""
     KEY: ClassVar[str] = ""
+    ORIGIN: ClassVar[Origin]
     TERMINAL: ClassVar[bool] = False
     FIELDS: ClassVar[tuple[tuple[str, Codec], ...]] = ()
     SIZED: ClassVar[tuple[tuple[str, Codec], ...]] = ()
@@ -121,17 +159,20 @@ class FlowEvent:
     (``streamflow.core.limits``) measures these."""
 
     def event_key(self) -> str:
-        """The seed's routing / metrics key, e.g. ``flow.step.completed``."""
+        """The routing / metrics key, e.g. ``flow.step.completed``."""
         return self.KEY
 
     @property
     def type(self) -> str:
+        """The JSON tag, e.g. ``"step_completed"``."""
         return self.TYPE
 
     def is_terminal(self) -> bool:
+        """Whether the event ends its run (nothing may follow it)."""
         return self.TERMINAL
 
     def to_json(self) -> dict[str, Any]:
+        """The internally tagged JSON form; ``omit_none`` fields at ``None`` are left out."""
         out: dict[str, Any] = {"type": self.TYPE}
         for name, codec in self.FIELDS:
             value = getattr(self, name)
@@ -142,6 +183,8 @@ class FlowEvent:
 
     @staticmethod
     def from_json(data: object) -> FlowEvent:
+        """Decode the JSON form into the class its ``type`` names; ``SerializationError`` for an
+        unknown type, a missing required field or a malformed one."""
         if not isinstance(data, Mapping):
             raise SerializationError(f"event must be a JSON object, got {data!r}")
         tag = data.get("type")
@@ -161,10 +204,16 @@ class FlowEvent:
 
 
 def _event(
-    type_: str, key: str, fields: tuple[tuple[str, Codec], ...], *, terminal: bool = False
+    type_: str,
+    key: str,
+    fields: tuple[tuple[str, Codec], ...],
+    *,
+    origin: Origin,
+    terminal: bool = False,
 ) -> Callable[[type[FlowEvent]], type[FlowEvent]]:
     def register(cls: type[FlowEvent]) -> type[FlowEvent]:
         cls.TYPE, cls.KEY, cls.FIELDS, cls.TERMINAL = type_, key, fields, terminal
+        cls.ORIGIN = origin
         cls.SIZED = tuple((n, c) for n, c in fields if n not in _BOUNDED_FIELDS)
         EVENT_TYPES[type_] = cls
         return cls
@@ -173,6 +222,14 @@ def _event(
 
 
 EVENT_TYPES: dict[str, type[FlowEvent]] = {}
+"""Every event type by its JSON tag."""
+
+
+def event_types(*origins: Origin) -> frozenset[type[FlowEvent]]:
+    """The registered event types of the given origins."""
+    return frozenset(cls for cls in EVENT_TYPES.values() if cls.ORIGIN in origins)
+
+
 _BOUNDED_FIELDS = frozenset(
     {
         "step_id",
@@ -197,9 +254,14 @@ _BOUNDED_FIELDS = frozenset(
     "run_created",
     "flow.run.created",
     (("spec", SPEC), ("input", JSON), ("parent", PARENT), ("predecessor", PREDECESSOR)),
+    origin=Origin.HOST,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCreated(FlowEvent):
+    """A run's first event: its spec (the run's immutable authority), its input and where it came
+    from. Written by a start, and for a child or a continue-as-new successor once the parent's
+    request or the predecessor's link is committed."""
+
     spec: WorkflowSpec
     input: JsonValue = None
     parent: ParentLink | None = None
@@ -208,41 +270,76 @@ class RunCreated(FlowEvent):
     """Set on a continue-as-new successor."""
 
 
-@_event("run_started", "flow.run.started", ())
+@_event("run_started", "flow.run.started", (), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted(FlowEvent):
-    pass
+    """The run may now be driven. Written right after ``run_created`` by a new start, or, when a
+    crash lost it, by the next start retry, drive or cancellation request (not charged to the replay
+    budget)."""
 
 
-@_event("run_completed", "flow.run.completed", (("output", JSON),), terminal=True)
+@_event(
+    "run_completed", "flow.run.completed", (("output", JSON),), terminal=True, origin=Origin.CODE
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(FlowEvent):
+    """Workflow code's ``complete(output)``: the run ended ``completed``. Only while running, never
+    after a cancellation request."""
+
     output: JsonValue = None
 
 
-@_event("run_failed", "flow.run.failed", (("error", STR),), terminal=True)
+@_event("run_failed", "flow.run.failed", (("error", STR),), terminal=True, origin=Origin.CODE)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunFailed(FlowEvent):
+    """Workflow code's ``fail(error)``: the run ended ``failed`` with that error text."""
+
     error: str
 
 
-@_event("run_cancellation_requested", "flow.run.cancellation.requested", (("request", REQUEST),))
+@_event(
+    "run_cancellation_requested",
+    "flow.run.cancellation.requested",
+    (("request", REQUEST),),
+    origin=Origin.HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCancellationRequested(FlowEvent):
+    """A host's cleanup-aware cancellation request, at most once and only while running: the run
+    becomes ``cancelling``, and its pending and running steps, waiting timers, active hooks and open
+    signal waits are cancelled. A parent's request is handed on to its open ``request_cancellation``
+    children requested before it."""
+
     request: CancellationRequest
 
 
-@_event("run_cancelled", "flow.run.cancelled", (("reason", OPT_STR),), terminal=True)
+@_event(
+    "run_cancelled",
+    "flow.run.cancelled",
+    (("reason", OPT_STR),),
+    terminal=True,
+    origin=Origin.CODE_OR_HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCancelled(FlowEvent):
+    """The run ended ``cancelled``: workflow code's ``cancel()`` after a cancellation request (with
+    the request's reason), or the host's ``force_cancel``."""
+
     reason: str | None = None
 
 
 @_event(
-    "run_timed_out", "flow.run.timed_out", (("deadline", UTC), ("reason", OPT_STR)), terminal=True
+    "run_timed_out",
+    "flow.run.timed_out",
+    (("deadline", UTC), ("reason", OPT_STR)),
+    terminal=True,
+    origin=Origin.CODE_OR_HOST,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunTimedOut(FlowEvent):
+    """The run ended ``failed`` by a timeout at ``deadline``: workflow code's ``timeout(…)`` or the
+    host's ``terminate_for_timeout``."""
+
     deadline: datetime
     reason: str | None = None
 
@@ -252,17 +349,31 @@ class RunTimedOut(FlowEvent):
     "flow.run.retry_exhausted",
     (("step_id", STR), ("attempt", U32), ("error", STR)),
     terminal=True,
+    origin=Origin.DERIVED,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRetryExhausted(FlowEvent):
+    """The run ended ``failed`` because a ``fail_run`` step spent its attempts. Written right after
+    that step's ``step_failed``, repeating its attempt and error, or code-free by the next drive
+    when a crash lost it."""
+
     step_id: str
     attempt: int
     error: str
 
 
-@_event("run_host_shutdown", "flow.run.host_shutdown", (("reason", OPT_STR),), terminal=True)
+@_event(
+    "run_host_shutdown",
+    "flow.run.host_shutdown",
+    (("reason", OPT_STR),),
+    terminal=True,
+    origin=Origin.HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunHostShutdown(FlowEvent):
+    """The run ended ``failed`` by the host's explicit, non-resumable shutdown policy
+    (``terminate_for_host_shutdown``); an ordinary process shutdown writes nothing."""
+
     reason: str | None = None
 
 
@@ -271,22 +382,42 @@ class RunHostShutdown(FlowEvent):
     "flow.run.continued_as_new",
     (("successor_run_id", STR), ("input", JSON)),
     terminal=True,
+    origin=Origin.CODE,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunContinuedAsNew(FlowEvent):
+    """Workflow code's ``continue_as_new(input)``: the run ended ``continued_as_new``, and
+    ``successor_run_id`` (a fresh id) starts with the same spec and ``input``."""
+
     successor_run_id: str
     input: JsonValue = None
 
 
-@_event("run_progress_recorded", "flow.run.progress.recorded", (("progress", PROGRESS),))
+@_event(
+    "run_progress_recorded",
+    "flow.run.progress.recorded",
+    (("progress", PROGRESS),),
+    origin=Origin.CODE_OR_HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunProgressRecorded(FlowEvent):
+    """A progress record, once per progress id, from workflow code's or the host's
+    ``record_progress``."""
+
     progress: WorkflowProgress
 
 
-@_event("child_operation_linked", "flow.child.operation.linked", (("child", CHILD_REF),))
+@_event(
+    "child_operation_linked",
+    "flow.child.operation.linked",
+    (("child", CHILD_REF),),
+    origin=Origin.CODE_OR_HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildOperationLinked(FlowEvent):
+    """A link to an external operation, once per reference id, from workflow code's or the host's
+    ``link_child_operation``."""
+
     child: ChildOperationReference
 
 
@@ -300,9 +431,13 @@ class ChildOperationLinked(FlowEvent):
         ("input", JSON),
         ("cancellation_policy", CHILD_POLICY),
     ),
+    origin=Origin.CODE,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildWorkflowRequested(FlowEvent):
+    """Workflow code requested a child workflow. Recorded, with a fresh child run id, before the
+    child's stream exists: the child is then created from it, with a parent link."""
+
     child_id: str
     child_run_id: str
     spec: WorkflowSpec
@@ -316,31 +451,51 @@ class ChildWorkflowRequested(FlowEvent):
     "child_workflow_resolved",
     "flow.child.workflow.resolved",
     (("child_id", STR), ("outcome", OUTCOME)),
+    origin=Origin.HOST,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildWorkflowResolved(FlowEvent):
+    """How a child's continue-as-new chain ended (never ``continued_as_new``), appended to the
+    parent in request order; the parent then replays."""
+
     child_id: str
     outcome: WorkflowTerminalOutcome
 
 
-@_event("signal_received", "flow.signal.received", (("signal", SIGNAL),))
+@_event("signal_received", "flow.signal.received", (("signal", SIGNAL),), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalReceived(FlowEvent):
+    """A signal delivery (``send_signal``) to a running or cancelling run, once per signal id. It
+    stays in history, unconsumed, until a signal wait of its name pairs with it."""
+
     signal: WorkflowSignal
 
 
-@_event("signal_wait_created", "flow.signal.wait.created", (("wait_id", STR), ("signal_name", STR)))
+@_event(
+    "signal_wait_created",
+    "flow.signal.wait.created",
+    (("wait_id", STR), ("signal_name", STR)),
+    origin=Origin.CODE,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalWaitCreated(FlowEvent):
+    """Workflow code's ``wait_for_signal``: a wait for the next delivery of a declared signal."""
+
     wait_id: str
     signal_name: str
 
 
 @_event(
-    "signal_wait_completed", "flow.signal.wait.completed", (("wait_id", STR), ("signal_id", STR))
+    "signal_wait_completed",
+    "flow.signal.wait.completed",
+    (("wait_id", STR), ("signal_id", STR)),
+    origin=Origin.DERIVED,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalWaitCompleted(FlowEvent):
+    """A signal wait paired with a delivery of its name, the oldest of each first, one pair per
+    drive iteration, before workflow code replays."""
+
     wait_id: str
     signal_id: str
 
@@ -349,25 +504,43 @@ class SignalWaitCompleted(FlowEvent):
     "step_created",
     "flow.step.created",
     (("step_id", STR), ("step_name", STR), ("input", JSON), ("retry", RETRY)),
+    origin=Origin.CODE,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCreated(FlowEvent):
+    """Workflow code scheduled a new step: its name, input and retry policy, which every replay must
+    repeat."""
+
     step_id: str
     step_name: str
     input: JsonValue = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
-@_event("step_started", "flow.step.started", (("step_id", STR), ("attempt", U32)))
+@_event(
+    "step_started", "flow.step.started", (("step_id", STR), ("attempt", U32)), origin=Origin.DERIVED
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(FlowEvent):
+    """An attempt of a step begins, before it runs: the first right after ``step_created``, a retry
+    at once or once its delay is due. A redelivery of a running attempt after a crash writes none.
+    """
+
     step_id: str
     attempt: int
 
 
-@_event("step_completed", "flow.step.completed", (("step_id", STR), ("output", JSON)))
+@_event(
+    "step_completed",
+    "flow.step.completed",
+    (("step_id", STR), ("output", JSON)),
+    origin=Origin.HOST,
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCompleted(FlowEvent):
+    """The running attempt succeeded with ``output``; workflow code sees it from its next replay
+    on."""
+
     step_id: str
     output: JsonValue = None
 
@@ -376,9 +549,13 @@ class StepCompleted(FlowEvent):
     "step_retrying",
     "flow.step.retrying",
     (("step_id", STR), ("attempt", U32), ("error", STR), ("retry_after", OPT_UTC)),
+    origin=Origin.HOST,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepRetrying(FlowEvent):
+    """The running attempt failed with attempts left; ``retry_after`` is the deadline of a delayed
+    retry (``None``: the next attempt starts at once)."""
+
     step_id: str
     attempt: int
     error: str
@@ -392,9 +569,14 @@ NO_RETRY = Codec(_ident, _opt_bool, optional=True, omit_none=True)
     "step_failed",
     "flow.step.failed",
     (("step_id", STR), ("attempt", U32), ("error", STR), ("no_retry", NO_RETRY)),
+    origin=Origin.HOST,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepFailed(FlowEvent):
+    """The step failed for good: its last attempt failed, or step code raised ``NonRetryable``.
+    Under ``fail_run`` ``run_retry_exhausted`` follows; under ``continue_workflow`` workflow code
+    reads the error."""
+
     step_id: str
     attempt: int
     error: str
@@ -403,16 +585,24 @@ class StepFailed(FlowEvent):
     budget was spent. ``None`` (left out of the JSON form) when the budget was spent."""
 
 
-@_event("wait_created", "flow.wait.created", (("wait_id", STR), ("resume_at", UTC)))
+@_event(
+    "wait_created", "flow.wait.created", (("wait_id", STR), ("resume_at", UTC)), origin=Origin.CODE
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitCreated(FlowEvent):
+    """Workflow code's ``wait_until``: a timer due at ``resume_at``. The run suspends until
+    ``wait_completed``, even if that time has passed."""
+
     wait_id: str
     resume_at: datetime
 
 
-@_event("wait_completed", "flow.wait.completed", (("wait_id", STR),))
+@_event("wait_completed", "flow.wait.completed", (("wait_id", STR),), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitCompleted(FlowEvent):
+    """A waiting timer completed (``resume_wait``: by the scheduler, or on Kafka the timer topology,
+    once due, or by a caller); the run replays."""
+
     wait_id: str
 
 
@@ -420,9 +610,13 @@ class WaitCompleted(FlowEvent):
     "hook_created",
     "flow.hook.created",
     (("hook_id", STR), ("token_digest", STR), ("metadata", JSON)),
+    origin=Origin.CODE,
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookCreated(FlowEvent):
+    """Workflow code created a hook: its token's digest and its metadata. The run suspends while the
+    hook is active."""
+
     hook_id: str
     token_digest: str
     """SHA-256 of the hook's token (``streamflow.core.tokens``); the token itself is never
@@ -430,16 +624,23 @@ class HookCreated(FlowEvent):
     metadata: JsonValue = None
 
 
-@_event("hook_received", "flow.hook.received", (("hook_id", STR), ("payload", JSON)))
+@_event(
+    "hook_received", "flow.hook.received", (("hook_id", STR), ("payload", JSON)), origin=Origin.HOST
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookReceived(FlowEvent):
+    """A callback resumed an active hook with ``payload`` (``resume_hook``, by id or by token)."""
+
     hook_id: str
     payload: JsonValue = None
 
 
-@_event("hook_disposed", "flow.hook.disposed", (("hook_id", STR),))
+@_event("hook_disposed", "flow.hook.disposed", (("hook_id", STR),), origin=Origin.HOST)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookDisposed(FlowEvent):
+    """A caller revoked an active hook (``dispose_hook``, by id or by token); workflow code sees
+    ``hook_disposed``."""
+
     hook_id: str
 
 
@@ -459,9 +660,11 @@ class FlowEventEnvelope:
     """The event itself."""
 
     def event_key(self) -> str:
+        """The event's dot key, e.g. ``flow.step.completed``."""
         return self.event.KEY
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form: the envelope fields and the tagged event."""
         return {
             "run_id": self.run_id,
             "sequence": self.sequence,
@@ -472,6 +675,8 @@ class FlowEventEnvelope:
 
     @staticmethod
     def from_json(data: object) -> FlowEventEnvelope:
+        """Decode the JSON form; ``SerializationError`` for a malformed envelope (a sequence below
+        1, say) or event."""
         if not isinstance(data, Mapping):
             raise SerializationError(f"event envelope must be a JSON object, got {data!r}")
         sequence = data.get("sequence")

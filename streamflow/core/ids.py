@@ -1,4 +1,5 @@
-"""Identifier rules: run ids, runtime build ids and workflow patch marker ids."""
+"""Identifier rules: run ids, runtime build ids, workflow patch marker ids, and the step
+idempotency key."""
 
 from __future__ import annotations
 
@@ -21,7 +22,14 @@ def validate_run_id(run_id: object) -> str:
 
 
 def is_valid_run_id(run_id: object) -> bool:
+    """Whether ``run_id`` is a string of one or more ``[A-Za-z0-9_-]``."""
     return isinstance(run_id, str) and _RUN_ID.fullmatch(run_id) is not None
+
+
+def idempotency_key(run_id: str, step_id: str) -> str:
+    """The key handed to every execution of a step (``flow:{run_id}:{step_id}``): the same for
+    every attempt and redelivery of the step, on every backend."""
+    return f"flow:{run_id}:{step_id}"
 
 
 class RuntimeBuildId(str):
@@ -51,6 +59,8 @@ class RuntimeBuildId(str):
 
     @classmethod
     def new(cls, value: str) -> RuntimeBuildId:
+        """The same as ``RuntimeBuildId(value)``: ``InvalidRuntimeBuildId`` when ``value`` breaks
+        the rules."""
         return cls(value)
 
     def __repr__(self) -> str:
@@ -80,6 +90,8 @@ class WorkflowPatchId(str):
 
     @classmethod
     def new(cls, value: str) -> WorkflowPatchId:
+        """The same as ``WorkflowPatchId(value)``: ``InvalidWorkflowPatchId`` when ``value`` breaks
+        the rules."""
         return cls(value)
 
     def __repr__(self) -> str:

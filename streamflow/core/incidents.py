@@ -42,6 +42,7 @@ class FlowIncident:
     """The history position the latest decision failed at."""
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form (times as RFC 3339 text)."""
         return {
             "run_id": self.run_id,
             "error_type": self.error_type,
@@ -54,6 +55,7 @@ class FlowIncident:
 
     @staticmethod
     def from_json(data: Any) -> FlowIncident:
+        """Parse the JSON form; ``SerializationError`` for a malformed one."""
         try:
             return FlowIncident(
                 run_id=str(data["run_id"]),

@@ -18,6 +18,7 @@ class WorkflowRunSummary:
     """Counts per status, and actionable work counted only for non-terminal runs."""
 
     total: int = 0
+    """Runs counted."""
     pending: int = 0
     running: int = 0
     suspended: int = 0
@@ -27,15 +28,23 @@ class WorkflowRunSummary:
     cancelled: int = 0
     continued_as_new: int = 0
     terminal: int = 0
+    """Runs that ended (completed, failed, cancelled or continued as new)."""
     non_terminal: int = 0
+    """Runs that have not ended."""
     open_waits: int = 0
+    """Waiting timers of non-terminal runs."""
     active_hooks: int = 0
+    """Active hooks of non-terminal runs."""
     pending_retries: int = 0
+    """Delayed retries (due or not) of non-terminal runs."""
     open_child_workflows: int = 0
+    """Children of non-terminal runs whose outcome is not recorded yet."""
     open_signal_waits: int = 0
+    """Open signal waits of non-terminal runs."""
 
 
 def summarize(snapshots: Iterable[WorkflowRunSnapshot]) -> WorkflowRunSummary:
+    """Count ``snapshots`` by status (``WorkflowRunSummary``), and their open work."""
     counts = dict.fromkeys(WorkflowRunSummary.__dataclass_fields__, 0)
     for snap in snapshots:
         counts["total"] += 1
@@ -53,6 +62,9 @@ def summarize(snapshots: Iterable[WorkflowRunSnapshot]) -> WorkflowRunSummary:
 
 
 class SuspensionKind(StrEnum):
+    """What an open suspension waits on: a timer, a hook, a delayed retry, a child workflow or a
+    signal."""
+
     WAIT = "wait"
     HOOK = "hook"
     RETRY = "retry"
@@ -79,6 +91,8 @@ class WorkflowRunSuspension:
 def open_suspensions(
     snapshots: Iterable[WorkflowRunSnapshot], now: datetime
 ) -> list[WorkflowRunSuspension]:
+    """Every open suspension of the non-terminal, started runs among ``snapshots``, sorted by
+    run, kind and subject; ``due`` says which timers and retries are due at ``now``."""
     out: list[WorkflowRunSuspension] = []
     for snap in snapshots:
         if snap.is_terminal or snap.base_status is WorkflowRunStatus.PENDING:

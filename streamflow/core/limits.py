@@ -75,6 +75,7 @@ class RecordLimits:
 
     @property
     def dead_letter_topic_max_message_bytes(self) -> int:
+        """``max.message.bytes`` of the dead-letter topic: room for the largest dead letter."""
         return self.dead_letter_bytes + BATCH_HEADROOM
 
     @property

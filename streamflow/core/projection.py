@@ -1,7 +1,8 @@
 """The projection: one handler per event type folding history into a ``WorkflowRunSnapshot``.
 
 Each handler validates first and mutates last, so an event that breaks a rule of the history
-contract (reference §2.12) raises ``InvalidTransition`` and leaves the snapshot untouched.
+contract (``docs/semantics.md``, *History rules*) raises ``InvalidTransition`` and leaves the
+snapshot untouched.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ NOT_TERMINAL = (WorkflowRunStatus.PENDING, *RUN_ACTIVE)
 def handles(
     event_type: type[E],
 ) -> Callable[[Callable[[S, E, Env], None]], Callable[[S, E, Env], None]]:
+    """Register the decorated function as the projection handler of ``event_type`` (one per type;
+    a second is ``RuntimeError``)."""
+
     def register(fn: Callable[[S, E, Env], None]) -> Callable[[S, E, Env], None]:
         if event_type in HANDLERS:
             raise RuntimeError(f"duplicate projection handler for {event_type.__name__}")
@@ -113,6 +117,8 @@ class ProjectedRun:
         self.snapshot = WorkflowRunSnapshot(run_id)
 
     def apply(self, envelope: ev.FlowEventEnvelope) -> None:
+        """Fold ``envelope`` into the snapshot and append it to the history;
+        ``InvalidTransition`` (nothing changed) when it does not follow."""
         evolve(self.snapshot, envelope)
         self.history.append(envelope)
 

@@ -7,10 +7,12 @@ event came from workflow code, rebuild the snapshot of the prefix, run the curre
 validate its command with :func:`streamflow.core.decide.decide_command`, and compare the events
 it yields with the recorded ones.
 
-Some events come from workflow code *or* from the host (``run_cancelled`` from ``cancel`` or
-``force_cancel``, ``run_timed_out``, progress and child-operation links). At such a point a
-replay that yields a different event type is taken to mean the host wrote it, and is not a
-drift; a replay that yields the same type with different content is.
+Which events came from workflow code is each event type's declared origin
+(:class:`streamflow.core.events.Origin`): decision points are the events of origin ``CODE``
+and ``CODE_OR_HOST``. Some events come from workflow code *or* from the host (``run_cancelled``
+from ``cancel`` or ``force_cancel``, ``run_timed_out``, progress and child-operation links).
+At such a point a replay that yields a different event type is taken to mean the host wrote
+it, and is not a drift; a replay that yields the same type with different content is.
 """
 
 from __future__ import annotations
@@ -23,46 +25,15 @@ from enum import StrEnum
 from typing import Any
 
 from streamflow.core import events as ev
-
-CODE_ONLY: tuple[type[ev.FlowEvent], ...] = (
-    ev.StepCreated,
-    ev.WaitCreated,
-    ev.HookCreated,
-    ev.SignalWaitCreated,
-    ev.ChildWorkflowRequested,
-    ev.RunCompleted,
-    ev.RunFailed,
-    ev.RunContinuedAsNew,
-)
-"""Event types only workflow code's commands produce."""
-
-CODE_OR_HOST: tuple[type[ev.FlowEvent], ...] = (
-    ev.RunCancelled,
-    ev.RunTimedOut,
-    ev.RunProgressRecorded,
-    ev.ChildOperationLinked,
-)
-"""Event types that workflow code or a host control can produce."""
+from streamflow.core.events import Origin
 
 GENERATED_FIELDS = frozenset({"child_run_id", "successor_run_id"})
 """Fields the journal fills with fresh ids: not part of what code decides."""
 
 
-class Origin(StrEnum):
-    CODE = "code"
-    CODE_OR_HOST = "code_or_host"
-    OTHER = "other"
-
-
-def origin(event: ev.FlowEvent) -> Origin:
-    if isinstance(event, CODE_ONLY):
-        return Origin.CODE
-    if isinstance(event, CODE_OR_HOST):
-        return Origin.CODE_OR_HOST
-    return Origin.OTHER
-
-
 class DriftKind(StrEnum):
+    """How current code disagrees with a recorded history at one point."""
+
     DIFFERENT = "different"
     """Code decided other events than history records."""
     REJECTED = "rejected"
@@ -105,6 +76,7 @@ def comparable(event: ev.FlowEvent) -> dict[str, Any]:
 
 
 def render(events: Sequence[ev.FlowEvent]) -> str:
+    """``events`` as replay compares them: one canonical JSON line each, generated ids left out."""
     return "\n".join(
         json.dumps(comparable(e), sort_keys=True, separators=(",", ":")) for e in events
     )
@@ -142,9 +114,7 @@ def compare(
     """
     assert recorded, "compare needs the recorded event at the decision point"
     head = recorded[0]
-    if origin(head) is Origin.CODE_OR_HOST and (
-        not replayed or type(replayed[0]) is not type(head)
-    ):
+    if head.ORIGIN is Origin.CODE_OR_HOST and (not replayed or type(replayed[0]) is not type(head)):
         return None  # the host wrote it
     window = list(recorded[: max(1, len(replayed))])
     first = next(
@@ -178,7 +148,7 @@ def refused(
     history records a decision of code there (at the end of history, ``recorded`` is empty: an
     open run the current code cannot go on with); at an event the host may have written, the
     original code may have failed the same way, so it is not reported."""
-    if recorded and origin(recorded[0]) is not Origin.CODE:
+    if recorded and recorded[0].ORIGIN is not Origin.CODE:
         return None
     window = list(recorded[:1])
     return Drift(

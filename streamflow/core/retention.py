@@ -1,5 +1,5 @@
-"""History retention (reference §2.10): which terminal histories may be deleted, as whole
-streams, and what is kept of them.
+"""History retention: which terminal histories may be deleted, as whole streams, and what is
+kept of them.
 
 A run is deleted only if it is terminal before the policy's cutoff, has no hold, and every member
 of its *component* is eligible in the same scan: runs joined by continue-as-new links, parent and
@@ -31,16 +31,21 @@ class FlowHistoryRetentionPolicy:
     components made only of those runs."""
 
     cutoff: datetime
+    """A run is eligible only if its last event was committed before this instant (timezone-aware;
+    a naive one is ``InvalidTransition``)."""
     run_ids: frozenset[str] | None = None
+    """``None``: every run the store holds."""
 
     def __post_init__(self) -> None:
         require_utc(self.cutoff, "cutoff")
 
     @staticmethod
     def new(cutoff: datetime) -> FlowHistoryRetentionPolicy:
+        """Delete what ended before ``cutoff``, over every run the store holds."""
         return FlowHistoryRetentionPolicy(cutoff)
 
     def with_runs(self, run_ids: Iterable[str]) -> FlowHistoryRetentionPolicy:
+        """A copy whose scan is limited to components made only of ``run_ids``."""
         return FlowHistoryRetentionPolicy(self.cutoff, frozenset(run_ids))
 
 
@@ -49,14 +54,19 @@ class HistoryHold:
     """Keeps a run (and so its whole component) from deletion until released."""
 
     run_id: str
+    """The held run."""
     hold_id: str
+    """The caller's id for the hold (unique per run)."""
     reason: str
+    """Why it is kept; the same hold id with another reason is ``RunConflict``."""
 
     def to_json(self) -> dict[str, str]:
+        """The JSON form: ``run_id``, ``hold_id`` and ``reason``."""
         return {"run_id": self.run_id, "hold_id": self.hold_id, "reason": self.reason}
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> HistoryHold:
+        """Parse the JSON form (a missing key is ``KeyError``)."""
         return HistoryHold(str(data["run_id"]), str(data["hold_id"]), str(data["reason"]))
 
 
@@ -65,7 +75,9 @@ class FlowHistoryTombstone:
     """What is kept of a deleted history: enough to prove what it was, nothing of its data."""
 
     run_id: str
+    """The deleted run (its id can never be used again)."""
     terminal_sequence: int
+    """The sequence of its terminal event: how long the history was."""
     event_id: str
     """The terminal event's id."""
     event_key: str
@@ -73,8 +85,10 @@ class FlowHistoryTombstone:
     history_sha256: str
     """SHA-256 of the whole history (:func:`history_digest`)."""
     pruned_at: datetime
+    """When the history was deleted."""
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form (``pruned_at`` as RFC 3339 text)."""
         return {
             "run_id": self.run_id,
             "terminal_sequence": self.terminal_sequence,
@@ -86,6 +100,7 @@ class FlowHistoryTombstone:
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> FlowHistoryTombstone:
+        """Parse the JSON form (a missing key is ``KeyError``)."""
         return FlowHistoryTombstone(
             run_id=str(data["run_id"]),
             terminal_sequence=int(data["terminal_sequence"]),
@@ -98,9 +113,12 @@ class FlowHistoryTombstone:
 
 @dataclass(frozen=True, slots=True)
 class FlowHistoryRetentionReport:
+    """What one ``prune_terminal_history`` call did."""
+
     deleted_run_ids: tuple[str, ...] = ()
     """Runs whose histories were deleted (sorted)."""
     tombstones: tuple[FlowHistoryTombstone, ...] = ()
+    """One per deleted run."""
     retained_run_ids: tuple[str, ...] = ()
     """Terminal runs before the cutoff kept because something in their component is not
     eligible (open, too recent, held, or linked to a run the store does not hold)."""
@@ -110,6 +128,9 @@ class FlowHistoryRetentionReport:
 
 @dataclass(frozen=True, slots=True)
 class PrunePlan:
+    """What :func:`plan_prune` decided; ``retained_run_ids`` and ``held_run_ids`` as in the
+    report."""
+
     components: tuple[tuple[str, ...], ...] = ()
     """Each a whole component to delete in one atomic step."""
     retained_run_ids: tuple[str, ...] = ()
@@ -138,7 +159,9 @@ class RetentionFacts:
     """What planning a prune needs of one run (a run index can serve these without histories)."""
 
     run_id: str
+    """The run."""
     terminal: bool
+    """Whether it has ended."""
     updated_at: datetime | None
     """When its last event was committed (a terminal run: when it ended)."""
     links: frozenset[str]
@@ -146,15 +169,18 @@ class RetentionFacts:
 
     @property
     def is_terminal(self) -> bool:
+        """Whether the run has ended."""
         return self.terminal
 
     @staticmethod
     def of(snapshot: WorkflowRunSnapshot) -> RetentionFacts:
+        """The facts of a projected run."""
         return RetentionFacts(
             snapshot.run_id, snapshot.is_terminal, snapshot.updated_at, frozenset(links(snapshot))
         )
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form served by ``/v1/retention``."""
         return {
             "run_id": self.run_id,
             "terminal": self.terminal,
@@ -164,6 +190,7 @@ class RetentionFacts:
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> RetentionFacts:
+        """Parse the JSON form."""
         updated = data.get("updated_at")
         return RetentionFacts(
             run_id=str(data["run_id"]),
@@ -263,6 +290,8 @@ def history_digest(history: Sequence[ev.FlowEventEnvelope]) -> str:
 
 
 def tombstone(history: Sequence[ev.FlowEventEnvelope], now: datetime) -> FlowHistoryTombstone:
+    """The tombstone of a terminal history pruned at ``now``; ``InvalidTransition`` for an empty
+    or non-terminal one."""
     if not history or not history[-1].event.is_terminal():
         raise InvalidTransition("only a terminal history can be tombstoned")
     last = history[-1]

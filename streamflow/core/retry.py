@@ -14,10 +14,14 @@ from streamflow.core.timeutil import add_millis
 
 U64_MAX = 2**64 - 1
 JITTER_TAG = b"a3s-flow.retry-jitter.v1"
-"""The seed's tag, kept so delays are identical to the seed system's for the same identities."""
+"""The fixed 24-byte tag the jitter hash starts with (``docs/semantics.md``, *Deterministic
+jitter*): part of the delay formula, so it never changes."""
 
 
 class RetryBackoff(StrEnum):
+    """How the delay between attempts grows: ``FIXED`` (the same ``delay_ms`` every time) or
+    ``EXPONENTIAL`` (a doubling cap up to ``max_delay_ms``, with deterministic jitter)."""
+
     FIXED = "fixed"
     EXPONENTIAL = "exponential"
 
@@ -92,13 +96,17 @@ class RetryPolicy:
         )
 
     def continue_workflow_on_failure(self) -> RetryPolicy:
+        """A copy whose exhaustion keeps the run going (``CONTINUE_WORKFLOW``): workflow code reads
+        ``ctx.step_failed(step_id)``."""
         return replace(self, on_exhausted=StepFailureAction.CONTINUE_WORKFLOW)
 
     def with_failure_action(self, action: StepFailureAction) -> RetryPolicy:
+        """A copy with ``action`` (a ``StepFailureAction`` or its value) as what exhaustion does."""
         return replace(self, on_exhausted=StepFailureAction(action))
 
     @property
     def continues_workflow(self) -> bool:
+        """Whether exhausting the budget keeps the run going instead of failing it."""
         return self.on_exhausted is StepFailureAction.CONTINUE_WORKFLOW
 
     def validate(self) -> RetryPolicy:
@@ -161,6 +169,8 @@ class RetryPolicy:
 
     @staticmethod
     def from_json(data: object) -> RetryPolicy:
+        """Parse the wire form (``None`` is the default policy); ``SerializationError`` for a
+        malformed one. Not validated: see ``validate``."""
         if data is None:
             return RetryPolicy()
         if not isinstance(data, Mapping):

@@ -26,17 +26,31 @@ from streamflow.core.values import (
 
 
 class WorkflowRunStatus(StrEnum):
+    """Where a run is in its lifecycle (``WorkflowRunSnapshot.status``)."""
+
     PENDING = "pending"
+    """Created (``run_created``), not yet started."""
     RUNNING = "running"
+    """Started, with nothing open to wait for."""
     SUSPENDED = "suspended"
+    """Derived, never recorded: running with an open suspension (a waiting timer, an active
+    hook, an open signal wait, a child it waits for, a delayed retry)."""
     CANCELLING = "cancelling"
+    """A cancellation request is recorded; workflow code does its cleanup (never reported as
+    suspended)."""
     COMPLETED = "completed"
+    """Ended by ``run_completed``."""
     FAILED = "failed"
+    """Ended by ``run_failed``, ``run_timed_out``, ``run_retry_exhausted`` or
+    ``run_host_shutdown`` (``terminal_outcome`` tells which)."""
     CANCELLED = "cancelled"
+    """Ended by ``run_cancelled``."""
     CONTINUED_AS_NEW = "continued_as_new"
+    """Ended by ``run_continued_as_new``: a successor run carries on."""
 
     @property
     def is_terminal(self) -> bool:
+        """Whether the run has ended: completed, failed, cancelled or continued as new."""
         return self in _TERMINAL
 
 
@@ -51,28 +65,48 @@ _TERMINAL = frozenset(
 
 
 class StepStatus(StrEnum):
+    """Where a step is in its lifecycle."""
+
     PENDING = "pending"
+    """Created, or retrying: its next attempt has not started (``retry_after`` for a delayed
+    retry)."""
     RUNNING = "running"
+    """An attempt started (``step_started``) and its result is not recorded yet."""
     COMPLETED = "completed"
+    """``step_completed``: ``output`` is the result."""
     FAILED = "failed"
+    """``step_failed``: its attempts are spent, or step code raised ``NonRetryable``."""
     CANCELLED = "cancelled"
+    """Pending or running when the run's cancellation was requested."""
 
     @property
     def is_terminal(self) -> bool:
+        """Whether the step is finished: completed, failed or cancelled."""
         return self in (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED)
 
 
 class WaitStatus(StrEnum):
+    """Where a timer wait or a signal wait is in its lifecycle."""
+
     WAITING = "waiting"
+    """Created, not yet completed: the run is suspended on it."""
     COMPLETED = "completed"
+    """``wait_completed`` (a timer) or ``signal_wait_completed`` (paired with a delivery)."""
     CANCELLED = "cancelled"
+    """Waiting when the run's cancellation was requested."""
 
 
 class HookStatus(StrEnum):
+    """Where a hook is in its lifecycle."""
+
     ACTIVE = "active"
+    """Created, not yet resolved: its token is held and the run is suspended on it."""
     RECEIVED = "received"
+    """Resumed (``hook_received``): ``payload`` is what the callback sent."""
     DISPOSED = "disposed"
+    """Revoked by a caller (``hook_disposed``)."""
     CANCELLED = "cancelled"
+    """Active when the run's cancellation was requested."""
 
 
 SignalWaitStatus = WaitStatus
@@ -80,6 +114,8 @@ SignalWaitStatus = WaitStatus
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepSnapshot:
+    """One step of a run, as its events left it."""
+
     step_id: str
     """Stable identity within the run."""
     step_name: str
@@ -102,6 +138,8 @@ class StepSnapshot:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitSnapshot:
+    """One timer wait of a run."""
+
     wait_id: str
     """Stable identity within the run."""
     status: WaitStatus
@@ -112,6 +150,8 @@ class WaitSnapshot:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookSnapshot:
+    """One hook of a run."""
+
     hook_id: str
     """Stable identity within the run."""
     token_digest: str
@@ -129,51 +169,87 @@ class ActiveHookSnapshot:
     """An active hook of a non-terminal run (``list_active_hooks``)."""
 
     run_id: str
+    """The run that holds the hook."""
     hook: HookSnapshot
+    """The hook itself."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalWaitSnapshot:
+    """One signal wait of a run: created by ``ctx.wait_for_signal``, completed when it is paired
+    with a delivery."""
+
     wait_id: str
+    """Stable identity within the run."""
     signal_name: str
+    """The declared signal it waits for."""
     status: WaitStatus
+    """Lifecycle state."""
     created_at: datetime
+    """Commit time of its ``signal_wait_created``."""
     created_sequence: int
+    """Sequence of its ``signal_wait_created`` (waits of one name pair oldest first)."""
     signal_id: str | None = None
+    """The delivery it was paired with, once completed."""
     completed_at: datetime | None = None
+    """Commit time of its ``signal_wait_completed``."""
     completed_sequence: int | None = None
+    """Sequence of its ``signal_wait_completed``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkflowSignalSnapshot:
+    """One signal delivery recorded in a run (``signal_received``)."""
+
     signal_id: str
+    """The caller's delivery id (unique in the run)."""
     name: str
+    """The declared signal name."""
     payload: JsonValue
+    """The delivered JSON payload."""
     received_at: datetime
+    """Commit time of its ``signal_received``."""
     received_sequence: int
+    """Sequence of its ``signal_received`` (deliveries of one name pair oldest first)."""
     consumed_by: str | None = None
+    """The signal wait it completed; ``None`` while unconsumed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChildWorkflowSnapshot:
+    """One child workflow a run requested (``child_workflow_requested``)."""
+
     child_id: str
+    """Stable identity within the parent."""
     run_id: str
+    """The child's run id (the first run of its chain), chosen when it was requested."""
     spec: WorkflowSpec
+    """The child's definition."""
     input: JsonValue
+    """The child's input."""
     cancellation_policy: ChildWorkflowCancellationPolicy
+    """What the parent's cancellation does to the child."""
     requested_at: datetime
+    """Commit time of the request."""
     requested_sequence: int
+    """Sequence of the request: outcomes are recorded in this order."""
     outcome: WorkflowTerminalOutcome | None = None
+    """How the child's chain ended (``child_workflow_resolved``); ``None`` while open."""
     resolved_at: datetime | None = None
+    """Commit time of the resolution."""
     resolved_sequence: int | None = None
+    """Sequence of the resolution."""
 
     @property
     def is_open(self) -> bool:
+        """Whether the child's outcome is not recorded yet."""
         return self.outcome is None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CancellationSnapshot:
+    """The run's cancellation request, as recorded (``run_cancellation_requested``)."""
+
     request: CancellationRequest
     """The durable request."""
     requested_at: datetime
@@ -184,6 +260,8 @@ class CancellationSnapshot:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkflowContinuation:
+    """Where a run that continued as new went (``run_continued_as_new``)."""
+
     successor_run_id: str
     """The run that continues this one."""
     input: JsonValue
@@ -192,7 +270,7 @@ class WorkflowContinuation:
 
 class ProgressLog(list[WorkflowProgress]):
     """Progress records in commit order; call it with an id to look one up
-    (``snapshot.progress("load")``), as the seed's ``progress(id)`` helper does."""
+    (``snapshot.progress("load")``)."""
 
     def __call__(self, progress_id: str) -> WorkflowProgress | None:
         for record in reversed(self):
@@ -201,13 +279,17 @@ class ProgressLog(list[WorkflowProgress]):
         return None
 
     def copy(self) -> ProgressLog:
+        """An independent list of the same records."""
         return ProgressLog(self)
 
 
 class WorkflowRunSnapshot:
     """The projected state of one run.
 
-    ``status`` is derived: a Running run with an open suspension reports ``SUSPENDED``.
+    ``status`` is derived: a Running run with an open suspension reports ``SUSPENDED``. Before
+    ``run_created`` (an empty history) ``spec`` and ``base_status`` are ``None``. The sets of
+    ids below are indexes the projection keeps so that suspension checks cost O(1); a terminal
+    event clears neither them nor the statuses of the waits and hooks they name.
     """
 
     __slots__ = (
@@ -246,42 +328,77 @@ class WorkflowRunSnapshot:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
+        """The run's id."""
         self.spec: WorkflowSpec | None = None
+        """The recorded spec (``run_created``): the run's immutable authority."""
         self.input: JsonValue = None
+        """The recorded workflow input."""
         self.base_status: WorkflowRunStatus | None = None
+        """The recorded status, never ``SUSPENDED`` (see ``status``)."""
         self.steps: dict[str, StepSnapshot] = {}
+        """Steps by step id."""
         self.waits: dict[str, WaitSnapshot] = {}
+        """Timer waits by wait id."""
         self.hooks: dict[str, HookSnapshot] = {}
+        """Hooks by hook id."""
         self.signals: dict[str, WorkflowSignalSnapshot] = {}
+        """Signal deliveries by signal id."""
         self.signal_waits: dict[str, SignalWaitSnapshot] = {}
+        """Signal waits by wait id."""
         self.cancellation: CancellationSnapshot | None = None
+        """The cancellation request, once one is recorded."""
         self.progress = ProgressLog()
+        """Progress records in commit order (``snapshot.progress(id)`` finds one)."""
         self.progress_by_id: dict[str, WorkflowProgress] = {}
+        """Progress records by progress id."""
         self.child_operations: dict[str, ChildOperationReference] = {}
+        """Linked external operations by reference id."""
         self.child_workflows: dict[str, ChildWorkflowSnapshot] = {}
+        """Child workflows by child id."""
         self.output: JsonValue = None
+        """The output of ``run_completed``."""
         self.error: str | None = None
+        """The error or reason of a terminal event other than ``run_completed`` and
+        ``run_continued_as_new`` (a default text for a timeout or host shutdown without one)."""
         self.terminal_outcome: WorkflowTerminalOutcome | None = None
+        """The typed outcome of the terminal event; ``None`` while the run has not ended."""
         self.continuation: WorkflowContinuation | None = None
+        """The successor, once the run continued as new."""
         self.parent: ParentLink | None = None
+        """Set on a child workflow (and every run of its chain)."""
         self.predecessor: ContinuationLink | None = None
+        """Set on a continue-as-new successor."""
         self.last_sequence = 0
+        """Sequence of the last event folded in (0 for an empty history)."""
         self.created_at: datetime | None = None
+        """Commit time of ``run_created``."""
         self.updated_at: datetime | None = None
+        """Commit time of the last event."""
         # Indexes kept by the projection so suspension checks are O(1), not O(history).
         self.open_waits: set[str] = set()
+        """Ids of waiting timer waits."""
         self.active_hooks: set[str] = set()
+        """Ids of active hooks."""
         self.open_signal_waits: set[str] = set()
+        """Ids of waiting signal waits."""
         self.open_children: set[str] = set()
+        """Ids of children whose outcome is not recorded yet."""
         self.retry_steps: set[str] = set()
+        """Ids of pending steps with a delayed-retry deadline."""
         self.running_steps: set[str] = set()
+        """Ids of steps with an attempt running."""
         self.unconsumed_signals: set[str] = set()
+        """Ids of deliveries no signal wait has consumed yet."""
         self.failed_fail_run_steps: set[str] = set()
+        """Ids of failed ``fail_run`` steps whose ``run_retry_exhausted`` is not recorded yet (a
+        crash window the next drive repairs)."""
 
     # -- derived views ---------------------------------------------------------------------
 
     @property
     def status(self) -> WorkflowRunStatus:
+        """The lifecycle state: ``base_status``, except that a running run with an open suspension
+        is ``SUSPENDED`` (``PENDING`` before ``run_created``)."""
         base = self.base_status or WorkflowRunStatus.PENDING
         if base is WorkflowRunStatus.RUNNING and self.has_open_suspension():
             return WorkflowRunStatus.SUSPENDED
@@ -289,14 +406,17 @@ class WorkflowRunSnapshot:
 
     @property
     def is_terminal(self) -> bool:
+        """Whether a terminal event is recorded."""
         return self.base_status in _TERMINAL  # asked several times per append: kept cheap
 
     @property
     def is_cancelling(self) -> bool:
+        """Whether a cancellation request is recorded and the run has not ended."""
         return self.base_status is WorkflowRunStatus.CANCELLING
 
     @property
     def runtime_build_id(self) -> str | None:
+        """The build the spec pins the run to (``None``: unpinned, or no spec yet)."""
         return None if self.spec is None else self.spec.runtime_build_id
 
     @property
@@ -335,6 +455,8 @@ class WorkflowRunSnapshot:
         )
 
     def open_children_in_order(self) -> list[ChildWorkflowSnapshot]:
+        """Every open child, in request order (including ``abandon`` children the run no longer
+        waits for)."""
         return sorted(
             (self.child_workflows[c] for c in self.open_children),
             key=lambda c: (c.requested_sequence, c.child_id),
@@ -347,6 +469,8 @@ class WorkflowRunSnapshot:
         return {h: self.hooks[h].token_digest for h in self.active_hooks}
 
     def has_open_suspension(self) -> bool:
+        """Whether anything holds the run: a waiting timer, an active hook, an open signal wait, a
+        child it waits for, or a delayed retry (due or not)."""
         return bool(
             self.open_waits
             or self.active_hooks
@@ -365,42 +489,54 @@ class WorkflowRunSnapshot:
         return sorted(out, key=lambda s: s.step_id)
 
     def has_future_retry(self, now: datetime) -> bool:
+        """Whether a delayed retry's deadline is after ``now``."""
         return any(
             (after := self.steps[s].retry_after) is not None and after > now
             for s in self.retry_steps
         )
 
     def step(self, step_id: str) -> StepSnapshot | None:
+        """The step ``step_id``, or ``None``."""
         return self.steps.get(step_id)
 
     def wait(self, wait_id: str) -> WaitSnapshot | None:
+        """The timer wait ``wait_id``, or ``None``."""
         return self.waits.get(wait_id)
 
     def hook(self, hook_id: str) -> HookSnapshot | None:
+        """The hook ``hook_id``, or ``None``."""
         return self.hooks.get(hook_id)
 
     def signal(self, signal_id: str) -> WorkflowSignalSnapshot | None:
+        """The delivery ``signal_id``, or ``None``."""
         return self.signals.get(signal_id)
 
     def signal_wait(self, wait_id: str) -> SignalWaitSnapshot | None:
+        """The signal wait ``wait_id``, or ``None``."""
         return self.signal_waits.get(wait_id)
 
     def signal_wait_payload(self, wait_id: str) -> JsonValue:
+        """The payload of the delivery paired with signal wait ``wait_id``; ``None`` while unpaired
+        or unknown."""
         wait = self.signal_waits.get(wait_id)
         if wait is None or wait.signal_id is None:
             return None
         return self.signals[wait.signal_id].payload
 
     def child_workflow(self, child_id: str) -> ChildWorkflowSnapshot | None:
+        """The child ``child_id``, or ``None``."""
         return self.child_workflows.get(child_id)
 
     def child_operation(self, reference_id: str) -> ChildOperationReference | None:
+        """The linked operation ``reference_id``, or ``None``."""
         return self.child_operations.get(reference_id)
 
     def progress_record(self, progress_id: str) -> WorkflowProgress | None:
+        """The progress record ``progress_id``, or ``None``."""
         return self.progress_by_id.get(progress_id)
 
     def latest_progress(self) -> WorkflowProgress | None:
+        """The last progress record committed, or ``None``."""
         return self.progress[-1] if self.progress else None
 
     def copy(self) -> WorkflowRunSnapshot:

@@ -19,19 +19,22 @@ class WorkflowRuntime:
     kind: str
     """Runtime kind; ``"python"`` for streamflow applications."""
     entrypoint: str
-    """Importable module that defines the runtime (the seed's ``entrypoint``)."""
+    """Importable module that defines the runtime."""
     export_name: str
     """Attribute of ``entrypoint`` that is the ``FlowRuntime``."""
 
     @staticmethod
     def python(module: str, export_name: str) -> WorkflowRuntime:
+        """A Python runtime: the ``FlowRuntime`` exported as ``module:export_name``."""
         return WorkflowRuntime(kind=PYTHON_RUNTIME, entrypoint=module, export_name=export_name)
 
     @property
     def module(self) -> str:
+        """The importable module (``entrypoint``)."""
         return self.entrypoint
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form: ``kind``, ``entrypoint`` and ``export_name``."""
         return {"kind": self.kind, "entrypoint": self.entrypoint, "export_name": self.export_name}
 
 
@@ -64,22 +67,30 @@ class WorkflowSpec:
         )
 
     def with_runtime_build(self, build: str) -> WorkflowSpec:
+        """A copy pinned to ``build`` (``InvalidRuntimeBuildId`` if it breaks the build-id
+        rules)."""
         return replace(self, runtime_build_id=RuntimeBuildId(build))
 
     def with_patch_marker(self, marker: str) -> WorkflowSpec:
+        """A copy with patch marker ``marker`` added (kept sorted and unique;
+        ``InvalidWorkflowPatchId`` if it breaks the marker rules)."""
         markers = set(self.patch_markers)
         markers.add(WorkflowPatchId(marker))
         return replace(self, patch_markers=tuple(sorted(markers)))
 
     def with_signal(self, name: str) -> WorkflowSpec:
+        """A copy that accepts signal ``name`` (kept sorted and unique; a blank name fails
+        ``validate``)."""
         if not isinstance(name, str):
             raise InvalidWorkflow(f"signal name must be a string, got {name!r}")
         return replace(self, signal_names=tuple(sorted({*self.signal_names, name})))
 
     def accepts_signal(self, name: str) -> bool:
+        """Whether ``name`` is a declared signal."""
         return name in self.signal_names
 
     def has_patch_marker(self, marker: str) -> bool:
+        """Whether ``marker`` is among the spec's patch markers."""
         return marker in self.patch_markers
 
     def validate(self) -> WorkflowSpec:
@@ -110,6 +121,8 @@ class WorkflowSpec:
         return self
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form recorded in ``run_created``; build, markers and signals are left out when
+        unset."""
         out: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
@@ -125,6 +138,8 @@ class WorkflowSpec:
 
     @staticmethod
     def from_json(data: object) -> WorkflowSpec:
+        """Parse the JSON form (``SerializationError`` for a malformed one, including a bad build id
+        or marker); ``validate`` is separate."""
         if not isinstance(data, Mapping):
             raise SerializationError(f"workflow spec must be an object, got {data!r}")
         runtime = data.get("runtime")

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from streamflow.core.errors import InvalidTransition, SerializationError
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MAX_UTC = datetime.max.replace(tzinfo=UTC)
 
 
 def require_utc(value: datetime, what: str) -> datetime:

@@ -73,6 +73,9 @@ class HookSecret:
         self._key = bytes(key)
 
     def token(self, run_id: str, hook_id: str) -> str:
+        """The derived token of hook ``hook_id`` of run ``run_id``: ``sfh_`` and the URL-safe
+        base64 (unpadded) of the HMAC. The same inputs always give the same token; a blank hook
+        id is ``InvalidTransition``."""
         if not hook_id:
             raise InvalidTransition("hook id must not be empty")
         # Length-prefixed, so no (run, hook) pair can be confused with another.
@@ -99,21 +102,13 @@ def derive_hook_token(secret: HookSecret | None, run_id: str, hook_id: str) -> s
 
 
 def is_token_digest(value: object) -> bool:
+    """Whether ``value`` is a digest as ``token_digest`` writes it (64 lowercase hex characters)."""
     return isinstance(value, str) and _DIGEST.match(value) is not None
 
 
 def digests_equal(left: str, right: str) -> bool:
     """Constant-time comparison of two digests (or any two strings)."""
     return hmac.compare_digest(left.encode("utf-8"), right.encode("utf-8"))
-
-
-def token_matches(token: str, digest: str) -> bool:
-    """Whether ``token`` hashes to ``digest``, compared in constant time."""
-    try:
-        computed = token_digest(token)
-    except InvalidTransition:
-        return False
-    return digests_equal(computed, digest)
 
 
 def short(digest: str) -> str:
@@ -152,6 +147,7 @@ class ResolvedHook:
         )
 
     def to_json(self) -> dict[str, JsonValue]:
+        """The JSON form a store keeps per token digest."""
         return {
             "token_digest": self.token_digest,
             "run_id": self.run_id,
@@ -162,6 +158,7 @@ class ResolvedHook:
 
     @classmethod
     def from_json(cls, data: dict[str, JsonValue]) -> ResolvedHook:
+        """Parse the JSON form (a missing key is ``KeyError``)."""
         payload = data.get("payload_digest")
         return cls(
             token_digest=str(data["token_digest"]),
@@ -189,6 +186,8 @@ def resolution_of(snapshot: WorkflowRunSnapshot, hook_id: str) -> tuple[str, str
 
 
 def resolved_hook(snapshot: WorkflowRunSnapshot, hook_id: str, digest: str) -> ResolvedHook:
+    """The :class:`ResolvedHook` of ``snapshot``'s hook ``hook_id``, which held the token
+    ``digest`` and holds it no more."""
     resolution, payload = resolution_of(snapshot, hook_id)
     return ResolvedHook(
         token_digest=digest,

@@ -65,18 +65,25 @@ class WorkflowProgress:
 
     @staticmethod
     def new(progress_id: str, completed: int) -> WorkflowProgress:
+        """A record of ``completed`` units under ``progress_id``, without total, message or
+        details."""
         return WorkflowProgress(progress_id, completed)
 
     def with_total(self, total: int) -> WorkflowProgress:
+        """A copy with ``total`` units overall (``validate`` requires > 0 and >= ``completed``)."""
         return replace(self, total=total)
 
     def with_message(self, message: str) -> WorkflowProgress:
+        """A copy with a human-readable status line."""
         return replace(self, message=message)
 
     def with_details(self, details: object) -> WorkflowProgress:
+        """A copy with free-form JSON details (normalised; ``SerializationError`` if not JSON)."""
         return replace(self, details=normalize(details, "progress details"))
 
     def validate(self) -> WorkflowProgress:
+        """Return ``self``, or raise ``InvalidTransition`` for a blank id, a negative or non-integer
+        ``completed``, or a ``total`` that is not > 0 or is below ``completed``."""
         if _blank(self.progress_id):
             raise InvalidTransition("progress id must not be empty")
         if isinstance(self.completed, bool) or not isinstance(self.completed, int):
@@ -94,6 +101,7 @@ class WorkflowProgress:
         return self
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form; ``total``, ``message`` and ``details`` are left out when ``None``."""
         out: dict[str, Any] = {"progress_id": self.progress_id, "completed": self.completed}
         if self.total is not None:
             out["total"] = self.total
@@ -105,6 +113,7 @@ class WorkflowProgress:
 
     @staticmethod
     def from_json(data: object) -> WorkflowProgress:
+        """Parse the JSON form (``SerializationError`` for a malformed one); not validated."""
         obj = _obj(data, "progress")
         total = obj.get("total")
         if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
@@ -138,15 +147,21 @@ class ChildOperationReference:
 
     @staticmethod
     def new(reference_id: str, kind: str, operation_id: str) -> ChildOperationReference:
+        """A link to operation ``operation_id`` of ``kind``, under ``reference_id``."""
         return ChildOperationReference(reference_id, kind, operation_id)
 
     def with_flow_run_id(self, run_id: str) -> ChildOperationReference:
+        """A copy naming the streamflow run behind the operation (it must exist in the same store
+        when the link is appended)."""
         return replace(self, flow_run_id=run_id)
 
     def with_metadata(self, metadata: object) -> ChildOperationReference:
+        """A copy with free-form JSON metadata (normalised; ``SerializationError`` if not JSON)."""
         return replace(self, metadata=normalize(metadata, "child operation metadata"))
 
     def validate(self) -> ChildOperationReference:
+        """Return ``self``, or raise ``InvalidTransition`` for a blank reference id, kind or
+        operation id, or an invalid ``flow_run_id``."""
         for label, value in (
             ("reference id", self.reference_id),
             ("kind", self.kind),
@@ -162,6 +177,7 @@ class ChildOperationReference:
         return self
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form; ``flow_run_id`` and ``metadata`` are left out when ``None``."""
         out: dict[str, Any] = {
             "reference_id": self.reference_id,
             "kind": self.kind,
@@ -175,6 +191,7 @@ class ChildOperationReference:
 
     @staticmethod
     def from_json(data: object) -> ChildOperationReference:
+        """Parse the JSON form (``SerializationError`` for a malformed one); not validated."""
         obj = _obj(data, "child operation")
         return ChildOperationReference(
             reference_id=_str(obj, "reference_id", "child"),
@@ -194,13 +211,16 @@ class CancellationRequest:
 
     @staticmethod
     def new(reason: str | None = None) -> CancellationRequest:
+        """A request with an optional ``reason``."""
         return CancellationRequest(reason)
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, ``{"reason": …}``."""
         return {"reason": self.reason}
 
     @staticmethod
     def from_json(data: object) -> CancellationRequest:
+        """Parse the JSON form (``SerializationError`` for a malformed one)."""
         obj = _obj(data, "cancellation request")
         return CancellationRequest(reason=_opt_str(obj, "reason", "request"))
 
@@ -221,13 +241,17 @@ class WorkflowSignal:
 
     @staticmethod
     def new(signal_id: str, name: str, payload: object = None) -> WorkflowSignal:
+        """A delivery of signal ``name`` with id ``signal_id``; ``payload`` is normalised to
+        JSON."""
         return WorkflowSignal(signal_id, name, payload)  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form: ``signal_id``, ``name`` and ``payload``."""
         return {"signal_id": self.signal_id, "name": self.name, "payload": self.payload}
 
     @staticmethod
     def from_json(data: object) -> WorkflowSignal:
+        """Parse the JSON form (``SerializationError`` for a malformed one)."""
         obj = _obj(data, "signal")
         return WorkflowSignal(
             signal_id=_str(obj, "signal_id", "signal"),
@@ -266,9 +290,12 @@ class HookMetadata:
 
     @staticmethod
     def human_approval(subject: str) -> HookMetadata:
+        """Metadata of kind ``"human_approval"`` for ``subject``."""
         return HookMetadata(kind="human_approval", subject=subject)
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form recorded in ``hook_created``: fields at their defaults are left out, labels
+        sorted by key."""
         out: dict[str, Any] = {"kind": self.kind}
         if self.subject is not None:
             out["subject"] = self.subject
@@ -296,6 +323,7 @@ class ParentLink:
     """Nesting depth of the child (a top-level run's children have depth 1)."""
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form recorded in ``run_created.parent``."""
         return {
             "run_id": self.run_id,
             "child_id": self.child_id,
@@ -305,6 +333,7 @@ class ParentLink:
 
     @staticmethod
     def from_json(data: object) -> ParentLink:
+        """Parse the JSON form; ``SerializationError`` for a malformed one or an invalid run id."""
         obj = _obj(data, "parent link")
         link = ParentLink(
             run_id=_str(obj, "run_id", "parent"),
@@ -327,10 +356,13 @@ class ContinuationLink:
     """How many continue-as-new hops separate this run from the chain's root (>= 1)."""
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form recorded in ``run_created.predecessor``."""
         return {"run_id": self.run_id, "hop": self.hop}
 
     @staticmethod
     def from_json(data: object) -> ContinuationLink:
+        """Parse the JSON form; ``SerializationError`` for a malformed one, an invalid run id or a
+        hop below 1."""
         obj = _obj(data, "continuation link")
         link = ContinuationLink(
             run_id=_str(obj, "run_id", "predecessor"), hop=_uint(obj, "hop", "predecessor")
@@ -350,6 +382,8 @@ class ChildWorkflowCancellationPolicy(StrEnum):
 
 
 class OutcomeType(StrEnum):
+    """The kind of a terminal outcome: one per terminal event type."""
+
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -367,13 +401,17 @@ class WorkflowTerminalOutcome:
 
     @property
     def type(self) -> OutcomeType:
+        """Which kind of outcome this is."""
         return self.TYPE
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, tagged by ``type``."""
         raise NotImplementedError
 
     @staticmethod
     def from_json(data: object) -> WorkflowTerminalOutcome:
+        """Parse the JSON form into the variant its ``type`` names (``SerializationError`` for an
+        unknown type or a malformed field)."""
         obj = _obj(data, "terminal outcome")
         kind = obj.get("type")
         if kind == "completed":
@@ -402,38 +440,51 @@ class WorkflowTerminalOutcome:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Completed(WorkflowTerminalOutcome):
+    """The run completed (``run_completed``) with ``output``."""
+
     TYPE = OutcomeType.COMPLETED
     output: JsonValue
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, tagged ``completed``."""
         return {"type": self.TYPE.value, "output": self.output}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Failed(WorkflowTerminalOutcome):
+    """The run failed (``run_failed``) with the error text workflow code gave."""
+
     TYPE = OutcomeType.FAILED
     error: str
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, tagged ``failed``."""
         return {"type": self.TYPE.value, "error": self.error}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cancelled(WorkflowTerminalOutcome):
+    """The run was cancelled (``run_cancelled``), cleanup-aware or forced; ``reason`` may be
+    ``None``."""
+
     TYPE = OutcomeType.CANCELLED
     reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, tagged ``cancelled``."""
         return {"type": self.TYPE.value, "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TimedOut(WorkflowTerminalOutcome):
+    """The run timed out (``run_timed_out``) at ``deadline``, by workflow code or by the host."""
+
     TYPE = OutcomeType.TIMED_OUT
     deadline: datetime
     reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, tagged ``timed_out``."""
         return {
             "type": self.TYPE.value,
             "deadline": format_utc(self.deadline),
@@ -443,12 +494,16 @@ class TimedOut(WorkflowTerminalOutcome):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryExhausted(WorkflowTerminalOutcome):
+    """A ``fail_run`` step spent its attempts (``run_retry_exhausted``): the step, its last attempt
+    and that attempt's error."""
+
     TYPE = OutcomeType.RETRY_EXHAUSTED
     step_id: str
     attempt: int
     error: str
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, tagged ``retry_exhausted``."""
         return {
             "type": self.TYPE.value,
             "step_id": self.step_id,
@@ -459,17 +514,24 @@ class RetryExhausted(WorkflowTerminalOutcome):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HostShutdown(WorkflowTerminalOutcome):
+    """The host ended the run by its shutdown policy (``run_host_shutdown``)."""
+
     TYPE = OutcomeType.HOST_SHUTDOWN
     reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, tagged ``host_shutdown``."""
         return {"type": self.TYPE.value, "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContinuedAsNew(WorkflowTerminalOutcome):
+    """The run continued as new (``run_continued_as_new``) as ``successor_run_id``. Never the
+    recorded outcome of a child: its chain is followed to the end."""
+
     TYPE = OutcomeType.CONTINUED_AS_NEW
     successor_run_id: str
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, tagged ``continued_as_new``."""
         return {"type": self.TYPE.value, "successor_run_id": self.successor_run_id}

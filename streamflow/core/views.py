@@ -80,10 +80,12 @@ def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
 
 
 def summary_view(summary: WorkflowRunSummary) -> dict[str, Any]:
+    """``/v1/summary``: the summary's counts as a JSON object."""
     return dataclasses.asdict(summary)
 
 
 def suspension_view(suspension: WorkflowRunSuspension) -> dict[str, Any]:
+    """One entry of ``/v1/suspensions`` (times as RFC 3339 text)."""
     return {
         "kind": suspension.kind.value,
         "run_id": suspension.run_id,
@@ -94,6 +96,7 @@ def suspension_view(suspension: WorkflowRunSuspension) -> dict[str, Any]:
 
 
 def hook_view(hook: ActiveHookSnapshot) -> dict[str, Any]:
+    """One entry of ``/v1/hooks``: run, hook id, token digest and metadata (never the token)."""
     return {
         "run_id": hook.run_id,
         "hook_id": hook.hook.hook_id,

@@ -10,8 +10,12 @@ from streamflow.core.snapshot import WorkflowRunSnapshot
 
 
 class WakeupKind(StrEnum):
+    """What a scheduled wake-up resumes."""
+
     WAIT = "wait"
+    """A waiting timer (``wait_until``); ``subject_id`` is the wait id."""
     RETRY = "retry"
+    """A delayed retry of a step; ``subject_id`` is the step id."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, order=True)
@@ -68,5 +72,5 @@ def scheduled_wakeups(snapshot: WorkflowRunSnapshot) -> frozenset[ScheduledWakeu
 
 
 def sort_key(wakeup: ScheduledWakeup) -> tuple[str, str, str]:
-    """The seed's listing order: kind, run id, subject."""
+    """The listing order of wake-ups: kind, run id, subject."""
     return (wakeup.kind.value, wakeup.run_id, wakeup.subject_id)

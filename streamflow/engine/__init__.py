@@ -1,1 +1,2 @@
-"""The embedded engine: ``FlowEngine``, scheduler, tasks and observers, all in one process."""
+"""The embedded engine: ``FlowEngine``, its scheduler, tasks and replay verification, all in one
+process."""

@@ -2,7 +2,9 @@
 
 It is a thin shell around ``streamflow.core``: it loads histories, asks the pure deciders what
 to append, appends with expected sequences, runs step effects in process, and notifies
-observers. The drive loop is the seed's (reference §2.0).
+observers. The drive loop is described in docs/semantics.md (section 1).
+
+It implements :class:`streamflow.Flow`, the calls ``FlowClient`` offers on Kafka too.
 """
 
 from __future__ import annotations
@@ -23,14 +25,14 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import incidents
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import (
     ChildWorkflowCycle,
     ChildWorkflowDepthExceeded,
-    ContinueAsNewCycle,
-    ContinueAsNewLimitExceeded,
     EventConflict,
     FlowError,
+    FlowTimeout,
     HookConflict,
     HookTokenConflict,
     HookTokenNotFound,
@@ -51,6 +53,7 @@ from streamflow.core.inspect import (
 )
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import RecordLimits, check_events, check_payload
+from streamflow.core.obligations import cancellations_owed, child_start, successor_start
 from streamflow.core.projection import evolve, project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -70,8 +73,6 @@ from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
-    ContinuationLink,
-    ParentLink,
     WorkflowProgress,
     WorkflowSignal,
     WorkflowTerminalOutcome,
@@ -97,7 +98,6 @@ from streamflow.workflow.runtime import (
 log = logging.getLogger("streamflow.engine")
 
 DEFAULT_MAX_REPLAY_ITERATIONS = 1024
-DEFAULT_MAX_CONTINUE_AS_NEW_HOPS = 64
 DEFAULT_MAX_CHILD_WORKFLOW_DEPTH = 32
 DEFAULT_RECOVERY_CONCURRENCY = 32
 """Runs ``recover`` drives at once."""
@@ -148,6 +148,10 @@ class FlowEngine:
 
     Build one with :meth:`builder`; every method is ``async``. Engines are cheap to create and
     may share a store (a replacement engine on the same store resumes every run).
+
+    It implements :class:`streamflow.Flow` (the calls that work on ``FlowClient`` too); the
+    calls that change a run drive it before they return, and an error while driving raises
+    from the call as well as being recorded as the run's incident.
     """
 
     def __init__(self, store: FlowEventStore, runtime: FlowRuntime, **settings: object) -> None:
@@ -270,7 +274,8 @@ class FlowEngine:
     async def _drive_chain(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
         """Drive ``run_id`` and then every continue-as-new successor, to the active leaf."""
         validate_run_id(run_id)
-        current, seen = run_id, {run_id}
+        walk = self._walk(run_id)
+        current = run_id
         while True:
             if current in _DRIVING.get():
                 raise ChildWorkflowCycle(current)
@@ -283,37 +288,33 @@ class FlowEngine:
                 raise
             finally:
                 _DRIVING.reset(token)
-            if snap.continuation is None:
+            successor = await self._next_in_chain(snap, walk)
+            if successor is None:
                 return snap
-            current = await self._next_in_chain(snap, seen)
+            current = successor
 
-    async def _next_in_chain(self, snap: WorkflowRunSnapshot, seen: set[str]) -> str:
-        """The successor of a run that continued as new, created from the durable link if a
-        crash lost it (no workflow code runs). A link back into the chain is a cycle."""
-        assert snap.continuation is not None
-        assert snap.spec is not None
-        successor = snap.continuation.successor_run_id
-        if successor in seen:
-            raise ContinueAsNewCycle(successor)
-        seen.add(successor)
-        await self._ensure_run(
-            d.StartRun(
-                run_id=successor,
-                spec=snap.spec,
-                input=snap.continuation.input,
-                parent=snap.parent,
-                predecessor=ContinuationLink(run_id=snap.run_id, hop=snap.hop + 1),
-            )
-        )
+    def _walk(self, run_id: str) -> ChainWalk:
+        return ChainWalk(run_id, self._s.max_continue_as_new_hops)
+
+    async def _next_in_chain(self, snap: WorkflowRunSnapshot, walk: ChainWalk) -> str | None:
+        """The successor of ``snap`` on ``walk`` (``None`` where the chain ends), created from
+        the durable link if a crash lost it (no workflow code runs). The walk refuses a link
+        back into the chain and one hop past the limit before anything is created."""
+        successor = walk.next_link(snap)
+        if successor is not None:
+            start = successor_start(snap)
+            assert start is not None
+            await self._ensure_run(start)
         return successor
 
     async def _leaf(self, run_id: str) -> WorkflowRunSnapshot:
         """The active leaf of ``run_id``'s continuation chain (repairing missing successors),
         without driving anything."""
         validate_run_id(run_id)
-        snap, seen = await self._load(run_id), {run_id}
-        while snap.continuation is not None:
-            snap = await self._load(await self._next_in_chain(snap, seen))
+        walk = self._walk(run_id)
+        snap = await self._load(run_id)
+        while (successor := await self._next_in_chain(snap, walk)) is not None:
+            snap = await self._load(successor)
         return snap
 
     async def _ensure_run(self, start: d.StartRun) -> WorkflowRunSnapshot:
@@ -508,7 +509,7 @@ class FlowEngine:
     # -- child workflows ---------------------------------------------------------------------
 
     async def _reconcile_children(self, cached: CachedRun, now: datetime) -> bool:
-        """The seed's step 5: create missing child streams, hand a cancellation request on,
+        """Step 5 of the drive loop: create missing child streams, hand a cancellation request on,
         drive open children concurrently, and record the outcomes of those that ended, in
         request order. Returns whether anything was appended to the parent."""
         snap = cached.snapshot
@@ -546,30 +547,20 @@ class FlowEngine:
         build = child.spec.runtime_build_id
         admitted = admits(self._s.compatibility, build)
         blocking = parent.blocks_on(child)
-        link = ParentLink(
-            run_id=parent.run_id,
-            child_id=child.child_id,
-            child_run_id=child.run_id,
-            depth=parent.depth + 1,
-        )
         if blocking and not admitted and not await self._exists(child.run_id):
             # The child stream is not created by an engine that could not run it.
             self._admit(child.run_id, build)
         # Creates a missing child stream; an existing one must have this very authority (an
         # unrelated run under the child's id fails closed with RunConflict).
-        await self._ensure_run(
-            d.StartRun(run_id=child.run_id, spec=child.spec, input=child.input, parent=link)
-        )
+        await self._ensure_run(child_start(parent, child))
         leaf = await self._leaf(child.run_id)
-        if (
-            parent.cancellation is not None
-            and child.requested_sequence < parent.cancellation.sequence
-            and child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
-            and not leaf.is_terminal
-        ):
+        owed_cancellation = next(
+            (c for c in cancellations_owed(parent) if c.run_id == child.run_id), None
+        )
+        if owed_cancellation is not None and not leaf.is_terminal:
             # A child with a request of its own keeps it: propagation does not compare.
             with contextlib.suppress(RunConflict):
-                await self.record_cancellation_request(leaf.run_id, parent.cancellation.request)
+                await self.record_cancellation_request(leaf.run_id, owed_cancellation.request)
         if not leaf.is_terminal:
             if admitted:
                 leaf = await self._drive_chain(child.run_id, now)
@@ -829,14 +820,8 @@ class FlowEngine:
         reason = d.termination_reason(event)
         outcomes: dict[str, WorkflowTerminalOutcome] = {}
         for child in leaf.open_children_in_order():
-            link = ParentLink(
-                run_id=leaf.run_id,
-                child_id=child.child_id,
-                child_run_id=child.run_id,
-                depth=leaf.depth + 1,
-            )
-            start = d.StartRun(run_id=child.run_id, spec=child.spec, input=child.input, parent=link)
-            await self._ensure_run(start)  # restored if missing (never driven); checked if not
+            # Restored if missing (never driven); checked if not.
+            await self._ensure_run(child_start(leaf, child))
             if child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION:
                 ended = await self._terminate(child.run_id, ev.RunCancelled(reason=reason), lineage)
                 if ended.terminal_outcome is not None:
@@ -897,16 +882,18 @@ class FlowEngine:
         if problem is not None:
             raise problem.error
         validate_run_id(run_id)
-        snap, seen = await self._load(run_id), {run_id}
+        walk = self._walk(run_id)
+        snap = await self._load(run_id)
         while True:
             recorded = d.recorded_signal(snap, signal)
             if isinstance(recorded, d.Rejected):
                 raise recorded.error
             if recorded is not None:  # an exact redelivery: nothing to write
                 return await self._leaf(snap.run_id), False
-            if snap.continuation is None:
+            successor = await self._next_in_chain(snap, walk)
+            if successor is None:
                 break
-            snap = await self._load(await self._next_in_chain(snap, seen))
+            snap = await self._load(successor)
         leaf_id = snap.run_id
         result = await self._host(leaf_id, lambda s: d.decide_signal(s, signal), admission=True)
         return result.snapshot, result.appended
@@ -1036,12 +1023,19 @@ class FlowEngine:
     async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot:
         """Wait until the run's continue-as-new chain ends; the snapshot of its last run.
 
-        Raises ``RunNotFound`` for an unknown run and ``TimeoutError`` when ``timeout``
-        seconds pass first. The run progresses by whatever drives it (a ``FlowScheduler``, a
-        host, another engine on the same store); this only waits.
+        Raises ``RunNotFound`` for an unknown run and ``FlowTimeout`` (a ``TimeoutError``)
+        when ``timeout`` seconds pass first. The run progresses by whatever drives it (a
+        ``FlowScheduler``, a host, another engine on the same store); this only waits.
         """
         validate_run_id(run_id)
-        return await asyncio.wait_for(self._chain_end(run_id), timeout)
+        try:
+            return await asyncio.wait_for(self._chain_end(run_id), timeout)
+        except FlowTimeout:
+            raise
+        except TimeoutError:
+            if timeout is None:
+                raise
+            raise FlowTimeout(f"workflow run {run_id} to end", timeout) from None
 
     async def _chain_end(self, run_id: str) -> WorkflowRunSnapshot:
         current = run_id
@@ -1079,21 +1073,15 @@ class FlowEngine:
         for a successor started by something else.
         """
         validate_run_id(run_id)
+        walk = self._walk(run_id)
         snap = await self._load(run_id)
-        chain = [run_id]
-        while snap.continuation is not None:
-            successor = snap.continuation.successor_run_id
-            if successor in chain:
-                raise ContinueAsNewCycle(successor)
-            if len(chain) > self._s.max_continue_as_new_hops:
-                raise ContinueAsNewLimitExceeded(self._s.max_continue_as_new_hops)
+        while (successor := walk.next_link(snap)) is not None:
             nxt = await self._load(successor)
             problem = continuation_error(snap, nxt)
             if problem is not None:
                 raise problem
-            chain.append(successor)
             snap = nxt
-        return chain
+        return walk.chain
 
     # -- scheduled work ------------------------------------------------------------------------
 
@@ -1185,7 +1173,7 @@ class FlowEngine:
     async def list_open_suspensions(self, now: datetime) -> list[WorkflowRunSuspension]:
         return open_suspensions(await self.list_snapshots(), require_utc(now, "now"))
 
-    # -- retention (reference §2.10) --------------------------------------------------------
+    # -- retention (docs/semantics.md, section 15) -------------------------------------------
 
     async def prune_terminal_history(
         self, policy: FlowHistoryRetentionPolicy
@@ -1204,12 +1192,15 @@ class FlowEngine:
         return await self._s.store.hold_history(run_id, hold_id, reason)
 
     async def history_holds(self, run_id: str) -> list[HistoryHold]:
+        validate_run_id(run_id)
         return await self._s.store.history_holds(run_id)
 
     async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        validate_run_id(run_id)
         return await self._s.store.release_history_hold(run_id, hold_id)
 
     async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        validate_run_id(run_id)
         return await self._s.store.history_tombstone(run_id)
 
     async def runtime_build_id(self, run_id: str) -> str | None:

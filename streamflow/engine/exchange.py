@@ -30,6 +30,8 @@ def dump_jsonl(out: IO[str], histories: Mapping[str, Sequence[FlowEventEnvelope]
 
 
 def write_jsonl(path: Path, histories: Mapping[str, Sequence[FlowEventEnvelope]]) -> int:
+    """Write ``histories`` to ``path`` as JSON Lines (one envelope a line, each run in sequence
+    order); returns the number of events written."""
     with path.open("w", encoding="utf-8") as out:
         return dump_jsonl(out, histories)
 
@@ -58,5 +60,6 @@ def load_jsonl(lines: Iterable[str], source: str = "<input>") -> Histories:
 
 
 def read_jsonl(path: Path) -> Histories:
+    """The histories exported to ``path`` (:func:`load_jsonl`)."""
     with path.open(encoding="utf-8") as lines:
         return load_jsonl(lines, str(path))

@@ -17,7 +17,7 @@ from streamflow.core import events as ev
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministic
 from streamflow.core.projection import ProjectedRun
-from streamflow.core.replay import Drift, DriftKind, Origin, compare, origin, refused
+from streamflow.core.replay import Drift, DriftKind, compare, refused
 from streamflow.core.tokens import HookSecret
 from streamflow.workflow.runtime import (
     FlowRuntime,
@@ -44,23 +44,29 @@ class RunReplay:
 
     @property
     def ok(self) -> bool:
+        """Whether the replay found no drift in the run."""
         return not self.drifts
 
 
 @dataclass(frozen=True, slots=True)
 class ReplayReport:
+    """The verdicts of one ``streamflow replay``: one per run read."""
+
     runs: tuple[RunReplay, ...] = field(default_factory=tuple)
 
     @property
     def drifts(self) -> list[Drift]:
+        """Every drift of every run, in run order."""
         return [drift for run in self.runs for drift in run.drifts]
 
     @property
     def ok(self) -> bool:
+        """Whether no run drifted."""
         return not self.drifts
 
     @property
     def replayed(self) -> int:
+        """How many runs were replayed (not skipped)."""
         return sum(1 for run in self.runs if run.skipped is None)
 
 
@@ -119,7 +125,8 @@ _LATE = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 def _decidable(run: ProjectedRun) -> bool:
-    """Whether the engine could have run workflow code on this prefix (reference §2.0)."""
+    """Whether the engine could have run workflow code on this prefix (``docs/semantics.md``,
+    *The drive loop*)."""
     snap = run.snapshot
     if snap.spec is None or snap.is_terminal or d.needs_start_repair(snap) is not None:
         return False
@@ -144,11 +151,7 @@ async def replay_history(
     events = [envelope.event for envelope in history]
     compared_until = 0  # events a decision already accounted for
     for index, envelope in enumerate(history):
-        if (
-            index >= max(1, compared_until)
-            and origin(envelope.event) is not Origin.OTHER
-            and _decidable(run)
-        ):
+        if index >= max(1, compared_until) and envelope.event.ORIGIN.from_code and _decidable(run):
             decisions += 1
             drift, width = await _decide(
                 runtime, run, envelope, events[index:], limits, hook_secret

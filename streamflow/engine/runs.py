@@ -41,6 +41,8 @@ class RunCache:
 
     @asynccontextmanager
     async def locked(self, run_id: str) -> AsyncIterator[None]:
+        """Hold the run's drive lock for the ``async with`` block; drives of one run are
+        serialised by it."""
         entry = self._locks.get(run_id)
         if entry is None:
             entry = self._locks[run_id] = (asyncio.Lock(), [0])
@@ -54,6 +56,7 @@ class RunCache:
                 del self._locks[run_id]
 
     def is_locked(self, run_id: str) -> bool:
+        """Whether someone holds the run's drive lock now."""
         entry = self._locks.get(run_id)
         return entry is not None and entry[0].locked()
 
@@ -84,6 +87,7 @@ class RunCache:
         return cached
 
     def forget(self, run_id: str) -> None:
+        """Drop the cached entry of ``run_id`` (the next sync reads it again)."""
         self._runs.pop(run_id, None)
 
     def _remember(self, run_id: str, cached: CachedRun) -> None:

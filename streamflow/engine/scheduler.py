@@ -31,6 +31,7 @@ class FlowSchedulerTick:
     """Tasks dispatched (one per affected run)."""
 
     def has_due_work(self) -> bool:
+        """Whether the tick saw any due timer wait or delayed retry."""
         return self.due_waits > 0 or self.due_retries > 0
 
 
@@ -46,6 +47,8 @@ class FlowScheduler:
 
     @property
     def dispatcher(self) -> FlowTaskDispatcher:
+        """Where the scheduler sends tasks (an :class:`InProcessTaskRunner` on its engine unless
+        one was given)."""
         return self._dispatcher
 
     async def enqueue_due_work(self, now: datetime) -> FlowSchedulerTick:
@@ -90,6 +93,7 @@ class FlowScheduler:
         return frozenset()
 
     async def next_wakeup(self, now: datetime) -> ScheduledWakeup | None:
+        """The engine's earliest scheduled wake-up (:meth:`FlowEngine.next_wakeup`), or ``None``."""
         return await self._engine.next_wakeup(now)
 
     async def next_wakeup_delay(self, now: datetime) -> timedelta | None:

@@ -36,6 +36,9 @@ log = logging.getLogger("streamflow.tasks")
 
 
 class FlowTaskKind(StrEnum):
+    """What a :class:`FlowTask` asks the engine to do; each kind has a :class:`FlowTask`
+    constructor of the same name."""
+
     DRIVE_RUN = "drive_run"
     RESUME_WAIT = "resume_wait"
     RESUME_HOOK = "resume_hook"
@@ -65,26 +68,39 @@ class FlowTask:
     run_id: str | None = None
     """Explicit target run (absent for token tasks and global scans)."""
     wait_id: str | None = None
+    """The timer wait of a ``resume_wait`` task."""
     hook_id: str | None = None
+    """The hook of a ``resume_hook`` or ``dispose_hook`` task."""
     token: str | None = field(default=None, repr=False)
+    """The plaintext token of a ``*_by_token`` task."""
     payload: JsonValue = None
+    """The payload of a hook resume."""
     signal: WorkflowSignal | None = None
+    """The delivery of a ``send_signal`` task."""
     now: datetime | None = None
+    """The instant a scheduled task was created for (``None``: the engine's clock when handled)."""
 
     @staticmethod
     def drive_run(run_id: str) -> FlowTask:
+        """Drive ``run_id`` (``engine.drive``)."""
         return FlowTask(type=FlowTaskKind.DRIVE_RUN, run_id=run_id)
 
     @staticmethod
     def resume_wait(run_id: str, wait_id: str) -> FlowTask:
+        """Complete timer wait ``wait_id`` of ``run_id`` if it is still waiting, then drive the
+        run."""
         return FlowTask(type=FlowTaskKind.RESUME_WAIT, run_id=run_id, wait_id=wait_id)
 
     @staticmethod
     def send_signal(run_id: str, signal: WorkflowSignal) -> FlowTask:
+        """Deliver ``signal`` to ``run_id``'s chain (de-duplicated by signal id), then drive the
+        leaf."""
         return FlowTask(type=FlowTaskKind.SEND_SIGNAL, run_id=run_id, signal=signal)
 
     @staticmethod
     def resume_hook(run_id: str, hook_id: str, payload: object = None) -> FlowTask:
+        """Resume hook ``hook_id`` of ``run_id`` with ``payload`` (normalised to JSON), then
+        drive the run."""
         return FlowTask(
             type=FlowTaskKind.RESUME_HOOK,
             run_id=run_id,
@@ -94,6 +110,8 @@ class FlowTask:
 
     @staticmethod
     def resume_hook_by_token(token: str, payload: object = None) -> FlowTask:
+        """Resume the active hook holding ``token`` with ``payload``, then drive its run. The
+        plaintext token travels in the task and its JSON form (``repr`` hides it)."""
         return FlowTask(
             type=FlowTaskKind.RESUME_HOOK_BY_TOKEN,
             token=token,
@@ -102,31 +120,44 @@ class FlowTask:
 
     @staticmethod
     def dispose_hook(run_id: str, hook_id: str) -> FlowTask:
+        """Dispose hook ``hook_id`` of ``run_id``, then drive the run."""
         return FlowTask(type=FlowTaskKind.DISPOSE_HOOK, run_id=run_id, hook_id=hook_id)
 
     @staticmethod
     def dispose_hook_by_token(token: str) -> FlowTask:
+        """Dispose the active hook holding ``token``, then drive its run (the token travels in
+        the task, as for :meth:`resume_hook_by_token`)."""
         return FlowTask(type=FlowTaskKind.DISPOSE_HOOK_BY_TOKEN, token=token)
 
     @staticmethod
     def resume_scheduled_run(run_id: str, now: datetime) -> FlowTask:
+        """Handle ``run_id``'s timers and delayed retries due at ``now`` (what ``FlowScheduler``
+        dispatches)."""
         return FlowTask(type=FlowTaskKind.RESUME_SCHEDULED_RUN, run_id=run_id, now=now)
 
     @staticmethod
     def resume_due_waits(now: datetime) -> FlowTask:
+        """Complete every timer wait due at ``now``, across runs (a global scan; the scheduler
+        dispatches per-run tasks instead)."""
         return FlowTask(type=FlowTaskKind.RESUME_DUE_WAITS, now=now)
 
     @staticmethod
     def resume_due_retries(now: datetime) -> FlowTask:
+        """Drive every run with a delayed retry due at ``now``, across runs (a global scan)."""
         return FlowTask(type=FlowTaskKind.RESUME_DUE_RETRIES, now=now)
 
     def kind(self) -> FlowTaskKind:
+        """The task's kind (``type``)."""
         return self.type
 
     def target_run_id(self) -> str | None:
+        """The run the task addresses; ``None`` for token tasks and global scans, whose run is
+        found when they are handled."""
         return None if self.type in _UNTARGETED else self.run_id
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, tagged by ``type`` (unset fields left out). It carries a token task's
+        plaintext token."""
         out: dict[str, Any] = {"type": self.type.value}
         for name in ("run_id", "wait_id", "hook_id", "token"):
             value = getattr(self, name)
@@ -142,6 +173,7 @@ class FlowTask:
 
     @staticmethod
     def from_json(data: object) -> FlowTask:
+        """Parse the JSON form; ``SerializationError`` for an unknown type or a malformed one."""
         if not isinstance(data, Mapping):
             raise SerializationError(f"flow task must be an object, got {data!r}")
         try:
@@ -167,12 +199,19 @@ class FlowTaskOutcome:
     """What handling a task did. The event fields report only commits this task made."""
 
     task: FlowTask
+    """The task handled."""
     run_ids: tuple[str, ...] = ()
+    """The runs it acted on (after a drive: the run the drive ended at, a chain's active leaf)."""
     resumed_waits: tuple[tuple[str, str], ...] = ()
+    """(run, wait) of each ``wait_completed`` this task committed."""
     resumed_retries: tuple[tuple[str, str], ...] = ()
+    """(run, step) of each due delayed retry it handled."""
     resumed_hook: tuple[str, str] | None = None
+    """(run, hook) if this task committed ``hook_received``."""
     disposed_hook: tuple[str, str] | None = None
+    """(run, hook) if this task committed ``hook_disposed``."""
     delivered_signal: tuple[str, str] | None = None
+    """(run, signal id) if this task committed ``signal_received``."""
 
 
 async def handle_task(engine: FlowEngine, task: FlowTask) -> FlowTaskOutcome:
@@ -252,13 +291,22 @@ async def _hook_task(
 class FlowTaskDispatcher(Protocol):
     """Enqueue-only: a dispatcher accepts tasks, it never runs them inline."""
 
-    async def dispatch(self, task: FlowTask) -> None: ...
+    async def dispatch(self, task: FlowTask) -> None:
+        """Accept ``task`` without a build check (a router sends it to its unpinned route)."""
+        ...
 
-    def has_runtime_build_route(self, build: str | None) -> bool: ...
+    def has_runtime_build_route(self, build: str | None) -> bool:
+        """Whether tasks of runs pinned to ``build`` (``None``: unpinned) have somewhere to go."""
+        ...
 
-    def ensure_runtime_build_route(self, build: str | None) -> None: ...
+    def ensure_runtime_build_route(self, build: str | None) -> None:
+        """``RuntimeBuildRouteNotFound`` unless :meth:`has_runtime_build_route`."""
+        ...
 
-    async def dispatch_for_runtime_build(self, build: str | None, task: FlowTask) -> None: ...
+    async def dispatch_for_runtime_build(self, build: str | None, task: FlowTask) -> None:
+        """Accept ``task`` of a run pinned to ``build``; ``RuntimeBuildRouteNotFound`` when there
+        is no route."""
+        ...
 
 
 class _BuildScopedDispatcher:
@@ -284,9 +332,12 @@ class _BuildScopedDispatcher:
 
 @dataclass(frozen=True, slots=True)
 class FlowTaskLease:
+    """A task taken from an :class:`InMemoryFlowTaskQueue`, in flight until acknowledged."""
+
     lease_id: str
     """Fencing token: only the latest one may heartbeat or ack."""
     task: FlowTask
+    """The leased task."""
 
 
 class InMemoryFlowTaskQueue(_BuildScopedDispatcher):
@@ -299,12 +350,17 @@ class InMemoryFlowTaskQueue(_BuildScopedDispatcher):
         self._inflight: OrderedDict[str, FlowTask] = OrderedDict()
 
     async def dispatch(self, task: FlowTask) -> None:
+        """Enqueue ``task`` (no build check: use :meth:`dispatch_for_runtime_build` for pinned
+        work)."""
         self.enqueue(task)
 
     def enqueue(self, task: FlowTask) -> None:
+        """Append ``task`` to the pending tasks."""
         self._pending.append(task)
 
     def lease(self) -> FlowTaskLease | None:
+        """Take the oldest pending task, in flight under a fresh lease id; ``None`` when nothing
+        is pending."""
         if not self._pending:
             return None
         task = self._pending.popleft()
@@ -313,6 +369,8 @@ class InMemoryFlowTaskQueue(_BuildScopedDispatcher):
         return FlowTaskLease(lease_id, task)
 
     def heartbeat(self, lease_id: str) -> str:
+        """Keep a lease alive: the task stays in flight under a new lease id, which is returned.
+        ``LeaseLost`` for a stale or unknown lease."""
         task = self._inflight.pop(lease_id, None)
         if task is None:
             raise LeaseLost(lease_id)
@@ -321,28 +379,36 @@ class InMemoryFlowTaskQueue(_BuildScopedDispatcher):
         return rotated
 
     def ack(self, lease_id: str) -> None:
+        """Finish the task of ``lease_id``; ``LeaseLost`` for a stale or unknown lease (the task
+        was not acknowledged)."""
         if self._inflight.pop(lease_id, None) is None:
             raise LeaseLost(lease_id)
 
     def requeue_inflight(self) -> int:
+        """Put every in-flight task back at the end of the pending tasks (their leases are lost);
+        returns how many."""
         count = len(self._inflight)
         self._pending.extend(self._inflight.values())
         self._inflight.clear()
         return count
 
     def dequeue(self) -> FlowTask | None:
+        """Take the oldest pending task without a lease; ``None`` when nothing is pending."""
         return self._pending.popleft() if self._pending else None
 
     def __len__(self) -> int:
         return len(self._pending)
 
     def len(self) -> int:
+        """The number of pending tasks (``len(queue)``)."""
         return len(self._pending)
 
     def is_empty(self) -> bool:
+        """Whether nothing is pending (in-flight tasks do not count)."""
         return not self._pending
 
     def inflight_len(self) -> int:
+        """The number of tasks leased and not yet acknowledged."""
         return len(self._inflight)
 
 
@@ -356,22 +422,29 @@ class FlowWorker:
 
     @staticmethod
     def in_memory(engine: FlowEngine) -> FlowWorker:
+        """A worker with a fresh queue that accepts the builds ``engine`` admits."""
         return FlowWorker(engine, InMemoryFlowTaskQueue(engine.compatibility))
 
     @property
     def queue(self) -> InMemoryFlowTaskQueue:
+        """The queue the worker leases from."""
         return self._queue
 
     def with_heartbeat_interval(self, interval: timedelta) -> FlowWorker:
+        """Heartbeat a task's lease every ``interval`` while it is handled (a lost lease cancels
+        the handling and raises ``LeaseLost``); ``InvalidWorkerConfiguration`` unless
+        ``interval`` is positive. Returns the worker."""
         if interval <= timedelta(0):
             raise InvalidWorkerConfiguration("heartbeat interval must be greater than zero")
         self._heartbeat = interval
         return self
 
     def enqueue(self, task: FlowTask) -> None:
+        """Add ``task`` to the worker's queue."""
         self._queue.enqueue(task)
 
     async def handle(self, task: FlowTask) -> FlowTaskOutcome:
+        """Handle ``task`` now, without the queue: the engine re-reads the store."""
         return await handle_task(self._engine, task)
 
     async def run_once(self) -> FlowTaskOutcome | None:
@@ -399,6 +472,8 @@ class FlowWorker:
         return outcome
 
     async def run_until_idle(self) -> int:
+        """Handle tasks until the queue is empty; returns how many. The first handling error
+        propagates (its task stays in flight)."""
         handled = 0
         while await self.run_once() is not None:
             handled += 1
@@ -414,15 +489,20 @@ class RuntimeBuildTaskRouter:
 
     @staticmethod
     def new() -> RuntimeBuildTaskRouter:
+        """A router with no routes."""
         return RuntimeBuildTaskRouter()
 
     def with_route(self, build: str, dispatcher: FlowTaskDispatcher) -> RuntimeBuildTaskRouter:
+        """Send tasks of runs pinned to ``build`` to ``dispatcher``;
+        ``InvalidWorkerConfiguration`` for a second route to the same build. Returns the router."""
         if build in self._routes:
             raise InvalidWorkerConfiguration(f"duplicate task route for runtime build {build}")
         self._routes[str(build)] = dispatcher
         return self
 
     def with_unpinned_route(self, dispatcher: FlowTaskDispatcher) -> RuntimeBuildTaskRouter:
+        """Send tasks of unpinned runs to ``dispatcher``; ``InvalidWorkerConfiguration`` for a
+        second one. Returns the router."""
         if self._unpinned is not None:
             raise InvalidWorkerConfiguration("duplicate task route for unpinned runs")
         self._unpinned = dispatcher
@@ -435,18 +515,24 @@ class RuntimeBuildTaskRouter:
         return route
 
     def has_runtime_build_route(self, build: str | None) -> bool:
+        """Whether a route exists for ``build`` (``None``: unpinned)."""
         return (self._unpinned if build is None else self._routes.get(str(build))) is not None
 
     def ensure_runtime_build_route(self, build: str | None) -> None:
+        """``RuntimeBuildRouteNotFound`` unless a route exists for ``build``."""
         self._route(build)
 
     async def dispatch(self, task: FlowTask) -> None:
+        """Send ``task`` to the unpinned route (``RuntimeBuildRouteNotFound`` without one)."""
         await self._route(None).dispatch(task)
 
     async def dispatch_for_runtime_build(self, build: str | None, task: FlowTask) -> None:
+        """Send ``task`` to the route of ``build``; ``RuntimeBuildRouteNotFound`` without one."""
         await self._route(build).dispatch(task)
 
     async def dispatch_for_run(self, engine: FlowEngine, run_id: str, task: FlowTask) -> None:
+        """Send ``task`` to the route of ``run_id``'s recorded build. ``InvalidTransition`` if
+        the task has no explicit target or targets another run."""
         target = task.target_run_id()
         if target is None:
             raise InvalidTransition(
@@ -474,9 +560,12 @@ class InProcessTaskRunner(_BuildScopedDispatcher):
         self.outcomes: deque[FlowTaskOutcome] = deque(maxlen=keep)
 
     def has_runtime_build_route(self, build: str | None) -> bool:
+        """Whether the engine admits runs pinned to ``build``."""
         return self._engine.supports_runtime_build(build)
 
     async def dispatch(self, task: FlowTask) -> None:
+        """Start handling ``task`` as an asyncio task and return at once; its outcome or error
+        lands in :attr:`outcomes` or :attr:`errors`."""
         running = asyncio.ensure_future(handle_task(self._engine, task))
         self._running[running] = task.target_run_id()
         running.add_done_callback(self._finished)

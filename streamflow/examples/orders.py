@@ -24,6 +24,8 @@ CHARGE_RETRY = RetryPolicy.fixed(3, timedelta(milliseconds=500))
 
 
 class Order(BaseModel):
+    """The workflow's input."""
+
     order_id: str
     sku: str
     quantity: int
@@ -31,16 +33,21 @@ class Order(BaseModel):
 
 
 class ChargeRequest(BaseModel):
+    """The input of the ``chargeCard`` step."""
+
     order_id: str
     amount_cents: int
 
 
 class Charge(BaseModel):
+    """The output of the ``chargeCard`` step."""
+
     payment_id: str
     amount_cents: int
 
 
 def orders_spec() -> WorkflowSpec:
+    """The spec of ``orders.fulfill`` version 1, run by :class:`Orders` of this module."""
     return WorkflowSpec.python("orders.fulfill", "1", __name__, "Orders")
 
 
@@ -52,6 +59,8 @@ class Orders(FlowRuntime):
         self.executions: list[tuple[str, int]] = []
 
     def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
+        """Reserve, record progress, charge (retried), record progress, wait out the cooling-off
+        period after the charge, ship, record progress, complete."""
         ctx = invocation.context()
         order = ctx.input_as(Order)
         if not ctx.step_completed("reserve"):
@@ -95,6 +104,8 @@ class Orders(FlowRuntime):
         )
 
     async def run_step(self, invocation: StepInvocation) -> object:
+        """Pretend to call another service (``step_delay`` seconds); the first attempt of
+        ``chargeCard`` fails on purpose, so the demo shows a retry."""
         self.executions.append((invocation.step_id, invocation.attempt))
         await asyncio.sleep(self.step_delay)  # stands in for a call to another service
         if invocation.step_name == "reserveInventory":

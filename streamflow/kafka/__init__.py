@@ -1,1 +1,2 @@
-"""Kafka plumbing shared by every topology: settings, topic names, partitioning, admin."""
+"""Kafka plumbing shared by every topology and by ``FlowClient``: settings, topic names,
+partitioning, manifests, admin and clients."""

@@ -7,11 +7,13 @@ whenever the cluster or the request would break co-partitioning or durability;
 partition count cannot be changed without re-homing runs, and config changes are the operator's
 call, so differences are reported instead.
 
-Errors (``ManifestError``, a ``ValueError``, comes from :mod:`streamflow.kafka.manifest`)::
+Errors (defined in :mod:`streamflow.core.errors` with the rest of the tree, importable from
+here too; ``ManifestError`` comes from :mod:`streamflow.kafka.manifest`)::
 
-    AdminError               a topic operation did not complete
-    ├── TopicsRefused        unsafe or rejected: co-partitioning, unclean election, replication
-    └── ClusterUnavailable   the cluster did not answer within the timeout
+    InfrastructureError
+    └── AdminError               a topic operation did not complete
+        ├── TopicsRefused        unsafe or rejected: co-partitioning, unclean election, replication
+        └── ClusterUnavailable   the cluster did not answer within the timeout
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ResourceType,
 )
 
+from streamflow.core.errors import AdminError as AdminError
+from streamflow.core.errors import ClusterUnavailable as ClusterUnavailable
+from streamflow.core.errors import TopicsRefused as TopicsRefused
 from streamflow.core.limits import (
     BATCH_HEADROOM,
     DEAD_LETTER_HEADROOM,
@@ -66,44 +71,6 @@ _REFUSALS = frozenset(
         KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     }
 )
-
-
-class AdminError(Exception):
-    """Root of the errors of topic administration."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class TopicsRefused(AdminError):
-    """The cluster or the request is unsafe, or the cluster rejected a topic.
-
-    Raised before anything is created when existing topics disagree with the manifest on
-    partitions or cleanup policy, allow unclean leader election, or the profile needs more
-    brokers than the cluster has; also when the cluster rejects a declared topic. ``problems``
-    lists every reason; ``created`` names topics this call created before a late rejection (a
-    concurrent creator). Operator action: fix the topic or the flags named in each problem.
-    """
-
-    def __init__(self, problems: Sequence[str], *, created: Sequence[str] = ()) -> None:
-        self.problems = tuple(problems)
-        self.created = tuple(created)
-        done = f"created before refusing: {', '.join(created)}" if created else "nothing created"
-        super().__init__(f"refused: {'; '.join(self.problems)} ({done})")
-
-
-class ClusterUnavailable(AdminError):
-    """The cluster did not answer ``operation`` within the timeout, or the transport failed.
-
-    Operator action: check the bootstrap address, network and credentials, then retry; a
-    retried ``apply`` is safe.
-    """
-
-    def __init__(self, operation: str, detail: str) -> None:
-        super().__init__(f"{operation}: {detail}")
-        self.operation = operation
-        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,10 +110,13 @@ class ApplyReport:
 
     @property
     def existing(self) -> tuple[str, ...]:
+        """The declared topics that existed before this call."""
         return tuple(t.spec.name for t in self.topics if t.exists)
 
     @property
     def drift(self) -> tuple[str, ...]:
+        """The drift of every existing topic (differences reported, never changed), as ``topic:
+        difference``."""
         return tuple(f"{t.spec.name}: {d}" for t in self.topics for d in t.drift)
 
 

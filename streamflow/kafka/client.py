@@ -4,6 +4,10 @@ Requests go to ``{ns}.requests`` (partitioned by run id); the journal answers ea
 :class:`~streamflow.serde.messages.Reply` on ``{ns}.replies``, which the client turns back into
 the same ``FlowError`` subclasses the embedded engine raises. Run histories are read from
 ``{ns}.history`` (read_committed) one partition at a time, incrementally.
+
+``FlowClient`` implements :class:`streamflow.Flow`, the calls the embedded ``FlowEngine``
+offers too: a call that changes a run returns the run's snapshot as the journal recorded the
+change, never the wire reply.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streamflow.core import decide as d
 from streamflow.core import incidents
+from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
 from streamflow.core.errors import (
-    ContinueAsNewCycle,
     FlowError,
+    FlowTimeout,
     InvalidTransition,
     IoError,
     RunConflict,
@@ -36,7 +41,13 @@ from streamflow.core.errors import (
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
-from streamflow.core.inspect import continuation_error
+from streamflow.core.inspect import (
+    WorkflowRunSummary,
+    WorkflowRunSuspension,
+    continuation_error,
+    open_suspensions,
+    summarize,
+)
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import check_payload
 from streamflow.core.projection import project
@@ -173,7 +184,9 @@ class HistoryReader:
                     return list(known)
                 self._absorb(self._topic.drain(0.05))
             if time.monotonic() > deadline:
-                raise TimeoutError(f"history of run {run_id} did not reach sequence {sequence}")
+                raise FlowTimeout(
+                    f"the history of run {run_id} to reach sequence {sequence}", timeout
+                )
 
     def run_ids(self) -> list[str]:
         with self._lock:
@@ -245,12 +258,31 @@ class RetentionReader:
 
 class FlowClient:
     """Talks to streamflow's Kafka topologies. Methods are ``async``; one client may be shared
-    by many coroutines of one event loop."""
+    by many coroutines of one event loop.
 
-    def __init__(self, settings: KafkaSettings, *, request_timeout: float = 30.0) -> None:
+    It implements :class:`streamflow.Flow` with the embedded engine's arguments, results and
+    errors. A call that changes a run returns once the journal has recorded it, with the
+    snapshot of the run it landed on; the processors drive the run afterwards, and what goes
+    wrong while they do is the run's :meth:`incident` (the embedded engine, which drives inside
+    the call, raises it from the call too).
+
+    ``max_continue_as_new_hops`` is the hop limit :meth:`result` and
+    :meth:`continuation_chain` walk a chain with (``ContinueAsNewLimitExceeded`` past it, as
+    the embedded engine's walks): the client cannot learn the processors' limit, so give it
+    the ``--max-continue-as-new-hops`` they run with when that is not the default (64).
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        request_timeout: float = 30.0,
+        max_continue_as_new_hops: int = DEFAULT_MAX_CONTINUE_AS_NEW_HOPS,
+    ) -> None:
         self._settings = settings
         self._names = Names(settings.namespace)
         self._timeout = request_timeout
+        self._max_hops = max(0, int(max_continue_as_new_hops))
         self._wire = codec.Wire(settings.limits)
         self._producer = producer(settings)
         self._partitions = partition_count(self._producer, self._names.requests)
@@ -297,45 +329,57 @@ class FlowClient:
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
-    ) -> m.Reply:
-        return await self._request(run_id, m.CancelRun(request=request or CancellationRequest()))
+    ) -> WorkflowRunSnapshot:
+        """Record a cleanup-aware cancellation request on the chain's active leaf (the
+        processors then let the workflow clean up)."""
+        body = m.CancelRun(request=request or CancellationRequest())
+        return await self._change(run_id, body)
 
-    async def force_cancel(self, run_id: str, reason: str | None = None) -> m.Reply:
-        return await self._request(run_id, m.ForceCancelRun(reason=reason))
+    async def force_cancel(self, run_id: str, reason: str | None = None) -> WorkflowRunSnapshot:
+        """End the chain's active leaf now as cancelled, without workflow code."""
+        return await self._change(run_id, m.ForceCancelRun(reason=reason))
 
     async def terminate_for_timeout(
         self, run_id: str, deadline: datetime, reason: str | None = None
-    ) -> m.Reply:
+    ) -> WorkflowRunSnapshot:
+        """End the chain's active leaf now as timed out (status Failed, outcome TimedOut)."""
         body = m.TerminateRun(
             kind=m.TerminationKind.TIMEOUT,
             deadline=require_utc(deadline, "deadline"),
             reason=reason,
         )
-        return await self._request(run_id, body)
+        return await self._change(run_id, body)
 
-    async def terminate_for_host_shutdown(self, run_id: str, reason: str | None = None) -> m.Reply:
-        return await self._request(
-            run_id, m.TerminateRun(kind=m.TerminationKind.HOST_SHUTDOWN, reason=reason)
-        )
+    async def terminate_for_host_shutdown(
+        self, run_id: str, reason: str | None = None
+    ) -> WorkflowRunSnapshot:
+        """End the chain's active leaf for good (ordinary shutdowns must not call this)."""
+        body = m.TerminateRun(kind=m.TerminationKind.HOST_SHUTDOWN, reason=reason)
+        return await self._change(run_id, body)
 
-    async def record_progress(self, run_id: str, progress: WorkflowProgress) -> m.Reply:
-        return await self._request(run_id, m.RecordProgress(progress=progress))
+    async def record_progress(self, run_id: str, progress: WorkflowProgress) -> WorkflowRunSnapshot:
+        """Record host progress on the chain's active leaf (idempotent by ``progress_id``)."""
+        return await self._change(run_id, m.RecordProgress(progress=progress))
 
-    async def link_child_operation(self, run_id: str, child: ChildOperationReference) -> m.Reply:
+    async def link_child_operation(
+        self, run_id: str, child: ChildOperationReference
+    ) -> WorkflowRunSnapshot:
+        """Link an external child operation on the chain's active leaf (idempotent by
+        ``reference_id``); a linked workflow run must exist (``InvalidTransition``)."""
         linked = child.flow_run_id
         if linked is not None and not await self._exists(linked):
             raise InvalidTransition(
                 f"child operation {child.reference_id} links workflow run {linked}, which does "
                 "not exist"
             )
-        return await self._request(run_id, m.LinkChild(child=child))
+        return await self._change(run_id, m.LinkChild(child=child))
 
-    async def resume_wait(self, run_id: str, wait_id: str) -> m.Reply:
+    async def resume_wait(self, run_id: str, wait_id: str) -> WorkflowRunSnapshot:
         """Complete a timer wait now (the host decides due-ness), as a timer would."""
         now = datetime.now(tz=UTC)
-        return await self._request(run_id, m.WakeUp(wait_id=wait_id, due_at=now))
+        return await self._change(run_id, m.WakeUp(wait_id=wait_id, due_at=now))
 
-    async def send_signal(self, run_id: str, signal: WorkflowSignal) -> m.Reply:
+    async def send_signal(self, run_id: str, signal: WorkflowSignal) -> WorkflowRunSnapshot:
         """Deliver a named signal to the run's chain (its active leaf receives it). The same
         delivery again is acknowledged without a second event; the same ``signal_id`` with
         other content raises ``SignalConflict``; a new one for an ended run ``RunTerminal``."""
@@ -343,15 +387,18 @@ class FlowClient:
         if problem is not None:
             raise problem.error
         check_payload(signal.payload, "signal payload", self._wire.limits)
-        return await self._request(run_id, m.SendSignal(signal=signal))
+        return await self._change(run_id, m.SendSignal(signal=signal))
 
-    async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> m.Reply:
+    async def resume_hook(
+        self, run_id: str, hook_id: str, payload: object = None
+    ) -> WorkflowRunSnapshot:
         """Deliver a hook callback by run and hook id (idempotent for the same payload)."""
         body = m.ResumeHook(hook_id=hook_id, payload=self._payload(payload, "hook payload"))
-        return await self._request(run_id, body)
+        return await self._change(run_id, body)
 
-    async def dispose_hook(self, run_id: str, hook_id: str) -> m.Reply:
-        return await self._request(run_id, m.DisposeHook(hook_id=hook_id))
+    async def dispose_hook(self, run_id: str, hook_id: str) -> WorkflowRunSnapshot:
+        """Revoke an active hook (the workflow sees ``hook_disposed``)."""
+        return await self._change(run_id, m.DisposeHook(hook_id=hook_id))
 
     async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
         """Resume the active hook holding ``token``; returns ``(run_id, hook_id)``.
@@ -391,6 +438,27 @@ class FlowClient:
             f"hook callback ({action.value})",
         )
 
+    async def _change(self, run_id: str, body: m.RequestBody) -> WorkflowRunSnapshot:
+        """Send a request that changes a run; the snapshot of the run it landed on.
+
+        The journal that applied the request (the successor's, for one handed along a chain)
+        replies in the transaction that wrote its events, so that run's history holds at least
+        ``last_sequence`` committed events once the reply is read. A run that has since
+        continued as new is followed to its chain's active leaf, as the embedded engine does.
+        """
+        reply = await self._request(run_id, body)
+        if reply.last_sequence > 0:
+            events = await asyncio.to_thread(
+                self._history.history_through, reply.run_id, reply.last_sequence, self._timeout
+            )
+            snap = project(reply.run_id, events)
+        else:
+            snap = await self.snapshot(reply.run_id or run_id)
+        walk = ChainWalk(snap.run_id, self._max_hops)
+        while (successor := walk.next_link(snap)) is not None:
+            snap = await self._await_run(successor)
+        return snap
+
     async def _request(self, run_id: str, body: m.RequestBody) -> m.Reply:
         validate_run_id(run_id)
         request_id = str(uuid.uuid4())
@@ -422,8 +490,8 @@ class FlowClient:
         try:
             reply = await asyncio.wait_for(future, self._timeout)
         except TimeoutError:
-            raise TimeoutError(
-                f"no reply to {what} within {self._timeout}s; are the topologies running?"
+            raise FlowTimeout(
+                f"a reply to {what}", self._timeout, "are the topologies running?"
             ) from None
         finally:
             with self._lock:
@@ -447,37 +515,67 @@ class FlowClient:
     async def list_run_ids(self) -> list[str]:
         return await asyncio.to_thread(self._history.run_ids)
 
+    async def list_snapshots(self) -> list[WorkflowRunSnapshot]:
+        """Every run's snapshot, by run id. Reads every history of the namespace (like
+        :meth:`list_run_ids`): fine for development and tests; in production the observers'
+        run index answers queries across runs (docs/observability.md, *Inspection*)."""
+        histories = await asyncio.to_thread(self._history.histories)
+        return [project(run_id, events) for run_id, events in histories.items()]
+
+    async def run_summary(self) -> WorkflowRunSummary:
+        """Runs counted per status (from :meth:`list_snapshots`)."""
+        return summarize(await self.list_snapshots())
+
+    async def list_open_suspensions(self, now: datetime) -> list[WorkflowRunSuspension]:
+        """What every non-terminal run waits on at ``now`` (from :meth:`list_snapshots`)."""
+        return open_suspensions(await self.list_snapshots(), require_utc(now, "now"))
+
+    @property
+    def max_continue_as_new_hops(self) -> int:
+        """The hop limit this client walks chains with."""
+        return self._max_hops
+
     async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot:
         """Wait until the run's chain ends and return the snapshot of its last run (a run that
-        continued as new is followed to its successor)."""
-        snap = await self._segment_result(run_id, timeout)
-        seen = {run_id}
-        while snap.continuation is not None:
-            successor = snap.continuation.successor_run_id
-            if successor in seen:
-                raise ContinueAsNewCycle(successor)
-            seen.add(successor)
-            snap = await self._segment_result(successor, timeout)
+        continued as new is followed to its successor). A successor's start is requested
+        with the link and written by its own partition's journal, so one not visible yet is
+        waited for (up to the request timeout) before ``RunNotFound``. ``ContinueAsNewCycle``
+        for a link back into the chain, ``ContinueAsNewLimitExceeded`` past the hop limit,
+        ``FlowTimeout`` (a ``TimeoutError``) when the chain does not end within ``timeout``
+        seconds."""
+        validate_run_id(run_id)
+        try:
+            return await asyncio.wait_for(self._chain_result(run_id), timeout)
+        except FlowTimeout:
+            raise
+        except TimeoutError:
+            if timeout is None:
+                raise
+            raise FlowTimeout(f"workflow run {run_id} to end", timeout) from None
+
+    async def _chain_result(self, run_id: str) -> WorkflowRunSnapshot:
+        walk = ChainWalk(run_id, self._max_hops)
+        snap = await self._segment_result(run_id)
+        while (successor := walk.next_link(snap)) is not None:
+            await self._await_run(successor)
+            snap = await self._segment_result(successor)
         return snap
 
     async def continuation_chain(self, run_id: str) -> list[str]:
         """Run ids from ``run_id`` along its continue-as-new links to the last run, checking
         that every successor was started by its predecessor's link. A successor's start is
         written with the link, so one not visible yet is waited for (up to the request
-        timeout) before ``RunNotFound``."""
+        timeout) before ``RunNotFound``. ``ContinueAsNewCycle`` for a link back into the
+        chain, ``ContinueAsNewLimitExceeded`` past the hop limit."""
+        walk = ChainWalk(run_id, self._max_hops)
         snap = await self.snapshot(run_id)
-        chain = [run_id]
-        while snap.continuation is not None:
-            successor = snap.continuation.successor_run_id
-            if successor in chain:
-                raise ContinueAsNewCycle(successor)
+        while (successor := walk.next_link(snap)) is not None:
             nxt = await self._await_run(successor)
             problem = continuation_error(snap, nxt)
             if problem is not None:
                 raise problem
-            chain.append(successor)
             snap = nxt
-        return chain
+        return walk.chain
 
     async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
         """Active hooks of non-terminal runs, sorted by (run, hook), with token digests.
@@ -485,12 +583,12 @@ class FlowClient:
         Reads every history of the namespace: fine for development and tests; production
         inspection belongs to an observer-maintained index."""
         found: list[ActiveHookSnapshot] = []
-        for run_id in await self.list_run_ids():
-            snap = await self.snapshot(run_id)
+        for snap in await self.list_snapshots():
             if snap.is_terminal:
                 continue
             found += [
-                ActiveHookSnapshot(run_id=run_id, hook=snap.hooks[h]) for h in snap.active_hooks
+                ActiveHookSnapshot(run_id=snap.run_id, hook=snap.hooks[h])
+                for h in snap.active_hooks
             ]
         return sorted(found, key=lambda a: (a.run_id, a.hook.hook_id))
 
@@ -510,11 +608,13 @@ class FlowClient:
         return reply.subject == hold_id
 
     async def history_holds(self, run_id: str) -> list[HistoryHold]:
+        validate_run_id(run_id)
         record = await asyncio.to_thread(self._retention.record, run_id)
         return [] if record is None else list(record.holds)
 
     async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
         """What is kept of a pruned run, or ``None`` if it was never pruned."""
+        validate_run_id(run_id)
         record = await asyncio.to_thread(self._retention.record, run_id)
         return None if record is None else record.tombstone
 
@@ -597,9 +697,8 @@ class FlowClient:
                 raise RunNotFound(run_id)
             await asyncio.sleep(0.02)
 
-    async def _segment_result(
-        self, run_id: str, timeout: float | None = None
-    ) -> WorkflowRunSnapshot:
+    async def _segment_result(self, run_id: str) -> WorkflowRunSnapshot:
+        """Wait for ``run_id`` (one run of a chain) to end; its terminal snapshot."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[m.Reply] = loop.create_future()
         with self._lock:
@@ -608,9 +707,9 @@ class FlowClient:
             snap = await self.snapshot(run_id)
             if snap.is_terminal:
                 return snap
-            notice = await asyncio.wait_for(future, timeout)
+            notice = await future
             events = await asyncio.to_thread(
-                self._history.history_through, run_id, notice.last_sequence, timeout or 60.0
+                self._history.history_through, run_id, notice.last_sequence, 60.0
             )
             return project(run_id, events)
         finally:
@@ -625,11 +724,26 @@ class FlowClient:
         input, a decision the journal refused. The processor retries such a run with backoff
         and clears the incident when a decision succeeds; a record the run's history has moved
         past (or whose run ended) is not current and is not returned."""
+        validate_run_id(run_id)
         record = await self.incident_record(run_id)
         if record is None:
             return None
+        return await self._current_incident(record)
+
+    async def list_incidents(self) -> list[FlowIncident]:
+        """The current incident of every run that has one, by run id (reads the whole
+        incidents topic, and the history of every run it names)."""
+        self._absorb_incidents(await asyncio.to_thread(self._incidents.catch_up))
+        found: list[FlowIncident] = []
+        for _, record in sorted(self._latest_incidents.items()):
+            current = await self._current_incident(record)
+            if current is not None:
+                found.append(current)
+        return found
+
+    async def _current_incident(self, record: m.Incident) -> FlowIncident | None:
         try:
-            snapshot = await self.snapshot(run_id)
+            snapshot = await self.snapshot(record.run_id)
         except RunNotFound:
             return None
         return incidents.current(record.flow_incident(), snapshot)
@@ -639,6 +753,10 @@ class FlowClient:
         records = await asyncio.to_thread(
             self._incidents.catch_up, {partition_for(run_id, self._incidents.partitions)}
         )
+        self._absorb_incidents(records)
+        return self._latest_incidents.get(run_id)
+
+    def _absorb_incidents(self, records: list[Record]) -> None:
         for key, value in records:
             if key is None:
                 continue
@@ -647,7 +765,6 @@ class FlowClient:
             else:
                 incident = codec.decode_incident(value)
                 self._latest_incidents[incident.run_id] = incident
-        return self._latest_incidents.get(run_id)
 
     async def _exists(self, run_id: str) -> bool:
         return bool(await asyncio.to_thread(self._history.history, run_id))

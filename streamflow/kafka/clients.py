@@ -16,6 +16,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from streamflow.core.errors import FlowTimeout
 from streamflow.kafka.config import KafkaSettings
 
 log = logging.getLogger("streamflow.kafka")
@@ -114,6 +115,7 @@ class Deadline:
         self._end = time.monotonic() + seconds
 
     def left(self, at_most: float | None = None) -> float:
+        """Seconds left (never negative), at most ``at_most`` when given."""
         remaining = max(0.0, self._end - time.monotonic())
         return remaining if at_most is None else min(remaining, at_most)
 
@@ -141,6 +143,8 @@ def close_producer(source: Producer, timeout: float) -> int:
 
 
 def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> int:
+    """The number of partitions of ``topic``; ``KafkaException`` when the topic does not exist or
+    its metadata has an error."""
     metadata = client.list_topics(topic, timeout=timeout)
     info = metadata.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
@@ -220,8 +224,6 @@ def read_to_end(
             if position >= end:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"reading {topic}[{partition}] to offset {end} took over {timeout}s"
-                )
+                raise FlowTimeout(f"{topic}[{partition}] to be read to offset {end}", timeout)
     finally:
         source.close()

@@ -49,6 +49,7 @@ class KafkaSettings:
 
     @property
     def limits(self) -> RecordLimits:
+        """The record limits derived from ``max_record_bytes``."""
         return RecordLimits(self.max_record_bytes)
 
     @staticmethod
@@ -60,6 +61,11 @@ class KafkaSettings:
         properties: Mapping[str, str] | None = None,
         max_record_bytes: int | None = None,
     ) -> KafkaSettings:
+        """Settings from the environment, overridden by the arguments given:
+        ``STREAMFLOW_BOOTSTRAP``, ``STREAMFLOW_NAMESPACE`` (default ``streamflow``),
+        ``STREAMFLOW_MAX_RECORD_BYTES``, and every ``STREAMFLOW_KAFKA_*`` variable as a
+        librdkafka property (``STREAMFLOW_KAFKA_SECURITY_PROTOCOL`` → ``security.protocol``).
+        ``ValueError`` without bootstrap servers or for an invalid namespace."""
         env = os.environ if environ is None else environ
         props = {
             key[len(ENV_PREFIX) :].lower().replace("_", "."): value
@@ -76,6 +82,7 @@ class KafkaSettings:
         )
 
     def with_namespace(self, namespace: str) -> KafkaSettings:
+        """A copy for another namespace."""
         return replace(self, namespace=namespace)
 
     def client(

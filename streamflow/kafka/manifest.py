@@ -20,6 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from streamflow.core.errors import ManifestError as ManifestError
 from streamflow.core.limits import RecordLimits
 from streamflow.kafka.naming import build_slug
 
@@ -68,20 +69,6 @@ _TOPOLOGY_KEYS = frozenset(
 # Any namespace and build would do: rendering at load time surfaces per-profile problems early.
 _SAMPLE_NAMESPACE = "streamflow"
 _SAMPLE_BUILD = "sample-build"
-
-
-class ManifestError(ValueError):
-    """A manifest is missing, malformed or unsafe, or an override makes it so.
-
-    Raised by :func:`load_manifest`, :func:`parse_manifest` and the rendering methods of
-    :class:`Manifest`; nothing has touched a cluster yet. ``source`` names the file (or
-    ``override``), ``reason`` says what is wrong. Operator action: fix that file or flag.
-    """
-
-    def __init__(self, reason: str, *, source: str | None = None) -> None:
-        super().__init__(f"{source}: {reason}" if source else reason)
-        self.reason = reason
-        self.source = source
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -193,6 +180,7 @@ class Manifest:
     """Topology templates by name."""
 
     def profile(self, name: str) -> Profile:
+        """The replication profile ``name``; ``ManifestError`` for an undeclared one."""
         try:
             return self.profiles[name]
         except KeyError:
@@ -318,6 +306,7 @@ def for_build(name: str, build: str | None) -> str:
 
 
 def cleanup_kinds(policy: str) -> frozenset[str]:
+    """The parts of a ``cleanup.policy`` value, e.g. ``{"compact", "delete"}``."""
     return frozenset(part.strip() for part in policy.split(",") if part.strip())
 
 

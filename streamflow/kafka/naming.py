@@ -29,6 +29,7 @@ def history_key(run_id: str, sequence: int) -> bytes:
 
 def split_history_key(key: bytes) -> tuple[str, int]:
     # The sequence is fixed-width and may itself contain zero bytes: split by position.
+    """The (run id, sequence) of a :func:`history_key`; ``ValueError`` for a malformed key."""
     run, separator, sequence = key[:-9], key[-9:-8], key[-8:]
     if len(key) < 10 or separator != b"\x00":
         raise ValueError(f"malformed history key {key!r}")
@@ -74,13 +75,17 @@ class Names:
         self.observers_group = f"{ns}.observers"
 
     def tasks(self, build: str | None) -> str:
+        """The tasks topic of ``build`` (``None``: unpinned runs)."""
         return f"{self.namespace}.tasks.{build_slug(build)}"
 
     def processor_group(self, build: str | None) -> str:
+        """The consumer group of the processors of ``build``."""
         return f"{self.namespace}.processor.{build_slug(build)}"
 
     def worker_group(self, build: str | None) -> str:
+        """The consumer group of the workers that serve ``build``."""
         return f"{self.namespace}.worker.{build_slug(build)}"
 
     def transactional_id(self, component: str, instance: str) -> str:
+        """The transactional id of one instance of a topology ``component``."""
         return f"{self.namespace}.{component}.{instance}"

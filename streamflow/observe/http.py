@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from streamflow.core.errors import FlowError, RunNotFound
+from streamflow.core.errors import InspectionUnavailable as InspectionUnavailable
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.observe.metrics import FlowMetrics
 
@@ -45,19 +46,33 @@ CONTENT_TYPE_LATEST = "text/plain; version=0.0.4; charset=utf-8"
 class Inspector(Protocol):
     """What the inspection routes ask. Every method returns JSON-ready values."""
 
-    def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]: ...
+    def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
+        """``/v1/runs``: one row per run, optionally only those of ``status``."""
+        ...
 
-    def run(self, run_id: str) -> dict[str, Any]: ...
+    def run(self, run_id: str) -> dict[str, Any]:
+        """``/v1/runs/{run_id}``: the run's state (``RunNotFound`` for an unknown run)."""
+        ...
 
-    def history(self, run_id: str) -> list[dict[str, Any]]: ...
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        """``/v1/runs/{run_id}/history``: the run's envelopes as JSON."""
+        ...
 
-    def summary(self) -> dict[str, Any]: ...
+    def summary(self) -> dict[str, Any]:
+        """``/v1/summary``: counts per status and open work."""
+        ...
 
-    def suspensions(self) -> list[dict[str, Any]]: ...
+    def suspensions(self) -> list[dict[str, Any]]:
+        """``/v1/suspensions``: every open suspension."""
+        ...
 
-    def hooks(self) -> list[dict[str, Any]]: ...
+    def hooks(self) -> list[dict[str, Any]]:
+        """``/v1/hooks``: every active hook, with its token digest only."""
+        ...
 
-    def retention(self) -> list[dict[str, Any]]: ...
+    def retention(self) -> list[dict[str, Any]]:
+        """``/v1/retention``: every run's retention facts."""
+        ...
 
 
 class _BadRequest(Exception):
@@ -76,10 +91,6 @@ class Covered:
 
     value: Any
     partitions: frozenset[int]
-
-
-class InspectionUnavailable(Exception):
-    """Part of the answer lives with an observers instance that cannot answer now (HTTP 503)."""
 
 
 def fetch_json(
@@ -165,15 +176,18 @@ class ObserverServer:
 
     @property
     def port(self) -> int:
+        """The port the socket is bound to."""
         return int(self._http.server_address[1])
 
     @property
     def url(self) -> str:
+        """The base URL of this server (``http://host:port``)."""
         host = self._http.server_address[0]
         name = host.decode() if isinstance(host, bytes) else str(host)
         return f"http://[{name}]:{self.port}" if ":" in name else f"http://{name}:{self.port}"
 
     def start(self) -> ObserverServer:
+        """Serve on a daemon thread; returns ``self``."""
         self._thread = threading.Thread(
             target=self._http.serve_forever, name="streamflow-http", daemon=True
         )

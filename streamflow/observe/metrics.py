@@ -1,5 +1,5 @@
-"""``FlowMetrics``: the seed's "monitor at least" signals as Prometheus metrics, fed by committed
-events (an observer) on either backend.
+"""``FlowMetrics``: the signals an operator should monitor, as Prometheus metrics, fed by
+committed events (an observer) on either backend.
 
 Labels are bounded by construction: workflow name, definition version, event key, status,
 runtime build, and for the topology-side counters a topic role or a component. No run id, step
@@ -47,6 +47,7 @@ Clock = Callable[[], datetime]
 
 
 def utc_now() -> datetime:
+    """The current UTC instant (the default clock)."""
     return datetime.now(UTC)
 
 
@@ -65,8 +66,11 @@ class Sample:
     """One exported sample (what ``{ns}.metrics`` carries)."""
 
     name: str
+    """The sample's name (e.g. ``streamflow_events_total``)."""
     kind: str
+    """Its metric's type: ``counter``, ``gauge`` or ``histogram``."""
     labels: dict[str, str]
+    """Label name → value (names from :data:`LABELS`)."""
     value: float
 
 
@@ -139,6 +143,7 @@ class FlowMetrics:
     # -- feeding ----------------------------------------------------------------------------
 
     async def observe(self, envelope: ev.FlowEventEnvelope) -> None:
+        """Take one committed envelope into the gauges and count it (an observer)."""
         self.apply(envelope, count=True)
 
     def prime(self, history: Iterable[ev.FlowEventEnvelope]) -> None:
@@ -155,6 +160,9 @@ class FlowMetrics:
             self._ended.clear()
 
     def apply(self, envelope: ev.FlowEventEnvelope, *, count: bool = True) -> None:
+        """Take ``envelope`` into the gauges, and into the counters when ``count``. An envelope
+        at or below the run's last sequence is a duplicate and ignored; one that leaves a gap, or
+        a run first seen after ``run_created``, is skipped."""
         with self._lock:
             self._apply(envelope, count)
 
@@ -210,9 +218,12 @@ class FlowMetrics:
     # -- signals from outside history ---------------------------------------------------------
 
     def sequence_conflict(self, source: str, count: float = 1.0) -> None:
+        """Count ``count`` appends or proposals refused because history moved on, by ``source``
+        (e.g. ``engine``, ``journal``)."""
         self._sequence_conflicts.labels(source).inc(count)
 
     def callback_conflict(self, kind: str, count: float = 1.0) -> None:
+        """Count ``count`` refused hook callbacks or claims, by ``kind``."""
         self._callback_conflicts.labels(kind).inc(count)
 
     def incident(self, run_id: str, present: bool, *, sequence: int | None = None) -> None:
@@ -225,6 +236,7 @@ class FlowMetrics:
                 self._incidents.pop(run_id, None)
 
     def dead_letter(self, source: str) -> None:
+        """Count one record sent to the dead letters, by the topic role it came from."""
         self._dead_letters.labels(source).inc()
 
     def with_routes(self, routes: Callable[[], set[str | None]]) -> FlowMetrics:
@@ -240,6 +252,7 @@ class FlowMetrics:
         return generate_latest(self.registry)
 
     def samples(self) -> list[Sample]:
+        """Every exported sample, gauges computed now."""
         out: list[Sample] = []
         for metric in self.registry.collect():
             for s in metric.samples:

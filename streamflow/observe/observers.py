@@ -18,13 +18,18 @@ log = logging.getLogger("streamflow.observers")
 class FlowEventObserver(Protocol):
     """Receives each committed envelope once per append. Failures are logged and dropped."""
 
-    async def observe(self, envelope: FlowEventEnvelope) -> None: ...
+    async def observe(self, envelope: FlowEventEnvelope) -> None:
+        """Called for each committed envelope, in commit order per run (on Kafka at least once: a
+        duplicate may follow a crash). An exception is logged and dropped; the embedded engine
+        awaits this before its next append, so hand slow work off."""
+        ...
 
 
 class NoopFlowEventObserver:
     """The default: observes nothing."""
 
     async def observe(self, envelope: FlowEventEnvelope) -> None:
+        """Do nothing."""
         return None
 
 
@@ -35,12 +40,15 @@ class InMemoryFlowEventObserver:
         self._events: list[FlowEventEnvelope] = []
 
     async def observe(self, envelope: FlowEventEnvelope) -> None:
+        """Keep ``envelope``."""
         self._events.append(envelope)
 
     def events(self) -> list[FlowEventEnvelope]:
+        """The envelopes observed so far, in order (a copy)."""
         return list(self._events)
 
     def event_keys(self) -> list[str]:
+        """The dot keys of the events observed so far, e.g. ``flow.run.created``."""
         return [e.event.event_key() for e in self._events]
 
 
@@ -55,13 +63,16 @@ class FanoutFlowEventObserver:
 
     @staticmethod
     def new() -> FanoutFlowEventObserver:
+        """A fan-out with no observers."""
         return FanoutFlowEventObserver()
 
     @staticmethod
     def from_observers(observers: Iterable[FlowEventObserver]) -> FanoutFlowEventObserver:
+        """A fan-out to ``observers``, in that order."""
         return FanoutFlowEventObserver(observers)
 
     def with_observer(self, observer: FlowEventObserver) -> FanoutFlowEventObserver:
+        """A new fan-out with ``observer`` added last (this one is unchanged)."""
         return FanoutFlowEventObserver([*self._observers, observer])
 
     with_dyn_observer = with_observer
@@ -70,9 +81,12 @@ class FanoutFlowEventObserver:
         return len(self._observers)
 
     def len(self) -> int:
+        """How many observers it forwards to (``len(fanout)``)."""
         return len(self._observers)
 
     async def observe(self, envelope: FlowEventEnvelope) -> None:
+        """Forward ``envelope`` to each observer in turn; a failing observer is logged and
+        skipped."""
         for observer in self._observers:
             await notify(observer, envelope)
 

@@ -292,6 +292,7 @@ class Wire:
 
     @property
     def max_size(self) -> int:
+        """The largest buffer it encodes or decodes (bytes), dead letters aside."""
         return self._records.max_size
 
     def encode(self, value: WireValue) -> bytes:
@@ -303,9 +304,11 @@ class Wire:
         return self._records.decode_as(data, kind)
 
     def encode_dead_letter(self, letter: DeadLetter) -> bytes:
+        """The buffer of a dead letter, under the larger dead-letter limit."""
         return self._letters.encode(letter)
 
     def decode_dead_letter(self, data: bytes) -> DeadLetter:
+        """A dead letter, under the larger dead-letter limit."""
         return self._letters.decode_as(data, DeadLetter)
 
 
@@ -339,80 +342,117 @@ def decode_record(
 
 
 def encode_request(request: Request, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.requests`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(request)
 
 
 def decode_request(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Request:
+    """A ``{ns}.requests`` value; ``SerializationError`` when ``data`` does not carry a
+    ``Request``."""
     return _codec(max_size).decode_as(data, Request)
 
 
 def encode_history(envelope: FlowEventEnvelope, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.history`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(envelope)
 
 
 def decode_history(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> FlowEventEnvelope:
+    """A ``{ns}.history`` value; ``SerializationError`` when ``data`` does not carry a
+    ``FlowEventEnvelope``."""
     return _codec(max_size).decode_as(data, FlowEventEnvelope)
 
 
 def encode_task(task: StepTask, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.tasks.*`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(task)
 
 
 def decode_task(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> StepTask:
+    """A ``{ns}.tasks.*`` value; ``SerializationError`` when ``data`` does not carry a
+    ``StepTask``."""
     return _codec(max_size).decode_as(data, StepTask)
 
 
 def encode_reply(reply: Reply, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.replies`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(reply)
 
 
 def decode_reply(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Reply:
+    """A ``{ns}.replies`` value; ``SerializationError`` when ``data`` does not carry a ``Reply``."""
     return _codec(max_size).decode_as(data, Reply)
 
 
 def encode_incident(incident: Incident, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.incidents`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(incident)
 
 
 def decode_incident(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Incident:
+    """A ``{ns}.incidents`` value; ``SerializationError`` when ``data`` does not carry a
+    ``Incident``."""
     return _codec(max_size).decode_as(data, Incident)
 
 
 def encode_dead_letter(letter: DeadLetter, *, max_size: int = DEAD_LETTER_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.dead-letters`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(letter)
 
 
 def decode_dead_letter(data: bytes, *, max_size: int = DEAD_LETTER_MAX_SIZE) -> DeadLetter:
+    """A ``{ns}.dead-letters`` value; ``SerializationError`` when ``data`` does not carry a
+    ``DeadLetter``."""
     return _codec(max_size).decode_as(data, DeadLetter)
 
 
 def encode_audit(record: AuditRecord, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.audit`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(record)
 
 
 def decode_audit(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> AuditRecord:
+    """A ``{ns}.audit`` value; ``SerializationError`` when ``data`` does not carry a
+    ``AuditRecord``."""
     return _codec(max_size).decode_as(data, AuditRecord)
 
 
 def encode_metric(sample: MetricSample, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.metrics`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(sample)
 
 
 def decode_metric(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> MetricSample:
+    """A ``{ns}.metrics`` value; ``SerializationError`` when ``data`` does not carry a
+    ``MetricSample``."""
     return _codec(max_size).decode_as(data, MetricSample)
 
 
 def encode_registration(
     registration: BuildRegistration, *, max_size: int = DEFAULT_MAX_SIZE
 ) -> bytes:
+    """The single-object buffer of a ``{ns}.builds`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(registration)
 
 
 def decode_registration(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> BuildRegistration:
+    """A ``{ns}.builds`` value; ``SerializationError`` when ``data`` does not carry a
+    ``BuildRegistration``."""
     return _codec(max_size).decode_as(data, BuildRegistration)
 
 
 def encode_hook_request(request: HookRequest, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.hook-requests`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(request)
 
 
@@ -423,25 +463,26 @@ def decode_hook_request(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Hoo
 
 
 def encode_token_record(record: TokenRecord, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.hook-tokens`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(record)
 
 
 def decode_token_record(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> TokenRecord:
+    """A ``{ns}.hook-tokens`` value; ``SerializationError`` when ``data`` does not carry a
+    ``TokenRecord``."""
     return _codec(max_size).decode_as(data, TokenRecord)
 
 
 def encode_retention(record: RetentionRecord, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.retention`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
     return _codec(max_size).encode(record)
 
 
 def decode_retention(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> RetentionRecord:
     """A ``{ns}.retention`` value."""
     return _codec(max_size).decode_as(data, RetentionRecord)
-
-
-def schema_name_of(data: bytes) -> str:
-    """Top-level schema name in the header of ``data``, without reading the body."""
-    return _codec(DEFAULT_MAX_SIZE).schema_of(data).name
 
 
 def fingerprint_of(name: str) -> bytes:

@@ -14,6 +14,8 @@ _SECRET_FIELDS = {"token"}
 
 
 def error_info(error: errors.FlowError) -> ErrorInfo:
+    """The wire form of ``error``: its class name, its text and its attributes as JSON (a
+    ``token`` attribute is dropped)."""
     fields = {
         name: json.dumps(value)
         for name, value in vars(error).items()

@@ -66,6 +66,9 @@ def write(directory: Path, registry: SchemaRegistry | None = None) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m streamflow.serde.expand [DIRECTORY] [--check]``: write the expanded schemas,
+    or with ``--check`` report stale files. Exit status 0 up to date (or written), 1 stale, 2 no
+    such parent directory."""
     parser = argparse.ArgumentParser(
         prog="python -m streamflow.serde.expand",
         description="Write the expanded top-level Avro schemas (one JSON file each).",

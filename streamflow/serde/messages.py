@@ -57,6 +57,10 @@ class ErrorInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartRun:
+    """Start a run with ``spec`` and ``input`` (the journal appends ``run_created`` and
+    ``run_started``); the same start again is acknowledged, another spec or input is
+    ``RunConflict``."""
+
     spec: WorkflowSpec
     input: JsonValue = None
     parent: ParentLink | None = None
@@ -83,18 +87,26 @@ class CancelRun:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForceCancelRun:
+    """End the run cancelled at once (``run_cancelled``), running no workflow code."""
+
     reason: str | None = None
     propagated: bool = False
     """A parent ended immediately and takes this child chain with it."""
 
 
 class TerminationKind(str, Enum):
+    """Which immediate termination a :class:`TerminateRun` asks for: ``run_timed_out`` or
+    ``run_host_shutdown``."""
+
     TIMEOUT = "timeout"
     HOST_SHUTDOWN = "host_shutdown"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TerminateRun:
+    """End the run at once with ``run_timed_out`` or ``run_host_shutdown``, running no workflow
+    code."""
+
     kind: TerminationKind
     deadline: datetime | None = None
     """Required for ``timeout``."""
@@ -103,11 +115,15 @@ class TerminateRun:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordProgress:
+    """Record a progress record from the host (idempotent by progress id)."""
+
     progress: WorkflowProgress
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkChild:
+    """Link an external operation from the host (idempotent by reference id)."""
+
     child: ChildOperationReference
 
 
@@ -171,6 +187,8 @@ class ResumeHook:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DisposeHook:
+    """Dispose a hook; ``token_digest`` as for :class:`ResumeHook`."""
+
     hook_id: str
     token_digest: str | None = None
 
@@ -308,6 +326,8 @@ class StepTask:
 
 
 class ReplyKind(str, Enum):
+    """What a :class:`Reply` answers."""
+
     REQUEST = "request"
     """The outcome of one request."""
     RUN_FINISHED = "run_finished"
@@ -316,6 +336,9 @@ class ReplyKind(str, Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reply:
+    """The journal's (or the hooks topology's) answer on ``{ns}.replies``: the outcome of a
+    request, or the notice that a run finished."""
+
     request_id: str
     run_id: str
     kind: ReplyKind
@@ -459,6 +482,8 @@ class ReleaseToken:
 
 
 class CallbackAction(str, Enum):
+    """What a :class:`HookCallback` asks: resume or dispose the hook."""
+
     RESUME = "resume"
     DISPOSE = "dispose"
 

@@ -31,7 +31,7 @@ from typing import Any, TypeAlias, cast
 
 import streamflow.core.events as ev
 from streamflow.core.errors import SerializationError
-from streamflow.core.events import EVENT_TYPES, FlowEvent, FlowEventEnvelope
+from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
@@ -52,7 +52,6 @@ from streamflow.core.values import (
     TimedOut,
     WorkflowProgress,
     WorkflowSignal,
-    WorkflowTerminalOutcome,
 )
 from streamflow.serde.messages import (
     AuditRecord,
@@ -68,7 +67,6 @@ from streamflow.serde.messages import (
     HoldHistory,
     HookCallback,
     HookRequest,
-    HookRequestBody,
     Incident,
     LinkChild,
     MetricSample,
@@ -81,7 +79,6 @@ from streamflow.serde.messages import (
     Reply,
     ReplyKind,
     Request,
-    RequestBody,
     ResolveChild,
     ResumeHook,
     RetentionRecord,
@@ -124,7 +121,7 @@ LONG_MAX = 2**63 - 1
 
 
 def json_to_bytes(value: JsonValue) -> bytes:
-    """Compact UTF-8 JSON text of ``value`` (design §6)."""
+    """Compact UTF-8 JSON text of ``value`` (``docs/wire-format.md``)."""
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -260,9 +257,12 @@ class RecordMap:
 
     @property
     def full_name(self) -> str:
+        """The schema's full name, e.g. ``streamflow.v1.Request``."""
         return f"{NAMESPACE}.{self.name}"
 
     def to_avro(self, value: Any) -> AvroRecord:
+        """The Avro record of ``value``; ``SerializationError`` naming the field that does not
+        convert."""
         record: AvroRecord = {}
         for name, conv in self.fields:
             try:
@@ -272,6 +272,8 @@ class RecordMap:
         return record
 
     def from_avro(self, record: Mapping[str, Any]) -> Any:
+        """The Python value of an Avro ``record``; ``SerializationError`` naming the field that
+        does not convert."""
         attributes: dict[str, Any] = {}
         for name, conv in self.fields:
             try:
@@ -793,36 +795,3 @@ def from_avro(name: str, record: Mapping[str, Any]) -> WireValue:
     if mapping is None:
         raise SerializationError(f"{name!r} is not a top-level wire schema")
     return cast(WireValue, mapping.from_avro(record))
-
-
-def event_to_avro(event: FlowEvent) -> Branch:
-    """``(full record name, record)`` of one history event."""
-    return cast(Branch, EVENT.to(event))
-
-
-def event_from_avro(branch: Branch) -> FlowEvent:
-    return cast(FlowEvent, EVENT.back(branch))
-
-
-def body_to_avro(body: RequestBody) -> Branch:
-    return cast(Branch, BODY.to(body))
-
-
-def body_from_avro(branch: Branch) -> RequestBody:
-    return cast(RequestBody, BODY.back(branch))
-
-
-def hook_body_to_avro(body: HookRequestBody) -> Branch:
-    return cast(Branch, HOOK_BODY.to(body))
-
-
-def hook_body_from_avro(branch: Branch) -> HookRequestBody:
-    return cast(HookRequestBody, HOOK_BODY.back(branch))
-
-
-def outcome_to_avro(outcome: WorkflowTerminalOutcome) -> Branch:
-    return cast(Branch, OUTCOME.to(outcome))
-
-
-def outcome_from_avro(branch: Branch) -> WorkflowTerminalOutcome:
-    return cast(WorkflowTerminalOutcome, OUTCOME.back(branch))

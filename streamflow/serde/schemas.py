@@ -71,6 +71,7 @@ class ShippedSchema:
 
     @property
     def full_name(self) -> str:
+        """The schema's full name, e.g. ``streamflow.v1.Request``."""
         return f"{NAMESPACE}.{self.name}"
 
 

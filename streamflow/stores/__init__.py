@@ -1,1 +1,2 @@
-"""Event stores for the embedded engine: in-memory and RocksDB."""
+"""Event stores: in-memory and RocksDB (the embedded engine's, and the observers topology's run
+index)."""

@@ -31,10 +31,12 @@ ActiveHook = tuple[str, str, str]
 
 
 def utc_now() -> datetime:
+    """The current UTC instant (the stores' default clock)."""
     return datetime.now(UTC)
 
 
 def new_event_id() -> str:
+    """A fresh event id (UUIDv4 text)."""
     return str(uuid.uuid4())
 
 
@@ -49,16 +51,32 @@ class FlowEventStore(Protocol):
 
     async def append_if_sequence(
         self, run_id: str, expected_sequence: int, event: ev.FlowEvent
-    ) -> ev.FlowEventEnvelope: ...
+    ) -> ev.FlowEventEnvelope:
+        """Append ``event`` as the run's next event if the run's last sequence is
+        ``expected_sequence`` (0: the run has no history yet), together with its wake-up and
+        hook-index changes; ``EventConflict`` otherwise. The event is validated against the run's
+        projection first (``InvalidRunId``, ``InvalidTransition``, ``HookTokenConflict``;
+        ``RunConflict`` for a pruned run id), and nothing is written when anything fails. Returns
+        the envelope, with the sequence, event id and timestamp the store assigned."""
+        ...
 
-    async def append(self, run_id: str, event: ev.FlowEvent) -> ev.FlowEventEnvelope: ...
+    async def append(self, run_id: str, event: ev.FlowEvent) -> ev.FlowEventEnvelope:
+        """Like :meth:`append_if_sequence`, without the sequence check: ``event`` follows
+        whatever is last (validated all the same)."""
+        ...
 
-    async def list(self, run_id: str) -> ev.History: ...
+    async def list(self, run_id: str) -> ev.History:
+        """The run's whole history, from sequence 1; ``RunNotFound`` for a run without one (never
+        started, or pruned)."""
+        ...
 
-    async def list_run_ids(self) -> builtins.list[str]: ...
+    async def list_run_ids(self) -> builtins.list[str]:
+        """Every run with a history, sorted."""
+        ...
 
     async def list_open_run_ids(self) -> builtins.list[str]:
-        """The runs that have not ended (what recovery looks at)."""
+        """The runs recovery looks at: those that have not ended, and those that continued as
+        new whose successor does not exist yet."""
         ...
 
     async def record_incident(self, incident: FlowIncident) -> None:
@@ -66,17 +84,26 @@ class FlowEventStore(Protocol):
         records nothing)."""
         ...
 
-    async def incident(self, run_id: str) -> FlowIncident | None: ...
+    async def incident(self, run_id: str) -> FlowIncident | None:
+        """The run's current incident, or ``None``."""
+        ...
 
     async def clear_incident(self, run_id: str) -> bool:
         """Drop the run's incident; whether it had one."""
         ...
 
-    async def list_incidents(self) -> builtins.list[FlowIncident]: ...
+    async def list_incidents(self) -> builtins.list[FlowIncident]:
+        """Every current incident, by run id."""
+        ...
 
-    async def list_due_wakeups(self, now: datetime) -> builtins.list[ScheduledWakeup]: ...
+    async def list_due_wakeups(self, now: datetime) -> builtins.list[ScheduledWakeup]:
+        """The wake-ups of non-terminal runs scheduled at or before ``now``, sorted by kind, run
+        and subject."""
+        ...
 
-    async def next_scheduled_wakeup(self) -> ScheduledWakeup | None: ...
+    async def next_scheduled_wakeup(self) -> ScheduledWakeup | None:
+        """The earliest wake-up of any non-terminal run, due or not; ``None`` if there is none."""
+        ...
 
     async def find_active_hooks(self, token_digest: str) -> builtins.list[tuple[str, str]]:
         """(run id, hook id) of every active hook of a non-terminal run holding the token
@@ -97,11 +124,17 @@ class FlowEventStore(Protocol):
         ``RunConflict`` for the same hold id with another reason."""
         ...
 
-    async def history_holds(self, run_id: str) -> builtins.list[HistoryHold]: ...
+    async def history_holds(self, run_id: str) -> builtins.list[HistoryHold]:
+        """The run's holds, sorted by hold id."""
+        ...
 
-    async def release_history_hold(self, run_id: str, hold_id: str) -> bool: ...
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        """Drop hold ``hold_id`` of the run; whether it existed."""
+        ...
 
-    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None: ...
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        """What is kept of the run's pruned history; ``None`` if it was not pruned."""
+        ...
 
     async def prune_terminal_history(
         self, policy: FlowHistoryRetentionPolicy
@@ -116,14 +149,19 @@ class StoreRun:
     """A store's validated view of one run: its projection and its scheduled wake-ups."""
 
     snapshot: WorkflowRunSnapshot
+    """The run's projection, up to its last stored event."""
     wakeups: frozenset[ScheduledWakeup]
+    """Its scheduled wake-ups (none once terminal)."""
     hooks: frozenset[ActiveHook] = frozenset()
+    """Its active hooks (none once terminal)."""
 
 
 _NONE: frozenset[Any] = frozenset()
 
 
 def active_hooks(snapshot: WorkflowRunSnapshot) -> frozenset[ActiveHook]:
+    """(token digest, run id, hook id) of every active hook of ``snapshot``'s run (none once it
+    is terminal)."""
     if not snapshot.active_hooks:  # most runs never create a hook
         return _NONE
     run_id = snapshot.run_id
@@ -133,6 +171,7 @@ def active_hooks(snapshot: WorkflowRunSnapshot) -> frozenset[ActiveHook]:
 
 
 def store_run(snapshot: WorkflowRunSnapshot) -> StoreRun:
+    """A store's view of a projected run: the snapshot and the indexes derived from it."""
     return StoreRun(
         snapshot=snapshot, wakeups=scheduled_wakeups(snapshot), hooks=active_hooks(snapshot)
     )
@@ -146,10 +185,15 @@ class PreparedAppend(NamedTuple):
     """
 
     envelope: ev.FlowEventEnvelope
+    """The event with its sequence, id and timestamp."""
     removed: frozenset[ScheduledWakeup]
+    """Wake-ups to drop from the due-time index."""
     added: frozenset[ScheduledWakeup]
+    """Wake-ups to add to it."""
     hooks_removed: frozenset[ActiveHook] = _NONE
+    """Active hooks to drop from the token index."""
     hooks_added: frozenset[ActiveHook] = _NONE
+    """Active hooks to add to it."""
     resolved: tuple[ResolvedHook, ...] = ()
     """The hooks this event resolved, for the index of resolved tokens."""
 
@@ -228,12 +272,13 @@ def forgotten_hooks(
     return out
 
 
-# -- retention (reference §2.10) -------------------------------------------------------------
+# -- retention --------------------------------------------------------------------------------
 
 
 def retention_report(
     plan: PrunePlan, tombstones: builtins.list[FlowHistoryTombstone]
 ) -> FlowHistoryRetentionReport:
+    """The report of a prune that followed ``plan`` and left ``tombstones``."""
     return FlowHistoryRetentionReport(
         deleted_run_ids=tuple(sorted(t.run_id for t in tombstones)),
         tombstones=tuple(sorted(tombstones, key=lambda t: t.run_id)),

@@ -35,9 +35,11 @@ class StoreCheck:
 
     @property
     def ok(self) -> bool:
+        """Whether nothing damaged was found."""
         return not self.damaged_runs and not self.damaged_families
 
     def to_json(self) -> dict[str, object]:
+        """The JSON form ``streamflow check --json`` prints."""
         return {
             "path": str(self.path),
             "ok": self.ok,

@@ -9,9 +9,9 @@ every run is linear in the events held: an index of summaries can replace it whe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from streamflow.core.errors import RunNotFound
 from streamflow.core.events import FlowEventEnvelope
@@ -22,8 +22,6 @@ from streamflow.core.retention import RetentionFacts
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.views import hook_view, run_row, run_view, summary_view, suspension_view
 from streamflow.stores.base import FlowEventStore
-
-T = TypeVar("T")
 
 
 def _utc_now() -> datetime:
@@ -50,10 +48,6 @@ class StoreInspector:
         self._clock = clock
         self._owns = owns or (lambda run_id: True)
         self._feed = incidents
-
-    @staticmethod
-    def _run(coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run(coro)
 
     async def _history(self, run_id: str) -> list[FlowEventEnvelope]:
         history = await self._store.list(run_id) if self._owns(run_id) else []
@@ -98,7 +92,7 @@ class StoreInspector:
                 if status is None or s.status is status
             ]
 
-        return self._run(rows())
+        return asyncio.run(rows())
 
     def run(self, run_id: str) -> dict[str, Any]:
         """``/v1/runs/{id}``, with the run's incident (why its latest decision failed)."""
@@ -107,22 +101,27 @@ class StoreInspector:
             snap = await self._snapshot(run_id)
             return {**run_view(snap), "incident": await self._incident_of(snap)}
 
-        return self._run(view())
+        return asyncio.run(view())
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
-        return [envelope.to_json() for envelope in self._run(self._history(run_id))]
+        """``/v1/runs/{id}/history``: the run's envelopes as JSON (``RunNotFound`` for an unknown
+        run)."""
+        return [envelope.to_json() for envelope in asyncio.run(self._history(run_id))]
 
     def summary(self) -> dict[str, Any]:
-        return summary_view(summarize(self._run(self._snapshots())))
+        """``/v1/summary``: counts per status and open work over the runs it answers for."""
+        return summary_view(summarize(asyncio.run(self._snapshots())))
 
     def suspensions(self) -> list[dict[str, Any]]:
-        snaps = self._run(self._snapshots())
+        """``/v1/suspensions``: the open suspensions of the runs it answers for, due ones marked."""
+        snaps = asyncio.run(self._snapshots())
         return [suspension_view(s) for s in open_suspensions(snaps, self._clock())]
 
     def hooks(self) -> list[dict[str, Any]]:
-        hooks = self._run(self._store.list_active_hooks())
+        """``/v1/hooks``: the active hooks of the runs it answers for (digests only)."""
+        hooks = asyncio.run(self._store.list_active_hooks())
         return [hook_view(h) for h in hooks if self._owns(h.run_id)]
 
     def retention(self) -> list[dict[str, Any]]:
         """Every run's :class:`RetentionFacts` (what planning a prune needs)."""
-        return [RetentionFacts.of(s).to_json() for s in self._run(self._snapshots())]
+        return [RetentionFacts.of(s).to_json() for s in asyncio.run(self._snapshots())]

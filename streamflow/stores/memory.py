@@ -60,9 +60,12 @@ class InMemoryEventStore:
     async def append_if_sequence(
         self, run_id: str, expected_sequence: int, event: ev.FlowEvent
     ) -> ev.FlowEventEnvelope:
+        """Append ``event`` if the run's last sequence is ``expected_sequence``
+        (:meth:`FlowEventStore.append_if_sequence`)."""
         return self._append(run_id, expected_sequence, event)
 
     async def append(self, run_id: str, event: ev.FlowEvent) -> ev.FlowEventEnvelope:
+        """Append ``event`` after the run's last event (:meth:`FlowEventStore.append`)."""
         return self._append(run_id, None, event)
 
     def _append(
@@ -107,9 +110,11 @@ class InMemoryEventStore:
             del self._due[index]
         self._wakeups.pop(key, None)
 
-    # -- retention (reference §2.10) ----------------------------------------------------------
+    # -- retention ---------------------------------------------------------------------------
 
     async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
+        """Keep ``run_id`` from retention (:meth:`FlowEventStore.hold_history`); ``RunNotFound``
+        for an unknown run."""
         with self._lock:
             if run_id not in self._histories:
                 raise RunNotFound(run_id)
@@ -119,10 +124,12 @@ class InMemoryEventStore:
             return hold
 
     async def history_holds(self, run_id: str) -> builtins.list[HistoryHold]:
+        """The run's holds, sorted by hold id."""
         with self._lock:
             return sorted(self._holds.get(run_id, {}).values(), key=lambda h: h.hold_id)
 
     async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        """Drop hold ``hold_id`` of the run; whether it existed."""
         with self._lock:
             held = self._holds.get(run_id, {})
             released = held.pop(hold_id, None) is not None
@@ -131,12 +138,15 @@ class InMemoryEventStore:
             return released
 
     async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        """What is kept of the run's pruned history; ``None`` if it was not pruned."""
         with self._lock:
             return self._tombstones.get(run_id)
 
     async def prune_terminal_history(
         self, policy: FlowHistoryRetentionPolicy
     ) -> FlowHistoryRetentionReport:
+        """Delete every eligible component under the store's lock, leaving tombstones
+        (:meth:`FlowEventStore.prune_terminal_history`)."""
         with self._lock:
             snapshots = {run_id: run.snapshot for run_id, run in self._runs.items()}
             holds = {run_id: builtins.list(h.values()) for run_id, h in self._holds.items()}
@@ -161,16 +171,20 @@ class InMemoryEventStore:
         return sorted(self._hooks.get(token_digest, ()))
 
     async def find_active_hooks(self, token_digest: str) -> builtins.list[tuple[str, str]]:
+        """(run id, hook id) of every active hook holding the token with this digest."""
         with self._lock:
             return self._owners(token_digest)
 
     async def resolved_hook(self, token_digest: str) -> ResolvedHook | None:
+        """The last hook that held the token with this digest, once no active hook holds it
+        (:meth:`FlowEventStore.resolved_hook`)."""
         with self._lock:
             if self._hooks.get(token_digest):
                 return None
             return self._resolved.get(token_digest)
 
     async def list_active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
+        """Active hooks of non-terminal runs, sorted by (run, hook)."""
         with self._lock:
             found = [
                 ActiveHookSnapshot(run_id=run_id, hook=self._runs[run_id].snapshot.hooks[hook_id])
@@ -180,6 +194,7 @@ class InMemoryEventStore:
         return sorted(found, key=lambda a: (a.run_id, a.hook.hook_id))
 
     async def list(self, run_id: str) -> ev.History:
+        """The run's whole history; ``RunNotFound`` for a run without one."""
         with self._lock:
             history = self._histories.get(run_id)
             if not history:
@@ -195,6 +210,7 @@ class InMemoryEventStore:
             return history[after_sequence:]
 
     async def list_run_ids(self) -> builtins.list[str]:
+        """Every run with a history, sorted."""
         with self._lock:
             return sorted(self._histories)
 
@@ -214,29 +230,35 @@ class InMemoryEventStore:
     # -- incidents (beside histories, never in them) --------------------------------------------
 
     async def record_incident(self, incident: FlowIncident) -> None:
+        """Keep ``incident`` as its run's current one (an unknown run records nothing)."""
         with self._lock:
             if incident.run_id in self._histories:
                 self._incidents[incident.run_id] = incident
 
     async def incident(self, run_id: str) -> FlowIncident | None:
+        """The run's current incident, or ``None``."""
         with self._lock:
             return self._incidents.get(run_id)
 
     async def clear_incident(self, run_id: str) -> bool:
+        """Drop the run's incident; whether it had one."""
         with self._lock:
             return self._incidents.pop(run_id, None) is not None
 
     async def list_incidents(self) -> builtins.list[FlowIncident]:
+        """Every current incident, by run id."""
         with self._lock:
             return [self._incidents[r] for r in sorted(self._incidents)]
 
     async def list_due_wakeups(self, now: datetime) -> builtins.list[ScheduledWakeup]:
+        """The wake-ups scheduled at or before ``now``, sorted by kind, run and subject."""
         with self._lock:
             end = bisect.bisect_right(self._due, (now, "\uffff", "\uffff", "\uffff"))
             due = [self._wakeups[k] for k in self._due[:end]]
         return sorted(due, key=sort_key)
 
     async def next_scheduled_wakeup(self) -> ScheduledWakeup | None:
+        """The earliest scheduled wake-up, due or not; ``None`` if there is none."""
         with self._lock:
             return self._wakeups[self._due[0]] if self._due else None
 

@@ -1,19 +1,7 @@
 """``RocksDBEventStore``: a durable single-process event store on RocksDB (rocksdict).
 
-Layout (raw bytes, three column families, every append one atomic ``WriteBatch``):
-
-* ``events``  ``run_id 0x00 u64be(sequence)`` → envelope JSON
-* ``runs``    ``run_id`` → ``{"last_sequence": n, "open": bool}`` (``open``: not ended yet; a
-  directory written before the flag existed has entries without it, read as open)
-* ``wakeups`` ``u64be(due µs) kind 0x00 run_id 0x00 subject`` → wake-up JSON, so a scheduler tick
-  reads only the due prefix instead of replaying histories.
-* ``hooks``   ``token_digest 0x00 run_id 0x00 hook_id`` → empty: the active hooks of non-terminal
-  runs by token digest, so a callback by token and the token-uniqueness check are one prefix
-  read. (A directory written before this index existed gets it rebuilt on open.)
-* ``incidents`` ``run_id`` → incident JSON: why the run's latest decision failed (beside its
-  history, never in it).
-* ``resolved`` ``token_digest`` → JSON of the last hook that held the token, once resolved (so a
-  late callback is told ``HookAlreadyResolved``); deleted with that run's history.
+What goes where (keys, values, column families) is ``stores.rocksdb_layout``; every append is
+one atomic ``WriteBatch``.
 
 Writes go to RocksDB's write-ahead log before ``append`` returns, so they survive the death of
 the process; pass ``sync=True`` to also fsync each append (power-loss durability, slower).
@@ -25,15 +13,14 @@ import builtins
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from streamflow.core import events as ev
-from streamflow.core.errors import FlowError, RunNotFound, SerializationError, StoreError
+from streamflow.core.errors import FlowError, RunNotFound, StoreError
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.projection import project
 from streamflow.core.retention import (
@@ -47,11 +34,9 @@ from streamflow.core.retention import (
     tombstone,
 )
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
-from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
 from streamflow.core.tokens import ResolvedHook
-from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, sort_key
+from streamflow.core.wakeups import ScheduledWakeup, sort_key
 from streamflow.stores.base import (
-    ActiveHook,
     Clock,
     StoreRun,
     forgotten_hooks,
@@ -61,135 +46,34 @@ from streamflow.stores.base import (
     store_run,
     utc_now,
 )
+from streamflow.stores.rocksdb_layout import (
+    HOOK_INDEX_READY,
+    closed_run_value,
+    damaged,
+    decode_envelope,
+    due_limit,
+    envelope_value,
+    event_key,
+    event_prefix,
+    get,
+    hold_key,
+    hold_prefix,
+    hook_key,
+    hook_prefix,
+    open_db,
+    record_value,
+    run_is_open,
+    run_value,
+    scan,
+    scan_prefix,
+    tomb_key,
+    wake_decode,
+    wake_key,
+    wake_value,
+)
 
-_FAMILIES = ("events", "runs", "wakeups", "hooks", "retention", "incidents", "resolved")
-_HOOK_INDEX_READY = b"\xff/index-ready"
-# Shift so instants before 1970 still sort correctly as unsigned big-endian keys.
-_MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
-
-
-def event_prefix(run_id: str) -> bytes:
-    """The prefix of every ``events`` key of ``run_id``."""
-    return run_id.encode() + b"\x00"
-
-
-def _event_key(run_id: str, sequence: int) -> bytes:
-    return event_prefix(run_id) + sequence.to_bytes(8, "big")
-
-
-def _wake_key(w: ScheduledWakeup) -> bytes:
-    due = to_micros(w.scheduled_at) + _MICROS_OFFSET
-    return (
-        due.to_bytes(8, "big")
-        + w.kind.value.encode()
-        + b"\x00"
-        + w.run_id.encode()
-        + b"\x00"
-        + w.subject_id.encode()
-    )
-
-
-def _wake_value(w: ScheduledWakeup) -> bytes:
-    return json.dumps(
-        {
-            "kind": w.kind.value,
-            "run_id": w.run_id,
-            "subject_id": w.subject_id,
-            "scheduled_at": format_utc(w.scheduled_at),
-            "runtime_build_id": w.runtime_build_id,
-        }
-    ).encode()
-
-
-def _wake_decode(raw: bytes) -> ScheduledWakeup:
-    data = json.loads(raw)
-    return ScheduledWakeup(
-        kind=WakeupKind(data["kind"]),
-        run_id=data["run_id"],
-        subject_id=data["subject_id"],
-        scheduled_at=parse_utc(data["scheduled_at"]),
-        runtime_build_id=data.get("runtime_build_id"),
-    )
-
-
-def _hook_key(hook: ActiveHook) -> bytes:
-    digest, run_id, hook_id = hook
-    return digest.encode() + b"\x00" + run_id.encode() + b"\x00" + hook_id.encode()
-
-
-def decode_envelope(raw: bytes) -> ev.FlowEventEnvelope:
-    try:
-        return ev.FlowEventEnvelope.from_json(json.loads(raw))
-    except (ValueError, SerializationError) as exc:
-        raise StoreError(f"corrupt event record in RocksDB store: {exc}") from exc
-
-
-def _hold_key(run_id: str, hold_id: str) -> bytes:
-    return b"h\x00" + run_id.encode() + b"\x00" + hold_id.encode()
-
-
-def _tomb_key(run_id: str) -> bytes:
-    return b"t\x00" + run_id.encode()
-
-
-def scan(family: Rdict, where: str, from_key: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-    """(key, value) pairs of a column family in key order, from ``from_key``; a read that
-    RocksDB could not complete (a block that fails its checksum, say) raises
-    :class:`StoreError` naming ``where`` instead of ending early.
-
-    ``Rdict.items()`` ends quietly where the iterator hit an error, so a damaged store would
-    read back as a shorter one; this checks the iterator's status before saying it is done.
-    """
-    iterator = family.iter(_CHECKED)
-    try:
-        if from_key is None:
-            iterator.seek_to_first()
-        else:
-            iterator.seek(from_key)
-        while iterator.valid():
-            yield cast(bytes, iterator.key()), cast(bytes, iterator.value())
-            iterator.next()
-        iterator.status()
-    except StoreError:
-        raise
-    except Exception as exc:  # rocksdict raises a bare Exception with RocksDB's text
-        raise damaged(where, exc) from exc
-    finally:
-        del iterator
-
-
-def get(family: Rdict, key: bytes, where: str) -> bytes | None:
-    """A point read that raises :class:`StoreError` (naming ``where``) when RocksDB fails."""
-    try:
-        value = family.get(key, read_opt=_CHECKED)
-    except Exception as exc:
-        raise damaged(where, exc) from exc
-    return None if value is None else cast(bytes, value)
-
-
-def damaged(where: str, exc: BaseException) -> StoreError:
-    return StoreError(
-        f"{where}: RocksDB could not read it: {exc} (the store is damaged: "
-        "`streamflow check --dir` lists what is affected)"
-    )
-
-
-def _checked_options() -> ReadOptions:
-    options = ReadOptions()
-    options.set_verify_checksums(True)
-    return options
-
-
-_CHECKED = _checked_options()
-"""The options of every read: verify block checksums. Never changed after this, so one value
-serves every read instead of one built per read."""
-
-
-def _options() -> Options:
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    options.create_missing_column_families(True)
-    return options
+__all__ = ["RocksDBEventStore", "damaged", "decode_envelope", "event_prefix", "get", "scan"]
+"""``RocksDBEventStore``, and the layout's checked reads other modules use from here."""
 
 
 class RocksDBEventStore:
@@ -217,23 +101,8 @@ class RocksDBEventStore:
         self._cache_runs = max(1, cache_runs)
         self._owner = not read_only
         try:
-            if read_only:
-                if not self.path.is_dir():
-                    raise FileNotFoundError(f"no such directory: {self.path}")
-            else:
-                self.path.mkdir(parents=True, exist_ok=True)
-            # Read-only, open the families the directory has (an older one may lack some).
-            families = (
-                [f for f in _FAMILIES if f in Rdict.list_cf(str(self.path))]
-                if read_only
-                else list(_FAMILIES)
-            )
-            self._db: Rdict | None = Rdict(
-                str(self.path),
-                _options(),
-                column_families={name: Options(raw_mode=True) for name in families},
-                access_type=AccessType.read_only() if read_only else AccessType.read_write(),
-            )
+            db, families = open_db(self.path, read_only=read_only)
+            self._db: Rdict | None = db
             self._events = self._db.get_column_family("events")
             self._runs = self._db.get_column_family("runs")
             self._wakeups = self._db.get_column_family("wakeups")
@@ -254,7 +123,7 @@ class RocksDBEventStore:
         self._write_options.sync = sync
         if (
             not read_only
-            and get(self._hooks, _HOOK_INDEX_READY, self._where("the hook index")) is None
+            and get(self._hooks, HOOK_INDEX_READY, self._where("the hook index")) is None
         ):
             self._rebuild_hook_index()
 
@@ -265,8 +134,8 @@ class RocksDBEventStore:
         for key, _ in scan(self._runs, self._where("the run index")):
             run = self._load(key.decode())
             for hook in () if run is None else run.hooks:
-                batch.put(_hook_key(hook), b"", self._handles["hooks"])
-        batch.put(_HOOK_INDEX_READY, b"", self._handles["hooks"])
+                batch.put(hook_key(hook), b"", self._handles["hooks"])
+        batch.put(HOOK_INDEX_READY, b"", self._handles["hooks"])
         db.write(batch, self._write_options)
 
     # -- writes --------------------------------------------------------------------------------
@@ -302,14 +171,13 @@ class RocksDBEventStore:
             history = self._read(run_id)
             batch = WriteBatch(raw_mode=True)
             for envelope in history:
-                batch.delete(_event_key(run_id, envelope.sequence), self._handles["events"])
+                batch.delete(event_key(run_id, envelope.sequence), self._handles["events"])
             batch.delete(run_id.encode(), self._handles["runs"])
             for wakeup in run.wakeups:
-                batch.delete(_wake_key(wakeup), self._handles["wakeups"])
+                batch.delete(wake_key(wakeup), self._handles["wakeups"])
             if history and history[-1].event.is_terminal():
                 stone = tombstone(history, self._clock())
-                value = json.dumps(stone.to_json()).encode()
-                batch.put(_tomb_key(run_id), value, self._handles["retention"])
+                batch.put(tomb_key(run_id), record_value(stone), self._handles["retention"])
             db.write(batch, self._write_options)
             self._cache.pop(run_id, None)
             return True
@@ -362,43 +230,28 @@ class RocksDBEventStore:
             )
             envelope = prepared.envelope
             batch = WriteBatch(raw_mode=True)
-            batch.put(
-                _event_key(run_id, envelope.sequence),
-                json.dumps(envelope.to_json(), separators=(",", ":")).encode(),
-                self._handles["events"],
-            )
-            batch.put(
-                run_id.encode(),
-                json.dumps(
-                    {"last_sequence": envelope.sequence, "open": _still_open(run.snapshot)}
-                ).encode(),
-                self._handles["runs"],
-            )
+            key = event_key(run_id, envelope.sequence)
+            batch.put(key, envelope_value(envelope), self._handles["events"])
+            entry = run_value(envelope.sequence, run.snapshot)
+            batch.put(run_id.encode(), entry, self._handles["runs"])
             predecessor = event.predecessor if isinstance(event, ev.RunCreated) else None
             if predecessor is not None and copy_of is None:
                 # The successor exists now: recovery has nothing left to do for the link.
                 raw = get(self._runs, predecessor.run_id.encode(), self._where("the run index"))
                 if raw is not None:
-                    entry = {**json.loads(raw), "open": False}
-                    batch.put(
-                        predecessor.run_id.encode(),
-                        json.dumps(entry).encode(),
-                        self._handles["runs"],
-                    )
+                    closed = closed_run_value(raw)
+                    batch.put(predecessor.run_id.encode(), closed, self._handles["runs"])
             for wakeup in prepared.removed:
-                batch.delete(_wake_key(wakeup), self._handles["wakeups"])
+                batch.delete(wake_key(wakeup), self._handles["wakeups"])
             for wakeup in prepared.added:
-                batch.put(_wake_key(wakeup), _wake_value(wakeup), self._handles["wakeups"])
+                batch.put(wake_key(wakeup), wake_value(wakeup), self._handles["wakeups"])
             for hook in prepared.hooks_removed:
-                batch.delete(_hook_key(hook), self._handles["hooks"])
+                batch.delete(hook_key(hook), self._handles["hooks"])
             for hook in prepared.hooks_added:
-                batch.put(_hook_key(hook), b"", self._handles["hooks"])
+                batch.put(hook_key(hook), b"", self._handles["hooks"])
             for resolved in prepared.resolved:
-                batch.put(
-                    resolved.token_digest.encode(),
-                    json.dumps(resolved.to_json()).encode(),
-                    self._handles["resolved"],
-                )
+                digest = resolved.token_digest.encode()
+                batch.put(digest, record_value(resolved), self._handles["resolved"])
             try:
                 db.write(batch, self._write_options)
             except Exception as exc:
@@ -411,17 +264,12 @@ class RocksDBEventStore:
 
     def _read(self, run_id: str, after_sequence: int = 0) -> ev.History:
         self._require_open()
-        prefix = run_id.encode() + b"\x00"
-        out = []
-        for key, value in scan(
-            self._events,
-            self._where(f"the history of run {run_id}"),
-            _event_key(run_id, after_sequence + 1),
-        ):
-            if not key.startswith(prefix):
-                break
-            out.append(decode_envelope(value))
-        return out
+        where = self._where(f"the history of run {run_id}")
+        first = event_key(run_id, after_sequence + 1)
+        return [
+            decode_envelope(value)
+            for _key, value in scan_prefix(self._events, where, event_prefix(run_id), first)
+        ]
 
     def _load(self, run_id: str) -> StoreRun | None:
         cached = self._cache.get(run_id)
@@ -482,7 +330,7 @@ class RocksDBEventStore:
             out = []
             for key, value in scan(self._runs, self._where("the run index")):
                 try:
-                    is_open = json.loads(value).get("open", True)
+                    is_open = run_is_open(value)
                 except ValueError as exc:
                     raise StoreError(self._where(f"run {key.decode()}: {exc}")) from exc
                 if is_open:
@@ -497,11 +345,8 @@ class RocksDBEventStore:
             if not self._run_known(incident.run_id):
                 return
             batch = WriteBatch(raw_mode=True)
-            batch.put(
-                incident.run_id.encode(),
-                json.dumps(incident.to_json()).encode(),
-                self._handles["incidents"],
-            )
+            key = incident.run_id.encode()
+            batch.put(key, record_value(incident), self._handles["incidents"])
             db.write(batch, self._write_options)
 
     async def incident(self, run_id: str) -> FlowIncident | None:
@@ -541,29 +386,27 @@ class RocksDBEventStore:
             return self._read(run_id)
 
     async def list_due_wakeups(self, now: datetime) -> builtins.list[ScheduledWakeup]:
-        limit = (to_micros(now) + _MICROS_OFFSET).to_bytes(8, "big")
+        limit = due_limit(now)
         due = []
         with self._lock:
             self._require_open()
             for key, value in scan(self._wakeups, self._where("the due-time index")):
                 if key[:8] > limit:
                     break
-                due.append(_wake_decode(value))
+                due.append(wake_decode(value))
         return sorted(due, key=sort_key)
 
     async def next_scheduled_wakeup(self) -> ScheduledWakeup | None:
         with self._lock:
             self._require_open()
             for _key, value in scan(self._wakeups, self._where("the due-time index")):
-                return _wake_decode(value)
+                return wake_decode(value)
         return None
 
     def _owners(self, token_digest: str) -> builtins.list[tuple[str, str]]:
-        prefix = token_digest.encode() + b"\x00"
+        prefix = hook_prefix(token_digest)
         owners = []
-        for key, _ in scan(self._hooks, self._where("the hook-token index"), prefix):
-            if not key.startswith(prefix):
-                break
+        for key, _ in scan_prefix(self._hooks, self._where("the hook-token index"), prefix):
             run_id, _, hook_id = key[len(prefix) :].decode().partition("\x00")
             owners.append((run_id, hook_id))
         return owners
@@ -597,7 +440,7 @@ class RocksDBEventStore:
         with self._lock:
             self._require_open()
             for key, _ in scan(self._hooks, self._where("the hook-token index")):
-                if key == _HOOK_INDEX_READY:
+                if key == HOOK_INDEX_READY:
                     continue
                 _, run_id, hook_id = key.decode().split("\x00")
                 run = self._load(run_id)
@@ -608,24 +451,22 @@ class RocksDBEventStore:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    # -- retention (reference §2.10) ----------------------------------------------------------
+    # -- retention --------------------------------------------------------------------------------
 
     def _tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
         if self._retention is None:
             return None
-        raw = get(self._retention, _tomb_key(run_id), self._where(f"the tombstone of {run_id}"))
+        raw = get(self._retention, tomb_key(run_id), self._where(f"the tombstone of {run_id}"))
         return None if raw is None else FlowHistoryTombstone.from_json(json.loads(raw))
 
     def _holds(self, run_id: str | None = None) -> builtins.list[HistoryHold]:
         if self._retention is None:
             return []
-        prefix = b"h\x00" + (b"" if run_id is None else run_id.encode() + b"\x00")
-        out = []
-        for key, value in scan(self._retention, self._where("the retention records"), prefix):
-            if not key.startswith(prefix):
-                break
-            out.append(HistoryHold.from_json(json.loads(value)))
-        return out
+        where = self._where("the retention records")
+        return [
+            HistoryHold.from_json(json.loads(value))
+            for _key, value in scan_prefix(self._retention, where, hold_prefix(run_id))
+        ]
 
     async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
         with self._lock:
@@ -635,11 +476,7 @@ class RocksDBEventStore:
             existing = {h.hold_id: h for h in self._holds(run_id)}.get(hold_id)
             hold = check_hold(existing, HistoryHold(run_id, hold_id, reason))
             batch = WriteBatch(raw_mode=True)
-            batch.put(
-                _hold_key(run_id, hold_id),
-                json.dumps(hold.to_json()).encode(),
-                self._handles["retention"],
-            )
+            batch.put(hold_key(run_id, hold_id), record_value(hold), self._handles["retention"])
             db.write(batch, self._write_options)
             return hold
 
@@ -654,11 +491,11 @@ class RocksDBEventStore:
             where = self._where(f"the holds of {run_id}")
             if (
                 self._retention is None
-                or get(self._retention, _hold_key(run_id, hold_id), where) is None
+                or get(self._retention, hold_key(run_id, hold_id), where) is None
             ):
                 return False
             batch = WriteBatch(raw_mode=True)
-            batch.delete(_hold_key(run_id, hold_id), self._handles["retention"])
+            batch.delete(hold_key(run_id, hold_id), self._handles["retention"])
             db.write(batch, self._write_options)
             return True
 
@@ -695,18 +532,14 @@ class RocksDBEventStore:
                     stone = tombstone(history, now)
                     made.append(stone)
                     for envelope in history:
-                        batch.delete(_event_key(run_id, envelope.sequence), self._handles["events"])
+                        batch.delete(event_key(run_id, envelope.sequence), self._handles["events"])
                     batch.delete(run_id.encode(), self._handles["runs"])
                     batch.delete(run_id.encode(), self._handles["incidents"])
                     for wakeup in runs[run_id].wakeups:
-                        batch.delete(_wake_key(wakeup), self._handles["wakeups"])
+                        batch.delete(wake_key(wakeup), self._handles["wakeups"])
                     for digest in forgotten_hooks(runs[run_id].snapshot, self._resolved_entry):
                         batch.delete(digest.encode(), self._handles["resolved"])
-                    batch.put(
-                        _tomb_key(run_id),
-                        json.dumps(stone.to_json()).encode(),
-                        self._handles["retention"],
-                    )
+                    batch.put(tomb_key(run_id), record_value(stone), self._handles["retention"])
                 try:
                     db.write(batch, self._write_options)
                 except Exception as exc:
@@ -758,9 +591,3 @@ class RocksDBEventStore:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _still_open(snapshot: WorkflowRunSnapshot) -> bool:
-    """Whether a run may still need recovery: it has not ended, or it continued as new and its
-    successor is not known to exist yet."""
-    return not snapshot.is_terminal or snapshot.continuation is not None

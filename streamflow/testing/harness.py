@@ -1,5 +1,8 @@
-"""The conformance driver interface: one small surface every backend implements so the same
-behaviour tests run on the in-memory store, RocksDB and (later) Kafka.
+"""The conformance driver interface: one surface every backend implements so the same
+behaviour tests run on the in-memory store, RocksDB and Kafka.
+
+A driver offers the :class:`~streamflow.Flow` calls (which a shared base hands on to the
+engine or the client) and what a test needs to wait for a backend and restart it.
 
 Start-time rejections (``RunConflict``, ``RuntimeBuildUnavailable``, invalid ids or specs)
 raise from the call. Anything that goes wrong while the run is being driven (drift, a
@@ -10,18 +13,18 @@ raises it, which is how a distributed backend reports it too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol
 
 from streamflow.core.builds import RuntimeBuildCompatibility
-from streamflow.core.errors import (
-    FlowError,
-)
+from streamflow.core.errors import FlowError
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.incidents import FlowIncident
-from streamflow.core.inspect import WorkflowRunSummary
+from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
     FlowHistoryRetentionReport,
@@ -39,19 +42,29 @@ from streamflow.core.values import (
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.scheduler import FlowScheduler
 from streamflow.engine.tasks import InProcessTaskRunner
+from streamflow.flow import FLOW_OPERATIONS, Flow
 from streamflow.observe.observers import FlowEventObserver
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.stores.rocksdb import RocksDBEventStore
 from streamflow.workflow.runtime import FlowRuntime
 
-T = TypeVar("T")
-
 
 class RunDriver(Protocol):
-    """What a conformance test may do to a backend."""
+    """What a conformance test may do to a backend: the :class:`~streamflow.Flow` calls, with
+    their arguments and errors, and the waits and restarts a test needs.
+
+    Two things differ from the backend's own calls. What goes wrong while a run is driven
+    after a change is not raised from the call but by :meth:`settle`, so the embedded engine
+    (which drives inside the call) reports it as Kafka does. And a change returns ``None``
+    rather than a snapshot: on Kafka that snapshot is taken before the processors act, so a
+    test reads the run with :meth:`snapshot` or :meth:`settle` instead.
+    """
 
     name: str
+    flow: Flow
+    """The backend's own :class:`~streamflow.Flow` (the engine or the client), for tests of
+    what its calls return."""
 
     async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str: ...
 
@@ -74,6 +87,8 @@ class RunDriver(Protocol):
     async def history(self, run_id: str) -> list[FlowEventEnvelope]: ...
 
     async def event_keys(self, run_id: str) -> list[str]: ...
+
+    async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot: ...
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
@@ -112,11 +127,17 @@ class RunDriver(Protocol):
         """Why the run cannot make progress (``None``: nothing says it cannot)."""
         ...
 
+    async def list_incidents(self) -> list[FlowIncident]: ...
+
     async def list_active_hooks(self) -> list[ActiveHookSnapshot]: ...
 
     async def list_run_ids(self) -> list[str]: ...
 
+    async def list_snapshots(self) -> list[WorkflowRunSnapshot]: ...
+
     async def run_summary(self) -> WorkflowRunSummary: ...
+
+    async def list_open_suspensions(self, now: datetime) -> list[WorkflowRunSuspension]: ...
 
     async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold: ...
 
@@ -139,6 +160,80 @@ class RunDriver(Protocol):
     async def close(self) -> None: ...
 
 
+CHANGES = frozenset(
+    {
+        "start",
+        "start_with_id",
+        "send_signal",
+        "resume_hook",
+        "dispose_hook",
+        "resume_hook_by_token",
+        "dispose_hook_by_token",
+        "resume_wait",
+        "request_cancellation",
+        "force_cancel",
+        "terminate_for_timeout",
+        "terminate_for_host_shutdown",
+        "record_progress",
+        "link_child_operation",
+    }
+)
+"""The :class:`~streamflow.Flow` calls that change a run; the others only read (retention
+holds and prunes change no run's history)."""
+
+
+class FlowDriver:
+    """What every conformance driver does the same way on every backend.
+
+    A :class:`~streamflow.Flow` call the driver does not define itself goes to :attr:`flow`
+    (the engine or the client). A read returns what the backend returns; a change returns
+    ``None`` instead of a snapshot (see :class:`RunDriver`), and after one named in
+    :attr:`settles_after` the driver waits with :meth:`_after_change` for the run the call
+    acted on (its ``run_id``, or the run id a start or a by-token callback returned). A
+    backend defines only what it does differently.
+    """
+
+    name: str
+    settles_after: frozenset[str] = frozenset()
+    """The changes after which :meth:`_after_change` runs."""
+
+    @property
+    def flow(self) -> Flow:
+        """The engine or client the calls go to."""
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in FLOW_OPERATIONS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        operation = getattr(self.flow, name)
+        if name not in CHANGES:
+            return operation
+        settles = name in self.settles_after
+
+        @functools.wraps(operation)
+        async def change(*args: Any, **kwargs: Any) -> Any:
+            result = await operation(*args, **kwargs)
+            if settles:
+                named = inspect.signature(operation).bind(*args, **kwargs).arguments.get("run_id")
+                await self._after_change(named or _run_of(result))
+            return None if isinstance(result, WorkflowRunSnapshot) else result
+
+        return change
+
+    async def _after_change(self, run_id: str) -> None:
+        """What the backend does after a change of ``run_id`` (nothing by default)."""
+
+    async def event_keys(self, run_id: str) -> list[str]:
+        return [e.event.event_key() for e in await self.flow.history(run_id)]
+
+
+def _run_of(result: object) -> str:
+    """The run a start or a by-token callback acted on: its run id or ``(run_id, hook_id)``."""
+    if isinstance(result, tuple):
+        return str(result[0])
+    return str(result)
+
+
 class DriverFactory(Protocol):
     async def __call__(
         self,
@@ -150,9 +245,16 @@ class DriverFactory(Protocol):
     ) -> RunDriver: ...
 
 
-class EmbeddedDriver:
+class EmbeddedDriver(FlowDriver):
     """The embedded engine behind the driver interface; ``restart`` builds a replacement
-    engine on the same durable state (reopening the RocksDB directory)."""
+    engine on the same durable state (reopening the RocksDB directory).
+
+    The engine drives a run inside the calls that change it. The calls that do (starts,
+    signals, hook callbacks, completed waits, cancellation requests) are split here into their
+    durable half, whose rejections raise from the call, and the drive, whose failure is the
+    run's incident (raised by :meth:`settle`), as on a distributed backend. Every other call
+    goes to the engine as it is.
+    """
 
     def __init__(
         self,
@@ -176,6 +278,10 @@ class EmbeddedDriver:
         self.store = open_store()
         self.engine = self._build()
 
+    @property
+    def flow(self) -> Flow:
+        return self.engine
+
     def _build(self) -> FlowEngine:
         builder = FlowEngine.builder(self._runtime).with_store(self.store)
         if self._compatibility is not None:
@@ -188,23 +294,13 @@ class EmbeddedDriver:
             builder = builder.with_hook_secret(self._hook_secret)
         return builder.build()
 
-    async def _driving(self, run_id: str, action: Awaitable[T]) -> None:
-        """Run a drive; what goes wrong while driving is the run's incident (``settle``
+    async def _drive(self, run_id: str) -> None:
+        """Drive the run; what goes wrong while driving is the run's incident (``settle``
         raises it), as on a distributed backend."""
         try:
-            await action
+            await self.engine.drive(run_id)
         except FlowError as exc:
             self._incidents[run_id] = exc
-
-    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
-        self._incidents.pop(run_id, None)
-        await self.engine.record_start(run_id, spec, input)  # rejections raise from the call
-        await self._driving(run_id, self.engine.drive(run_id))
-        return run_id
-
-    async def start(self, spec: WorkflowSpec, input: object = None) -> str:
-        run_id = self.engine.new_run_id()
-        return await self.start_with_id(run_id, spec, input)
 
     async def settle(self, run_id: str) -> WorkflowRunSnapshot:
         incident = self._incidents.pop(run_id, None)
@@ -241,107 +337,56 @@ class EmbeddedDriver:
             pause = 0.01 if delay is None else min(max(delay.total_seconds(), 0.001), 0.05)
             await asyncio.sleep(pause)
 
-    async def snapshot(self, run_id: str) -> WorkflowRunSnapshot:
-        return await self.engine.snapshot(run_id)
+    # -- the calls the engine drives in: their durable half, then the drive -----------------
 
-    async def history(self, run_id: str) -> list[FlowEventEnvelope]:
-        return await self.engine.history(run_id)
+    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
+        self._incidents.pop(run_id, None)
+        await self.engine.record_start(run_id, spec, input)  # rejections raise from the call
+        await self._drive(run_id)
+        return run_id
 
-    async def event_keys(self, run_id: str) -> list[str]:
-        return [e.event.event_key() for e in await self.history(run_id)]
+    async def start(self, spec: WorkflowSpec, input: object = None) -> str:
+        return await self.start_with_id(self.engine.new_run_id(), spec, input)
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
     ) -> None:
         snap = await self.engine.record_cancellation_request(run_id, request)
         if not snap.is_terminal:
-            await self._driving(run_id, self.engine.drive(run_id))
-
-    async def force_cancel(self, run_id: str, reason: str | None = None) -> None:
-        await self.engine.force_cancel(run_id, reason)
-
-    async def terminate_for_timeout(
-        self, run_id: str, deadline: datetime, reason: str | None = None
-    ) -> None:
-        await self.engine.terminate_for_timeout(run_id, deadline, reason)
-
-    async def terminate_for_host_shutdown(self, run_id: str, reason: str | None = None) -> None:
-        await self.engine.terminate_for_host_shutdown(run_id, reason)
-
-    async def record_progress(self, run_id: str, progress: WorkflowProgress) -> None:
-        await self.engine.record_progress(run_id, progress)
-
-    async def link_child_operation(self, run_id: str, child: ChildOperationReference) -> None:
-        await self.engine.link_child_operation(run_id, child)
+            await self._drive(run_id)
 
     async def resume_wait(self, run_id: str, wait_id: str) -> None:
         snap, _ = await self.engine.complete_wait(run_id, wait_id)
         if not snap.is_terminal:
-            await self._driving(run_id, self.engine.drive(run_id))
+            await self._drive(run_id)
 
     async def send_signal(self, run_id: str, signal: WorkflowSignal) -> None:
         snap, _ = await self.engine.record_signal(run_id, signal)
-        await self._drive_after(snap)
+        await self._drive(snap.run_id)  # the active leaf the signal was recorded on
 
     async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> None:
         snap, _ = await self.engine.receive_hook(run_id, hook_id, payload)
-        await self._drive_after(snap)
+        await self._drive(snap.run_id)
 
     async def dispose_hook(self, run_id: str, hook_id: str) -> None:
         snap, _ = await self.engine.revoke_hook(run_id, hook_id)
-        await self._drive_after(snap)
+        await self._drive(snap.run_id)
 
     async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
         run_id, hook_id, digest = await self.engine.find_hook_by_token(
             token, payload=payload, resume=True
         )
         snap, _ = await self.engine.receive_hook(run_id, hook_id, payload, token_digest=digest)
-        await self._drive_after(snap)
+        await self._drive(snap.run_id)
         return run_id, hook_id
 
     async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
         run_id, hook_id, digest = await self.engine.find_hook_by_token(token)
         snap, _ = await self.engine.revoke_hook(run_id, hook_id, token_digest=digest)
-        await self._drive_after(snap)
+        await self._drive(snap.run_id)
         return run_id, hook_id
 
-    async def _drive_after(self, snap: WorkflowRunSnapshot) -> None:
-        """Drive the run a durable change was recorded on (its active leaf if it continued as
-        new); what goes wrong while driving is the run's incident, as on Kafka."""
-        run_id = snap.run_id
-        await self._driving(run_id, self.engine.drive(run_id))
-
-    async def continuation_chain(self, run_id: str) -> list[str]:
-        return await self.engine.continuation_chain(run_id)
-
-    async def incident(self, run_id: str) -> FlowIncident | None:
-        return await self.engine.incident(run_id)
-
-    async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
-        return await self.engine.list_active_hooks()
-
-    async def list_run_ids(self) -> list[str]:
-        return await self.engine.list_run_ids()
-
-    async def run_summary(self) -> WorkflowRunSummary:
-        return await self.engine.run_summary()
-
-    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
-        return await self.engine.hold_history(run_id, hold_id, reason)
-
-    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
-        return await self.engine.release_history_hold(run_id, hold_id)
-
-    async def history_holds(self, run_id: str) -> list[HistoryHold]:
-        return await self.engine.history_holds(run_id)
-
-    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
-        return await self.engine.history_tombstone(run_id)
-
-    async def prune_terminal_history(
-        self, policy: FlowHistoryRetentionPolicy
-    ) -> FlowHistoryRetentionReport:
-        return await self.engine.prune_terminal_history(policy)
+    # -- lifecycle -----------------------------------------------------------------------------
 
     async def restart(
         self, *, compatibility: RuntimeBuildCompatibility | object | None = ...

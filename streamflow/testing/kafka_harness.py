@@ -17,31 +17,23 @@ from pathlib import Path
 
 from streamflow.core import decide as d
 from streamflow.core.builds import RuntimeBuildCompatibility
-from streamflow.core.errors import FlowError, RunNotFound
-from streamflow.core.events import FlowEventEnvelope
-from streamflow.core.incidents import FlowIncident
-from streamflow.core.inspect import WorkflowRunSummary, summarize
-from streamflow.core.retention import (
-    FlowHistoryRetentionPolicy,
-    FlowHistoryRetentionReport,
-    FlowHistoryTombstone,
-    HistoryHold,
+from streamflow.core.chains import ChainWalk
+from streamflow.core.errors import (
+    ContinueAsNewCycle,
+    ContinueAsNewLimitExceeded,
+    FlowError,
+    RunNotFound,
 )
-from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
-from streamflow.core.spec import WorkflowSpec
+from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.tokens import HookSecret
-from streamflow.core.values import (
-    CancellationRequest,
-    ChildOperationReference,
-    WorkflowProgress,
-    WorkflowSignal,
-)
+from streamflow.flow import Flow
 from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.manifest import load_manifest
 from streamflow.observe.observers import FlowEventObserver
 from streamflow.serde.errors import to_error
+from streamflow.testing.harness import CHANGES, FlowDriver
 from streamflow.topologies.common import utc_now
 from streamflow.topologies.hooks import Hooks
 from streamflow.topologies.journal import Journal
@@ -56,10 +48,16 @@ from streamflow.workflow.runtime import FlowRuntime
 SETTLE_TIMEOUT = 30.0
 
 
-class KafkaDriver:
-    """The conformance driver for the Kafka form (see ``streamflow.testing.harness``)."""
+class KafkaDriver(FlowDriver):
+    """The conformance driver for the Kafka form (see ``streamflow.testing.harness``).
+
+    Every :class:`~streamflow.Flow` call goes to the :class:`FlowClient`; after one that sets
+    the run in motion, the driver waits until the topologies have done all they will do
+    without outside input (host progress and links set nothing in motion).
+    """
 
     name = "kafka"
+    settles_after = CHANGES - {"record_progress", "link_child_operation"}
 
     def __init__(
         self,
@@ -87,6 +85,10 @@ class KafkaDriver:
         self._generation = 0
         self._start_topologies()
         self.client = FlowClient(settings)
+
+    @property
+    def flow(self) -> Flow:
+        return self.client
 
     @property
     def observers_topology(self) -> Observers | None:
@@ -240,13 +242,17 @@ class KafkaDriver:
             return None
 
     async def _chain_leaf(self, run_id: str) -> WorkflowRunSnapshot | None:
+        """The last run of ``run_id``'s chain visible so far (``None``: a run on the way is
+        not there yet); a chain the walk refuses stops where it was refused."""
+        walk = ChainWalk(run_id, self.client.max_continue_as_new_hops)
         snap = await self._maybe_snapshot(run_id)
-        seen = {run_id}
-        while snap is not None and snap.continuation is not None:
-            successor = snap.continuation.successor_run_id
-            if successor in seen:
+        while snap is not None:
+            try:
+                successor = walk.next_link(snap)
+            except (ContinueAsNewCycle, ContinueAsNewLimitExceeded):
                 return snap
-            seen.add(successor)
+            if successor is None:
+                return snap
             snap = await self._maybe_snapshot(successor)
         return snap
 
@@ -318,107 +324,8 @@ class KafkaDriver:
     ) -> WorkflowRunSnapshot:
         return await self._watch(run_id, predicate, raise_incidents=True, timeout=timeout)
 
-    # -- the driver interface ----------------------------------------------------------------
-
-    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
-        await self.client.start_with_id(run_id, spec, input)
+    async def _after_change(self, run_id: str) -> None:
+        """A change is recorded when the client's call returns; the processors, workers and
+        journals then act on it. Wait until they are done with the run (``settle`` raises an
+        incident the run got on the way)."""
         await self._quiesce(run_id)
-        return run_id
-
-    async def start(self, spec: WorkflowSpec, input: object = None) -> str:
-        run_id = await self.client.start(spec, input)
-        await self._quiesce(run_id)
-        return run_id
-
-    async def snapshot(self, run_id: str) -> WorkflowRunSnapshot:
-        return await self.client.snapshot(run_id)
-
-    async def history(self, run_id: str) -> list[FlowEventEnvelope]:
-        return await self.client.history(run_id)
-
-    async def event_keys(self, run_id: str) -> list[str]:
-        return [e.event.event_key() for e in await self.history(run_id)]
-
-    async def request_cancellation(
-        self, run_id: str, request: CancellationRequest | None = None
-    ) -> None:
-        await self.client.request_cancellation(run_id, request)
-        await self._quiesce(run_id)
-
-    async def force_cancel(self, run_id: str, reason: str | None = None) -> None:
-        await self.client.force_cancel(run_id, reason)
-        await self._quiesce(run_id)
-
-    async def terminate_for_timeout(
-        self, run_id: str, deadline: datetime, reason: str | None = None
-    ) -> None:
-        await self.client.terminate_for_timeout(run_id, deadline, reason)
-        await self._quiesce(run_id)
-
-    async def terminate_for_host_shutdown(self, run_id: str, reason: str | None = None) -> None:
-        await self.client.terminate_for_host_shutdown(run_id, reason)
-        await self._quiesce(run_id)
-
-    async def record_progress(self, run_id: str, progress: WorkflowProgress) -> None:
-        await self.client.record_progress(run_id, progress)
-
-    async def link_child_operation(self, run_id: str, child: ChildOperationReference) -> None:
-        await self.client.link_child_operation(run_id, child)
-
-    async def resume_wait(self, run_id: str, wait_id: str) -> None:
-        await self.client.resume_wait(run_id, wait_id)
-        await self._quiesce(run_id)
-
-    async def send_signal(self, run_id: str, signal: WorkflowSignal) -> None:
-        await self.client.send_signal(run_id, signal)
-        await self._quiesce(run_id)
-
-    async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> None:
-        await self.client.resume_hook(run_id, hook_id, payload)
-        await self._quiesce(run_id)
-
-    async def dispose_hook(self, run_id: str, hook_id: str) -> None:
-        await self.client.dispose_hook(run_id, hook_id)
-        await self._quiesce(run_id)
-
-    async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
-        run_id, hook_id = await self.client.resume_hook_by_token(token, payload)
-        await self._quiesce(run_id)
-        return run_id, hook_id
-
-    async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
-        run_id, hook_id = await self.client.dispose_hook_by_token(token)
-        await self._quiesce(run_id)
-        return run_id, hook_id
-
-    async def incident(self, run_id: str) -> FlowIncident | None:
-        return await self.client.incident(run_id)
-
-    async def continuation_chain(self, run_id: str) -> list[str]:
-        return await self.client.continuation_chain(run_id)
-
-    async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
-        return await self.client.list_active_hooks()
-
-    async def list_run_ids(self) -> list[str]:
-        return await self.client.list_run_ids()
-
-    async def run_summary(self) -> WorkflowRunSummary:
-        return summarize([await self.snapshot(r) for r in await self.list_run_ids()])
-
-    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
-        return await self.client.hold_history(run_id, hold_id, reason)
-
-    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
-        return await self.client.release_history_hold(run_id, hold_id)
-
-    async def history_holds(self, run_id: str) -> list[HistoryHold]:
-        return await self.client.history_holds(run_id)
-
-    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
-        return await self.client.history_tombstone(run_id)
-
-    async def prune_terminal_history(
-        self, policy: FlowHistoryRetentionPolicy
-    ) -> FlowHistoryRetentionReport:
-        return await self.client.prune_terminal_history(policy)

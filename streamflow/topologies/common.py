@@ -26,6 +26,7 @@ log = logging.getLogger("streamflow.topologies")
 
 
 def utc_now() -> datetime:
+    """The current UTC instant (the topologies' default clock)."""
     return datetime.now(UTC)
 
 
@@ -50,9 +51,12 @@ class LocalState:
         self._write_options = WriteOptions()
 
     def batch(self) -> StateBatch:
+        """A new, empty batch of staged writes."""
         return StateBatch(self._handles)
 
     def write(self, batch: StateBatch) -> None:
+        """Apply ``batch`` atomically (an empty one writes nothing); ``RuntimeError`` once
+        closed."""
         if self._db is None:
             raise RuntimeError(f"local state {self.path} is closed")
         if not batch.empty:
@@ -71,6 +75,7 @@ class LocalState:
             yield key, value
 
     def close(self) -> None:
+        """Close the database (idempotent)."""
         db, self._db = self._db, None
         if db is None:
             return
@@ -88,23 +93,29 @@ class StateBatch:
         self.empty = True
 
     def put(self, family: str, key: bytes, value: bytes) -> None:
+        """Stage ``key`` → ``value`` in ``family``."""
         self.raw.put(key, value, self._handles[family])
         self.empty = False
 
     def delete(self, family: str, key: bytes) -> None:
+        """Stage the deletion of ``key`` in ``family``."""
         self.raw.delete(key, self._handles[family])
         self.empty = False
 
     def delete_range(self, family: str, begin: bytes, end: bytes) -> None:
+        """Stage the deletion of the keys from ``begin`` (included) to ``end`` (excluded) in
+        ``family``."""
         self.raw.delete_range(begin, end, self._handles[family])
         self.empty = False
 
 
 def encode_offset(offset: int) -> bytes:
+    """A Kafka offset as 8 big-endian bytes (signed), as local state keeps it."""
     return offset.to_bytes(8, "big", signed=True)
 
 
 def decode_offset(raw: bytes | None) -> int | None:
+    """The offset :func:`encode_offset` wrote (``None`` for a missing value)."""
     return None if raw is None else int.from_bytes(raw, "big", signed=True)
 
 
@@ -142,6 +153,7 @@ types (the timer) can skip decoding the rest."""
 
 
 def event_type(msg: Message) -> str | None:
+    """The event type a history record names in its :data:`TYPE_HEADER`, or ``None``."""
     headers = cast(list[tuple[str, bytes | None]] | None, msg.headers())
     for key, value in headers or ():
         if key == TYPE_HEADER and value is not None:

@@ -64,7 +64,7 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from streamflow import faults
-from streamflow.core.errors import FlowError, StoreError
+from streamflow.core.errors import Fenced, FlowError, StoreError
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
     Deadline,
@@ -78,7 +78,6 @@ from streamflow.topologies.eos_clients import (
     MAX_BACKOFF,
     REPLACE_AFTER,
     ClientKeeper,
-    Fenced,
     Stopped,
 )
 from streamflow.topologies.watchdog import HangHandler, Hung, exit_process

@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from streamflow.core.errors import Fenced as Fenced
 from streamflow.kafka.clients import consumer, producer, reader
 from streamflow.kafka.config import KafkaSettings
 from streamflow.topologies.watchdog import BoundedCaller, HangHandler, Hung, Watchdog
@@ -69,11 +70,6 @@ FENCING = frozenset(
 )
 """Errors after which this instance must stop: another one owns its identity (or it may not
 have one at all)."""
-
-
-class Fenced(RuntimeError):
-    """Another instance took over this topology's transactional id or group membership, or a
-    client cannot be kept alive in this process: stop."""
 
 
 class Stopped(Exception):

@@ -40,6 +40,7 @@ from streamflow.core.errors import (
     HookTokenConflict,
     HookTokenNotFound,
     InvalidTransition,
+    TopicsRefused,
 )
 from streamflow.core.tokens import ResolvedHook, digests_equal, is_token_digest, token_digest
 from streamflow.kafka.admin import fit_record_limit
@@ -65,6 +66,11 @@ COMPONENT = "hooks"
 
 
 class Hooks(TransactionalTopology):
+    """One hooks instance: owns the token index of its ``{ns}.hook-requests`` partitions (see the
+    module docstring), kept in local state under ``state_dir`` and restored from
+    ``{ns}.hook-tokens``. ``TopicsRefused`` when the two topics do not have the same partition
+    count."""
+
     component = COMPONENT
 
     def __init__(
@@ -108,9 +114,11 @@ class Hooks(TransactionalTopology):
         self._partitions = partition_count(self._consumer, names.hook_requests)
         token_partitions = partition_count(self._consumer, names.hook_tokens)
         if token_partitions != self._partitions:
-            raise RuntimeError(
-                f"{names.hook_requests} has {self._partitions} partitions but "
-                f"{names.hook_tokens} has {token_partitions}: they must be equal"
+            raise TopicsRefused(
+                [
+                    f"{names.hook_requests} has {self._partitions} partitions but "
+                    f"{names.hook_tokens} has {token_partitions}: they must be equal"
+                ]
             )
         self._run_partitions = partition_count(self._consumer, names.requests)
         self._batch: StateBatch | None = None
@@ -121,15 +129,18 @@ class Hooks(TransactionalTopology):
     # -- the transactional topology's hooks ----------------------------------------------------
 
     def begin(self) -> None:
+        """Start staging the token records and offsets of a new transaction."""
         self._batch = self._state.batch()
         self._staged = {}
         self._offsets = {}
         self._produced = False
 
     def has_output(self) -> bool:
+        """Whether the open transaction produced anything."""
         return self._produced
 
     def committed(self) -> None:
+        """Write the staged token records (a ``None`` deletes) and offsets to local state."""
         batch = self._batch
         if batch is None:
             return
@@ -145,6 +156,7 @@ class Hooks(TransactionalTopology):
         self._staged = {}
 
     def aborted(self) -> None:
+        """Drop the staged token records."""
         self._batch = None
         self._staged = {}
 
@@ -163,11 +175,14 @@ class Hooks(TransactionalTopology):
         self._state.write(batch)
 
     def close_state(self) -> None:
+        """Close local state."""
         self._state.close()
 
     # -- one record ----------------------------------------------------------------------------
 
     def handle(self, msg: Message) -> None:
+        """Handle one claim, release or callback (see the module docstring) in the open
+        transaction."""
         now = self._clock()
         raw = msg.value()
         if raw is None:
@@ -345,6 +360,7 @@ class Hooks(TransactionalTopology):
         self._produced = True
 
     def dead_letter(self, msg: Message, reason: str) -> None:
+        """Park ``msg`` without its value (it may carry a token), with ``reason``."""
         self._dead_letter(msg, reason, self._clock())
 
     def _dead_letter(self, msg: Message, reason: str, now: datetime) -> None:

@@ -28,6 +28,9 @@ log = logging.getLogger("streamflow.observers")
 
 
 class IncidentFeed:
+    """Reads ``{ns}.incidents`` from the beginning and keeps each run's latest incident record
+    (see the module docstring)."""
+
     def __init__(self, settings: KafkaSettings, metrics: FlowMetrics) -> None:
         topic = Names(settings.namespace).incidents
         self._wire = codec.Wire(settings.limits)
@@ -70,4 +73,5 @@ class IncidentFeed:
             return dict(self._latest)
 
     def close(self) -> None:
+        """Close the reader."""
         self._reader.close()

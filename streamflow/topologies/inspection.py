@@ -37,6 +37,7 @@ REMOTE_TIMEOUT = 10.0
 
 
 def client_id(advertise: str) -> str:
+    """The ``client.id`` that advertises inspection URL ``advertise`` to the group."""
     return CLIENT_ID_PREFIX + advertise
 
 
@@ -56,6 +57,8 @@ class ObserverDirectory:
         self._at = float("-inf")
 
     def owners(self) -> dict[int, str]:
+        """History partition → the URL of the instance that owns it (instances without an
+        inspection API are absent); ``InspectionUnavailable`` when the group cannot be described."""
         with self._lock:
             if time.monotonic() - self._at > self._ttl:
                 self._owners = {}
@@ -126,30 +129,37 @@ class OwnedInspector:
         return inspector, frozenset({partition})
 
     def runs(self, status: WorkflowRunStatus | None) -> Covered:
+        """The rows of the owned partitions' runs."""
         inspector, owned = self._scoped()
         return Covered(inspector.runs(status), owned)
 
     def run(self, run_id: str) -> Covered:
+        """One run's state; ``InspectionUnavailable`` if its partition is not owned now."""
         inspector, covered = self._one(run_id)
         return Covered(inspector.run(run_id), covered)
 
     def history(self, run_id: str) -> Covered:
+        """One run's history; ``InspectionUnavailable`` if its partition is not owned now."""
         inspector, covered = self._one(run_id)
         return Covered(inspector.history(run_id), covered)
 
     def summary(self) -> Covered:
+        """The summary of the owned partitions' runs."""
         inspector, owned = self._scoped()
         return Covered(inspector.summary(), owned)
 
     def suspensions(self) -> Covered:
+        """The open suspensions of the owned partitions' runs."""
         inspector, owned = self._scoped()
         return Covered(inspector.suspensions(), owned)
 
     def hooks(self) -> Covered:
+        """The active hooks of the owned partitions' runs."""
         inspector, owned = self._scoped()
         return Covered(inspector.hooks(), owned)
 
     def retention(self) -> Covered:
+        """The retention facts of the owned partitions' runs."""
         inspector, owned = self._scoped()
         return Covered(inspector.retention(), owned)
 
@@ -236,6 +246,7 @@ class NamespaceInspector:
         return answer.value
 
     def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
+        """Every run's row, merged from all owners and sorted by run id."""
         query = {} if status is None else {"status": status.value}
         parts = [
             source.get("/v1/runs", query) if isinstance(source, _Remote) else source.runs(status)
@@ -247,14 +258,17 @@ class NamespaceInspector:
         return [rows[run_id] for run_id in sorted(rows)]
 
     def run(self, run_id: str) -> dict[str, Any]:
+        """One run's state, from the owner of its partition."""
         path = f"/v1/runs/{urllib.parse.quote(run_id, safe='')}"
         return dict(self._ask_owner(run_id, path, lambda local: local.run(run_id)))
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
+        """One run's history, from the owner of its partition."""
         path = f"/v1/runs/{urllib.parse.quote(run_id, safe='')}/history"
         return list(self._ask_owner(run_id, path, lambda local: local.history(run_id)))
 
     def summary(self) -> dict[str, Any]:
+        """The owners' summaries, added up."""
         total: dict[str, Any] = {}
         for part in self._gather("/v1/summary", lambda local: local.summary()):
             for key, value in part.items():
@@ -262,14 +276,17 @@ class NamespaceInspector:
         return total
 
     def suspensions(self) -> list[dict[str, Any]]:
+        """Every owner's open suspensions, sorted by run, kind and subject."""
         rows = [r for part in self._gather("/v1/suspensions", _suspensions) for r in part]
         return sorted(rows, key=lambda r: (r["run_id"], r["kind"], r["subject_id"]))
 
     def hooks(self) -> list[dict[str, Any]]:
+        """Every owner's active hooks, sorted by run and hook."""
         rows = [r for part in self._gather("/v1/hooks", _hooks) for r in part]
         return sorted(rows, key=lambda r: (r["run_id"], r["hook_id"]))
 
     def retention(self) -> list[dict[str, Any]]:
+        """Every owner's retention facts, sorted by run."""
         rows = [r for part in self._gather("/v1/retention", _retention) for r in part]
         return sorted(rows, key=lambda r: r["run_id"])
 

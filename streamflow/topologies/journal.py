@@ -38,9 +38,11 @@ from streamflow.core.errors import (
     RunNotFound,
     RuntimeBuildUnavailable,
     SerializationError,
+    TopicsRefused,
 )
-from streamflow.core.ids import is_valid_run_id, validate_run_id
+from streamflow.core.ids import idempotency_key, is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
+from streamflow.core.obligations import newly_owed, owed
 from streamflow.core.projection import evolve, project
 from streamflow.core.retention import (
     BEING_PRUNED,
@@ -84,30 +86,6 @@ COUNTS_PUBLISH_INTERVAL = 5.0
 log = logging.getLogger("streamflow.journal")
 COMPONENT = "journal"
 
-# What a processor may propose: the events workflow commands (and the pre-replay repairs)
-# produce. Outcomes that only the journal may record (step results, timer completion,
-# cancellation requests, receipts) are refused even from a well-meaning processor.
-PROPOSABLE: frozenset[type[ev.FlowEvent]] = frozenset(
-    {
-        ev.StepCreated,
-        ev.StepStarted,
-        ev.WaitCreated,
-        ev.RunProgressRecorded,
-        ev.ChildOperationLinked,
-        ev.RunCompleted,
-        ev.RunFailed,
-        ev.RunCancelled,
-        ev.RunTimedOut,
-        ev.RunRetryExhausted,
-        ev.SignalWaitCreated,
-        ev.SignalWaitCompleted,
-        ev.HookCreated,
-        ev.ChildWorkflowRequested,
-        ev.RunContinuedAsNew,
-    }
-)
-
-
 RETENTION_BODIES = (
     m.HoldHistory,
     m.ReleaseHistoryHold,
@@ -131,14 +109,14 @@ class _Transaction:
     staged: dict[str, list[ev.FlowEventEnvelope]] = field(default_factory=dict)
     history_offsets: dict[int, int] = field(default_factory=dict)
     child_starts: int = 0
-    """Child start requests produced in this transaction (for the child-request drill)."""
+    """Child start requests produced in this transaction (for the child-request fault points)."""
     retention: dict[str, m.RetentionRecord] = field(default_factory=dict)
     """Retention records written in this transaction, by run (read before local state)."""
     retention_offsets: dict[int, int] = field(default_factory=dict)
     erased: set[str] = field(default_factory=set)
     """Runs pruned in this transaction: gone for every later request in it."""
     prunes: int = 0
-    """Components this transaction deletes (for the prune drill)."""
+    """Components this transaction deletes (for the prune fault points)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +133,12 @@ class _Outcome:
 
 
 class Journal(TransactionalTopology):
+    """One journal instance: the single writer of the history partitions whose requests
+    partitions it owns. Its local state under ``state_dir`` (events, offsets, retention records)
+    is a cache of the history and retention topics, restored from them on assignment.
+    ``TopicsRefused`` when the requests, history and retention topics do not have the same
+    partition count."""
+
     component = COMPONENT
 
     def __init__(
@@ -210,15 +194,19 @@ class Journal(TransactionalTopology):
         self._partitions = partition_count(self._consumer, self._names.requests)
         history_partitions = partition_count(self._consumer, self._names.history)
         if history_partitions != self._partitions:
-            raise RuntimeError(
-                f"{self._names.requests} has {self._partitions} partitions but "
-                f"{self._names.history} has {history_partitions}: they must be equal"
+            raise TopicsRefused(
+                [
+                    f"{self._names.requests} has {self._partitions} partitions but "
+                    f"{self._names.history} has {history_partitions}: they must be equal"
+                ]
             )
         retention_partitions = partition_count(self._consumer, self._names.retention)
         if retention_partitions != self._partitions:
-            raise RuntimeError(
-                f"{self._names.requests} has {self._partitions} partitions but "
-                f"{self._names.retention} has {retention_partitions}: they must be equal"
+            raise TopicsRefused(
+                [
+                    f"{self._names.requests} has {self._partitions} partitions but "
+                    f"{self._names.retention} has {retention_partitions}: they must be equal"
+                ]
             )
         self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
         self._task_partitions: dict[str, int] = {}
@@ -228,24 +216,30 @@ class Journal(TransactionalTopology):
     # -- the transactional topology's hooks ----------------------------------------------------
 
     def tick(self) -> None:
+        """Refresh the live build routes and publish changed refusal counts on ``{ns}.metrics``."""
         self._routes.refresh()
         self._publish_counts()
 
     def reconnected(self, silent: float) -> None:
         # Processors could not heartbeat while the cluster was away either: their routes are
         # not gone, only late. Judge them with the outage added for a while.
+        """Keep processor routes live for the length of the outage: they could not heartbeat
+        either."""
         log.info("journal: the cluster answers again after %.0fs; routes live that long", silent)
         self._routes.excuse(timedelta(seconds=silent), self._clock())
 
     def begin(self) -> None:
+        """Start staging the local state and counts of a new transaction."""
         self._txn = _Transaction(batch=self._state.batch())
         self._staged_counts = dict.fromkeys(COUNTED, 0)
 
     def handle(self, msg: Message) -> None:
+        """Decide one request and produce its events, effects and reply into the open
+        transaction."""
         assert self._txn is not None
         self._handle(msg, self._txn)
         # The request's output is produced into the open transaction: a handler failing here
-        # must leave none of it visible (the failure drill raises at this point).
+        # must leave none of it visible (a crash test raises at this fault point).
         faults.hit("journal.after_handle")
 
     def _publish_counts(self) -> None:
@@ -270,15 +264,18 @@ class Journal(TransactionalTopology):
         self._next_publish = time.monotonic() + COUNTS_PUBLISH_INTERVAL
 
     def has_output(self) -> bool:
+        """Whether the open transaction wrote history or retention records."""
         txn = self._txn
         return txn is not None and bool(txn.staged or txn.retention or txn.erased)
 
     def flushed(self) -> None:
+        """The fault point of a prune produced but not yet committed."""
         if self._txn is not None and self._txn.prunes:
-            # A prune's tombstones are in the log, uncommitted: the window of the prune drill.
+            # A prune's tombstones are in the log, uncommitted: the window of a prune fault point.
             faults.hit("journal.after_prune_produced")
 
     def committed(self) -> None:
+        """Write the staged local state and history offsets, and add the staged counts."""
         txn = self._txn
         if txn is None:
             return
@@ -300,15 +297,18 @@ class Journal(TransactionalTopology):
             self._cache.popitem(last=False)
 
     def aborted(self) -> None:
+        """Drop the staged state and the cached snapshots of the runs the transaction touched."""
         if self._txn is not None:
             for run_id in self._txn.touched:
                 self._cache.pop(run_id, None)
         self._txn = None
 
     def forget(self) -> None:
+        """Drop every cached snapshot (partitions may have moved)."""
         self._cache.clear()
 
     def close_state(self) -> None:
+        """Close the route table, local state and the counts producer."""
         self._routes.close()
         self._state.close()
         close_producer(self._samples, 1.0)  # counts are cumulative: the next ones catch up
@@ -449,7 +449,7 @@ class Journal(TransactionalTopology):
             quiet = (m.Proposal, m.StepResult, m.WakeUp, m.ResolveChild, m.QueryChild)
             if isinstance(body, quiet) and not request.reply:
                 return _Outcome()
-            return _Outcome(error=_not_found(run_id))
+            return _Outcome(error=RunNotFound(run_id))
         successor = None if snap.continuation is None else snap.continuation.successor_run_id
         if isinstance(body, m.Proposal):
             return self._proposal(snap, body)
@@ -569,7 +569,11 @@ class Journal(TransactionalTopology):
             )
             return _Outcome(effects=releases)
         for event in body.events:
-            if type(event) not in PROPOSABLE:
+            # What a processor may propose: the events workflow commands and the pre-replay
+            # repairs produce (origin CODE, CODE_OR_HOST, DERIVED). Events only the host writes
+            # (starts, step results, timer completion, cancellation requests, receipts) are
+            # refused even from a well-meaning processor.
+            if not event.ORIGIN.proposable:
                 return _Outcome(
                     error=InvalidTransition(
                         f"proposal rejected: processors may not propose {event.TYPE}"
@@ -646,7 +650,7 @@ class Journal(TransactionalTopology):
         encoded: list[tuple[ev.FlowEventEnvelope, bytes, bytes, bytes | None]] = []
         effects: list[d.Effect] = []
         for event in events:
-            prior = d.before(snap)
+            prior = owed(snap)
             envelope = ev.FlowEventEnvelope(
                 run_id=run_id,
                 sequence=snap.last_sequence + 1,
@@ -658,7 +662,7 @@ class Journal(TransactionalTopology):
             task = self._task(snap, event, envelope.sequence)
             value = self._wire.encode(envelope)
             encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
-            effects += d.follow_ups(prior, snap, event)
+            effects += newly_owed(prior, owed(snap))
         for envelope, key, value, task in encoded:
             event = envelope.event
             self._producer.produce(
@@ -712,7 +716,7 @@ class Journal(TransactionalTopology):
         self._send(m.Request(request_id=str(uuid.uuid4()), run_id=target, sent_at=now, body=body))
         if isinstance(effect, d.StartRun) and effect.parent and effect.predecessor is None:
             # The parent's child_workflow_requested and the child's start are both produced,
-            # neither committed: the window the child-request drill kills the journal in.
+            # neither committed: the window a crash test kills the journal in.
             faults.hit("journal.after_child_request_produced")
 
     def _send(self, request: m.Request) -> None:
@@ -765,7 +769,7 @@ class Journal(TransactionalTopology):
             input=step.input,
             attempt=event.attempt,
             retry=step.retry,
-            idempotency_key=f"flow:{snap.run_id}:{step.step_id}",
+            idempotency_key=idempotency_key(snap.run_id, step.step_id),
             runtime_build_id=None if build is None else str(build),
             started_sequence=sequence,
         )
@@ -1113,9 +1117,6 @@ class Journal(TransactionalTopology):
     # -- restore --------------------------------------------------------------------------------
 
     def restore(self, partition: int) -> None:
-        self._restore(partition)
-
-    def _restore(self, partition: int) -> None:
         """Bring local state up to history and retention partition ``partition``'s committed
         end (a null history value is a retention tombstone: the key is deleted)."""
         batch = self._state.batch()
@@ -1208,10 +1209,6 @@ def _from(outcome: d.Outcome) -> _Outcome:
     return _Outcome()
 
 
-def _not_found(run_id: str) -> FlowError:
-    return RunNotFound(run_id)
-
-
 def _no_route(snap: WorkflowRunSnapshot) -> FlowError:
     build = snap.runtime_build_id
     return RuntimeBuildUnavailable(
@@ -1220,6 +1217,7 @@ def _no_route(snap: WorkflowRunSnapshot) -> FlowError:
 
 
 def validate_error(run_id: str) -> FlowError:
+    """The error an invalid run id gets in a reply (``InvalidRunId``)."""
     try:
         validate_run_id(run_id)
     except FlowError as exc:

@@ -5,7 +5,7 @@ wrote it. For each history record, in order per run:
 
 1. **Observers.** A record this instance has not seen before (its run index does not hold it
    yet) is given to the metrics (:class:`~streamflow.observe.metrics.FlowMetrics`) and to the
-   user observers (the seed's ``FanoutFlowEventObserver`` shape: ``async observe(envelope)``),
+   user observers (``FlowEventObserver``s: ``async observe(envelope)``),
    then copied into the run index. Observers therefore see every event at least once (again
    only after a crash between the two), in sequence order per run; an observer's failure is
    logged and never stops the others or the topology.
@@ -84,6 +84,9 @@ DEFAULT_METRICS_INTERVAL = 15.0
 
 
 class Observers(TransactionalTopology):
+    """One observers instance (see the module docstring): a run index under ``state_dir``, the
+    metrics, the user ``observers`` and the audit stream, for the history partitions it owns."""
+
     component = COMPONENT
 
     def __init__(
@@ -167,6 +170,8 @@ class Observers(TransactionalTopology):
 
     def tick(self) -> None:
         # Every record polled so far has been handled: remember where that leaves us.
+        """Prime the gauges after a rebalance, record how far each partition is settled, and poll
+        the side readers, the incident feed and the route table; publish metrics when due."""
         assignment = self._consumer.assignment()
         owned = frozenset(tp.partition for tp in assignment)
         if owned != self._owned or self._rebalanced:
@@ -186,12 +191,16 @@ class Observers(TransactionalTopology):
         self._publisher.maybe_publish(self._clock())
 
     def begin(self) -> None:
+        """A new transaction: nothing produced yet."""
         self._produced = False
 
     def has_output(self) -> bool:
+        """Whether the open transaction produced anything."""
         return self._produced
 
     def handle(self, msg: Message) -> None:
+        """Observe (if new), index and audit one history record; a null value (a pruned run) is
+        discarded."""
         value = msg.value()
         if value is None:
             self._discard(msg)  # a retention tombstone: the run was pruned
@@ -220,6 +229,8 @@ class Observers(TransactionalTopology):
         self._produced = True
 
     def dead_letter(self, msg: Message, reason: str) -> None:
+        """Park a history record it cannot handle (undecodable, or one whose handling raised)
+        with ``reason``."""
         send_dead_letter(
             self._producer, self._names, msg, reason, COMPONENT, now=self._clock(), wire=self._wire
         )
@@ -293,9 +304,12 @@ class Observers(TransactionalTopology):
         log.info("observers: restored %d events of history partition %d", copied, partition)
 
     def committed(self) -> None:
+        """Save how far the index has copied each partition."""
         self._save_offsets()
 
     def aborted(self) -> None:
+        """Save how far the index has copied each partition (what was ingested stays, committed
+        or not)."""
         self._save_offsets()  # the index holds what was ingested, committed or not
 
     def _save_offsets(self) -> None:
@@ -311,6 +325,7 @@ class Observers(TransactionalTopology):
         self._indexed.clear()
 
     def close_state(self) -> None:
+        """Save offsets and close the readers, the publisher, the index and local state."""
         self._save_offsets()
         self._end_reader.close()
         self._publisher.close()
@@ -326,6 +341,7 @@ class Observers(TransactionalTopology):
     def forget(self) -> None:
         # A rebalance is under way: answer for no partition until the next tick knows the new
         # assignment and primes the gauges for it (even when that assignment is empty).
+        """Answer for no partition until the next tick knows the new assignment."""
         self._owned = frozenset()
         self._rebalanced = True
 

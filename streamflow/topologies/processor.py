@@ -94,6 +94,11 @@ def served_builds(compatibility: RuntimeBuildCompatibility | None) -> list[str |
 
 
 class Processor:
+    """One processor instance, in the group of ``compatibility``'s current build (the unpinned
+    group without one; see the module docstring): replays ``runtime`` for the runs it admits and
+    proposes their decisions. Local state lives under ``state_dir``; it starts over when the
+    admitted builds change."""
+
     def __init__(
         self,
         settings: KafkaSettings,
@@ -169,6 +174,9 @@ class Processor:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop``: make sure the tasks topic of every served build exists,
+        advertise the route, tail history, decide the runs that became decidable and fire due
+        retry timers. On the way out it withdraws the route and closes its clients."""
         for build in served_builds(self._compat):
             admin.ensure_tasks_topic(
                 self._settings, build, partitions=self._partitions, profile=self._topic_profile

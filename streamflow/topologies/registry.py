@@ -1,7 +1,7 @@
 """The build registry: which runtime builds have a live route (a processor group that admits
 them), advertised on ``{ns}.builds`` with heartbeats and read by the journal.
 
-A processor instance writes its registration (current build, compatible builds,
+A processor or worker instance writes its registration (current build, compatible builds,
 ``accept_unpinned``) when it starts, refreshes it every ``heartbeat``, and tombstones it on a
 graceful stop. A registration is live while ``heartbeat_at + ttl`` is in the future. While
 the cluster was out of reach nobody could heartbeat, so for one ``ttl`` after the journal hears
@@ -17,13 +17,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.errors import FlowTimeout
 from streamflow.kafka.clients import (
     APPEND_WOKEN,
     caught_up,
@@ -48,10 +48,12 @@ DEFAULT_TTL = timedelta(seconds=20)
 
 
 def registration_key(group: str, instance: str) -> bytes:
+    """The ``{ns}.builds`` key of one instance's registration: ``group/instance``."""
     return f"{group}/{instance}".encode()
 
 
 def compatibility_of(registration: BuildRegistration) -> RuntimeBuildCompatibility | None:
+    """The builds a registration admits (``None``: it admits only unpinned runs)."""
     if registration.current is None:
         return None
     compat = RuntimeBuildCompatibility.new(registration.current)
@@ -61,6 +63,7 @@ def compatibility_of(registration: BuildRegistration) -> RuntimeBuildCompatibili
 
 
 def admitted_by(registration: BuildRegistration, build: str | None) -> bool:
+    """Whether ``registration`` admits runs pinned to ``build`` (``None``: unpinned)."""
     return admits(compatibility_of(registration), build)
 
 
@@ -97,6 +100,8 @@ class Advertiser:
         )
 
     def beat(self, now: datetime, *, force: bool = False) -> None:
+        """Write the registration with ``now`` as its heartbeat, unless the last one is younger
+        than the heartbeat interval (``force`` writes anyway). Waits up to 10 s for delivery."""
         if not force and self._last is not None and now - self._last < self._heartbeat:
             return
         record = replace(self._template, heartbeat_at=now)
@@ -115,7 +120,8 @@ class Advertiser:
 
 
 class RouteTable:
-    """The journal's view of live registrations, read from ``{ns}.builds``."""
+    """A view of live registrations, read from ``{ns}.builds`` (the journal, the timer and the
+    observers keep one)."""
 
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
@@ -154,7 +160,7 @@ class RouteTable:
             if caught_up(self._reader, self._names.builds, targets):
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {self._names.builds} took over {timeout}s")
+                raise FlowTimeout(f"{self._names.builds} to be read to its end", timeout)
 
     def _apply(self, key: bytes, value: bytes | None) -> None:
         with self._lock:
@@ -174,6 +180,7 @@ class RouteTable:
             self._slack_until = now + DEFAULT_TTL
 
     def live(self, now: datetime) -> list[BuildRegistration]:
+        """The registrations live at ``now``, an outage excused by :meth:`excuse` included."""
         with self._lock:
             if self._slack_until is not None and now >= self._slack_until:
                 self._slack, self._slack_until = timedelta(0), None
@@ -192,6 +199,7 @@ class RouteTable:
         return any(r.role == role and admitted_by(r, build) for r in self.live(now))
 
     def close(self) -> None:
+        """Close the readers."""
         self._reader.close()
         self._ends.close()
 
@@ -201,13 +209,3 @@ def is_live(
 ) -> bool:
     """Whether ``registration`` has heartbeated within its ``ttl`` (plus ``slack``) of ``now``."""
     return registration.heartbeat_at + timedelta(milliseconds=registration.ttl_ms) + slack > now
-
-
-def routes_for(registrations: Iterable[BuildRegistration]) -> dict[str, list[str]]:
-    """Builds → the groups that serve them (for operators' listings)."""
-    out: dict[str, list[str]] = {}
-    for r in registrations:
-        for build in (r.current, *r.compatible):
-            if build is not None:
-                out.setdefault(build, []).append(r.group)
-    return out

@@ -46,10 +46,13 @@ class TopologyThread:
                 profiler.dump_stats(os.path.join(profile_dir, f"{self.name}-{os.getpid()}.prof"))
 
     def start(self) -> TopologyThread:
+        """Start the thread; returns ``self``."""
         self._thread.start()
         return self
 
     def stop(self, timeout: float = 60.0) -> None:
+        """Set the stop event and wait up to ``timeout`` seconds for the thread (logged as an
+        error if it is still running)."""
         self._stop.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
@@ -57,6 +60,7 @@ class TopologyThread:
 
     @property
     def alive(self) -> bool:
+        """Whether the thread is still running."""
         return self._thread.is_alive()
 
 

@@ -75,6 +75,9 @@ def _due_key(due: datetime, run_id: str, wait_id: str) -> bytes:
 
 
 class Timer:
+    """One timer instance (see the module docstring): indexes the waits of its history partitions
+    under ``state_dir`` and sends their wake-ups when due."""
+
     def __init__(
         self,
         settings: KafkaSettings,
@@ -136,6 +139,8 @@ class Timer:
         self._state.write(batch)
 
     def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop``: index history as it arrives and, every ``tick`` seconds, send
+        the due wake-ups the preflight lets through."""
         self._consumer.subscribe(
             [self._names.history], on_assign=self._on_assign, on_revoke=self._on_revoke
         )

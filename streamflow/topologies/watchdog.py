@@ -109,6 +109,7 @@ class Watchdog:
                 self._cond.notify()
 
     def close(self) -> None:
+        """Stop the watching thread."""
         with self._cond:
             self._closed = True
             self._cond.notify()
@@ -167,4 +168,5 @@ class BoundedCaller:
             raise Hung(what, bound) from None
 
     def close(self) -> None:
+        """Shut the helper thread's pool down without waiting for a call in progress."""
         self._pool.shutdown(wait=False)

@@ -72,10 +72,12 @@ class OffsetTracker:
         self.committed: dict[Partition, int] = {}
 
     def take(self, tp: Partition, offset: int) -> None:
+        """Record that ``offset`` of ``tp`` is in flight."""
         self.in_flight.setdefault(tp, set()).add(offset)
         self.consumed[tp] = max(self.consumed.get(tp, 0), offset + 1)
 
     def finish(self, tp: Partition, offset: int) -> None:
+        """Record that the task at ``offset`` of ``tp`` is finished."""
         self.in_flight.get(tp, set()).discard(offset)
 
     def safe_offsets(self) -> dict[Partition, int]:
@@ -89,16 +91,22 @@ class OffsetTracker:
         return out
 
     def forget(self, tps: set[Partition]) -> None:
+        """Drop what is known of partitions no longer assigned."""
         for tp in tps:
             self.in_flight.pop(tp, None)
             self.consumed.pop(tp, None)
             self.committed.pop(tp, None)
 
     def busy(self) -> int:
+        """How many tasks are in flight."""
         return sum(len(offsets) for offsets in self.in_flight.values())
 
 
 class Worker:
+    """One worker instance, in the group of ``compatibility``'s current build (the unpinned group
+    without one; see the module docstring): runs ``runtime``'s steps, at most ``max_in_flight``
+    at once, for every build it serves."""
+
     def __init__(
         self,
         settings: KafkaSettings,
@@ -167,6 +175,9 @@ class Worker:
         self.ready = threading.Event()
 
     async def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop``: make sure the tasks topics exist, advertise the route, run tasks
+        and commit offsets below unfinished ones. On the way out it waits up to ``drain_timeout``
+        for running steps."""
         for build in self._builds:
             admin.ensure_tasks_topic(
                 self._settings, build, partitions=self._partitions, profile=self._topic_profile

@@ -54,24 +54,32 @@ class WorkflowContext:
 
     @property
     def run_id(self) -> str:
+        """The run being replayed."""
         return self._invocation.run_id
 
     @property
     def spec(self) -> WorkflowSpec:
+        """The run's recorded spec."""
         return self._invocation.spec
 
     @property
     def input(self) -> JsonValue:
+        """A private copy of the run's input."""
         return json_copy(self._invocation.input)
 
     @property
     def history(self) -> Sequence[FlowEventEnvelope]:
+        """The run's committed events, from sequence 1 (read-only)."""
         return self._invocation.history
 
     def input_as(self, model: type[T]) -> T:
+        """The input validated as ``model`` (a pydantic model, or any type pydantic validates).
+        ``SerializationError`` when it does not decode: never a default."""
         return decode(self._invocation.input, model, f"workflow run {self.run_id} input")
 
     def has_patch_marker(self, marker: str) -> bool:
+        """Whether the run's spec carries patch marker ``marker``: branch on it to change a
+        decision for new runs only."""
         return self._invocation.spec.has_patch_marker(marker)
 
     def cancellation_request(self) -> CancellationRequest | None:
@@ -82,6 +90,7 @@ class WorkflowContext:
     # -- steps ---------------------------------------------------------------------------------
 
     def step_completed(self, step_id: str) -> bool:
+        """Whether step ``step_id`` has a committed output."""
         step = self._snapshot.steps.get(step_id)
         return step is not None and step.status is StepStatus.COMPLETED
 
@@ -93,6 +102,8 @@ class WorkflowContext:
         return json_copy(step.output)
 
     def step_output_as(self, step_id: str, model: type[T]) -> T | None:
+        """The committed output validated as ``model``; ``None`` until the step completed,
+        ``SerializationError`` when it does not decode."""
         step = self._snapshot.steps.get(step_id)
         if step is None or step.status is not StepStatus.COMPLETED:
             return None
@@ -108,18 +119,23 @@ class WorkflowContext:
     # -- waits, progress, child operations -------------------------------------------------------
 
     def wait_completed(self, wait_id: str) -> bool:
+        """Whether timer wait ``wait_id`` has completed."""
         wait = self._snapshot.waits.get(wait_id)
         return wait is not None and wait.status is WaitStatus.COMPLETED
 
     def progress(self, progress_id: str) -> WorkflowProgress | None:
+        """The recorded progress record ``progress_id``, or ``None``."""
         return self._snapshot.progress_by_id.get(progress_id)
 
     def child_operation(self, reference_id: str) -> ChildOperationReference | None:
+        """The linked operation ``reference_id``, or ``None``."""
         return self._snapshot.child_operations.get(reference_id)
 
     # -- signals, hooks, children ----------------------------------------------------------------
 
     def signal(self, signal_id: str) -> WorkflowSignalSnapshot | None:
+        """The delivery ``signal_id`` as recorded (consumed or not), or ``None``. To read a
+        signal in order, wait for it and use :meth:`signal_payload`."""
         return self._snapshot.signals.get(signal_id)
 
     def signal_payload(self, wait_id: str) -> JsonValue:
@@ -127,6 +143,8 @@ class WorkflowContext:
         return json_copy(self._snapshot.signal_wait_payload(wait_id))
 
     def signal_payload_as(self, wait_id: str, model: type[T]) -> T | None:
+        """The payload of the signal that completed ``wait_id``, validated as ``model``; ``None``
+        while waiting, ``SerializationError`` when it does not decode."""
         wait = self._snapshot.signal_waits.get(wait_id)
         if wait is None or wait.signal_id is None:
             return None
@@ -141,44 +159,61 @@ class WorkflowContext:
         return json_copy(hook.payload)
 
     def hook_payload_as(self, hook_id: str, model: type[T]) -> T | None:
+        """The payload hook ``hook_id`` received, validated as ``model``; ``None`` unless it was
+        received, ``SerializationError`` when it does not decode."""
         hook = self._snapshot.hooks.get(hook_id)
         if hook is None or hook.status is not HookStatus.RECEIVED:
             return None
         return decode(hook.payload, model, f"hook {hook_id} payload")
 
     def hook_disposed(self, hook_id: str) -> bool:
+        """Whether hook ``hook_id`` was revoked (``hook_disposed``) rather than resumed."""
         hook = self._snapshot.hooks.get(hook_id)
         return hook is not None and hook.status is HookStatus.DISPOSED
 
     def child_workflow_run_id(self, child_id: str) -> str | None:
+        """The run id chosen for child ``child_id`` (the first run of its chain), once it is
+        requested; otherwise ``None``."""
         child = self._snapshot.child_workflows.get(child_id)
         return None if child is None else child.run_id
 
     def child_workflow_outcome(self, child_id: str) -> WorkflowTerminalOutcome | None:
+        """How child ``child_id``'s chain ended; ``None`` while it is open or if it was never
+        requested."""
         child = self._snapshot.child_workflows.get(child_id)
         return None if child is None else child.outcome
 
     # -- command builders -------------------------------------------------------------------------
 
     def complete(self, output: object = None) -> RuntimeCommand:
+        """Return this to end the run ``completed`` with ``output``
+        (``RuntimeCommand.complete``)."""
         return RuntimeCommand.complete(output)
 
     def fail(self, error: str) -> RuntimeCommand:
+        """Return this to end the run ``failed`` with ``error`` (``RuntimeCommand.fail``)."""
         return RuntimeCommand.fail(error)
 
     def cancel(self) -> RuntimeCommand:
+        """Return this, after cleanup, to end a run whose cancellation was requested
+        (``RuntimeCommand.cancel``)."""
         return RuntimeCommand.cancel()
 
     def timeout(self, deadline: datetime, reason: str | None = None) -> RuntimeCommand:
+        """Return this to end the run timed out at ``deadline`` (``RuntimeCommand.timeout``)."""
         return RuntimeCommand.timeout(deadline, reason)
 
     def continue_as_new(self, input: object = None) -> RuntimeCommand:
+        """Return this to hand over to a successor run with ``input``
+        (``RuntimeCommand.continue_as_new``)."""
         return RuntimeCommand.continue_as_new(input)
 
     def record_progress(self, progress: WorkflowProgress) -> RuntimeCommand:
+        """Return this to record ``progress`` (``RuntimeCommand.record_progress``)."""
         return RuntimeCommand.record_progress(progress)
 
     def link_child_operation(self, child: ChildOperationReference) -> RuntimeCommand:
+        """Return this to link an external operation (``RuntimeCommand.link_child_operation``)."""
         return RuntimeCommand.link_child_operation(child)
 
     def step(
@@ -199,22 +234,31 @@ class WorkflowContext:
         input: object = None,
         retry: RetryPolicy | None = None,
     ) -> RuntimeCommand:
+        """Return this to run step ``step_id`` (``RuntimeCommand.schedule_step``); ``retry``
+        defaults to ``RetryPolicy()``."""
         return RuntimeCommand.schedule_step(step_id, step_name, input, retry)
 
     def schedule_step_with_retry(
         self, step_id: str, step_name: str, input: object, retry: RetryPolicy
     ) -> RuntimeCommand:
+        """:meth:`schedule_step` with an explicit retry policy."""
         return RuntimeCommand.schedule_step(step_id, step_name, input, retry)
 
     def step_with_retry(
         self, step_id: str, step_name: str, input: object, retry: RetryPolicy
     ) -> StepCommand:
+        """:meth:`step` with an explicit retry policy."""
         return StepCommand.new(step_id, step_name, input).with_retry(retry)
 
     def schedule_steps(self, steps: Sequence[StepCommand]) -> RuntimeCommand:
+        """Return this to run a batch of independent steps concurrently
+        (``RuntimeCommand.schedule_steps``); build members with :meth:`step`."""
         return RuntimeCommand.schedule_steps(steps)
 
     def wait_until(self, wait_id: str, resume_at: datetime) -> RuntimeCommand:
+        """Return this to suspend until timer ``wait_id`` completes
+        (``RuntimeCommand.wait_until``). Compute ``resume_at`` from the input or history, never
+        from the clock."""
         return RuntimeCommand.wait_until(wait_id, resume_at)
 
     def hook_token(self, hook_id: str) -> str:
@@ -233,9 +277,13 @@ class WorkflowContext:
     def create_hook_with_metadata(
         self, hook_id: str, token: str, metadata: HookMetadata
     ) -> RuntimeCommand:
+        """:meth:`create_hook` with typed metadata (recorded as its JSON form and compared on
+        replay)."""
         return RuntimeCommand.create_hook(hook_id, token, metadata.to_json())
 
     def wait_for_signal(self, wait_id: str, signal_name: str) -> RuntimeCommand:
+        """Return this to wait for the next delivery of the declared signal ``signal_name``
+        (``RuntimeCommand.wait_for_signal``); read it with :meth:`signal_payload`."""
         return RuntimeCommand.wait_for_signal(wait_id, signal_name)
 
     def child_workflow(
@@ -245,6 +293,7 @@ class WorkflowContext:
         input: object = None,
         cancellation_policy: ChildWorkflowCancellationPolicy = _REQUEST,
     ) -> ChildWorkflowCommand:
+        """One member of a :meth:`start_child_workflows` batch."""
         return ChildWorkflowCommand.new(child_id, spec, input).with_cancellation_policy(
             cancellation_policy
         )
@@ -256,6 +305,7 @@ class WorkflowContext:
         input: object,
         cancellation_policy: ChildWorkflowCancellationPolicy,
     ) -> ChildWorkflowCommand:
+        """:meth:`child_workflow` with an explicit cancellation policy."""
         return self.child_workflow(child_id, spec, input, cancellation_policy)
 
     def start_child_workflow(
@@ -265,6 +315,8 @@ class WorkflowContext:
         input: object = None,
         cancellation_policy: ChildWorkflowCancellationPolicy = _REQUEST,
     ) -> RuntimeCommand:
+        """Return this to request child ``child_id`` and wait for its outcome
+        (``RuntimeCommand.start_child_workflow``)."""
         return RuntimeCommand.start_child_workflow(child_id, spec, input, cancellation_policy)
 
     def start_child_workflow_with_policy(
@@ -274,7 +326,10 @@ class WorkflowContext:
         input: object,
         cancellation_policy: ChildWorkflowCancellationPolicy,
     ) -> RuntimeCommand:
+        """:meth:`start_child_workflow` with an explicit cancellation policy."""
         return RuntimeCommand.start_child_workflow(child_id, spec, input, cancellation_policy)
 
     def start_child_workflows(self, children: Sequence[ChildWorkflowCommand]) -> RuntimeCommand:
+        """Return this to request up to 64 children at once
+        (``RuntimeCommand.start_child_workflows``); build members with :meth:`child_workflow`."""
         return RuntimeCommand.start_child_workflows(children)

@@ -84,6 +84,8 @@ class WorkflowInvocation:
     """The host's hook secret (``ctx.hook_token``), if it configured one."""
 
     def context(self) -> WorkflowContext:
+        """The :class:`WorkflowContext` of this replay (projects ``history`` unless ``snapshot``
+        already matches it)."""
         from streamflow.workflow.context import WorkflowContext
 
         snapshot = self.snapshot
@@ -92,6 +94,7 @@ class WorkflowInvocation:
         return WorkflowContext(self, snapshot)
 
     def input_as(self, model: type[T]) -> T:
+        """The input validated as ``model``; ``SerializationError`` when it does not decode."""
         return decode(self.input, model, f"workflow run {self.run_id} input")
 
 
@@ -108,7 +111,8 @@ class StepInvocation:
     input: JsonValue
     """The recorded input."""
     history: Sequence[FlowEventEnvelope] = ()
-    """The run's history when the attempt started."""
+    """The run's history when the attempt started (embedded engine); empty on a Kafka worker,
+    which sees only the task."""
     attempt: int = 1
     """1-based attempt; a redelivery after a crash repeats the same number."""
     idempotency_key: str = ""
@@ -117,6 +121,8 @@ class StepInvocation:
     """The host's hook secret (``hook_token``), if it configured one."""
 
     def input_as(self, model: type[T]) -> T:
+        """The step's input validated as ``model``; ``SerializationError`` when it does not
+        decode."""
         return decode(self.input, model, f"step {self.step_id} input")
 
     def hook_token(self, hook_id: str) -> str:
@@ -210,7 +216,14 @@ class FlowRuntime:
     """
 
     def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand | Any:
+        """Decide the run's next command from ``invocation`` (usually through
+        ``invocation.context()``). An exception other than a ``FlowError`` becomes
+        ``RuntimeFailure`` and nothing is written; returning anything but a ``RuntimeCommand`` is
+        a ``RuntimeFailure`` too."""
         raise NotImplementedError(f"{type(self).__name__} must implement run_workflow")
 
     def run_step(self, invocation: StepInvocation) -> object:
+        """Run one attempt of step ``invocation.step_name`` and return its JSON output. Raise to
+        fail the attempt (the retry policy decides what follows) or ``NonRetryable`` to fail the
+        step at once. The default raises ``RuntimeFailure``: the runtime has no steps."""
         raise RuntimeFailure(f"{type(self).__name__} has no step {invocation.step_name!r}")

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from streamflow import FlowEngine, RunNotFound, WorkflowRunStatus
+from streamflow import FlowEngine, FlowTimeout, RunNotFound, WorkflowRunStatus
 from tests.support import FAR, Routed, spec
 
 
@@ -41,8 +41,11 @@ async def test_result_follows_the_chain_to_its_last_run(open_store):
 async def test_result_waits_for_the_end_and_times_out_before_it(open_store):
     engine = engine_on(open_store())
     await engine.start_with_id("run-1", spec("gated"))
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError) as timed_out:  # the builtin, as documented
         await engine.result("run-1", timeout=0.2)
+    assert isinstance(timed_out.value, FlowTimeout)  # ... and the typed error under FlowError
+    assert timed_out.value.waiting_for == "workflow run run-1 to end"
+    assert timed_out.value.seconds == 0.2
     waiting = asyncio.create_task(engine.result("run-1"))
     await engine.resume_wait("run-1", "gate")
     done = await asyncio.wait_for(waiting, 10)

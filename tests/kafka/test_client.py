@@ -1,14 +1,24 @@
 """FlowClient under concurrency: many results awaited at once all arrive, complete and equal
-to what a fresh reader sees (this once hung: concurrent reads were absorbed out of order)."""
+to what a fresh reader sees (this once hung: concurrent reads were absorbed out of order); and
+its waits that give up."""
 
 from __future__ import annotations
 
 import asyncio
 
-from streamflow import WorkflowRunStatus
+import pytest
+
+from streamflow import (
+    ContinueAsNewLimitExceeded,
+    FlowTimeout,
+    InfrastructureError,
+    WorkflowRunStatus,
+)
+from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
+from streamflow.kafka.manifest import load_manifest
 from streamflow.testing.kafka_harness import KafkaDriver
-from tests.support import Scripted, sequential, spec
+from tests.support import FAR, Scripted, sequential, spec
 
 RUNS = 60
 
@@ -30,5 +40,56 @@ async def test_many_concurrent_results_all_arrive_with_their_whole_history(kafka
                 assert snapshot.last_sequence == len(history) == 12
         finally:
             fresh.close()
+    finally:
+        await driver.close()
+
+
+def rounds(ctx):
+    n = ctx.input["n"]
+    return ctx.continue_as_new({"n": n + 1}) if n < 3 else ctx.complete({"rounds": n})
+
+
+async def test_the_client_walks_chains_with_its_hop_limit(kafka, tmp_path):
+    driver = KafkaDriver(kafka, Scripted(rounds), state_root=tmp_path)
+    limited = FlowClient(kafka, max_continue_as_new_hops=2)
+    try:
+        await driver.client.start_with_id("root", spec(), {"n": 0})
+        done = await driver.client.result("root", timeout=60)
+        assert done.output == {"rounds": 3}
+        chain = await driver.client.continuation_chain("root")
+        assert len(chain) == 4  # three hops: within the default limit
+        with pytest.raises(ContinueAsNewLimitExceeded) as caught:
+            await limited.continuation_chain("root")
+        assert caught.value.limit == 2
+        with pytest.raises(ContinueAsNewLimitExceeded):
+            await limited.result("root", timeout=60)
+        assert await limited.continuation_chain(chain[1]) == chain[1:]  # counted from there
+        assert (await limited.result(chain[1], timeout=60)).run_id == chain[-1]
+    finally:
+        limited.close()
+        await driver.close()
+
+
+async def test_waits_that_give_up_raise_flow_timeout_which_is_a_timeout_error(kafka, tmp_path):
+    """No journal is running: a request gets no reply; a run that never ends is waited for in
+    vain. Both give up with the typed ``FlowTimeout``, still caught by ``except TimeoutError``."""
+    admin.apply(kafka, load_manifest(), profile="dev", partitions=2)
+    client = FlowClient(kafka, request_timeout=1.0)
+    try:
+        with pytest.raises(TimeoutError) as no_reply:
+            await client.start_with_id("run-1", spec())
+        assert isinstance(no_reply.value, FlowTimeout)
+        assert isinstance(no_reply.value, InfrastructureError)
+        assert no_reply.value.seconds == 1.0
+        assert no_reply.value.hint == "are the topologies running?"
+    finally:
+        client.close()
+    driver = KafkaDriver(
+        kafka, Scripted(lambda ctx: ctx.wait_until("gate", FAR)), state_root=tmp_path
+    )
+    try:
+        await driver.client.start_with_id("gated", spec())
+        with pytest.raises(FlowTimeout, match="waiting for workflow run gated to end"):
+            await driver.client.result("gated", timeout=0.5)
     finally:
         await driver.close()

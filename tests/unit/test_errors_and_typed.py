@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -31,15 +32,192 @@ from streamflow.core.tokens import token_digest
 from tests.support import T0, spec
 
 
-def test_every_seed_error_variant_is_a_flow_error_and_exported():
-    # The seed's 28, PayloadTooLarge (the record-size limit), RequestDeadLettered (a Kafka
+def test_every_raised_error_is_a_flow_error_and_exported():
+    # The seed's 28; PayloadTooLarge (the record-size limit), RequestDeadLettered (a Kafka
     # request parked in the dead-letter topic), NonRetryable (a step that must not retry),
-    # HookAlreadyResolved (a late callback) and HookTokenTooShort (a guessable token).
-    assert len(errors.ALL_ERRORS) == 33
+    # HookAlreadyResolved (a late callback) and HookTokenTooShort (a guessable token); then
+    # FlowTimeout (every wait that gives up) and the five errors of Kafka deployments that
+    # joined the tree: Fenced, InspectionUnavailable, TopicsRefused, ClusterUnavailable and
+    # ManifestError. The families (and AdminError) are caught, never raised: not in the list.
+    assert len(errors.ALL_ERRORS) == 39
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
         assert cls.__name__ in errors.__doc__  # the tree in the module docstring names it
+
+
+def test_the_families_are_exported_drawn_and_never_in_the_raised_list():
+    assert len(errors.FAMILIES) == 5
+    for family in errors.FAMILIES:
+        assert issubclass(family, FlowError)
+        assert getattr(streamflow, family.__name__) is family
+        assert family.__name__ in errors.__doc__
+        assert family not in errors.ALL_ERRORS
+    # Every FlowError class the module defines is either raised or a family.
+    defined = {
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, FlowError) and value is not FlowError
+    }
+    assert defined == set(errors.ALL_ERRORS) | set(errors.FAMILIES)
+
+
+FAMILY_OF = {
+    errors.ConflictError: {
+        errors.RunConflict,
+        errors.RunTerminal,
+        errors.EventConflict,
+        errors.HookConflict,
+        errors.HookTokenConflict,
+        errors.SignalConflict,
+        errors.LeaseLost,
+    },
+    errors.NotFoundError: {
+        errors.RunNotFound,
+        errors.HookTokenNotFound,
+        errors.HookAlreadyResolved,
+        errors.RuntimeBuildRouteNotFound,
+    },
+    errors.InvalidInputError: {
+        errors.InvalidRunId,
+        errors.InvalidRuntimeBuildId,
+        errors.InvalidWorkflowPatchId,
+        errors.InvalidWorkflow,
+        errors.InvalidTransition,
+        errors.InvalidWorkerConfiguration,
+        errors.HookTokenTooShort,
+        errors.ContinueAsNewCycle,
+        errors.ContinueAsNewLimitExceeded,
+        errors.ChildWorkflowCycle,
+        errors.ChildWorkflowDepthExceeded,
+        errors.SerializationError,
+        errors.PayloadTooLarge,
+        errors.ManifestError,
+    },
+    errors.InfrastructureError: {
+        errors.StoreError,
+        errors.IoError,
+        errors.TaskManagement,
+        errors.RuntimeBuildUnavailable,
+        errors.RequestDeadLettered,
+        errors.FlowTimeout,
+        errors.Fenced,
+        errors.InspectionUnavailable,
+        errors.TopicsRefused,
+        errors.ClusterUnavailable,
+    },
+}
+NO_FAMILY = {
+    errors.RuntimeFailure,
+    errors.NonRetryable,
+    errors.NonDeterministic,
+    errors.ReplayLimitExceeded,
+}
+
+
+def test_each_error_is_in_exactly_the_family_the_tree_draws():
+    listed = set().union(*FAMILY_OF.values()) | NO_FAMILY
+    assert listed == set(errors.ALL_ERRORS)
+    for cls in errors.ALL_ERRORS:
+        families = {f for f in FAMILY_OF if issubclass(cls, f)}
+        expected = {f for f, members in FAMILY_OF.items() if cls in members}
+        assert families == expected, cls.__name__
+
+
+def test_classes_that_joined_the_tree_keep_their_builtin_base():
+    # except clauses written before they were FlowErrors still catch them.
+    assert issubclass(errors.FlowTimeout, TimeoutError)
+    assert issubclass(errors.Fenced, RuntimeError)
+    assert issubclass(errors.ManifestError, ValueError)
+    assert issubclass(errors.TopicsRefused, errors.AdminError)
+    assert issubclass(errors.ClusterUnavailable, errors.AdminError)
+    # ... and the bases that were there before the families stay.
+    assert issubclass(errors.HookAlreadyResolved, errors.HookTokenNotFound)
+    assert issubclass(errors.PayloadTooLarge, errors.SerializationError)
+    assert issubclass(errors.NonRetryable, errors.RuntimeFailure)
+    # Their old import paths still work.
+    from streamflow.kafka.admin import AdminError, ClusterUnavailable, TopicsRefused
+    from streamflow.kafka.manifest import ManifestError
+    from streamflow.observe.http import InspectionUnavailable
+    from streamflow.topologies.eos import Fenced as EosFenced
+    from streamflow.topologies.eos_clients import Fenced
+
+    assert (AdminError, ClusterUnavailable, TopicsRefused) == (
+        errors.AdminError,
+        errors.ClusterUnavailable,
+        errors.TopicsRefused,
+    )
+    assert ManifestError is errors.ManifestError
+    assert InspectionUnavailable is errors.InspectionUnavailable
+    assert Fenced is EosFenced is errors.Fenced
+
+
+ONE_OF_EACH_ERROR = [
+    errors.RunNotFound("run-1"),
+    errors.RunTerminal("run-1"),
+    errors.InvalidRunId("bad id"),
+    errors.ContinueAsNewCycle("run-1"),
+    errors.ContinueAsNewLimitExceeded(8),
+    errors.ChildWorkflowCycle("run-1"),
+    errors.ChildWorkflowDepthExceeded(4),
+    errors.RunConflict("run-1", "workflow input differs"),
+    errors.InvalidRuntimeBuildId("bad build"),
+    errors.InvalidWorkflowPatchId("bad patch"),
+    errors.RuntimeBuildUnavailable("run-1", "v2", "v1"),
+    errors.RuntimeBuildRouteNotFound("v2"),
+    errors.NonDeterministic("run-1", "history=a; replay=b"),
+    errors.EventConflict("run-1", 3, 5),
+    errors.HookTokenNotFound("ab" * 32),
+    errors.HookAlreadyResolved("ab" * 32, "run-1", "approval", "received", True),
+    errors.LeaseLost("lease-1"),
+    errors.HookTokenTooShort("approval", 4, 16),
+    errors.HookTokenConflict("ab" * 32, "run-2", "approval"),
+    errors.HookConflict("run-1", "approval", "was already received"),
+    errors.SignalConflict("run-1", "sig-1", "payload differs"),
+    errors.InvalidWorkflow("no name"),
+    errors.InvalidTransition("bad command"),
+    errors.InvalidWorkerConfiguration("bad heartbeat"),
+    errors.TaskManagement("queue full"),
+    errors.StoreError("disk full"),
+    errors.RequestDeadLettered("ns.dead-letters", "ns.requests", 2, 40, "undecodable"),
+    errors.RuntimeFailure("primary failed"),
+    errors.NonRetryable("card declined"),
+    errors.SerializationError("not JSON"),
+    errors.PayloadTooLarge("workflow input", 2048, 1024),
+    errors.IoError("no such file"),
+    errors.ReplayLimitExceeded(100),
+    errors.FlowTimeout("a reply to StartRun for run run-1", 30.0, "are the topologies running?"),
+    errors.Fenced("journal was fenced"),
+    errors.InspectionUnavailable("observers instance http://o:8080: no answer"),
+    errors.TopicsRefused(["ns.history: has 3 partitions, 6 declared"], created=["ns.tasks"]),
+    errors.ClusterUnavailable("list topics", "no answer in 5 s"),
+    errors.ManifestError("not valid TOML", source="topics.toml"),
+]
+
+
+def test_one_of_each_error_covers_the_raised_list():
+    assert [type(e) for e in ONE_OF_EACH_ERROR] == list(errors.ALL_ERRORS)
+
+
+@pytest.mark.parametrize("error", ONE_OF_EACH_ERROR, ids=lambda e: type(e).__name__)
+def test_every_error_survives_pickling_and_the_wire(error):
+    from streamflow.serde.errors import error_info, to_error
+
+    def fields(e):
+        return {k: json.dumps(v) for k, v in vars(e).items()}
+
+    for clone in (pickle.loads(pickle.dumps(error)), to_error(error_info(error))):
+        assert type(clone) is type(error)
+        assert str(clone) == str(error)
+        assert fields(clone) == fields(error)
+
+
+def test_flow_timeout_text_names_the_wait_and_the_hint():
+    error = errors.FlowTimeout("workflow run r-1 to end", 2.5)
+    assert str(error) == "gave up after 2.5s waiting for workflow run r-1 to end"
+    assert (error.waiting_for, error.seconds, error.hint) == ("workflow run r-1 to end", 2.5, None)
+    hinted = errors.FlowTimeout("a reply to X", 30.0, "are the topologies running?")
+    assert str(hinted).endswith("; are the topologies running?")
 
 
 def test_errors_carry_their_fields_and_survive_pickling():

@@ -12,17 +12,32 @@ from streamflow import (
     InvalidRuntimeBuildId,
     InvalidWorkflow,
     InvalidWorkflowPatchId,
+    RetryPolicy,
     RuntimeBuildId,
     SerializationError,
     WorkflowPatchId,
     WorkflowSpec,
 )
-from streamflow.core.ids import validate_run_id
+from streamflow.core import decide as d
+from streamflow.core.ids import idempotency_key, validate_run_id
 
 
 @pytest.mark.parametrize("good", ["a", "run-1", "A_b-9", "550e8400-e29b-41d4-a716-446655440000"])
 def test_valid_run_ids(good):
     assert validate_run_id(good) == good
+
+
+def test_the_step_idempotency_key_names_the_run_and_the_step():
+    assert idempotency_key("run-1", "charge") == "flow:run-1:charge"
+    effect = d.RunStep(
+        run_id="run-1",
+        step_id="charge",
+        step_name="charge",
+        input=None,
+        attempt=2,
+        retry=RetryPolicy(),
+    )
+    assert effect.idempotency_key == "flow:run-1:charge"  # the same for every attempt
 
 
 @pytest.mark.parametrize("bad", ["", " ", "a b", "a/b", "a.b", "é", "a\x00"])
