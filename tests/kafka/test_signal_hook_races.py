@@ -67,7 +67,8 @@ async def test_the_same_signal_from_two_clients_at_once_gives_one_event(
             replies = await asyncio.gather(
                 first.send_signal(run_id, signal), second.send_signal(run_id, signal)
             )
-            assert all(reply.ok for reply in replies)
+            # Both acknowledged (a refusal raises) with the run as the journal recorded it.
+            assert [reply.run_id for reply in replies] == [run_id, run_id]
             done = await driver.wait_for(run_id, lambda s: s.is_terminal, timeout=30)
             assert done.output == {"round": i}
             history = await driver.history(run_id)
@@ -103,7 +104,8 @@ async def test_the_same_hook_resumed_twice_gives_one_hook_received(kafka, tmp_pa
                 first.resume_hook(run_id, "h", {"round": i}),
                 second.resume_hook(run_id, "h", {"round": i}),
             )
-            assert all(reply.ok for reply in replies)
+            # Both acknowledged (a refusal raises) with the run as the journal recorded it.
+            assert [reply.run_id for reply in replies] == [run_id, run_id]
             done = await driver.wait_for(run_id, lambda s: s.is_terminal, timeout=30)
             assert done.output == {"round": i}
             history = await driver.history(run_id)
