@@ -46,6 +46,7 @@ from streamflow.core.errors import (
 from streamflow.core.jsonvalue import JsonValue, canonical, dumps_compact, json_equal
 from streamflow.core.snapshot import (
     ChildWorkflowSnapshot,
+    HookSnapshot,
     HookStatus,
     StepStatus,
     WaitStatus,
@@ -361,6 +362,24 @@ def decide_signal(snapshot: WorkflowRunSnapshot, signal: WorkflowSignal) -> Outc
 # -- hooks (code-free) ---------------------------------------------------------------------------
 
 
+def _hook_to_resolve(
+    snapshot: WorkflowRunSnapshot, hook_id: str, token_digest: str | None
+) -> HookSnapshot | Rejected:
+    """The hook a resume or dispose addresses, or why neither can apply: an unknown hook
+    (``RunTerminal`` once the run ended), another token than the one a by-token callback
+    presented, or an active hook of a run that already ended."""
+    hook = snapshot.hooks.get(hook_id)
+    if hook is None:
+        if snapshot.is_terminal:
+            return Rejected(RunTerminal(snapshot.run_id))
+        return invalid(f"hook {hook_id} does not exist for run {snapshot.run_id}")
+    if token_digest is not None and not digests_equal(hook.token_digest, token_digest):
+        return Rejected(HookTokenNotFound(token_digest))
+    if hook.status is HookStatus.ACTIVE and snapshot.is_terminal:
+        return Rejected(RunTerminal(snapshot.run_id))
+    return hook
+
+
 def decide_resume_hook(
     snapshot: WorkflowRunSnapshot,
     hook_id: str,
@@ -371,17 +390,11 @@ def decide_resume_hook(
     """Record a hook callback. An exact redelivery is a no-op (``Decision()``); a callback
     that contradicts the hook's durable resolution is ``HookConflict``. Given the digest of
     the token a by-token callback presented, the hook must still hold that token."""
-    hook = snapshot.hooks.get(hook_id)
-    if hook is None:
-        if snapshot.is_terminal:
-            return Rejected(RunTerminal(snapshot.run_id))
-        return invalid(f"hook {hook_id} does not exist for run {snapshot.run_id}")
-    if token_digest is not None and not digests_equal(hook.token_digest, token_digest):
-        return Rejected(HookTokenNotFound(token_digest))
+    hook = _hook_to_resolve(snapshot, hook_id, token_digest)
+    if isinstance(hook, Rejected):
+        return hook
     run_id = snapshot.run_id
     if hook.status is HookStatus.ACTIVE:
-        if snapshot.is_terminal:
-            return Rejected(RunTerminal(run_id))
         return Decision(events=(ev.HookReceived(hook_id=hook_id, payload=payload),))
     if hook.status is HookStatus.RECEIVED:
         if json_equal(hook.payload, payload):
@@ -398,17 +411,11 @@ def decide_dispose_hook(
     snapshot: WorkflowRunSnapshot, hook_id: str, *, token_digest: str | None = None
 ) -> Outcome:
     """Revoke a hook. Disposing a disposed hook again is a no-op."""
-    hook = snapshot.hooks.get(hook_id)
-    if hook is None:
-        if snapshot.is_terminal:
-            return Rejected(RunTerminal(snapshot.run_id))
-        return invalid(f"hook {hook_id} does not exist for run {snapshot.run_id}")
-    if token_digest is not None and not digests_equal(hook.token_digest, token_digest):
-        return Rejected(HookTokenNotFound(token_digest))
+    hook = _hook_to_resolve(snapshot, hook_id, token_digest)
+    if isinstance(hook, Rejected):
+        return hook
     run_id = snapshot.run_id
     if hook.status is HookStatus.ACTIVE:
-        if snapshot.is_terminal:
-            return Rejected(RunTerminal(run_id))
         return Decision(events=(ev.HookDisposed(hook_id=hook_id),))
     if hook.status is HookStatus.DISPOSED:
         return Decision()
