@@ -28,10 +28,12 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from streamflow.core.errors import Fenced as Fenced
 from streamflow.kafka.clients import consumer, producer, reader
 from streamflow.kafka.config import KafkaSettings
+from streamflow.topologies.eos_sweep import find_stuck, sweep
 from streamflow.topologies.watchdog import BoundedCaller, HangHandler, Hung, Watchdog
 
 log = logging.getLogger("streamflow.eos")
@@ -123,6 +125,8 @@ class ClientKeeper:
         self._progress_checked_at = 0.0
         self._probe: Consumer | None = None
         """A group-less reader for :meth:`_check_progress`, made on first use."""
+        self._admin: AdminClient | None = None
+        """For :meth:`_sweep_hanging`, made on first use."""
         """Partitions may be paused that must not be (see :meth:`_resume_assigned`)."""
         self._abandoned: list[float] = []
         self._replaced: list[float] = []
@@ -334,6 +338,7 @@ class ClientKeeper:
                 self._call(
                     "init_transactions", self._producer.init_transactions, self._call_timeout
                 )
+                self._sweep_hanging()
                 return
             except Hung as exc:
                 log.warning("%s: %s; replacing the producer", self.component, exc)
@@ -359,6 +364,42 @@ class ClientKeeper:
                     self._on_hang(self.component, what, GIVE_UP_AFTER)
                     raise Fenced(f"{self.component}: {what}") from exc
             self._serve_group(min(0.2 * 2**attempt, MAX_BACKOFF))
+
+    def _sweep_hanging(self) -> None:
+        """End any transaction of this transactional id that a broker crash left open and no
+        coordinator knows of (:mod:`~streamflow.topologies.eos_sweep`): right after
+        ``init_transactions``, which ended everything the coordinator knows, nothing of ours
+        can legitimately be open."""
+        group = self._consumer_config[0]
+        try:
+            if self._admin is None:
+                config = self._settings.client({"client.id": f"streamflow-{self.component}-sweep"})
+                self._admin = AdminClient(config)  # type: ignore[arg-type]
+            stuck = find_stuck(
+                self._admin, self._settings.namespace, group, self._input_topic, self._call_timeout
+            )
+        except (KafkaException, TimeoutError) as exc:
+            log.info("%s: could not look for transactions left open (%s)", self.component, exc)
+            return
+        if not stuck:
+            return
+        log.warning(
+            "%s: a transaction no coordinator will end holds %s (left open by a broker crash);"
+            " ending it with an aborted transaction of the same producer",
+            self.component,
+            stuck.describe(),
+        )
+        try:
+            sweep(self._producer, self._call, stuck, self._settings, group, self._call_timeout)
+        except Hung as exc:
+            log.warning("%s: %s; replacing the producer", self.component, exc)
+            self._replace_producer(abandon=True)  # its init_transactions sweeps again
+        except (KafkaException, BufferError) as exc:
+            log.warning(
+                "%s: ending the transaction left open failed (%s); the next producer tries again",
+                self.component,
+                exc,
+            )
 
     def _give_up_after(self, began: float, what: str) -> None:  # in a rebalance callback
         """A consumer that cannot reach its group coordinator for :data:`GIVE_UP_AFTER` seconds
