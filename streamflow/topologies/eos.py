@@ -543,6 +543,8 @@ class TransactionalTopology(ClientKeeper):
                 self._consumer.close()
                 if self._probe is not None:
                     self._probe.close()
+                for outsider in self._outsiders or ():
+                    outsider.close()
         finally:
             try:
                 if clean:

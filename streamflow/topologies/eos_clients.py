@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from streamflow.core.errors import Fenced as Fenced
 from streamflow.kafka.clients import consumer, producer, reader
@@ -125,8 +124,9 @@ class ClientKeeper:
         self._progress_checked_at = 0.0
         self._probe: Consumer | None = None
         """A group-less reader for :meth:`_check_progress`, made on first use."""
-        self._admin: AdminClient | None = None
-        """For :meth:`_sweep_hanging`, made on first use."""
+        self._outsiders: tuple[Consumer, Consumer] | None = None
+        """Group-less read_committed and read_uncommitted consumers with the group's id, for
+        :meth:`_sweep_hanging`, made on first use."""
         """Partitions may be paused that must not be (see :meth:`_resume_assigned`)."""
         self._abandoned: list[float] = []
         self._replaced: list[float] = []
@@ -135,6 +135,11 @@ class ClientKeeper:
 
     def forget(self) -> None:
         """Drop caches of partitions this instance may no longer own."""
+
+    def writes_to(self, topic: str) -> bool:
+        """Whether this topology produces into ``topic`` (of its namespace): where a
+        transaction of its own can be left open (:meth:`_sweep_hanging`)."""
+        return True
 
     def _on_assign(self, source: object, partitions: list[TopicPartition]) -> None:
         raise NotImplementedError
@@ -372,13 +377,22 @@ class ClientKeeper:
         can legitimately be open."""
         group = self._consumer_config[0]
         try:
-            if self._admin is None:
-                config = self._settings.client({"client.id": f"streamflow-{self.component}-sweep"})
-                self._admin = AdminClient(config)  # type: ignore[arg-type]
+            if self._outsiders is None:
+                stable = consumer(self._settings, group)
+                raw = consumer(
+                    self._settings, group, None, **{"isolation.level": "read_uncommitted"}
+                )
+                self._outsiders = (stable, raw)
+            stable, raw = self._outsiders
             stuck = find_stuck(
-                self._admin, self._settings.namespace, group, self._input_topic, self._call_timeout
+                stable,
+                raw,
+                self._settings.namespace,
+                self._input_topic,
+                self.writes_to,
+                self._call_timeout,
             )
-        except (KafkaException, TimeoutError) as exc:
+        except KafkaException as exc:
             log.info("%s: could not look for transactions left open (%s)", self.component, exc)
             return
         if not stuck:
@@ -390,7 +404,7 @@ class ClientKeeper:
             stuck.describe(),
         )
         try:
-            sweep(self._producer, self._call, stuck, self._settings, group, self._call_timeout)
+            sweep(self._producer, self._call, stuck, stable, self._call_timeout)
         except Hung as exc:
             log.warning("%s: %s; replacing the producer", self.component, exc)
             self._replace_producer(abandon=True)  # its init_transactions sweeps again

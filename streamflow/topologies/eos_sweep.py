@@ -18,7 +18,8 @@ member generation) and **aborts** it. The abort marker ends the hanging transact
 wrote is never visible, its offsets never count, and its input is handled again from the
 committed offsets. A partition held by another producer's live transaction only gets an aborted
 record of ours (harmless; it was open anyway). Nothing is done, and nothing is written, when
-nothing is stuck — the normal case costs four metadata requests at startup.
+nothing is stuck — the normal case costs a watermark query per partition the topology writes,
+and one committed-offsets query, at each start of its producer.
 """
 
 from __future__ import annotations
@@ -29,23 +30,19 @@ from dataclasses import dataclass
 
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupTopicPartitions,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
-    OffsetSpec,
-)
-
-from streamflow.kafka.config import KafkaSettings
 
 __all__ = ["SWEEP_KEY", "Stuck", "find_stuck", "sweep"]
 
 log = logging.getLogger("streamflow.eos")
+
+UNSTABLE_AFTER = 2.0
+"""Seconds the group's committed offsets may stay unstable before the sweep counts them as
+held (a live transaction of another member ends in milliseconds; aborting ours is harmless)."""
 
 SWEEP_KEY = b"streamflow.sweep"
 """Key of the record an aborted sweep writes (keyed: compacted topics refuse unkeyed records)."""
@@ -61,7 +58,8 @@ class Stuck:
     partitions: list[TopicPartition]
     """Partitions of the namespace whose last stable offset is behind their end."""
     offsets: list[TopicPartition]
-    """Partitions whose committed offset in the group is unstable (with the stable value)."""
+    """The group's input partitions, with their stable committed offsets, when a commit on
+    them stayed unstable."""
 
     def __bool__(self) -> bool:
         return bool(self.partitions or self.offsets)
@@ -74,58 +72,60 @@ class Stuck:
 
 
 def find_stuck(
-    admin: AdminClient, namespace: str, group: str, input_topic: str, timeout: float
+    stable: Consumer,
+    raw: Consumer,
+    namespace: str,
+    input_topic: str,
+    writes_to: Callable[[str], bool],
+    timeout: float,
 ) -> Stuck:
-    """Partitions of ``namespace`` and offsets of ``group`` (which consumes ``input_topic``) a
-    transaction holds right now."""
-    metadata = admin.list_topics(timeout=timeout)
+    """Partitions of ``namespace`` (those ``writes_to`` admits) and offsets of the group on
+    ``input_topic`` that a transaction holds right now. ``stable`` and ``raw`` are group-less
+    consumers with the group's id (they never join it), read_committed and read_uncommitted:
+    their watermarks are a partition's last stable offset and its end, and only ``raw`` can
+    read an unstable commit (its stable value). Consumer calls only: librdkafka's admin
+    requests can abort the process when a broker goes away under them."""
+    metadata = raw.list_topics(timeout=timeout)
     prefix = f"{namespace}."
     partitions = [
         TopicPartition(name, p)
         for name, topic in sorted(metadata.topics.items())
-        if name.startswith(prefix) and topic.error is None
+        if name.startswith(prefix) and topic.error is None and writes_to(name)
         for p in sorted(topic.partitions)
     ]
-    stuck: list[TopicPartition] = []
-    if partitions:
-        stable = _ends(admin, partitions, IsolationLevel.READ_COMMITTED, timeout)
-        ends = _ends(admin, partitions, IsolationLevel.READ_UNCOMMITTED, timeout)
-        stuck = [tp for tp in partitions if stable[_key(tp)] < ends[_key(tp)]]
+    held = [tp for tp in partitions if _end(stable, tp, timeout) < _end(raw, tp, timeout)]
     inputs = [tp for tp in partitions if tp.topic == input_topic]
-    unstable = (
-        [
-            TopicPartition(tp.topic, tp.partition)
-            for tp in _group_offsets(admin, group, inputs, require_stable=True, timeout=timeout)
-            if tp.error is not None and tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT
+    if not inputs:
+        inputs = [
+            TopicPartition(input_topic, p) for p in sorted(metadata.topics[input_topic].partitions)
         ]
-        if inputs
-        else []
-    )
-    stable = (
-        {
-            _key(tp): tp.offset
-            for tp in _group_offsets(admin, group, unstable, require_stable=False, timeout=timeout)
-            if tp.error is None and tp.offset >= 0
-        }
-        if unstable
-        else {}
-    )
-    # The value offered does not matter (the sweep aborts it): only that the group's offsets
-    # partition joins the transaction. Offer the stable one, or 0 when there is none.
-    offsets = [TopicPartition(tp.topic, tp.partition, stable.get(_key(tp), 0)) for tp in unstable]
-    return Stuck(stuck, offsets)
+    offsets: list[TopicPartition] = []
+    try:
+        # read_committed: waits (librdkafka retries) while any commit on them is unstable.
+        stable.committed(inputs, timeout=min(timeout, UNSTABLE_AFTER))
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._TIMED_OUT:
+            raise
+        # The value offered does not matter (the sweep aborts it): only that the group's
+        # offsets partition joins the transaction. The stable one, or 0 when there is none.
+        offsets = [
+            TopicPartition(tp.topic, tp.partition, max(tp.offset, 0))
+            for tp in raw.committed(inputs, timeout=timeout)
+        ]
+    return Stuck(held, offsets)
 
 
 def sweep(
     producer: Producer,
     call: Call,
     stuck: Stuck,
-    settings: KafkaSettings,
-    group: str,
+    outsider: Consumer,
     timeout: float,
 ) -> None:
     """One transaction touching everything in ``stuck``, aborted (see the module docstring).
-    Raises what the producer raises; the caller decides what a failed sweep means."""
+    ``outsider``: a consumer with the group's id that never joined it (its metadata carries no
+    member generation). Raises what the producer raises; the caller decides what a failed
+    sweep means."""
     call("begin_transaction", producer.begin_transaction)
     try:
         for tp in stuck.partitions:
@@ -142,11 +142,7 @@ def sweep(
         if stuck.offsets:
             # No member generation: the group coordinator takes a transactional offset commit
             # without one, whoever is a member, and an aborted one never counts.
-            outsider = Consumer(settings.client({}, **{"group.id": group}))
-            try:
-                metadata = outsider.consumer_group_metadata()
-            finally:
-                outsider.close()
+            metadata = outsider.consumer_group_metadata()
             call(
                 "send_offsets_to_transaction",
                 producer.send_offsets_to_transaction,
@@ -158,37 +154,7 @@ def sweep(
         call("abort_transaction", producer.abort_transaction, timeout)
 
 
-def _key(tp: TopicPartition) -> tuple[str, int]:
-    return tp.topic, tp.partition
-
-
-def _ends(
-    admin: AdminClient, partitions: list[TopicPartition], level: IsolationLevel, timeout: float
-) -> dict[tuple[str, int], int]:
-    futures = admin.list_offsets(
-        {tp: OffsetSpec.latest() for tp in partitions},  # type: ignore[no-untyped-call]
-        isolation_level=level,
-        request_timeout=timeout,
-    )
-    return {_key(tp): future.result(timeout=timeout).offset for tp, future in futures.items()}
-
-
-def _group_offsets(
-    admin: AdminClient,
-    group: str,
-    partitions: list[TopicPartition] | None,
-    *,
-    require_stable: bool,
-    timeout: float,
-) -> list[TopicPartition]:
-    request = ConsumerGroupTopicPartitions(group, partitions)
-    futures = admin.list_consumer_group_offsets(
-        [request], require_stable=require_stable, request_timeout=timeout
-    )
-    try:
-        result = futures[group].result(timeout=timeout)
-    except KafkaException as exc:
-        if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
-            return []  # a group that never committed holds nothing
-        raise
-    return list(result.topic_partitions or [])
+def _end(source: Consumer, tp: TopicPartition, timeout: float) -> int:
+    """The end of ``tp`` as ``source`` may read it (its isolation level decides)."""
+    _low, high = source.get_watermark_offsets(tp, timeout=timeout, cached=False)
+    return int(high)

@@ -180,6 +180,17 @@ class Hooks(TransactionalTopology):
 
     # -- one record ----------------------------------------------------------------------------
 
+    def writes_to(self, topic: str) -> bool:
+        """The token index, incidents, requests, replies and dead letters."""
+        names = self._names
+        return topic in (
+            names.hook_tokens,
+            names.incidents,
+            names.requests,
+            names.replies,
+            names.dead_letters,
+        )
+
     def handle(self, msg: Message) -> None:
         """Handle one claim, release or callback (see the module docstring) in the open
         transaction."""

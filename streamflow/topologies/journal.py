@@ -233,6 +233,11 @@ class Journal(TransactionalTopology):
         self._txn = _Transaction(batch=self._state.batch())
         self._staged_counts = dict.fromkeys(COUNTED, 0)
 
+    def writes_to(self, topic: str) -> bool:
+        """Everything of the namespace but the audit stream, the token index and the routes."""
+        names = self._names
+        return topic not in (names.audit, names.hook_tokens, names.builds)
+
     def handle(self, msg: Message) -> None:
         """Decide one request and produce its events, effects and reply into the open
         transaction."""

@@ -198,6 +198,11 @@ class Observers(TransactionalTopology):
         """Whether the open transaction produced anything."""
         return self._produced
 
+    def writes_to(self, topic: str) -> bool:
+        """The audit and metrics streams and dead letters."""
+        names = self._names
+        return topic in (names.audit, names.metrics, names.dead_letters)
+
     def handle(self, msg: Message) -> None:
         """Observe (if new), index and audit one history record; a null value (a pruned run) is
         discarded."""

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from streamflow import WorkflowRunStatus
 from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
+from streamflow.kafka.clients import consumer
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.manifest import load_manifest
 from streamflow.kafka.naming import Names
@@ -81,9 +81,15 @@ def leave_hanging(broker: LocalKafkaBroker, settings: KafkaSettings) -> None:
 
 
 def stuck(settings: KafkaSettings) -> Stuck:
-    client = AdminClient({"bootstrap.servers": settings.bootstrap})
+    """What the journal's sweep would see now (its own view, with two outsider consumers)."""
     names = Names(settings.namespace)
-    return find_stuck(client, settings.namespace, names.journal_group, names.requests, 10)
+    stable = consumer(settings, names.journal_group)
+    raw = consumer(settings, names.journal_group, None, **{"isolation.level": "read_uncommitted"})
+    try:
+        return find_stuck(stable, raw, settings.namespace, names.requests, lambda _: True, 10)
+    finally:
+        stable.close()
+        raw.close()
 
 
 @pytest.mark.timeout(300)
