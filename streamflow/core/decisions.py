@@ -4,7 +4,7 @@ A decider (``core.transitions``, ``core.decide``) returns a :class:`Decision` (e
 and :data:`Effect` values to perform), a :class:`Rejected` carrying the typed error, or a
 verdict (:data:`FINISHED`, :data:`DEFERRED`, :data:`SUSPENDED`, :data:`REPLAY`). This module
 also holds what deciders take besides a snapshot: the :class:`Limits` commands are checked
-against and a step attempt's :data:`StepResult`.
+against and a step attempt's :data:`AttemptResult`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class RunStep:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StartRun:
+class LaunchRun:
     """Effect: create (idempotently) and start a child workflow or a continue-as-new
     successor. An existing run with the same spec, input and origin is left as it is."""
 
@@ -129,7 +129,7 @@ class ReleaseToken:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class QueryChild:
+class AskChild:
     """Effect: ask a child chain to report its outcome again. Resolutions are recorded in
     request order, so one that arrived before its elder siblings' was not recorded."""
 
@@ -140,12 +140,12 @@ class QueryChild:
 
 Effect: TypeAlias = (
     RunStep
-    | StartRun
+    | LaunchRun
     | ResolveParent
     | PropagateCancellation
     | ForceCancelChild
     | ReleaseToken
-    | QueryChild
+    | AskChild
 )
 
 
@@ -204,7 +204,7 @@ class StepErrored:
     now, whatever attempts its retry policy has left."""
 
 
-StepResult: TypeAlias = StepSucceeded | StepErrored
+AttemptResult: TypeAlias = StepSucceeded | StepErrored
 
 
 # -- building decisions (shared by the two families of deciders) ---------------------------------

@@ -13,7 +13,7 @@ snapshot, so both shells derive it the same way:
   whenever it drives a run (a crash between a run's event and its consequence is healed on
   the next drive).
 
-This is the one place that builds a child's or a successor's ``StartRun`` and its parent or
+This is the one place that builds a child's or a successor's ``LaunchRun`` and its parent or
 predecessor link.
 """
 
@@ -23,22 +23,22 @@ from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
 from streamflow.core.decide import (
+    AskChild,
+    LaunchRun,
     PropagateCancellation,
-    QueryChild,
     ReleaseToken,
     ResolveParent,
-    StartRun,
     eldest_blocking_child,
 )
 from streamflow.core.snapshot import ChildWorkflowSnapshot, WorkflowRunSnapshot
 from streamflow.core.tokens import resolution_of
 from streamflow.core.values import ChildWorkflowCancellationPolicy, ContinuationLink, ParentLink
 
-Obligation: TypeAlias = StartRun | PropagateCancellation | ResolveParent | ReleaseToken | QueryChild
+Obligation: TypeAlias = LaunchRun | PropagateCancellation | ResolveParent | ReleaseToken | AskChild
 """One thing a run owes: the effects a shell delivers to another run or to the token index."""
 
 
-def child_start(parent: WorkflowRunSnapshot, child: ChildWorkflowSnapshot) -> StartRun:
+def child_start(parent: WorkflowRunSnapshot, child: ChildWorkflowSnapshot) -> LaunchRun:
     """The start of ``child`` (a child workflow ``parent`` requested), with its parent link."""
     link = ParentLink(
         run_id=parent.run_id,
@@ -46,16 +46,16 @@ def child_start(parent: WorkflowRunSnapshot, child: ChildWorkflowSnapshot) -> St
         child_run_id=child.run_id,
         depth=parent.depth + 1,
     )
-    return StartRun(run_id=child.run_id, spec=child.spec, input=child.input, parent=link)
+    return LaunchRun(run_id=child.run_id, spec=child.spec, input=child.input, parent=link)
 
 
-def successor_start(snapshot: WorkflowRunSnapshot) -> StartRun | None:
+def successor_start(snapshot: WorkflowRunSnapshot) -> LaunchRun | None:
     """The start of the run ``snapshot`` continued as (``None``: it did not continue)."""
     continuation = snapshot.continuation
     if continuation is None:
         return None
     assert snapshot.spec is not None
-    return StartRun(
+    return LaunchRun(
         run_id=continuation.successor_run_id,
         spec=snapshot.spec,
         input=continuation.input,
@@ -125,7 +125,7 @@ def owed(snapshot: WorkflowRunSnapshot) -> list[Obligation]:
         eldest = eldest_blocking_child(snapshot)
         if eldest is not None:
             out.append(
-                QueryChild(
+                AskChild(
                     run_id=eldest.run_id, parent_run_id=snapshot.run_id, child_id=eldest.child_id
                 )
             )
@@ -144,7 +144,7 @@ def _may_hold_unrecorded_outcomes(snapshot: WorkflowRunSnapshot) -> bool:
 def key(obligation: Obligation) -> tuple[str, ...]:
     """What makes two obligations the same one (values such as inputs are not compared: an
     obligation is owed once per target)."""
-    if isinstance(obligation, StartRun):
+    if isinstance(obligation, LaunchRun):
         return ("start", obligation.run_id)
     if isinstance(obligation, PropagateCancellation):
         return ("cancel", obligation.run_id)

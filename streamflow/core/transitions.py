@@ -23,12 +23,12 @@ from streamflow.core.decisions import (
     FINISHED,
     REPLAY,
     SUSPENDED,
+    AttemptResult,
     Decision,
     Effect,
     ForceCancelChild,
     Outcome,
     Rejected,
-    StepResult,
     StepSucceeded,
     invalid,
     nondeterministic,
@@ -209,7 +209,7 @@ def decide_step_result(
     snapshot: WorkflowRunSnapshot,
     step_id: str,
     attempt: int,
-    result: StepResult,
+    result: AttemptResult,
     *,
     failed_at: datetime,
     now: datetime,
@@ -433,7 +433,7 @@ def decide_child_resolution(
     """Record a child chain's final outcome in the parent.
 
     Resolutions are recorded in request order: while an elder sibling the parent waits for is
-    still open, this one is ``DEFERRED`` (asked for again with :class:`QueryChild` once it is
+    still open, this one is ``DEFERRED`` (asked for again with :class:`AskChild` once it is
     the eldest). A duplicate, or a resolution for a parent that already ended, records nothing.
     """
     child = snapshot.child_workflows.get(child_id)

@@ -24,6 +24,7 @@ from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import incidents
+from streamflow.core import requests as rq
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
 from streamflow.core.commands import RuntimeCommand
@@ -141,6 +142,8 @@ class HostResult:
     """Whether this call appended anything."""
     effects: tuple[d.Effect, ...]
     """What the decision asks the caller to do next."""
+    forward: bool = False
+    """The run continued as new: the request acts on its successor (nothing was written)."""
 
 
 class FlowEngine:
@@ -243,17 +246,17 @@ class FlowEngine:
         value = normalize(input, "workflow input")
         check_payload(value, "workflow input", self._s.record_limits)
         async with self._runs.locked(run_id):
+            request = rq.StartRun(spec=spec, input=value)
+            facts = rq.Facts(
+                route_error=self._route_error(run_id, rq.concerned_build(None, request))
+            )
             for _ in range(self._s.max_replay_iterations):
                 cached = await self._runs.sync(run_id)
                 snap = None if cached is None else cached.snapshot
-                decision = d.decide_start(snap, run_id, spec, value)
-                if isinstance(decision, d.Rejected):
-                    raise decision.error
-                if decision.kind in (d.StartKind.NEW, d.StartKind.REPAIR):
-                    self._admit(run_id, spec.runtime_build_id)
+                events = self._decided(snap, request, facts, run_id)
                 target = cached or self._runs.fresh(run_id)
                 try:
-                    await self._commit(target, decision.events)
+                    await self._commit(target, events)
                 except EventConflict:
                     continue
                 return target
@@ -317,29 +320,23 @@ class FlowEngine:
             snap = await self._load(successor)
         return snap
 
-    async def _ensure_run(self, start: d.StartRun) -> WorkflowRunSnapshot:
+    async def _ensure_run(self, start: d.LaunchRun) -> WorkflowRunSnapshot:
         """Create (idempotently) a child or successor run with its exact spec, input and origin.
 
         An existing run with the same authority is left as it is; one with another authority
         fails closed with ``RunConflict``. No workflow code runs.
         """
+        request = rq.StartRun(
+            spec=start.spec, input=start.input, parent=start.parent, predecessor=start.predecessor
+        )
         async with self._runs.locked(start.run_id):
             for _ in range(self._s.max_replay_iterations):
                 cached = await self._runs.sync(start.run_id)
-                decision = d.decide_start(
-                    None if cached is None else cached.snapshot,
-                    start.run_id,
-                    start.spec,
-                    start.input,
-                    parent=start.parent,
-                    predecessor=start.predecessor,
-                    system=True,
-                )
-                if isinstance(decision, d.Rejected):
-                    raise decision.error
+                snap = None if cached is None else cached.snapshot
+                events = self._decided(snap, request, rq.Facts(), start.run_id)
                 target = cached or self._runs.fresh(start.run_id)
                 try:
-                    await self._commit(target, decision.events)
+                    await self._commit(target, events)
                 except EventConflict:
                     continue
                 return target.snapshot.copy()
@@ -582,7 +579,7 @@ class FlowEngine:
                 result = await result
         return checked_command(result)
 
-    async def _execute_step(self, effect: d.RunStep, cached: CachedRun) -> d.StepResult:
+    async def _execute_step(self, effect: d.RunStep, cached: CachedRun) -> d.AttemptResult:
         invocation = StepInvocation(
             run_id=effect.run_id,
             step_id=effect.step_id,
@@ -639,7 +636,7 @@ class FlowEngine:
         self,
         cached: CachedRun,
         effect: d.RunStep,
-        result: d.StepResult,
+        result: d.AttemptResult,
         failed_at: datetime,
         now: datetime,
     ) -> d.RunStep | None:
@@ -719,12 +716,32 @@ class FlowEngine:
         self._wakeup_listeners.append(listener)
         return lambda: self._wakeup_listeners.remove(listener)
 
+    def _route_error(self, run_id: str, build: str | None) -> FlowError | None:
+        """``RuntimeBuildUnavailable`` when this engine does not admit ``build``."""
+        if admits(self._s.compatibility, build):
+            return None
+        current = self._s.compatibility
+        return RuntimeBuildUnavailable(
+            run_id, build, None if current is None else str(current.current)
+        )
+
     def _admit(self, run_id: str, build: str | None) -> None:
-        if not admits(self._s.compatibility, build):
-            current = self._s.compatibility
-            raise RuntimeBuildUnavailable(
-                run_id, build, None if current is None else str(current.current)
-            )
+        error = self._route_error(run_id, build)
+        if error is not None:
+            raise error
+
+    def _decided(
+        self,
+        snap: WorkflowRunSnapshot | None,
+        request: rq.RequestKind,
+        facts: rq.Facts,
+        run_id: str,
+    ) -> tuple[ev.FlowEvent, ...]:
+        """The events a start decides (:func:`~streamflow.core.requests.decide_request`)."""
+        outcome = rq.decide_request(snap, request, facts, run_id=run_id, now=self._s.clock())
+        if isinstance(outcome, rq.Refuse):
+            raise outcome.error
+        return outcome.events if isinstance(outcome, rq.Append) else ()
 
     # -- host controls (no workflow code; immediate) -------------------------------------------
 
@@ -734,22 +751,29 @@ class FlowEngine:
     async def _host(
         self,
         run_id: str,
-        decider: Callable[[WorkflowRunSnapshot], d.Outcome],
-        *,
-        admission: bool,
+        request: rq.RequestKind,
+        child_outcomes: dict[str, WorkflowTerminalOutcome] | None = None,
     ) -> HostResult:
-        """Decide on a fresh projection and append; retry lost races. Reports the snapshot
-        after the append, whether this call appended anything, and the decision's effects."""
+        """Decide ``request`` on a fresh projection (the core decides:
+        :func:`~streamflow.core.requests.decide_request`) and append; retry lost races.
+        Reports the snapshot after the append, whether this call appended anything, the
+        decision's effects, and whether the request belongs to the run's successor."""
         validate_run_id(run_id)
         for _ in range(self._s.max_replay_iterations):
             snap = await self._load(run_id)
-            if admission and not snap.is_terminal:
-                self._admit(run_id, snap.runtime_build_id)
-            outcome = decider(snap)
-            if isinstance(outcome, d.Rejected):
+            route_error = (
+                self._route_error(run_id, rq.concerned_build(snap, request))
+                if rq.needs_route(snap, request)
+                else None
+            )
+            facts = rq.Facts(route_error=route_error, child_outcomes=child_outcomes or {})
+            outcome = rq.decide_request(snap, request, facts, run_id=run_id, now=self._s.clock())
+            if isinstance(outcome, rq.Refuse):
                 raise outcome.error
-            if not isinstance(outcome, d.Decision) or not outcome.events:
-                return HostResult(snap, False, ())
+            if isinstance(outcome, rq.Forward):
+                return HostResult(snap, False, (), forward=True)
+            if isinstance(outcome, rq.Nothing) or not outcome.events:
+                return HostResult(snap, False, outcome.effects)
             check_events(outcome.events, self._s.record_limits, run_id)
             try:
                 for event in outcome.events:
@@ -781,16 +805,14 @@ class FlowEngine:
         identical one) on the active leaf without driving the cleanup."""
         req = request or CancellationRequest()
         leaf = await self._leaf(run_id)
-        result = await self._host(
-            leaf.run_id, lambda s: d.decide_cancellation_request(s, req), admission=True
-        )
+        result = await self._host(leaf.run_id, rq.CancelRun(request=req))
         return result.snapshot
 
     async def force_cancel(self, run_id: str, reason: str | None = None) -> WorkflowRunSnapshot:
         """End the chain's active leaf now with ``run_cancelled``: no workflow code, no
         admission. Open ``request_cancellation`` children end the same way first (their
         outcomes are recorded in the parent); ``abandon`` children keep running."""
-        return await self._terminate(run_id, ev.RunCancelled(reason=reason))
+        return await self._terminate(run_id, rq.ForceCancelRun(reason=reason))
 
     cancel = force_cancel
 
@@ -798,18 +820,26 @@ class FlowEngine:
         self, run_id: str, deadline: datetime, reason: str | None = None
     ) -> WorkflowRunSnapshot:
         """End the run now as timed out (status Failed, outcome TimedOut)."""
-        event = ev.RunTimedOut(deadline=require_utc(deadline, "deadline"), reason=reason)
-        return await self._terminate(run_id, event)
+        request = rq.TerminateRun(
+            kind=rq.TerminationKind.TIMEOUT,
+            deadline=require_utc(deadline, "deadline"),
+            reason=reason,
+        )
+        return await self._terminate(run_id, request)
 
     async def terminate_for_host_shutdown(
         self, run_id: str, reason: str | None = None
     ) -> WorkflowRunSnapshot:
         """End the run for good. Ordinary shutdowns must NOT call this: they leave runs
         non-terminal so a replacement process resumes them."""
-        return await self._terminate(run_id, ev.RunHostShutdown(reason=reason))
+        request = rq.TerminateRun(kind=rq.TerminationKind.HOST_SHUTDOWN, reason=reason)
+        return await self._terminate(run_id, request)
 
     async def _terminate(
-        self, run_id: str, event: ev.FlowEvent, ancestry: frozenset[str] = frozenset()
+        self,
+        run_id: str,
+        request: rq.ForceCancelRun | rq.TerminateRun,
+        ancestry: frozenset[str] = frozenset(),
     ) -> WorkflowRunSnapshot:
         leaf = await self._leaf(run_id)
         if leaf.run_id in ancestry:
@@ -817,24 +847,22 @@ class FlowEngine:
         if leaf.is_terminal:
             return leaf
         lineage = ancestry | {leaf.run_id}
-        reason = d.termination_reason(event)
+        reason = request.reason
         outcomes: dict[str, WorkflowTerminalOutcome] = {}
         for child in leaf.open_children_in_order():
             # Restored if missing (never driven); checked if not.
             await self._ensure_run(child_start(leaf, child))
             if child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION:
-                ended = await self._terminate(child.run_id, ev.RunCancelled(reason=reason), lineage)
+                taken = rq.ForceCancelRun(reason=reason, propagated=True)
+                ended = await self._terminate(child.run_id, taken, lineage)
                 if ended.terminal_outcome is not None:
                     outcomes[child.child_id] = ended.terminal_outcome
-        result = await self._host(
-            leaf.run_id,
-            lambda s: d.decide_termination(s, event, outcomes),
-            admission=False,
-        )
+        result = await self._host(leaf.run_id, request, outcomes)
         for effect in result.effects:
             # A child requested while we were ending the others: end it too.
             if isinstance(effect, d.ForceCancelChild):
-                await self._terminate(effect.run_id, ev.RunCancelled(reason=effect.reason), lineage)
+                taken = rq.ForceCancelRun(reason=effect.reason, propagated=True)
+                await self._terminate(effect.run_id, taken, lineage)
         if ancestry:
             return result.snapshot  # a child ended by its parent's termination: no wake-up
         return await self._propagate(result.snapshot, self._s.clock())
@@ -843,9 +871,7 @@ class FlowEngine:
         """Record host progress on the chain's active leaf (idempotent by ``progress_id``);
         does not drive."""
         leaf = await self._leaf(run_id)
-        result = await self._host(
-            leaf.run_id, lambda s: d.decide_host_progress(s, progress), admission=False
-        )
+        result = await self._host(leaf.run_id, rq.RecordProgress(progress=progress))
         return result.snapshot
 
     async def link_child_operation(
@@ -854,9 +880,7 @@ class FlowEngine:
         """Link an external child operation on the chain's active leaf (idempotent by
         ``reference_id``); does not drive."""
         leaf = await self._leaf(run_id)
-        result = await self._host(
-            leaf.run_id, lambda s: d.decide_host_link(s, child), admission=False
-        )
+        result = await self._host(leaf.run_id, rq.LinkChild(child=child))
         return result.snapshot
 
     # -- signals -----------------------------------------------------------------------------
@@ -883,19 +907,18 @@ class FlowEngine:
             raise problem.error
         validate_run_id(run_id)
         walk = self._walk(run_id)
-        snap = await self._load(run_id)
+        request = rq.SendSignal(signal=signal)
+        current = run_id
         while True:
-            recorded = d.recorded_signal(snap, signal)
-            if isinstance(recorded, d.Rejected):
-                raise recorded.error
-            if recorded is not None:  # an exact redelivery: nothing to write
-                return await self._leaf(snap.run_id), False
-            successor = await self._next_in_chain(snap, walk)
-            if successor is None:
+            result = await self._host(current, request)
+            if not result.forward:
                 break
-            snap = await self._load(successor)
-        leaf_id = snap.run_id
-        result = await self._host(leaf_id, lambda s: d.decide_signal(s, signal), admission=True)
+            successor = await self._next_in_chain(result.snapshot, walk)
+            assert successor is not None
+            current = successor
+        if not result.appended and result.snapshot.continuation is not None:
+            # An exact redelivery recorded by an earlier run of the chain: report the leaf.
+            return await self._leaf(current), False
         return result.snapshot, result.appended
 
     # -- hooks ---------------------------------------------------------------------------------
@@ -920,11 +943,8 @@ class FlowEngine:
         Returns the snapshot and whether this call committed it."""
         value: JsonValue = normalize(payload, "hook payload")
         try:
-            result = await self._host(
-                run_id,
-                lambda s: d.decide_resume_hook(s, hook_id, value, token_digest=token_digest),
-                admission=True,
-            )
+            request = rq.ResumeHook(hook_id=hook_id, payload=value, token_digest=token_digest)
+            result = await self._host(run_id, request)
         except HookConflict:
             if self._s.metrics is not None:
                 self._s.metrics.callback_conflict("hook_conflict")
@@ -941,9 +961,7 @@ class FlowEngine:
     ) -> tuple[WorkflowRunSnapshot, bool]:
         """The durable half of :meth:`dispose_hook`."""
         result = await self._host(
-            run_id,
-            lambda s: d.decide_dispose_hook(s, hook_id, token_digest=token_digest),
-            admission=True,
+            run_id, rq.DisposeHook(hook_id=hook_id, token_digest=token_digest)
         )
         return result.snapshot, result.appended
 
@@ -1013,9 +1031,7 @@ class FlowEngine:
         Returns the snapshot and whether *this call* committed the completion, so redelivered
         timer tasks can report only the commits they made.
         """
-        result = await self._host(
-            run_id, lambda s: d.decide_resume_wait(s, wait_id), admission=True
-        )
+        result = await self._host(run_id, rq.WakeUp(wait_id=wait_id, due_at=self._s.clock()))
         return result.snapshot, result.appended
 
     # -- results --------------------------------------------------------------------------------

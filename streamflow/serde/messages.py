@@ -23,21 +23,55 @@ from datetime import datetime
 from enum import Enum
 from typing import TypeAlias
 
-from streamflow.core.events import FlowEvent
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.requests import (
+    CancelRun as CancelRun,
+)
+from streamflow.core.requests import (
+    DisposeHook as DisposeHook,
+)
+from streamflow.core.requests import (
+    ForceCancelRun as ForceCancelRun,
+)
+from streamflow.core.requests import (
+    LinkChild as LinkChild,
+)
+from streamflow.core.requests import (
+    Proposal as Proposal,
+)
+from streamflow.core.requests import (
+    QueryChild as QueryChild,
+)
+from streamflow.core.requests import (
+    RecordProgress as RecordProgress,
+)
+from streamflow.core.requests import (
+    ResolveChild as ResolveChild,
+)
+from streamflow.core.requests import (
+    ResumeHook as ResumeHook,
+)
+from streamflow.core.requests import (
+    SendSignal as SendSignal,
+)
+from streamflow.core.requests import (  # the request kinds the core decides; re-exported
+    StartRun as StartRun,
+)
+from streamflow.core.requests import (
+    StepResult as StepResult,
+)
+from streamflow.core.requests import (
+    TerminateRun as TerminateRun,
+)
+from streamflow.core.requests import (
+    TerminationKind as TerminationKind,
+)
+from streamflow.core.requests import (
+    WakeUp as WakeUp,
+)
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
-from streamflow.core.spec import WorkflowSpec
-from streamflow.core.values import (
-    CancellationRequest,
-    ChildOperationReference,
-    ContinuationLink,
-    ParentLink,
-    WorkflowProgress,
-    WorkflowSignal,
-    WorkflowTerminalOutcome,
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,164 +86,7 @@ class ErrorInfo:
     """Constructor fields, each JSON-encoded, e.g. ``{"reason": "\\"spec differs\\""}``."""
 
 
-# -- request bodies ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StartRun:
-    """Start a run with ``spec`` and ``input`` (the journal appends ``run_created`` and
-    ``run_started``); the same start again is acknowledged, another spec or input is
-    ``RunConflict``."""
-
-    spec: WorkflowSpec
-    input: JsonValue = None
-    parent: ParentLink | None = None
-    """Set when a parent's ``child_workflow_requested`` starts this run (journal only)."""
-    predecessor: ContinuationLink | None = None
-    """Set when a predecessor's ``run_continued_as_new`` starts this run (journal only)."""
-
-    @property
-    def system(self) -> bool:
-        """Written by the journal as the consequence of another run's event: compared by
-        origin too, and never refused for a missing build route (the run waits for one)."""
-        return self.parent is not None or self.predecessor is not None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CancelRun:
-    """Cleanup-aware cancellation request."""
-
-    request: CancellationRequest
-    propagated: bool = False
-    """Handed on by a parent's cancellation: an existing different request is kept, not a
-    conflict, and no build route is required."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ForceCancelRun:
-    """End the run cancelled at once (``run_cancelled``), running no workflow code."""
-
-    reason: str | None = None
-    propagated: bool = False
-    """A parent ended immediately and takes this child chain with it."""
-
-
-class TerminationKind(str, Enum):
-    """Which immediate termination a :class:`TerminateRun` asks for: ``run_timed_out`` or
-    ``run_host_shutdown``."""
-
-    TIMEOUT = "timeout"
-    HOST_SHUTDOWN = "host_shutdown"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TerminateRun:
-    """End the run at once with ``run_timed_out`` or ``run_host_shutdown``, running no workflow
-    code."""
-
-    kind: TerminationKind
-    deadline: datetime | None = None
-    """Required for ``timeout``."""
-    reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordProgress:
-    """Record a progress record from the host (idempotent by progress id)."""
-
-    progress: WorkflowProgress
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LinkChild:
-    """Link an external operation from the host (idempotent by reference id)."""
-
-    child: ChildOperationReference
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepResult:
-    """A worker's outcome for one step attempt (at least once; stale ones are ignored)."""
-
-    step_id: str
-    attempt: int
-    ok: bool
-    output: JsonValue = None
-    """The step's output when ``ok``."""
-    error: str | None = None
-    """The attempt's error text when not ``ok``."""
-    finished_at: datetime
-    """Worker wall clock when the attempt ended (anchors retry deadlines)."""
-    retryable: bool = True
-    """``False`` when step code raised ``NonRetryable``: no retry, whatever the policy."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WakeUp:
-    """A due timer: complete ``wait_id`` (duplicates converge on one ``wait_completed``)."""
-
-    wait_id: str
-    due_at: datetime
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Proposal:
-    """A processor's decision: events to append iff the run's last sequence still equals
-    ``expected_sequence``."""
-
-    expected_sequence: int
-    events: tuple[FlowEvent, ...]
-    build: str | None = None
-    """The proposing processor's build."""
-    processor: str = ""
-    """The proposing processor instance (diagnostics)."""
-    claim_id: str | None = None
-    """Set when the hooks topology forwards a proposal whose ``hook_created`` claimed a token:
-    the claim the journal releases if the proposal turns out stale."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SendSignal:
-    """Deliver a named signal (de-duplicated by ``signal_id`` along the continuation chain)."""
-
-    signal: WorkflowSignal
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResumeHook:
-    """A hook callback. ``token_digest`` is set when the hooks topology routed a callback by
-    token: the hook must still hold that token."""
-
-    hook_id: str
-    payload: JsonValue = None
-    token_digest: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DisposeHook:
-    """Dispose a hook; ``token_digest`` as for :class:`ResumeHook`."""
-
-    hook_id: str
-    token_digest: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResolveChild:
-    """A child chain ended: record its outcome in the parent (``run_id`` of the request)."""
-
-    child_id: str
-    child_run_id: str
-    """The run id the parent requested (the first run of the child's chain)."""
-    outcome: WorkflowTerminalOutcome
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QueryChild:
-    """Ask a child chain (``run_id`` of the request) to report its outcome to the parent
-    again, if it has one (resolutions are recorded in request order)."""
-
-    parent_run_id: str
-    child_id: str
+# -- request bodies: the core's request kinds (streamflow.core.requests), and the prune protocol
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,6 +27,7 @@ from confluent_kafka import KafkaError, Message
 from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
+from streamflow.core import requests as rq
 from streamflow.core.errors import (
     ContinueAsNewLimitExceeded,
     FlowError,
@@ -50,7 +51,6 @@ from streamflow.core.retention import (
     FlowHistoryTombstone,
     HistoryHold,
     check_hold,
-    pruned_run,
     seal_refusal,
     tombstone,
 )
@@ -446,194 +446,52 @@ class Journal(TransactionalTopology):
     def _decide(
         self, request: m.Request, snap: WorkflowRunSnapshot | None, now: datetime
     ) -> _Outcome:
+        """The core decides (:func:`~streamflow.core.requests.decide_request`); this shell
+        only supplies the facts it alone knows."""
         body = request.body
-        run_id = request.run_id
-        if isinstance(body, m.StartRun):
-            return self._start(run_id, body, snap, now)
-        if snap is None or snap.spec is None:
-            quiet = (m.Proposal, m.StepResult, m.WakeUp, m.ResolveChild, m.QueryChild)
-            if isinstance(body, quiet) and not request.reply:
-                return _Outcome()
-            return _Outcome(error=RunNotFound(run_id))
-        successor = None if snap.continuation is None else snap.continuation.successor_run_id
-        if isinstance(body, m.Proposal):
-            return self._proposal(snap, body)
-        if isinstance(body, m.StepResult):
-            result: d.StepResult = (
-                d.StepSucceeded(body.output)
-                if body.ok
-                else d.StepErrored(body.error or "", retryable=body.retryable)
-            )
-            return _from(
-                d.decide_step_result(
-                    snap, body.step_id, body.attempt, result, failed_at=body.finished_at, now=now
-                )
-            )
-        if isinstance(body, m.WakeUp):
-            if not snap.is_terminal and not self._routes.has_route(snap.runtime_build_id, now):
-                return _Outcome(error=_no_route(snap))
-            return _from(d.decide_resume_wait(snap, body.wait_id))
-        if isinstance(body, m.ResumeHook | m.DisposeHook):
-            return self._hook(snap, body, now)
-        if isinstance(body, m.ResolveChild):
-            return _from(d.decide_child_resolution(snap, body.child_id, body.outcome))
-        # Everything below acts on a chain's active leaf: a run that continued as new hands
-        # the request on to its successor.
-        if isinstance(body, m.SendSignal):
-            recorded = d.recorded_signal(snap, body.signal)
-            if recorded is not None:
-                return _from(recorded)
-            if successor is not None:
-                return _Outcome(forward_to=successor)
-            if not snap.is_terminal and not self._routes.has_route(snap.runtime_build_id, now):
-                return _Outcome(error=_no_route(snap))
-            return _from(d.decide_signal(snap, body.signal))
-        if successor is not None:
-            return _Outcome(forward_to=successor)
-        if isinstance(body, m.QueryChild):
-            return self._query_child(snap, body)
-        if isinstance(body, m.CancelRun):
-            if body.propagated:
-                outcome = d.decide_cancellation_request(snap, body.request)
-                return _Outcome() if isinstance(outcome, d.Rejected) else _from(outcome)
-            if not snap.is_terminal and not self._routes.has_route(snap.runtime_build_id, now):
-                return _Outcome(error=_no_route(snap))
-            return _from(d.decide_cancellation_request(snap, body.request))
-        if isinstance(body, m.ForceCancelRun):
-            return _from(d.decide_termination(snap, ev.RunCancelled(reason=body.reason)))
-        if isinstance(body, m.TerminateRun):
-            if body.kind is m.TerminationKind.TIMEOUT:
-                if body.deadline is None:
-                    return _Outcome(error=InvalidTransition("a timeout needs a deadline"))
-                event: ev.FlowEvent = ev.RunTimedOut(deadline=body.deadline, reason=body.reason)
-            else:
-                event = ev.RunHostShutdown(reason=body.reason)
-            return _from(d.decide_termination(snap, event))
-        if isinstance(body, m.RecordProgress):
-            return _from(d.decide_host_progress(snap, body.progress))
-        if isinstance(body, m.LinkChild):
-            return self._link(snap, body, now)
-        raise AssertionError(f"unhandled request body {type(body).__name__}")
-
-    def _start(
-        self, run_id: str, body: m.StartRun, snap: WorkflowRunSnapshot | None, now: datetime
-    ) -> _Outcome:
-        try:
-            body.spec.validate()
-        except FlowError as exc:
-            return _Outcome(error=exc, incident=body.system)
-        if snap is None and self._retention_of(run_id).tombstone is not None:
-            return _Outcome(error=pruned_run(run_id), incident=body.system)
-        decision = d.decide_start(
+        if isinstance(body, RETENTION_BODIES):
+            raise AssertionError("retention requests are handled by _retention_request")
+        outcome = rq.decide_request(
             snap,
-            run_id,
-            body.spec,
-            body.input,
-            parent=body.parent,
-            predecessor=body.predecessor,
-            system=body.system,
+            body,
+            self._facts(request.run_id, body, snap, now),
+            run_id=request.run_id,
+            now=now,
+            reply=request.reply,
         )
-        if isinstance(decision, d.Rejected):
-            # A child or successor whose id is taken by another run fails closed; nobody
-            # waits for a reply, so it is reported as an incident of that run.
-            return _Outcome(error=decision.error, incident=body.system)
-        if not body.system and decision.kind in (d.StartKind.NEW, d.StartKind.REPAIR):
-            build = body.spec.runtime_build_id
-            if not self._routes.has_route(build, now):
-                return _Outcome(
-                    error=RuntimeBuildUnavailable(
-                        run_id, None if build is None else str(build), None, routed=True
-                    )
-                )
-        return _Outcome(events=decision.events)
-
-    def _proposal(self, snap: WorkflowRunSnapshot, body: m.Proposal) -> _Outcome:
-        claims = [e for e in body.events if isinstance(e, ev.HookCreated)]
-        if claims and body.claim_id is None:
-            return _Outcome(
-                error=InvalidTransition(
-                    "proposal rejected: hook_created must claim its token through the hooks "
-                    "topology"
-                ),
-                incident=True,
-            )
-        if body.expected_sequence != snap.last_sequence:
-            # Stale: the processor re-decides from the newer history. A token claimed for a
-            # hook this proposal would have created goes back, unless the hook holds it.
+        if isinstance(outcome, rq.Append):
+            return _Outcome(events=outcome.events, effects=outcome.effects, subject=outcome.subject)
+        if isinstance(outcome, rq.Refuse):
+            return _Outcome(error=outcome.error, incident=outcome.incident, subject=outcome.subject)
+        if isinstance(outcome, rq.Forward):
+            return _Outcome(forward_to=outcome.successor)
+        if outcome.stale:
             self._staged_counts[SEQUENCE_CONFLICTS] += 1
-            held = snap.active_hook_digests()
-            releases = tuple(
-                d.ReleaseToken(
-                    token_digest=c.token_digest,
-                    run_id=snap.run_id,
-                    hook_id=c.hook_id,
-                    claim_id=body.claim_id,
-                )
-                for c in claims
-                if held.get(c.hook_id) != c.token_digest
-            )
-            return _Outcome(effects=releases)
-        for event in body.events:
-            # What a processor may propose: the events workflow commands and the pre-replay
-            # repairs produce (origin CODE, CODE_OR_HOST, DERIVED). Events only the host writes
-            # (starts, step results, timer completion, cancellation requests, receipts) are
-            # refused even from a well-meaning processor.
-            if not event.ORIGIN.proposable:
-                return _Outcome(
-                    error=InvalidTransition(
-                        f"proposal rejected: processors may not propose {event.TYPE}"
-                    ),
-                    incident=True,
-                )
-        return _Outcome(events=body.events)
+        return _Outcome(effects=outcome.effects)
 
-    def _hook(
-        self, snap: WorkflowRunSnapshot, body: m.ResumeHook | m.DisposeHook, now: datetime
-    ) -> _Outcome:
-        if not snap.is_terminal and not self._routes.has_route(snap.runtime_build_id, now):
-            return _Outcome(error=_no_route(snap))
-        if isinstance(body, m.ResumeHook):
-            outcome = d.decide_resume_hook(
-                snap, body.hook_id, body.payload, token_digest=body.token_digest
-            )
-        else:
-            outcome = d.decide_dispose_hook(snap, body.hook_id, token_digest=body.token_digest)
-        subject = None if body.token_digest is None else body.hook_id
-        result = _from(outcome)
-        return _Outcome(events=result.events, error=result.error, subject=subject)
-
-    def _query_child(self, snap: WorkflowRunSnapshot, body: m.QueryChild) -> _Outcome:
-        link = snap.parent
-        if (
-            not snap.is_terminal
-            or snap.terminal_outcome is None
-            or link is None
-            or (link.run_id, link.child_id) != (body.parent_run_id, body.child_id)
-        ):
-            return _Outcome()  # still running: it reports by itself when it ends
-        resolve = d.ResolveParent(
-            parent_run_id=link.run_id,
-            child_id=link.child_id,
-            child_run_id=link.child_run_id,
-            outcome=snap.terminal_outcome,
+    def _facts(
+        self, run_id: str, body: rq.RequestKind, snap: WorkflowRunSnapshot | None, now: datetime
+    ) -> rq.Facts:
+        route_error: FlowError | None = None
+        if rq.needs_route(snap, body):
+            build = rq.concerned_build(snap, body)
+            if not self._routes.has_route(build, now):
+                route_error = RuntimeBuildUnavailable(run_id, build, None, routed=True)
+        tombstoned = (
+            isinstance(body, m.StartRun)
+            and snap is None
+            and self._retention_of(run_id).tombstone is not None
         )
-        return _Outcome(effects=(resolve,))
-
-    def _link(self, snap: WorkflowRunSnapshot, body: m.LinkChild, now: datetime) -> _Outcome:
-        linked = body.child.flow_run_id
-        if (
+        linked = body.child.flow_run_id if isinstance(body, m.LinkChild) else None
+        # Only a run on this partition is known here not to exist.
+        linked_missing = (
             linked is not None
-            and partition_for(linked, self._partitions)
-            == partition_for(snap.run_id, self._partitions)
+            and partition_for(linked, self._partitions) == partition_for(run_id, self._partitions)
             and self._snapshot(linked) is None
-        ):
-            return _Outcome(
-                error=InvalidTransition(
-                    f"child operation {body.child.reference_id} links workflow run {linked}, "
-                    "which does not exist"
-                )
-            )
-        return _from(d.decide_host_link(snap, body.child))
+        )
+        return rq.Facts(
+            route_error=route_error, tombstoned=tombstoned, linked_run_missing=linked_missing
+        )
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -694,7 +552,7 @@ class Journal(TransactionalTopology):
             self._release(effect)
             return
         body: m.RequestBody
-        if isinstance(effect, d.StartRun):
+        if isinstance(effect, d.LaunchRun):
             target = effect.run_id
             body = m.StartRun(
                 spec=effect.spec,
@@ -719,7 +577,7 @@ class Journal(TransactionalTopology):
             target = effect.run_id
             body = m.QueryChild(parent_run_id=effect.parent_run_id, child_id=effect.child_id)
         self._send(m.Request(request_id=str(uuid.uuid4()), run_id=target, sent_at=now, body=body))
-        if isinstance(effect, d.StartRun) and effect.parent and effect.predecessor is None:
+        if isinstance(effect, d.LaunchRun) and effect.parent and effect.predecessor is None:
             # The parent's child_workflow_requested and the child's start are both produced,
             # neither committed: the window a crash test kills the journal in.
             faults.hit("journal.after_child_request_produced")
@@ -1212,13 +1070,6 @@ def _from(outcome: d.Outcome) -> _Outcome:
     if isinstance(outcome, d.Decision):
         return _Outcome(events=outcome.events, effects=outcome.effects)
     return _Outcome()
-
-
-def _no_route(snap: WorkflowRunSnapshot) -> FlowError:
-    build = snap.runtime_build_id
-    return RuntimeBuildUnavailable(
-        snap.run_id, None if build is None else str(build), None, routed=True
-    )
 
 
 def validate_error(run_id: str) -> FlowError:

@@ -18,11 +18,11 @@ from streamflow import (
     WorkflowSpec,
 )
 from streamflow.core.decide import (
+    AskChild,
+    LaunchRun,
     PropagateCancellation,
-    QueryChild,
     ReleaseToken,
     ResolveParent,
-    StartRun,
 )
 from streamflow.core.obligations import key, newly_owed, owed
 from streamflow.core.projection import evolve, project
@@ -87,7 +87,7 @@ def test_a_run_with_nothing_pending_owes_nothing():
 
 def test_a_requested_child_is_owed_its_start_with_the_parent_link():
     (start,) = owed(snapshot(*START, request("a")))
-    assert start == StartRun(
+    assert start == LaunchRun(
         run_id="p-a",
         spec=CHILD,
         input={"child": "a"},
@@ -108,7 +108,7 @@ def test_a_run_that_continued_as_new_owes_its_successor_with_the_link():
     created = ev.RunCreated(spec=SPEC, input={"n": 1}, parent=parent)
     snap = snapshot(created, ev.RunStarted(), ev.RunContinuedAsNew(successor_run_id="p2", input=2))
     assert owed(snap) == [
-        StartRun(
+        LaunchRun(
             run_id="p2",
             spec=SPEC,
             input=2,
@@ -157,12 +157,12 @@ def test_a_hook_that_let_go_of_its_token_owes_its_release_with_the_resolution():
 
 
 def test_the_eldest_child_is_queried_once_a_sibling_resolved_or_a_cancellation_came():
-    assert not any(isinstance(o, QueryChild) for o in owed(snapshot(*START, request("a"))))
+    assert not any(isinstance(o, AskChild) for o in owed(snapshot(*START, request("a"))))
     after_sibling = owed(snapshot(*START, request("a"), request("b"), resolved("a")))
-    assert QueryChild(run_id="p-b", parent_run_id="p", child_id="b") in after_sibling
+    assert AskChild(run_id="p-b", parent_run_id="p", child_id="b") in after_sibling
     # Cancelled, the run no longer waits for an abandon child: the next one is its eldest.
     after_cancel = owed(snapshot(*START, request("a", ABANDON), request("b"), cancel()))
-    assert QueryChild(run_id="p-b", parent_run_id="p", child_id="b") in after_cancel
+    assert AskChild(run_id="p-b", parent_run_id="p", child_id="b") in after_cancel
 
 
 def test_obligations_are_delivered_once_per_target():
