@@ -129,7 +129,14 @@ class Deployment:
             settings,
             root,
             app=APP,
-            env={"STREAMFLOW_CHAOS_LEDGER": str(self.ledger), "STREAMFLOW_LOG_LEVEL": "INFO"},
+            env={
+                "STREAMFLOW_CHAOS_LEDGER": str(self.ledger),
+                "STREAMFLOW_LOG_LEVEL": "INFO",
+                # Topics the topologies create themselves (a build's tasks) get the same
+                # replication as the rest: with `dev` (one replica) a cluster that loses the
+                # node holding a tasks partition stalls the journal until it is back.
+                "STREAMFLOW_TOPIC_PROFILE": profile,
+            },
             args=dict.fromkeys(("journal", "processor", "worker", "timer", "hooks"), timeouts),
         )
         for role in ROLES_SCALED:
