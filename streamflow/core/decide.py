@@ -350,21 +350,38 @@ def _decide_hook(snapshot: WorkflowRunSnapshot, command: cmd.CreateHook) -> Deci
         return Decision(events=(created,), suspend=True)
     if not digests_equal(existing.token_digest, digest):
         return nondeterministic(snapshot, f"hook {hook_id} token", "<redacted>", "<redacted>")
-    if canonical(existing.metadata) != canonical(command.metadata):
-        return nondeterministic(
-            snapshot,
-            f"hook {hook_id} metadata",
-            canonical(existing.metadata),
-            canonical(command.metadata),
-        )
-    if existing.status is HookStatus.CANCELLED:
-        return invalid(
-            f"workflow rescheduled cancelled hook {hook_id}; cancellation cleanup must use a "
-            "distinct stable identity"
-        )
     # Active: stay suspended. Received or disposed: the hook cannot reopen (a new round needs a
     # new hook id); replay continues.
-    return Decision(suspend=existing.status is HookStatus.ACTIVE)
+    return _recorded_suspension(
+        snapshot,
+        f"hook {hook_id}",
+        existing.status,
+        "metadata",
+        canonical(existing.metadata),
+        canonical(command.metadata),
+    )
+
+
+def _recorded_suspension(
+    snapshot: WorkflowRunSnapshot,
+    subject: str,
+    status: HookStatus | WaitStatus,
+    field: str,
+    recorded: str,
+    requested: str,
+) -> Decision | Rejected:
+    """A suspension command (hook, timer wait, signal wait) for a ``subject`` history records,
+    now in ``status``: ``NonDeterministic`` when its ``field`` (rendered) differs from the
+    recorded one; refused when the subject was cancelled (cleanup must use a new stable
+    identity); else suspended while the subject is still open (active, waiting)."""
+    if recorded != requested:
+        return nondeterministic(snapshot, f"{subject} {field}", recorded, requested)
+    if status is HookStatus.CANCELLED or status is WaitStatus.CANCELLED:
+        return invalid(
+            f"workflow rescheduled cancelled {subject}; cancellation cleanup must use a distinct "
+            "stable identity"
+        )
+    return Decision(suspend=status is HookStatus.ACTIVE or status is WaitStatus.WAITING)
 
 
 def _decide_signal_wait(
@@ -382,19 +399,14 @@ def _decide_signal_wait(
     if existing is None:
         # Not a suspension yet: the next iteration pairs it with a queued delivery, if any.
         return Decision(events=(ev.SignalWaitCreated(wait_id=wait_id, signal_name=name),))
-    if existing.signal_name != name:
-        return nondeterministic(
-            snapshot,
-            f"signal wait {wait_id} name",
-            dumps_compact(existing.signal_name),
-            dumps_compact(name),
-        )
-    if existing.status is WaitStatus.CANCELLED:
-        return invalid(
-            f"workflow rescheduled cancelled signal wait {wait_id}; cancellation cleanup must "
-            "use a distinct stable identity"
-        )
-    return Decision(suspend=existing.status is WaitStatus.WAITING)
+    return _recorded_suspension(
+        snapshot,
+        f"signal wait {wait_id}",
+        existing.status,
+        "name",
+        dumps_compact(existing.signal_name),
+        dumps_compact(name),
+    )
 
 
 def _child_json(child: cmd.ChildWorkflowCommand | ChildWorkflowSnapshot) -> str:
@@ -534,18 +546,13 @@ def _decide_wait(snapshot: WorkflowRunSnapshot, command: cmd.WaitUntil) -> Decis
         return Decision(
             events=(ev.WaitCreated(wait_id=command.wait_id, resume_at=resume_at),), suspend=True
         )
-    if existing.resume_at != resume_at:
-        return nondeterministic(
-            snapshot,
-            f"wait {command.wait_id} resume_at",
-            format_utc(existing.resume_at),
-            format_utc(resume_at),
-        )
-    if existing.status is WaitStatus.CANCELLED:
-        return invalid(
-            f"workflow rescheduled cancelled wait {command.wait_id}; cancellation cleanup must "
-            "use a distinct stable identity"
-        )
     # Waiting: stay suspended. Completed: nothing new to do; replay continues (and a workflow
     # that keeps returning it exhausts the replay budget).
-    return Decision(suspend=existing.status is WaitStatus.WAITING)
+    return _recorded_suspension(
+        snapshot,
+        f"wait {command.wait_id}",
+        existing.status,
+        "resume_at",
+        format_utc(existing.resume_at),
+        format_utc(resume_at),
+    )

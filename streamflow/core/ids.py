@@ -4,8 +4,14 @@ idempotency key."""
 from __future__ import annotations
 
 import re
+from typing import ClassVar, Self
 
-from streamflow.core.errors import InvalidRunId, InvalidRuntimeBuildId, InvalidWorkflowPatchId
+from streamflow.core.errors import (
+    InvalidInputError,
+    InvalidRunId,
+    InvalidRuntimeBuildId,
+    InvalidWorkflowPatchId,
+)
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 _BUILD_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9\-_.:+/@]*[A-Za-z0-9])?")
@@ -32,7 +38,39 @@ def idempotency_key(run_id: str, step_id: str) -> str:
     return f"flow:{run_id}:{step_id}"
 
 
-class RuntimeBuildId(str):
+class _CheckedId(str):
+    """A string checked on construction against one identifier rule: a string, 1-128 ASCII
+    bytes, matching the subclass's ``_PATTERN`` (``_RULE`` says it in words); otherwise the
+    subclass's ``_ERROR``."""
+
+    __slots__ = ()
+    _WHAT: ClassVar[str]
+    _PATTERN: ClassVar[re.Pattern[str]]
+    _RULE: ClassVar[str]
+    _ERROR: ClassVar[type[InvalidInputError]]
+
+    def __new__(cls, value: str) -> Self:
+        if not isinstance(value, str):
+            raise cls._ERROR(f"{cls._WHAT} must be a string, got {value!r}")
+        if not value:
+            raise cls._ERROR(f"{cls._WHAT} must not be empty")
+        if not value.isascii() or len(value) > MAX_IDENTIFIER_BYTES:
+            raise cls._ERROR(f"{cls._WHAT} {value!r} must be 1-{MAX_IDENTIFIER_BYTES} ASCII bytes")
+        if not cls._PATTERN.fullmatch(value):
+            raise cls._ERROR(f"{cls._WHAT} {value!r} must {cls._RULE}")
+        return super().__new__(cls, value)
+
+    @classmethod
+    def new(cls, value: str) -> Self:
+        """The same as ``cls(value)``: the class's error (``InvalidRuntimeBuildId``,
+        ``InvalidWorkflowPatchId``) when ``value`` breaks the rules."""
+        return cls(value)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+
+class RuntimeBuildId(_CheckedId):
     """An opaque runtime build identity pinned in a run's spec.
 
     1-128 ASCII bytes, first and last character alphanumeric, other characters from
@@ -40,59 +78,17 @@ class RuntimeBuildId(str):
     """
 
     __slots__ = ()
-
-    def __new__(cls, value: str) -> RuntimeBuildId:
-        if not isinstance(value, str):
-            raise InvalidRuntimeBuildId(f"runtime build id must be a string, got {value!r}")
-        if not value:
-            raise InvalidRuntimeBuildId("runtime build id must not be empty")
-        if not value.isascii() or len(value) > MAX_IDENTIFIER_BYTES:
-            raise InvalidRuntimeBuildId(
-                f"runtime build id {value!r} must be 1-{MAX_IDENTIFIER_BYTES} ASCII bytes"
-            )
-        if not _BUILD_ID.fullmatch(value):
-            raise InvalidRuntimeBuildId(
-                f"runtime build id {value!r} must start and end with a letter or digit and use "
-                "only A-Z a-z 0-9 - _ . : + / @"
-            )
-        return super().__new__(cls, value)
-
-    @classmethod
-    def new(cls, value: str) -> RuntimeBuildId:
-        """The same as ``RuntimeBuildId(value)``: ``InvalidRuntimeBuildId`` when ``value`` breaks
-        the rules."""
-        return cls(value)
-
-    def __repr__(self) -> str:
-        return f"RuntimeBuildId({str(self)!r})"
+    _WHAT = "runtime build id"
+    _PATTERN = _BUILD_ID
+    _RULE = "start and end with a letter or digit and use only A-Z a-z 0-9 - _ . : + / @"
+    _ERROR = InvalidRuntimeBuildId
 
 
-class WorkflowPatchId(str):
+class WorkflowPatchId(_CheckedId):
     """A patch marker id: 1-128 ASCII bytes of ``a-z 0-9 - _ .``, first and last ``a-z0-9``."""
 
     __slots__ = ()
-
-    def __new__(cls, value: str) -> WorkflowPatchId:
-        if not isinstance(value, str):
-            raise InvalidWorkflowPatchId(f"workflow patch id must be a string, got {value!r}")
-        if not value:
-            raise InvalidWorkflowPatchId("workflow patch id must not be empty")
-        if not value.isascii() or len(value) > MAX_IDENTIFIER_BYTES:
-            raise InvalidWorkflowPatchId(
-                f"workflow patch id {value!r} must be 1-{MAX_IDENTIFIER_BYTES} ASCII bytes"
-            )
-        if not _PATCH_ID.fullmatch(value):
-            raise InvalidWorkflowPatchId(
-                f"workflow patch id {value!r} must start and end with a lowercase letter or digit "
-                "and use only a-z 0-9 - _ ."
-            )
-        return super().__new__(cls, value)
-
-    @classmethod
-    def new(cls, value: str) -> WorkflowPatchId:
-        """The same as ``WorkflowPatchId(value)``: ``InvalidWorkflowPatchId`` when ``value`` breaks
-        the rules."""
-        return cls(value)
-
-    def __repr__(self) -> str:
-        return f"WorkflowPatchId({str(self)!r})"
+    _WHAT = "workflow patch id"
+    _PATTERN = _PATCH_ID
+    _RULE = "start and end with a lowercase letter or digit and use only a-z 0-9 - _ ."
+    _ERROR = InvalidWorkflowPatchId

@@ -11,6 +11,7 @@ from streamflow.core.errors import FlowError, RunConflict
 from streamflow.core.jsonvalue import json_equal
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.values import ContinuationLink
+from streamflow.core.wakeups import timed_suspensions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,26 +98,14 @@ def open_suspensions(
     for snap in snapshots:
         if snap.is_terminal or snap.base_status is WorkflowRunStatus.PENDING:
             continue
-        for wait_id in snap.open_waits:
-            at = snap.waits[wait_id].resume_at
+        for timed, subject_id, at in timed_suspensions(snap):
             out.append(
                 WorkflowRunSuspension(
-                    kind=SuspensionKind.WAIT,
+                    kind=SuspensionKind(timed.value),
                     run_id=snap.run_id,
-                    subject_id=wait_id,
+                    subject_id=subject_id,
                     scheduled_at=at,
                     due=at <= now,
-                )
-            )
-        for step_id in snap.retry_steps:
-            after = snap.steps[step_id].retry_after
-            out.append(
-                WorkflowRunSuspension(
-                    kind=SuspensionKind.RETRY,
-                    run_id=snap.run_id,
-                    subject_id=step_id,
-                    scheduled_at=after,
-                    due=after is not None and after <= now,
                 )
             )
         for kind, ids in (

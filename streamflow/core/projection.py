@@ -149,6 +149,12 @@ def _require_id(s: S, value: str, what: str) -> None:
         raise _fail(s, f"{what} must not be empty")
 
 
+def _require_declared_signal(s: S, name: str, subject: str) -> None:
+    assert s.spec is not None
+    if not s.spec.accepts_signal(name):
+        raise _fail(s, f"{subject} names undeclared signal {name}")
+
+
 def _step(s: S, step_id: str, what: str) -> StepSnapshot:
     step = s.steps.get(step_id)
     if step is None:
@@ -395,9 +401,7 @@ def _signal_received(s: S, e: ev.SignalReceived, env: Env) -> None:
     _require_status(s, RUN_ACTIVE, "signal_received")
     signal = e.signal
     _require_id(s, signal.signal_id, "signal id")
-    assert s.spec is not None
-    if not s.spec.accepts_signal(signal.name):
-        raise _fail(s, f"signal {signal.signal_id} names undeclared signal {signal.name}")
+    _require_declared_signal(s, signal.name, f"signal {signal.signal_id}")
     if signal.signal_id in s.signals:
         raise _fail(s, f"duplicate signal delivery {signal.signal_id}")
     s.signals[signal.signal_id] = WorkflowSignalSnapshot(
@@ -414,9 +418,7 @@ def _signal_received(s: S, e: ev.SignalReceived, env: Env) -> None:
 def _signal_wait_created(s: S, e: ev.SignalWaitCreated, env: Env) -> None:
     _require_status(s, RUN_ACTIVE, "signal_wait_created")
     _require_id(s, e.wait_id, "signal wait id")
-    assert s.spec is not None
-    if not s.spec.accepts_signal(e.signal_name):
-        raise _fail(s, f"signal wait {e.wait_id} names undeclared signal {e.signal_name}")
+    _require_declared_signal(s, e.signal_name, f"signal wait {e.wait_id}")
     if e.wait_id in s.signal_waits:
         raise _fail(s, f"duplicate signal wait {e.wait_id}")
     s.signal_waits[e.wait_id] = SignalWaitSnapshot(

@@ -466,7 +466,10 @@ def record_progress_or_link(
 ) -> Decision | Rejected:
     """Record a progress report or a child-operation link, idempotent by its id: the same
     value again records nothing, a different one for the same id is ``NonDeterministic``.
-    ``host=False`` (workflow code returned it): a repeat is a reschedule without progress."""
+    ``host=False`` (workflow code returned it): a repeat is a reschedule without progress.
+    ``host=True``: refused with ``RunTerminal`` once the run has ended."""
+    if host and snapshot.is_terminal:
+        return Rejected(RunTerminal(snapshot.run_id))
     try:
         value.validate()
     except InvalidTransition as exc:
@@ -497,16 +500,12 @@ def record_progress_or_link(
 def decide_host_progress(
     snapshot: WorkflowRunSnapshot, progress: WorkflowProgress
 ) -> Decision | Rejected:
-    if snapshot.is_terminal:
-        return Rejected(RunTerminal(snapshot.run_id))
     return record_progress_or_link(snapshot, progress, host=True)
 
 
 def decide_host_link(
     snapshot: WorkflowRunSnapshot, child: ChildOperationReference
 ) -> Decision | Rejected:
-    if snapshot.is_terminal:
-        return Rejected(RunTerminal(snapshot.run_id))
     return record_progress_or_link(snapshot, child, host=True)
 
 

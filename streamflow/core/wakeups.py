@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -37,6 +38,17 @@ class ScheduledWakeup:
 _NONE: frozenset[ScheduledWakeup] = frozenset()
 
 
+def timed_suspensions(snapshot: WorkflowRunSnapshot) -> Iterator[tuple[WakeupKind, str, datetime]]:
+    """The timed suspensions recorded in ``snapshot``, whatever its status: each waiting timer
+    with its ``resume_at``, then each delayed retry with its ``retry_after``."""
+    for wait_id in snapshot.open_waits:
+        yield WakeupKind.WAIT, wait_id, snapshot.waits[wait_id].resume_at
+    for step_id in snapshot.retry_steps:
+        after = snapshot.steps[step_id].retry_after
+        if after is not None:
+            yield WakeupKind.RETRY, step_id, after
+
+
 def scheduled_wakeups(snapshot: WorkflowRunSnapshot) -> frozenset[ScheduledWakeup]:
     """Wake-ups of a run: Waiting timers and delayed retries, none once terminal."""
     if not (snapshot.open_waits or snapshot.retry_steps):  # most appends: nothing timed
@@ -44,31 +56,16 @@ def scheduled_wakeups(snapshot: WorkflowRunSnapshot) -> frozenset[ScheduledWakeu
     if snapshot.is_terminal or snapshot.spec is None:
         return _NONE
     build = snapshot.spec.runtime_build_id
-    out: set[ScheduledWakeup] = set()
-    for wait_id in snapshot.open_waits:
-        wait = snapshot.waits[wait_id]
-        out.add(
-            ScheduledWakeup(
-                kind=WakeupKind.WAIT,
-                run_id=snapshot.run_id,
-                subject_id=wait_id,
-                scheduled_at=wait.resume_at,
-                runtime_build_id=build,
-            )
+    return frozenset(
+        ScheduledWakeup(
+            kind=kind,
+            run_id=snapshot.run_id,
+            subject_id=subject_id,
+            scheduled_at=at,
+            runtime_build_id=build,
         )
-    for step_id in snapshot.retry_steps:
-        after = snapshot.steps[step_id].retry_after
-        if after is not None:
-            out.add(
-                ScheduledWakeup(
-                    kind=WakeupKind.RETRY,
-                    run_id=snapshot.run_id,
-                    subject_id=step_id,
-                    scheduled_at=after,
-                    runtime_build_id=build,
-                )
-            )
-    return frozenset(out)
+        for kind, subject_id, at in timed_suspensions(snapshot)
+    )
 
 
 def sort_key(wakeup: ScheduledWakeup) -> tuple[str, str, str]:

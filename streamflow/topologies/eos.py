@@ -60,6 +60,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
@@ -434,14 +435,24 @@ class TransactionalTopology(ClientKeeper):
 
     # -- rebalancing ------------------------------------------------------------------------------
 
-    def _on_assign(self, source: object, partitions: list[TopicPartition]) -> None:
+    def _rebalance_callback(
+        self,
+        source: object,
+        handle: Callable[[list[TopicPartition]], None],
+        partitions: list[TopicPartition],
+    ) -> None:
+        """A rebalance callback: ``handle(partitions)``, flagged as inside a callback, when it
+        comes from the current consumer (not a replaced one closing on its own thread)."""
         if source is not self._consumer:
-            return  # a replaced consumer closing on its own thread
+            return
         self._in_callback = True
         try:
-            self._assign_partitions(partitions)
+            handle(partitions)
         finally:
             self._in_callback = False
+
+    def _on_assign(self, source: object, partitions: list[TopicPartition]) -> None:
+        self._rebalance_callback(source, self._assign_partitions, partitions)
 
     def _assign_partitions(self, partitions: list[TopicPartition]) -> None:
         self.forget()
@@ -476,13 +487,7 @@ class TransactionalTopology(ClientKeeper):
         log.info("%s assigned %s", self.component, sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, source: object, partitions: list[TopicPartition]) -> None:
-        if source is not self._consumer:
-            return  # a replaced consumer closing on its own thread
-        self._in_callback = True
-        try:
-            self._revoke_partitions(partitions)
-        finally:
-            self._in_callback = False
+        self._rebalance_callback(source, self._revoke_partitions, partitions)
 
     def _revoke_partitions(self, partitions: list[TopicPartition]) -> None:
         if self._open is not None and not self._fenced:
@@ -494,13 +499,7 @@ class TransactionalTopology(ClientKeeper):
         self.forget()
 
     def _on_lost(self, source: object, partitions: list[TopicPartition]) -> None:
-        if source is not self._consumer:
-            return  # a replaced consumer closing on its own thread
-        self._in_callback = True
-        try:
-            self._lost_partitions(partitions)
-        finally:
-            self._in_callback = False
+        self._rebalance_callback(source, self._lost_partitions, partitions)
 
     def _lost_partitions(self, partitions: list[TopicPartition]) -> None:
         if self._open is not None and not self._fenced:
