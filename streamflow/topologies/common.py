@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import KafkaError, Message, Producer
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from streamflow.core.errors import SerializationError
@@ -117,6 +117,15 @@ def encode_offset(offset: int) -> bytes:
 def decode_offset(raw: bytes | None) -> int | None:
     """The offset :func:`encode_offset` wrote (``None`` for a missing value)."""
     return None if raw is None else int.from_bytes(raw, "big", signed=True)
+
+
+def track_offset(offsets: dict[int, int], error: KafkaError | None, msg: Message) -> None:
+    """A delivery callback: remember in ``offsets`` the highest offset produced per partition
+    (a restore resumes after it)."""
+    offset = msg.offset()
+    if error is None and offset is not None:
+        partition = msg.partition() or 0
+        offsets[partition] = max(offsets.get(partition, -1), offset)
 
 
 def mirror_partition(

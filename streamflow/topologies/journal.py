@@ -7,7 +7,9 @@ step results, timer wake-ups, cancellation, termination and host progress, and v
 processor proposals — and writes the resulting history events, their effects (a step task per
 ``step_started``, a ``run_finished`` notice per terminal event), replies and its consumer
 offsets in ONE Kafka transaction. It never runs user code and admits any build that has a live
-route in the build registry.
+route in the build registry. Retention requests (history holds, the prune of terminal
+components, forgetting pruned runs) are handled by ``journal_retention``, in the same
+transactions.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
@@ -35,8 +38,6 @@ from streamflow.core.errors import (
     InvalidTransition,
     PayloadTooLarge,
     RequestDeadLettered,
-    RunConflict,
-    RunNotFound,
     RuntimeBuildUnavailable,
     SerializationError,
     TopicsRefused,
@@ -45,15 +46,6 @@ from streamflow.core.ids import idempotency_key, is_valid_run_id, validate_run_i
 from streamflow.core.limits import check_events
 from streamflow.core.obligations import newly_owed, owed
 from streamflow.core.projection import evolve, project
-from streamflow.core.retention import (
-    BEING_PRUNED,
-    MAX_PRUNE_MEMBERS,
-    FlowHistoryTombstone,
-    HistoryHold,
-    check_hold,
-    seal_refusal,
-    tombstone,
-)
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.kafka.admin import fit_record_limit
 from streamflow.kafka.clients import APPEND_WOKEN, close_producer, partition_count, producer
@@ -69,9 +61,11 @@ from streamflow.topologies.common import (
     encode_offset,
     mirror_partition,
     send_dead_letter,
+    track_offset,
     utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
+from streamflow.topologies.journal_retention import RETENTION_BODIES, RetentionSaga
 from streamflow.topologies.registry import RouteTable
 from streamflow.topologies.watchdog import HangHandler
 
@@ -86,15 +80,6 @@ COUNTS_PUBLISH_INTERVAL = 5.0
 log = logging.getLogger("streamflow.journal")
 COMPONENT = "journal"
 
-RETENTION_BODIES = (
-    m.HoldHistory,
-    m.ReleaseHistoryHold,
-    m.PruneComponent,
-    m.UnsealRun,
-    m.ForgetRun,
-)
-"""Requests about a run's retention, not its workflow: never forwarded along a chain."""
-
 MAX_FORWARDS = 1024
 """A request handed on along a continuation chain more often than this is refused (a chain
 can never be that long; it guards against a corrupt link)."""
@@ -102,7 +87,8 @@ can never be that long; it guards against a corrupt link)."""
 
 @dataclass
 class _Transaction:
-    """What one Kafka transaction has staged so far."""
+    """What one Kafka transaction has staged so far (the retention saga's
+    :class:`~streamflow.topologies.journal_retention.OpenTransaction`)."""
 
     batch: StateBatch
     touched: set[str] = field(default_factory=set)
@@ -137,7 +123,9 @@ class Journal(TransactionalTopology):
     partitions it owns. Its local state under ``state_dir`` (events, offsets, retention records)
     is a cache of the history and retention topics, restored from them on assignment.
     ``TopicsRefused`` when the requests, history and retention topics do not have the same
-    partition count."""
+    partition count. Its retention requests go to its
+    :class:`~streamflow.topologies.journal_retention.RetentionSaga`, which reaches it through
+    the ``JournalPort`` it implements."""
 
     component = COMPONENT
 
@@ -212,6 +200,9 @@ class Journal(TransactionalTopology):
         self._task_partitions: dict[str, int] = {}
         self._routes = RouteTable(settings)
         self._txn: _Transaction | None = None
+        self._retention = RetentionSaga(
+            self, names=names, wire=self._wire, partitions=self._partitions
+        )
 
     # -- the transactional topology's hooks ----------------------------------------------------
 
@@ -358,7 +349,7 @@ class Journal(TransactionalTopology):
             return
         run_id = request.run_id
         if not is_valid_run_id(run_id):
-            self._reply(request, run_id, error=validate_error(run_id), snap=None, now=now)
+            self.reply(request, run_id, error=validate_error(run_id), snap=None, now=now)
             return
         if (
             msg.key() != run_id.encode()
@@ -372,9 +363,9 @@ class Journal(TransactionalTopology):
             self.dead_letter(msg, reason)
             return
         if isinstance(request.body, RETENTION_BODIES):
-            self._retention_request(txn, request, now)
+            self._retention.handle(txn, request, now)
             return
-        snap = self._snapshot(run_id)
+        snap = self.snapshot(run_id)
         outcome = self._decide(request, snap, now)
         if outcome.forward_to is not None:
             self._forward(request, outcome.forward_to, now)
@@ -405,13 +396,13 @@ class Journal(TransactionalTopology):
         if isinstance(outcome.error, HookConflict):
             self._staged_counts[CALLBACK_CONFLICTS] += 1
         if outcome.incident and outcome.error is not None:
-            self._incident(run_id, self._snapshot(run_id), outcome.error, request, now)
+            self._incident(run_id, self.snapshot(run_id), outcome.error, request, now)
         if request.reply:
-            self._reply(
+            self.reply(
                 request,
                 run_id,
                 error=outcome.error,
-                snap=self._snapshot(run_id),
+                snap=self.snapshot(run_id),
                 now=now,
                 subject=outcome.subject,
             )
@@ -450,7 +441,7 @@ class Journal(TransactionalTopology):
         only supplies the facts it alone knows."""
         body = request.body
         if isinstance(body, RETENTION_BODIES):
-            raise AssertionError("retention requests are handled by _retention_request")
+            raise AssertionError("retention requests are handled by the retention saga")
         outcome = rq.decide_request(
             snap,
             body,
@@ -480,14 +471,14 @@ class Journal(TransactionalTopology):
         tombstoned = (
             isinstance(body, m.StartRun)
             and snap is None
-            and self._retention_of(run_id).tombstone is not None
+            and self._retention.retention_of(self._txn, run_id).tombstone is not None
         )
         linked = body.child.flow_run_id if isinstance(body, m.LinkChild) else None
         # Only a run on this partition is known here not to exist.
         linked_missing = (
             linked is not None
             and partition_for(linked, self._partitions) == partition_for(run_id, self._partitions)
-            and self._snapshot(linked) is None
+            and self.snapshot(linked) is None
         )
         return rq.Facts(
             route_error=route_error, tombstoned=tombstoned, linked_run_missing=linked_missing
@@ -534,7 +525,7 @@ class Journal(TransactionalTopology):
                 value=value,
                 partition=partition,
                 headers=[(TYPE_HEADER, event.TYPE.encode())],
-                on_delivery=partial(_track, txn.history_offsets),
+                on_delivery=partial(track_offset, txn.history_offsets),
             )
             txn.batch.put("events", key, value)  # local state keeps the wire bytes
             txn.staged.setdefault(run_id, []).append(envelope)
@@ -549,7 +540,7 @@ class Journal(TransactionalTopology):
         if isinstance(effect, d.RunStep):
             return  # step tasks go with their step_started
         if isinstance(effect, d.ReleaseToken):
-            self._release(effect)
+            self.release(effect)
             return
         body: m.RequestBody
         if isinstance(effect, d.LaunchRun):
@@ -576,13 +567,32 @@ class Journal(TransactionalTopology):
         else:
             target = effect.run_id
             body = m.QueryChild(parent_run_id=effect.parent_run_id, child_id=effect.child_id)
-        self._send(m.Request(request_id=str(uuid.uuid4()), run_id=target, sent_at=now, body=body))
+        self.send(m.Request(request_id=str(uuid.uuid4()), run_id=target, sent_at=now, body=body))
         if isinstance(effect, d.LaunchRun) and effect.parent and effect.predecessor is None:
             # The parent's child_workflow_requested and the child's start are both produced,
             # neither committed: the window a crash test kills the journal in.
             faults.hit("journal.after_child_request_produced")
 
-    def _send(self, request: m.Request) -> None:
+    def produce(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        *,
+        partition: int | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
+        """Produce one record into the open transaction (the producer's own default for a
+        partition or delivery callback not given)."""
+        given: dict[str, Any] = {}
+        if partition is not None:
+            given["partition"] = partition
+        if on_delivery is not None:
+            given["on_delivery"] = on_delivery
+        self._producer.produce(topic, key=key, value=value, **given)
+
+    def send(self, request: m.Request) -> None:
+        """Produce a request to its run's journal, in the open transaction."""
         self._producer.produce(
             self._names.requests,
             key=request.run_id.encode(),
@@ -596,11 +606,12 @@ class Journal(TransactionalTopology):
         if request.forwarded >= MAX_FORWARDS:
             error = ContinueAsNewLimitExceeded(MAX_FORWARDS)
             if request.reply:
-                self._reply(request, request.run_id, error=error, snap=None, now=now)
+                self.reply(request, request.run_id, error=error, snap=None, now=now)
             return
-        self._send(replace(request, run_id=successor, forwarded=request.forwarded + 1))
+        self.send(replace(request, run_id=successor, forwarded=request.forwarded + 1))
 
-    def _release(self, release: d.ReleaseToken) -> None:
+    def release(self, release: d.ReleaseToken) -> None:
+        """Ask the hooks topology to forget a hook token (in the open transaction)."""
         digest = release.token_digest
         record = m.HookRequest(
             body=m.ReleaseToken(
@@ -664,7 +675,7 @@ class Journal(TransactionalTopology):
             self._names.replies, key=snap.run_id.encode(), value=self._wire.encode(notice)
         )
 
-    def _reply(
+    def reply(
         self,
         request: m.Request,
         run_id: str,
@@ -674,6 +685,7 @@ class Journal(TransactionalTopology):
         now: datetime,
         subject: str | None = None,
     ) -> None:
+        """Answer ``request`` (in the open transaction)."""
         reply = m.Reply(
             request_id=request.request_id,
             run_id=run_id,
@@ -725,258 +737,6 @@ class Journal(TransactionalTopology):
         )
         log.warning("run %s: %s", run_id, error)
 
-    # -- retention (docs/kafka.md, "Retention") ------------------------------------------------
-
-    def _retention_request(self, txn: _Transaction, request: m.Request, now: datetime) -> None:
-        body = request.body
-        run_id = request.run_id
-        error: FlowError | None = None
-        subject: str | None = None
-        if isinstance(body, m.HoldHistory):
-            error = self._hold(txn, run_id, body)
-        elif isinstance(body, m.ReleaseHistoryHold):
-            subject = self._release_hold(txn, run_id, body.hold_id)
-        elif isinstance(body, m.PruneComponent):
-            self._prune(txn, request, body, now)
-            return  # the member that ends the prune replies
-        elif isinstance(body, m.UnsealRun):
-            record = self._retention_of(run_id)
-            if record.sealed_by == body.component_id:
-                self._put_retention(txn, replace(record, sealed_by=None))
-        elif isinstance(body, m.ForgetRun):
-            self._forget(txn, run_id, body)
-        if request.reply:
-            snap = self._snapshot(run_id)
-            self._reply(request, run_id, error=error, snap=snap, now=now, subject=subject)
-
-    def _hold(self, txn: _Transaction, run_id: str, body: m.HoldHistory) -> FlowError | None:
-        snap = self._snapshot(run_id)
-        if snap is None or snap.spec is None:
-            return RunNotFound(run_id)
-        record = self._retention_of(run_id)
-        held = {h.hold_id: h for h in record.holds}
-        try:
-            hold = check_hold(
-                held.get(body.hold_id), HistoryHold(run_id, body.hold_id, body.reason)
-            )
-        except RunConflict as exc:
-            return exc
-        if body.hold_id in held:
-            return None  # the same hold again
-        if record.sealed_by is not None:
-            # A prune sealed the run: it either deletes it or is refused and unseals it; a hold
-            # placed now could be lost with the history, so it is refused (retry after the prune).
-            return RunConflict(run_id, BEING_PRUNED)
-        held[hold.hold_id] = hold
-        holds = tuple(sorted(held.values(), key=lambda h: h.hold_id))
-        self._put_retention(txn, replace(record, holds=holds))
-        return None
-
-    def _release_hold(self, txn: _Transaction, run_id: str, hold_id: str) -> str | None:
-        record = self._retention_of(run_id)
-        holds = tuple(h for h in record.holds if h.hold_id != hold_id)
-        if len(holds) == len(record.holds):
-            return None
-        self._put_retention(txn, replace(record, holds=holds))
-        return hold_id
-
-    def _prune(
-        self, txn: _Transaction, request: m.Request, body: m.PruneComponent, now: datetime
-    ) -> None:
-        """Seal the component's members of this partition and hand the prune on to the next
-        partition; the journal of the last partition deletes them all in this transaction. The
-        first member found ineligible refuses the whole component and lifts every seal."""
-        members = body.members
-        groups = self._prune_groups(members)
-        voted = [v.run_id for v in body.sealed]
-        step = next((i for i, g in enumerate(groups) if g[0] == request.run_id), None)
-        if (
-            not members
-            or len(members) > MAX_PRUNE_MEMBERS
-            or list(members) != sorted(set(members))
-            or step is None
-            or voted != [r for g in groups[:step] for r in g]
-        ):
-            self._refuse_prune(txn, request, body, "malformed prune request", now)
-            return
-        votes: list[m.SealedRun] = []
-        for run_id in groups[step]:
-            snap = self._snapshot(run_id)
-            record = self._retention_of(run_id)
-            reason = seal_refusal(
-                run_id,
-                snap,
-                members=members,
-                held=bool(record.holds),
-                sealed_by=record.sealed_by,
-                pruned=record.tombstone is not None,
-                component_id=body.component_id,
-                cutoff=body.cutoff,
-            )
-            if reason is not None:
-                self._refuse_prune(txn, request, body, reason, now)
-                return
-            stone = tombstone(self._stored(run_id) + txn.staged.get(run_id, []), now)
-            votes.append(
-                m.SealedRun(
-                    run_id=run_id,
-                    terminal_sequence=stone.terminal_sequence,
-                    event_id=stone.event_id,
-                    event_key=stone.event_key,
-                    history_sha256=stone.history_sha256,
-                )
-            )
-        sealed = (*body.sealed, *votes)
-        if step + 1 < len(groups):
-            for run_id in groups[step]:
-                record = self._retention_of(run_id)
-                self._put_retention(txn, replace(record, sealed_by=body.component_id))
-            onward = replace(body, sealed=sealed)
-            self._send(replace(request, run_id=groups[step + 1][0], body=onward))
-            return
-        # Every member is sealed: terminal before the cutoff, unheld, linked only inside the
-        # component, and none can take a hold until this ends. Delete them all in this one
-        # transaction.
-        here = partition_for(request.run_id, self._partitions)
-        for member in sealed:
-            stone = FlowHistoryTombstone(
-                run_id=member.run_id,
-                terminal_sequence=member.terminal_sequence,
-                event_id=member.event_id,
-                event_key=member.event_key,
-                history_sha256=member.history_sha256,
-                pruned_at=now,
-            )
-            own = partition_for(member.run_id, self._partitions) == here
-            self._erase(txn, stone, own=own)
-            if not own:
-                forget = m.ForgetRun(component_id=body.component_id, tombstone=stone)
-                self._send(
-                    m.Request(
-                        request_id=str(uuid.uuid4()), run_id=member.run_id, sent_at=now, body=forget
-                    )
-                )
-        txn.prunes += 1
-        if request.reply:
-            self._reply(request, request.run_id, error=None, snap=None, now=now)
-
-    def _prune_groups(self, members: tuple[str, ...]) -> list[list[str]]:
-        """The component's members by partition, partitions in ascending order, members sorted:
-        the order a prune visits them in."""
-        groups: dict[int, list[str]] = {}
-        for run_id in sorted(members):
-            groups.setdefault(partition_for(run_id, self._partitions), []).append(run_id)
-        return [groups[p] for p in sorted(groups)]
-
-    def _refuse_prune(
-        self,
-        txn: _Transaction,
-        request: m.Request,
-        body: m.PruneComponent,
-        reason: str,
-        now: datetime,
-    ) -> None:
-        """Lift the seals this prune placed so far and tell the caller why it was refused."""
-        for member in body.sealed:
-            unseal = m.UnsealRun(component_id=body.component_id)
-            self._send(
-                m.Request(
-                    request_id=str(uuid.uuid4()), run_id=member.run_id, sent_at=now, body=unseal
-                )
-            )
-        if request.reply:
-            error = RunConflict(request.run_id, f"component retained: {reason}")
-            self._reply(request, request.run_id, error=error, snap=None, now=now)
-
-    def _forget(self, txn: _Transaction, run_id: str, body: m.ForgetRun) -> None:
-        """The prune that sealed this run deleted its component: its history keys are already
-        tombstoned on the log. Tombstone them again from here (this journal's own writes are what
-        its restore resumes after) and drop the run from local state."""
-        record = self._retention_of(run_id)
-        if record.tombstone is not None and not self._stored(run_id):
-            return  # already forgotten
-        if record.sealed_by != body.component_id and record.tombstone is None:
-            log.warning(
-                "run %s: ignoring a ForgetRun from prune %s, which did not seal it",
-                run_id,
-                body.component_id,
-            )
-            return
-        self._erase(txn, body.tombstone, own=True)
-
-    def _erase(self, txn: _Transaction, stone: FlowHistoryTombstone, *, own: bool) -> None:
-        """Tombstone every history key of a sealed run and record what is kept of it. ``own``:
-        the run lives on a partition this instance owns (its local state follows; offsets of
-        other partitions are never tracked, their owner's restore must not skip its own
-        writes)."""
-        run_id = stone.run_id
-        partition = partition_for(run_id, self._partitions)
-        tracked = partial(_track, txn.history_offsets) if own else None
-        for sequence in range(1, stone.terminal_sequence + 1):
-            key = history_key(run_id, sequence)
-            if tracked is None:
-                self._producer.produce(
-                    self._names.history, key=key, value=None, partition=partition
-                )
-            else:
-                self._producer.produce(
-                    self._names.history,
-                    key=key,
-                    value=None,
-                    partition=partition,
-                    on_delivery=tracked,
-                )
-        # Its last incident (compacted by run id) goes too: nothing of the run's data stays.
-        self._producer.produce(self._names.incidents, key=run_id.encode(), value=None)
-        record = m.RetentionRecord(run_id=run_id, tombstone=stone)
-        if own:
-            # The hooks topology forgets the tokens this run's hooks last held (unless another
-            # hook holds one now): a callback with one of them is unknown from now on.
-            snap = self._snapshot(run_id)
-            for hook in () if snap is None else snap.hooks.values():
-                self._release(
-                    d.ReleaseToken(
-                        token_digest=hook.token_digest, run_id=run_id, hook_id=hook.hook_id
-                    )
-                )
-            self._put_retention(txn, record)
-            prefix = run_id.encode() + b"\x00"
-            txn.batch.delete_range("events", prefix, run_id.encode() + b"\x01")
-            txn.erased.add(run_id)
-            txn.touched.add(run_id)
-            self._cache.pop(run_id, None)
-        else:
-            self._producer.produce(
-                self._names.retention,
-                key=run_id.encode(),
-                value=self._wire.encode(record),
-                partition=partition,
-            )
-
-    def _retention_of(self, run_id: str) -> m.RetentionRecord:
-        txn = self._txn
-        if txn is not None and run_id in txn.retention:
-            return txn.retention[run_id]
-        raw = self._state.get("retention", run_id.encode())
-        return (
-            m.RetentionRecord(run_id=run_id)
-            if raw is None
-            else self._wire.decode(raw, m.RetentionRecord)
-        )
-
-    def _put_retention(self, txn: _Transaction, record: m.RetentionRecord) -> None:
-        value = self._wire.encode(record)
-        key = record.run_id.encode()
-        self._producer.produce(
-            self._names.retention,
-            key=key,
-            value=value,
-            partition=partition_for(record.run_id, self._partitions),
-            on_delivery=partial(_track, txn.retention_offsets),
-        )
-        txn.retention[record.run_id] = record
-        txn.batch.put("retention", key, value)
-
     # -- restore --------------------------------------------------------------------------------
 
     def restore(self, partition: int) -> None:
@@ -1000,7 +760,8 @@ class Journal(TransactionalTopology):
 
     # -- state ---------------------------------------------------------------------------------
 
-    def _snapshot(self, run_id: str) -> WorkflowRunSnapshot | None:
+    def snapshot(self, run_id: str) -> WorkflowRunSnapshot | None:
+        """The run as the open transaction leaves it (``None``: unknown, or erased in it)."""
         if self._txn is not None and run_id in self._txn.erased:
             return None
         cached = self._cache.get(run_id)
@@ -1017,7 +778,7 @@ class Journal(TransactionalTopology):
         self._cache[run_id] = snap
         return snap
 
-    def _stored(self, run_id: str) -> list[ev.FlowEventEnvelope]:
+    def stored(self, run_id: str) -> list[ev.FlowEventEnvelope]:
         """The run's committed history as local state holds it."""
         if self._txn is not None and run_id in self._txn.erased:
             return []
@@ -1026,6 +787,14 @@ class Journal(TransactionalTopology):
             self._wire.decode(value, ev.FlowEventEnvelope)
             for _, value in self._state.scan("events", prefix)
         ]
+
+    def stored_retention(self, run_id: str) -> bytes | None:
+        """The run's encoded retention record as local state holds it."""
+        return self._state.get("retention", run_id.encode())
+
+    def uncache(self, run_id: str) -> None:
+        """Drop the run's cached snapshot."""
+        self._cache.pop(run_id, None)
 
     def _ensure_snapshot(
         self, run_id: str, snap: WorkflowRunSnapshot | None
@@ -1053,15 +822,6 @@ def _offset_key(partition: int) -> bytes:
 
 def _retention_offset_key(partition: int) -> bytes:
     return b"retention:" + str(partition).encode()
-
-
-def _track(offsets: dict[int, int], error: KafkaError | None, msg: Message) -> None:
-    """Remember the highest offset this transaction produced per partition (restore resumes
-    after it)."""
-    offset = msg.offset()
-    if error is None and offset is not None:
-        partition = msg.partition() or 0
-        offsets[partition] = max(offsets.get(partition, -1), offset)
 
 
 def _from(outcome: d.Outcome) -> _Outcome:
