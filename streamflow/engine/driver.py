@@ -1,0 +1,586 @@
+"""The ``Driver``: everything ``FlowEngine`` does to runs, behind its public methods.
+
+It owns the engine's working state: the run cache (synced histories and per-run locks), the
+step runner and its thread pool, the futures ``result`` waits on, the wake-up listeners and the
+incident bookkeeping. It loads histories, asks the pure deciders of ``streamflow.core`` what to
+append, appends with expected sequences, runs step effects and notifies observers. The drive
+loop is described in docs/semantics.md (section 1) and docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+
+from streamflow import faults
+from streamflow.core import decide as d
+from streamflow.core import events as ev
+from streamflow.core import incidents
+from streamflow.core import requests as rq
+from streamflow.core.builds import admits
+from streamflow.core.chains import ChainWalk
+from streamflow.core.errors import (
+    ChildWorkflowCycle,
+    ChildWorkflowDepthExceeded,
+    EventConflict,
+    FlowError,
+    HookTokenConflict,
+    InvalidTransition,
+    ReplayLimitExceeded,
+    RunConflict,
+    RunNotFound,
+    RuntimeBuildUnavailable,
+)
+from streamflow.core.ids import validate_run_id
+from streamflow.core.incidents import FlowIncident
+from streamflow.core.limits import check_events
+from streamflow.core.obligations import cancellations_owed, child_start, successor_start
+from streamflow.core.projection import evolve, project
+from streamflow.core.snapshot import ChildWorkflowSnapshot, WorkflowRunSnapshot
+from streamflow.core.timeutil import require_utc
+from streamflow.core.values import WorkflowTerminalOutcome
+from streamflow.engine.runs import CachedRun, RunCache
+from streamflow.engine.settings import EngineSettings
+from streamflow.engine.steps import StepRunner, invoke_workflow
+from streamflow.observe.observers import notify
+from streamflow.stores.base import FlowEventStore
+from streamflow.workflow.runtime import FlowRuntime
+
+log = logging.getLogger("streamflow.engine")
+
+RESULT_POLL = 1.0
+"""Seconds between checks of the store while ``result`` waits (for ends another engine or
+process commits; this engine's own wake it at once)."""
+
+_DRIVING: ContextVar[frozenset[str]] = ContextVar("streamflow_driving", default=frozenset())
+"""Runs whose drive is in progress further up this call chain (a parent reconciling its
+children): a child that is already among them is a cycle, and a child that ends must not drive
+its parent from inside the parent's own drive."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostResult:
+    """What :meth:`Driver.host` did with a request."""
+
+    snapshot: WorkflowRunSnapshot
+    """The run after the call."""
+    appended: bool
+    """Whether this call appended anything."""
+    effects: tuple[d.Effect, ...]
+    """What the decision asks the caller to do next."""
+    forward: bool = False
+    """The run continued as new: the request acts on its successor (nothing was written)."""
+
+
+class Driver:
+    """Drives runs of one store with one runtime (``FlowEngine`` holds one and delegates)."""
+
+    def __init__(self, store: FlowEventStore, runtime: FlowRuntime, settings: EngineSettings):
+        self._store = store
+        self._runtime = runtime
+        self._s = settings
+        self.limits = settings.limits
+        """Continue-as-new hops and child-workflow depth, as commands are checked against."""
+        self._runs = RunCache(store, settings.cache_runs)
+        self._steps = StepRunner(runtime, settings, self._runs, self._commit)
+        self._ended: dict[str, set[asyncio.Future[None]]] = {}
+        """Run id → futures resolved when this engine commits the run's terminal event."""
+        self._wakeup_listeners: list[Callable[[datetime], None]] = []
+        self._failing: set[str] | None = None
+        """Runs with an incident (loaded from the store when first needed)."""
+
+    # -- starts -------------------------------------------------------------------------------
+
+    async def record_start(self, run_id: str, request: rq.StartRun) -> WorkflowRunSnapshot:
+        """Append what starting ``run_id`` takes (nothing for an exact retry; drift raises
+        ``RunConflict``, a build this engine does not run ``RuntimeBuildUnavailable``).
+        Returns the engine's own snapshot: copy it before handing it out."""
+        route_error = self._route_error(run_id, rq.concerned_build(None, request))
+        return await self._create(run_id, request, rq.Facts(route_error=route_error))
+
+    async def ensure_run(self, start: d.LaunchRun) -> None:
+        """Create (idempotently) a child or successor run with its exact spec, input and origin.
+
+        An existing run with the same authority is left as it is; one with another authority
+        fails closed with ``RunConflict``. No workflow code runs.
+        """
+        request = rq.StartRun(
+            spec=start.spec, input=start.input, parent=start.parent, predecessor=start.predecessor
+        )
+        await self._create(start.run_id, request, rq.Facts())
+
+    async def _create(
+        self, run_id: str, request: rq.StartRun, facts: rq.Facts
+    ) -> WorkflowRunSnapshot:
+        """Decide ``request`` on the cached run under its lock and commit (retrying lost
+        races); the cached snapshot after it."""
+        async with self._runs.locked(run_id):
+            for _ in range(self._s.max_replay_iterations):
+                cached = await self._runs.sync(run_id)
+                snap = None if cached is None else cached.snapshot
+                outcome = rq.decide_request(
+                    snap, request, facts, run_id=run_id, now=self._s.clock()
+                )
+                if isinstance(outcome, rq.Refuse):
+                    raise outcome.error
+                events = outcome.events if isinstance(outcome, rq.Append) else ()
+                target = cached or self._runs.fresh(run_id)
+                try:
+                    await self._commit(target, events)
+                except EventConflict:
+                    continue
+                return target.snapshot
+        raise ReplayLimitExceeded(self._s.max_replay_iterations)
+
+    # -- drives and chains --------------------------------------------------------------------
+
+    async def drive(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
+        """Drive ``run_id``'s chain to its active leaf (terminal or durably suspended) and wake
+        the parent of a child chain that ended; the leaf's snapshot."""
+        return await self.propagate(await self._drive_chain(run_id, now), now)
+
+    async def _drive_chain(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
+        """Drive ``run_id`` and then every continue-as-new successor, to the active leaf."""
+        validate_run_id(run_id)
+        walk = self.walk(run_id)
+        current = run_id
+        while True:
+            if current in _DRIVING.get():
+                raise ChildWorkflowCycle(current)
+            token = _DRIVING.set(_DRIVING.get() | {current})
+            try:
+                async with self._runs.locked(current):
+                    snap = await self._drive_locked(current, now)
+            except FlowError as exc:
+                await self._record_incident(current, exc)
+                raise
+            finally:
+                _DRIVING.reset(token)
+            successor = await self.next_in_chain(snap, walk)
+            if successor is None:
+                return snap
+            current = successor
+
+    def walk(self, run_id: str) -> ChainWalk:
+        """A walk along ``run_id``'s continue-as-new links, with this engine's hop limit."""
+        return ChainWalk(run_id, self.limits.max_continue_as_new_hops)
+
+    async def next_in_chain(self, snap: WorkflowRunSnapshot, walk: ChainWalk) -> str | None:
+        """The successor of ``snap`` on ``walk`` (``None`` where the chain ends), created from
+        the durable link if a crash lost it (no workflow code runs). The walk refuses a link
+        back into the chain and one hop past the limit before anything is created."""
+        successor = walk.next_link(snap)
+        if successor is not None:
+            start = successor_start(snap)
+            assert start is not None
+            await self.ensure_run(start)
+        return successor
+
+    async def leaf(self, run_id: str) -> WorkflowRunSnapshot:
+        """The active leaf of ``run_id``'s continuation chain (repairing missing successors),
+        without driving anything."""
+        validate_run_id(run_id)
+        walk = self.walk(run_id)
+        snap = await self.load(run_id)
+        while (successor := await self.next_in_chain(snap, walk)) is not None:
+            snap = await self.load(successor)
+        return snap
+
+    async def propagate(self, snap: WorkflowRunSnapshot, now: datetime) -> WorkflowRunSnapshot:
+        """A child chain that just ended wakes its parent (unless the parent is the one driving
+        it). Errors from the parent's drive are logged, not raised: they belong to the parent,
+        and the next drive of the parent reports them again. Returns ``snap``."""
+        current = snap
+        while current.is_terminal and current.parent is not None:
+            parent_id = current.parent.run_id
+            if _DRIVING.get():
+                break
+            try:
+                current = await self._drive_chain(parent_id, now)
+            except FlowError as exc:
+                log.warning("driving parent %s of finished child failed: %s", parent_id, exc)
+                break
+        return snap
+
+    async def _drive_locked(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
+        budget = self._s.max_replay_iterations
+        while True:
+            cached = await self._runs.sync(run_id)
+            if cached is None:
+                raise RunNotFound(run_id)
+            snap = cached.snapshot
+            if snap.is_terminal:
+                await self._heal(run_id)
+                return snap.copy()
+            repair = d.needs_start_repair(snap)
+            if repair is not None:
+                await self._commit_tolerant(cached, repair.events)
+                continue
+            if budget <= 0:
+                raise ReplayLimitExceeded(self._s.max_replay_iterations)
+            budget -= 1
+            if (
+                snap.open_children
+                and not snap.failed_fail_run_steps
+                and d.admission_error(snap, self._s.compatibility) is None
+                and await self._reconcile_children(cached, now)
+            ):
+                continue
+            outcome = d.prepare(snap, now, self._s.compatibility)
+            if outcome is d.FINISHED or outcome is d.SUSPENDED:
+                return snap.copy()
+            if isinstance(outcome, d.Rejected):
+                raise outcome.error
+            if isinstance(outcome, d.Decision):
+                await self._commit_tolerant(cached, outcome.events)
+                continue
+            command = await invoke_workflow(self._runtime, cached, self._s.hook_secret)
+            decision = d.decide_command(
+                snap, command, now, new_run_id=self._s.new_run_id, limits=self.limits
+            )
+            if isinstance(decision, d.Rejected):
+                raise decision.error
+            if not await self._commit_tolerant(cached, decision.events):
+                continue
+            await self._heal(run_id)  # the run's code decided: whatever failed before is gone
+            steps = tuple(e for e in decision.effects if isinstance(e, d.RunStep))
+            if steps:
+                await self._steps.run(cached, steps, now)
+            elif decision.suspend:
+                return snap.copy()
+            # Child requests are created and driven by the reconciliation of the next
+            # iteration; a successor by the chain loop once this run returns as terminal.
+
+    # -- recovery -------------------------------------------------------------------------------
+
+    async def recover(self, concurrency: int) -> list[str]:
+        """Drive, ``concurrency`` at a time, every open run with work in flight and nothing to
+        wait for; the ids of the runs it drove (a failing drive is the run's incident)."""
+        now = self._s.clock()
+        gate = asyncio.Semaphore(max(1, concurrency))
+        driven: list[str] = []
+
+        async def one(run_id: str) -> None:
+            async with gate:
+                if not await self._needs_recovery(run_id, now):
+                    return
+                driven.append(run_id)
+                with contextlib.suppress(FlowError):  # recorded as the run's incident
+                    await self.drive(run_id, require_utc(now, "drive time"))
+
+        await asyncio.gather(*(one(r) for r in await self._store.list_open_run_ids()))
+        return sorted(driven)
+
+    async def _needs_recovery(self, run_id: str, now: datetime) -> bool:
+        cached = await self._runs.sync(run_id)
+        if cached is None:
+            return False
+        snap = cached.snapshot
+        if snap.continuation is not None:  # ended by continuing: is its successor there?
+            return not await self._exists(snap.continuation.successor_run_id)
+        if snap.is_terminal or not admits(self._s.compatibility, snap.runtime_build_id):
+            return False
+        if snap.running_steps or snap.open_children or d.needs_start_repair(snap) is not None:
+            return True
+        return d.prepare(snap, now, self._s.compatibility) is not d.SUSPENDED
+
+    # -- incidents ----------------------------------------------------------------------------
+
+    async def incident(self, run_id: str) -> FlowIncident | None:
+        """The run's recorded incident (``None``: none)."""
+        return await self._store.incident(run_id)
+
+    async def list_incidents(self) -> list[FlowIncident]:
+        """Every recorded incident."""
+        return await self._store.list_incidents()
+
+    async def _failing_runs(self) -> set[str]:
+        if self._failing is None:
+            self._failing = {i.run_id for i in await self._store.list_incidents()}
+        return self._failing
+
+    async def _record_incident(self, run_id: str, error: FlowError) -> None:
+        """Keep ``error`` as the run's incident (once: a parent whose drive failed because its
+        child's did does not record it again)."""
+        if not _is_incident(error) or getattr(error, _RECORDED, None) is not None:
+            return
+        setattr(error, _RECORDED, run_id)
+        try:
+            previous = await self._store.incident(run_id)
+            cached = await self._runs.sync(run_id)
+            sequence = 0 if cached is None else cached.snapshot.last_sequence
+            current = incidents.record(
+                previous, run_id, error, sequence=sequence, now=self._s.clock()
+            )
+            await self._store.record_incident(current)
+        except FlowError as exc:  # a store that cannot keep it: the caller still gets the error
+            log.error("run %s: could not record its incident (%s): %s", run_id, exc, error)
+            return
+        (await self._failing_runs()).add(run_id)
+        if self._s.metrics is not None:
+            self._s.metrics.incident(run_id, True)
+        log.log(
+            logging.WARNING
+            if previous is None or previous.error != current.error
+            else logging.DEBUG,
+            "run %s cannot make progress (attempt %d): %s: %s",
+            run_id,
+            current.attempts,
+            current.error_type,
+            current.error,
+        )
+
+    async def _heal(self, run_id: str) -> None:
+        failing = await self._failing_runs()
+        if run_id not in failing:
+            return
+        await self._store.clear_incident(run_id)
+        failing.discard(run_id)
+        if self._s.metrics is not None:
+            self._s.metrics.incident(run_id, False)
+        log.info("run %s makes progress again", run_id)
+
+    # -- child workflows ---------------------------------------------------------------------
+
+    async def _reconcile_children(self, cached: CachedRun, now: datetime) -> bool:
+        """Step 5 of the drive loop: create missing child streams, hand a cancellation request on,
+        drive open children concurrently, and record the outcomes of those that ended, in
+        request order. Returns whether anything was appended to the parent."""
+        snap = cached.snapshot
+        children = snap.open_children_in_order()
+        if len(children) > d.MAX_CHILD_WORKFLOW_BATCH_SIZE:
+            raise InvalidTransition(
+                f"workflow run {snap.run_id} has {len(children)} open child workflows; at most "
+                f"{d.MAX_CHILD_WORKFLOW_BATCH_SIZE} may be open at once"
+            )
+        if snap.depth + 1 > self.limits.max_child_workflow_depth:
+            raise ChildWorkflowDepthExceeded(self.limits.max_child_workflow_depth)
+        for child in children:
+            if child.run_id in _DRIVING.get():
+                raise ChildWorkflowCycle(child.run_id)
+        parent = snap.copy()
+        outcomes = await asyncio.gather(*(self._settle_child(parent, c, now) for c in children))
+        resolved = {c.child_id: o for c, o in zip(children, outcomes, strict=True) if o}
+        progressed = False
+        for child in children:
+            outcome = resolved.get(child.child_id)
+            if outcome is None:
+                continue
+            decision = d.decide_child_resolution(cached.snapshot, child.child_id, outcome)
+            if not isinstance(decision, d.Decision) or not decision.events:
+                continue
+            if not await self._commit_tolerant(cached, decision.events):
+                return True  # lost a race: re-read and reconcile again
+            progressed = True
+        return progressed
+
+    async def _settle_child(
+        self, parent: WorkflowRunSnapshot, child: ChildWorkflowSnapshot, now: datetime
+    ) -> WorkflowTerminalOutcome | None:
+        """Bring one open child chain as far as this engine may; its outcome once it ended."""
+        build = child.spec.runtime_build_id
+        admitted = admits(self._s.compatibility, build)
+        blocking = parent.blocks_on(child)
+        if blocking and not admitted and not await self._exists(child.run_id):
+            # The child stream is not created by an engine that could not run it.
+            self.admit(child.run_id, build)
+        # Creates a missing child stream; an existing one must have this very authority (an
+        # unrelated run under the child's id fails closed with RunConflict).
+        await self.ensure_run(child_start(parent, child))
+        leaf = await self.leaf(child.run_id)
+        owed_cancellation = next(
+            (c for c in cancellations_owed(parent) if c.run_id == child.run_id), None
+        )
+        if owed_cancellation is not None and not leaf.is_terminal:
+            # A child with a request of its own keeps it: propagation does not compare.
+            with contextlib.suppress(RunConflict):
+                request = rq.CancelRun(request=owed_cancellation.request)
+                await self.host_on_leaf(leaf.run_id, request)
+        if not leaf.is_terminal:
+            if admitted:
+                leaf = await self._drive_chain(child.run_id, now)
+            elif blocking:
+                self.admit(leaf.run_id, build)
+        if leaf.is_terminal and leaf.continuation is None:
+            return leaf.terminal_outcome
+        return None
+
+    async def _exists(self, run_id: str) -> bool:
+        return await self._runs.sync(run_id) is not None
+
+    # -- appends ------------------------------------------------------------------------------
+
+    async def _commit(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...]) -> None:
+        run_id = cached.snapshot.run_id
+        # The record-size limit of every backend (a Kafka journal refuses the same events).
+        check_events(events, self._s.record_limits, run_id)
+        for event in events:
+            envelope = await self._append(run_id, cached.snapshot.last_sequence, event)
+            faults.hit("engine.after_append")
+            cached.apply(envelope)
+            await self._notify(envelope)
+
+    async def _append(
+        self, run_id: str, expected: int, event: ev.FlowEvent
+    ) -> ev.FlowEventEnvelope:
+        """The one place the engine appends: conflicts are counted for the metrics."""
+        try:
+            return await self._store.append_if_sequence(run_id, expected, event)
+        except EventConflict:
+            if self._s.metrics is not None:
+                self._s.metrics.sequence_conflict("engine")
+            raise
+        except HookTokenConflict:
+            if self._s.metrics is not None:
+                self._s.metrics.callback_conflict("hook_token_conflict")
+            raise
+
+    async def _commit_tolerant(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...]) -> bool:
+        """Commit; on a lost race return ``False`` so the caller re-reads and re-decides."""
+        try:
+            await self._commit(cached, events)
+        except EventConflict:
+            return False
+        return True
+
+    async def _notify(self, envelope: ev.FlowEventEnvelope) -> None:
+        event = envelope.event
+        if event.is_terminal():
+            await self._heal(envelope.run_id)  # an ended run has nothing left to heal
+            for waiter in self._ended.pop(envelope.run_id, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
+        due = _wakeup_time(event) if self._wakeup_listeners else None
+        if due is not None:
+            for listener in tuple(self._wakeup_listeners):
+                listener(due)
+        for observer in self._s.observers:
+            await notify(observer, envelope)
+
+    def on_wakeup(self, listener: Callable[[datetime], None]) -> Callable[[], None]:
+        """Call ``listener(due_at)`` for every new wake-up committed; returns its remover."""
+        self._wakeup_listeners.append(listener)
+        return lambda: self._wakeup_listeners.remove(listener)
+
+    def forget(self, run_ids: Iterable[str]) -> None:
+        """Drop deleted runs from the cache."""
+        for run_id in run_ids:
+            self._runs.forget(run_id)
+
+    # -- admission ----------------------------------------------------------------------------
+
+    def _route_error(self, run_id: str, build: str | None) -> FlowError | None:
+        """``RuntimeBuildUnavailable`` when this engine does not admit ``build``."""
+        if admits(self._s.compatibility, build):
+            return None
+        current = self._s.compatibility
+        return RuntimeBuildUnavailable(
+            run_id, build, None if current is None else str(current.current)
+        )
+
+    def admit(self, run_id: str, build: str | None) -> None:
+        """Raise ``RuntimeBuildUnavailable`` unless this engine runs ``build``."""
+        error = self._route_error(run_id, build)
+        if error is not None:
+            raise error
+
+    # -- host requests (no workflow code; immediate) -------------------------------------------
+
+    async def load(self, run_id: str) -> WorkflowRunSnapshot:
+        """A fresh projection of the run's stored history (not the cache)."""
+        return project(run_id, await self._store.list(run_id))
+
+    async def host(
+        self,
+        run_id: str,
+        request: rq.RequestKind,
+        child_outcomes: dict[str, WorkflowTerminalOutcome] | None = None,
+    ) -> HostResult:
+        """Decide ``request`` on a fresh projection (the core decides:
+        :func:`~streamflow.core.requests.decide_request`) and append; retry lost races.
+        Reports the snapshot after the append, whether this call appended anything, the
+        decision's effects, and whether the request belongs to the run's successor. Takes no
+        run lock: a drive running a step sees these events on its next commit."""
+        validate_run_id(run_id)
+        for _ in range(self._s.max_replay_iterations):
+            snap = await self.load(run_id)
+            route_error = (
+                self._route_error(run_id, rq.concerned_build(snap, request))
+                if rq.needs_route(snap, request)
+                else None
+            )
+            facts = rq.Facts(route_error=route_error, child_outcomes=child_outcomes or {})
+            outcome = rq.decide_request(snap, request, facts, run_id=run_id, now=self._s.clock())
+            if isinstance(outcome, rq.Refuse):
+                raise outcome.error
+            if isinstance(outcome, rq.Forward):
+                return HostResult(snap, False, (), forward=True)
+            if isinstance(outcome, rq.Nothing) or not outcome.events:
+                return HostResult(snap, False, outcome.effects)
+            check_events(outcome.events, self._s.record_limits, run_id)
+            try:
+                for event in outcome.events:
+                    envelope = await self._append(run_id, snap.last_sequence, event)
+                    snap = evolve(snap, envelope)
+                    await self._notify(envelope)
+            except EventConflict:
+                continue
+            return HostResult(snap, True, outcome.effects)
+        raise ReplayLimitExceeded(self._s.max_replay_iterations)
+
+    async def host_on_leaf(self, run_id: str, request: rq.RequestKind) -> HostResult:
+        """:meth:`host` on the active leaf of ``run_id``'s chain."""
+        leaf = await self.leaf(run_id)
+        return await self.host(leaf.run_id, request)
+
+    # -- results --------------------------------------------------------------------------------
+
+    async def chain_end(self, run_id: str) -> WorkflowRunSnapshot:
+        """Wait until ``run_id``'s chain ends (woken by this engine's commit of the end, and
+        checked every ``RESULT_POLL`` seconds for an end committed elsewhere)."""
+        current = run_id
+        loop = asyncio.get_running_loop()
+        while True:
+            ended: asyncio.Future[None] = loop.create_future()
+            registered = current
+            self._ended.setdefault(registered, set()).add(ended)
+            try:
+                snap = await self.leaf(current)
+                if snap.is_terminal and snap.continuation is None:
+                    return snap
+                if snap.run_id != current:
+                    current = snap.run_id
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(ended), RESULT_POLL)
+            finally:
+                waiters = self._ended.get(registered)
+                if waiters is not None:
+                    waiters.discard(ended)
+                    if not waiters:
+                        self._ended.pop(registered, None)
+
+
+def _wakeup_time(event: ev.FlowEvent) -> datetime | None:
+    """When the wake-up an event creates is due (``None``: it creates none)."""
+    if isinstance(event, ev.WaitCreated):
+        return event.resume_at
+    if isinstance(event, ev.StepRetrying):
+        return event.retry_after
+    return None
+
+
+_RECORDED = "_streamflow_incident_of"
+"""Set on an error once it was recorded as a run's incident."""
+_NOT_INCIDENTS = (EventConflict, RunNotFound, RuntimeBuildUnavailable)
+"""Failures that are not about the run's code or history: a lost race (retried), an unknown
+run, a build this engine does not run (another engine's work)."""
+
+
+def _is_incident(error: FlowError) -> bool:
+    return not isinstance(error, _NOT_INCIDENTS)

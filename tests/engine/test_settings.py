@@ -1,0 +1,58 @@
+"""``FlowEngine(store, runtime, settings)``: one typed settings value, built by the builder or
+by hand, with every default declared once on ``EngineSettings``."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamflow import (
+    FlowEngine,
+    FlowMetrics,
+    InMemoryEventStore,
+    InMemoryFlowEventObserver,
+    ReplayLimitExceeded,
+    WorkflowRunStatus,
+)
+from streamflow.core import decide as d
+from streamflow.engine.engine import EngineSettings
+from tests.support import Scripted, sequential, spec
+
+
+def test_the_defaults_are_the_settings_defaults():
+    engine = FlowEngine(InMemoryEventStore(), Scripted(sequential("a")))
+    assert engine.limits == EngineSettings().limits == d.Limits()
+    assert engine.compatibility is None
+
+
+async def test_the_builder_builds_settings_it_hands_to_the_constructor():
+    observer = InMemoryFlowEventObserver()
+    engine = (
+        FlowEngine.builder(Scripted(sequential("a")))
+        .with_observer(observer)
+        .with_metrics(FlowMetrics())
+        .with_max_continue_as_new_hops(-3)
+        .with_max_child_workflow_depth(5)
+        .build()
+    )
+    assert engine.limits == d.Limits(max_continue_as_new_hops=0, max_child_workflow_depth=5)
+    run_id = await engine.start(spec())
+    assert observer.events() == await engine.history(run_id)
+
+
+async def test_settings_by_hand_take_effect():
+    store = InMemoryEventStore()
+    observer = InMemoryFlowEventObserver()
+    settings = EngineSettings(observers=(observer,), new_run_id=lambda: "fixed")
+    engine = FlowEngine(store, Scripted(sequential("a")), settings)
+    run_id = await engine.start(spec())
+    assert run_id == "fixed"
+    assert (await engine.snapshot(run_id)).status is WorkflowRunStatus.COMPLETED
+    assert observer.events() == await engine.history(run_id)
+
+    tight = FlowEngine(
+        InMemoryEventStore(),
+        Scripted(sequential("a", "b")),
+        EngineSettings(max_replay_iterations=1),
+    )
+    with pytest.raises(ReplayLimitExceeded):
+        await tight.start(spec())
