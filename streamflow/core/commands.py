@@ -132,11 +132,11 @@ class RuntimeCommand:
         return ContinueAsNew(input=input)  # type: ignore[arg-type]
 
     @staticmethod
-    def record_progress(progress: WorkflowProgress) -> RecordProgress:
+    def record_progress(progress: WorkflowProgress) -> ReportProgress:
         """Record ``progress`` (``run_progress_recorded``) once per progress id; the same record
         again is ``InvalidTransition`` (no progress), another one under the same id
         ``NonDeterministic``."""
-        return RecordProgress(progress=progress)
+        return ReportProgress(progress=progress)
 
     @staticmethod
     def link_child_operation(child: ChildOperationReference) -> LinkChildOperation:
@@ -257,7 +257,7 @@ class ContinueAsNew(RuntimeCommand):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RecordProgress(RuntimeCommand):
+class ReportProgress(RuntimeCommand):
     """``RuntimeCommand.record_progress``: record one progress record."""
 
     TYPE = "record_progress"

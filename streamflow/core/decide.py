@@ -40,11 +40,11 @@ from streamflow.core.decisions import (
     Outcome,
     PropagateCancellation,
     Rejected,
-    ReleaseToken,
     ResolveParent,
     RunStep,
     StepErrored,
     StepSucceeded,
+    TokenRelease,
     Verdict,
     invalid,
     nondeterministic,
@@ -115,7 +115,7 @@ __all__ = [
     "PropagateCancellation",
     "AskChild",
     "Rejected",
-    "ReleaseToken",
+    "TokenRelease",
     "ResolveParent",
     "RunStep",
     "LaunchRun",
@@ -315,7 +315,7 @@ def decide_command(
         except InvalidTransition as exc:
             return Rejected(exc)
         return Decision(events=(ev.RunTimedOut(deadline=deadline, reason=command.reason),))
-    if isinstance(command, cmd.RecordProgress):
+    if isinstance(command, cmd.ReportProgress):
         return record_progress_or_link(snapshot, command.progress, host=False)
     if isinstance(command, cmd.LinkChildOperation):
         return record_progress_or_link(snapshot, command.child, host=False)

@@ -113,7 +113,7 @@ class ForceCancelChild:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReleaseToken:
+class TokenRelease:
     """Effect: the hook no longer holds its token (received, disposed, cancelled, run ended)."""
 
     token_digest: str
@@ -144,7 +144,7 @@ Effect: TypeAlias = (
     | ResolveParent
     | PropagateCancellation
     | ForceCancelChild
-    | ReleaseToken
+    | TokenRelease
     | AskChild
 )
 

@@ -26,15 +26,15 @@ from streamflow.core.decide import (
     AskChild,
     LaunchRun,
     PropagateCancellation,
-    ReleaseToken,
     ResolveParent,
+    TokenRelease,
     eldest_blocking_child,
 )
 from streamflow.core.snapshot import ChildWorkflowSnapshot, WorkflowRunSnapshot
 from streamflow.core.tokens import resolution_of
 from streamflow.core.values import ChildWorkflowCancellationPolicy, ContinuationLink, ParentLink
 
-Obligation: TypeAlias = LaunchRun | PropagateCancellation | ResolveParent | ReleaseToken | AskChild
+Obligation: TypeAlias = LaunchRun | PropagateCancellation | ResolveParent | TokenRelease | AskChild
 """One thing a run owes: the effects a shell delivers to another run or to the token index."""
 
 
@@ -113,7 +113,7 @@ def owed(snapshot: WorkflowRunSnapshot) -> list[Obligation]:
                 continue
             resolution, payload = resolution_of(snapshot, hook_id)
             out.append(
-                ReleaseToken(
+                TokenRelease(
                     token_digest=digest,
                     run_id=snapshot.run_id,
                     hook_id=hook_id,
@@ -150,7 +150,7 @@ def key(obligation: Obligation) -> tuple[str, ...]:
         return ("cancel", obligation.run_id)
     if isinstance(obligation, ResolveParent):
         return ("resolve", obligation.parent_run_id, obligation.child_id)
-    if isinstance(obligation, ReleaseToken):
+    if isinstance(obligation, TokenRelease):
         return ("release", obligation.token_digest, obligation.hook_id)
     return ("query", obligation.run_id)
 

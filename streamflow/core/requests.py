@@ -37,10 +37,10 @@ from streamflow.core.decisions import (
     Effect,
     Outcome,
     Rejected,
-    ReleaseToken,
     ResolveParent,
     StepErrored,
     StepSucceeded,
+    TokenRelease,
 )
 from streamflow.core.errors import FlowError, InvalidTransition, RunNotFound
 from streamflow.core.events import FlowEvent
@@ -484,7 +484,7 @@ def _proposal(snapshot: WorkflowRunSnapshot, request: Proposal) -> RequestOutcom
         # this proposal would have created goes back, unless the hook holds it.
         held = snapshot.active_hook_digests()
         releases = tuple(
-            ReleaseToken(
+            TokenRelease(
                 token_digest=c.token_digest,
                 run_id=snapshot.run_id,
                 hook_id=c.hook_id,

@@ -40,11 +40,11 @@ from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.limits import check_events
 from streamflow.core.obligations import cancellations_owed, child_start, successor_start
-from streamflow.core.projection import evolve, project
+from streamflow.core.projection import ProjectedRun, evolve, project
 from streamflow.core.snapshot import ChildWorkflowSnapshot, WorkflowRunSnapshot
 from streamflow.core.timeutil import require_utc
 from streamflow.core.values import WorkflowTerminalOutcome
-from streamflow.engine.runs import CachedRun, RunCache
+from streamflow.engine.runs import RunCache
 from streamflow.engine.settings import EngineSettings
 from streamflow.engine.steps import StepRunner, invoke_workflow
 from streamflow.observe.observers import notify
@@ -347,7 +347,7 @@ class Driver:
 
     # -- child workflows ---------------------------------------------------------------------
 
-    async def _reconcile_children(self, cached: CachedRun, now: datetime) -> bool:
+    async def _reconcile_children(self, cached: ProjectedRun, now: datetime) -> bool:
         """Step 5 of the drive loop: create missing child streams, hand a cancellation request on,
         drive open children concurrently, and record the outcomes of those that ended, in
         request order. Returns whether anything was appended to the parent."""
@@ -415,7 +415,7 @@ class Driver:
 
     # -- appends ------------------------------------------------------------------------------
 
-    async def _commit(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...]) -> None:
+    async def _commit(self, cached: ProjectedRun, events: tuple[ev.FlowEvent, ...]) -> None:
         run_id = cached.snapshot.run_id
         # The record-size limit of every backend (a Kafka journal refuses the same events).
         check_events(events, self._s.record_limits, run_id)
@@ -440,7 +440,9 @@ class Driver:
                 self._s.metrics.callback_conflict("hook_token_conflict")
             raise
 
-    async def _commit_tolerant(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...]) -> bool:
+    async def _commit_tolerant(
+        self, cached: ProjectedRun, events: tuple[ev.FlowEvent, ...]
+    ) -> bool:
         """Commit; on a lost race return ``False`` so the caller re-reads and re-decides."""
         try:
             await self._commit(cached, events)

@@ -16,8 +16,6 @@ from streamflow.core.errors import FlowError, RunNotFound
 from streamflow.core.projection import ProjectedRun
 from streamflow.stores.base import FlowEventStore
 
-CachedRun = ProjectedRun
-
 
 async def read_from(
     store: FlowEventStore, run_id: str, after_sequence: int
@@ -31,12 +29,12 @@ async def read_from(
 
 
 class RunCache:
-    """A bounded LRU of :class:`CachedRun` plus per-run asyncio locks."""
+    """A bounded LRU of :class:`ProjectedRun` plus per-run asyncio locks."""
 
     def __init__(self, store: FlowEventStore, capacity: int) -> None:
         self._store = store
         self._capacity = max(1, capacity)
-        self._runs: OrderedDict[str, CachedRun] = OrderedDict()
+        self._runs: OrderedDict[str, ProjectedRun] = OrderedDict()
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
     @asynccontextmanager
@@ -60,13 +58,13 @@ class RunCache:
         entry = self._locks.get(run_id)
         return entry is not None and entry[0].locked()
 
-    def fresh(self, run_id: str) -> CachedRun:
+    def fresh(self, run_id: str) -> ProjectedRun:
         """An empty entry for a run about to be created."""
-        cached = CachedRun(run_id)
+        cached = ProjectedRun(run_id)
         self._remember(run_id, cached)
         return cached
 
-    async def sync(self, run_id: str) -> CachedRun | None:
+    async def sync(self, run_id: str) -> ProjectedRun | None:
         """Bring the cached run up to date with the store (``None``: no such run)."""
         cached = self._runs.get(run_id)
         after = 0 if cached is None else cached.snapshot.last_sequence
@@ -76,7 +74,7 @@ class RunCache:
             self._runs.pop(run_id, None)
             return None
         if cached is None:
-            cached = CachedRun(run_id)
+            cached = ProjectedRun(run_id)
         try:
             for envelope in new:
                 cached.apply(envelope)
@@ -90,7 +88,7 @@ class RunCache:
         """Drop the cached entry of ``run_id`` (the next sync reads it again)."""
         self._runs.pop(run_id, None)
 
-    def _remember(self, run_id: str, cached: CachedRun) -> None:
+    def _remember(self, run_id: str, cached: ProjectedRun) -> None:
         self._runs[run_id] = cached
         self._runs.move_to_end(run_id)
         if len(self._runs) <= self._capacity:

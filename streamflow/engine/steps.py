@@ -21,8 +21,9 @@ from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import EventConflict, ReplayLimitExceeded
 from streamflow.core.jsonvalue import normalize
 from streamflow.core.limits import check_payload
+from streamflow.core.projection import ProjectedRun
 from streamflow.core.tokens import HookSecret
-from streamflow.engine.runs import CachedRun, RunCache
+from streamflow.engine.runs import RunCache
 from streamflow.engine.settings import EngineSettings
 from streamflow.workflow.runtime import (
     FlowRuntime,
@@ -36,12 +37,12 @@ from streamflow.workflow.runtime import (
     workflow_invocation,
 )
 
-Commit = Callable[[CachedRun, tuple[ev.FlowEvent, ...]], Awaitable[None]]
+Commit = Callable[[ProjectedRun, tuple[ev.FlowEvent, ...]], Awaitable[None]]
 """Append events to a cached run (raising ``EventConflict`` on a lost race)."""
 
 
 async def invoke_workflow(
-    runtime: FlowRuntime, cached: CachedRun, hook_secret: HookSecret | None
+    runtime: FlowRuntime, cached: ProjectedRun, hook_secret: HookSecret | None
 ) -> RuntimeCommand:
     """Replay ``cached`` through ``run_workflow`` once; the command it returns (workflow
     code's own exceptions raise as ``workflow_failures`` makes them)."""
@@ -68,7 +69,9 @@ class StepRunner:
             max_workers=settings.step_threads, thread_name_prefix="sf-step"
         )
 
-    async def run(self, cached: CachedRun, effects: tuple[d.RunStep, ...], now: datetime) -> None:
+    async def run(
+        self, cached: ProjectedRun, effects: tuple[d.RunStep, ...], now: datetime
+    ) -> None:
         """Run the attempts of ``effects`` concurrently; commit each outcome as it settles (an
         immediate retry starts its next attempt at once). The caller holds the run's lock."""
         commit_lock = asyncio.Lock()
@@ -90,7 +93,7 @@ class StepRunner:
 
     async def _commit_result(
         self,
-        cached: CachedRun,
+        cached: ProjectedRun,
         effect: d.RunStep,
         result: d.AttemptResult,
         failed_at: datetime,
@@ -117,7 +120,7 @@ class StepRunner:
             return steps[0] if steps else None
         raise ReplayLimitExceeded(self._s.max_replay_iterations)
 
-    async def _attempt(self, effect: d.RunStep, cached: CachedRun) -> d.AttemptResult:
+    async def _attempt(self, effect: d.RunStep, cached: ProjectedRun) -> d.AttemptResult:
         invocation = StepInvocation(
             run_id=effect.run_id,
             step_id=effect.step_id,

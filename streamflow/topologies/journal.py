@@ -539,7 +539,7 @@ class Journal(TransactionalTopology):
         """Produce the record that carries one follow-up to its run (or to the token index)."""
         if isinstance(effect, d.RunStep):
             return  # step tasks go with their step_started
-        if isinstance(effect, d.ReleaseToken):
+        if isinstance(effect, d.TokenRelease):
             self.release(effect)
             return
         body: m.RequestBody
@@ -610,7 +610,7 @@ class Journal(TransactionalTopology):
             return
         self.send(replace(request, run_id=successor, forwarded=request.forwarded + 1))
 
-    def release(self, release: d.ReleaseToken) -> None:
+    def release(self, release: d.TokenRelease) -> None:
         """Ask the hooks topology to forget a hook token (in the open transaction)."""
         digest = release.token_digest
         record = m.HookRequest(

@@ -122,7 +122,7 @@ class JournalPort(Protocol):
         """Answer ``request`` (in the open transaction)."""
         ...
 
-    def release(self, release: d.ReleaseToken) -> None:
+    def release(self, release: d.TokenRelease) -> None:
         """Ask the hooks topology to forget a hook token (in the open transaction)."""
         ...
 
@@ -368,7 +368,7 @@ class RetentionSaga:
             snap = self._port.snapshot(run_id)
             for hook in () if snap is None else snap.hooks.values():
                 self._port.release(
-                    d.ReleaseToken(
+                    d.TokenRelease(
                         token_digest=hook.token_digest, run_id=run_id, hook_id=hook.hook_id
                     )
                 )

@@ -43,7 +43,7 @@ from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import FlowError, PayloadTooLarge, ReplayLimitExceeded
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.limits import check_events
-from streamflow.core.projection import ProjectedRun as CachedRun
+from streamflow.core.projection import ProjectedRun
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.core.tokens import HookSecret
 from streamflow.kafka import admin
@@ -138,7 +138,7 @@ class Processor:
         self._producer = producer(settings)
         self._partitions = partition_count(self._consumer, self._names.requests)
         self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
-        self._runs: dict[str, CachedRun] = {}
+        self._runs: dict[str, ProjectedRun] = {}
         self._proposed: dict[str, tuple[int, float]] = {}
         self._incidents: dict[str, FlowIncident] = {}
         """Runs whose latest decision failed (also in local state, ``incidents``)."""
@@ -235,7 +235,7 @@ class Processor:
                 return  # a run of another build, or one that already ended here
             if not admits(self._compat, event.spec.runtime_build_id):
                 return
-            cached = self._runs[run_id] = CachedRun(run_id)
+            cached = self._runs[run_id] = ProjectedRun(run_id)
         if envelope.sequence <= cached.snapshot.last_sequence:
             return  # seen before (a restore overlaps what local state already had)
         try:
@@ -307,14 +307,16 @@ class Processor:
             self._heal_now(run_id)
             self._schedule_retry(cached, now)
 
-    def _invoke(self, cached: CachedRun) -> RuntimeCommand:
+    def _invoke(self, cached: ProjectedRun) -> RuntimeCommand:
         with workflow_failures():
             result = self._runtime.run_workflow(workflow_invocation(cached, self._hook_secret))
             if inspect.isawaitable(result):
                 result = self._loop.run_until_complete(result)
         return checked_command(result)
 
-    def _propose(self, cached: CachedRun, events: tuple[ev.FlowEvent, ...], now: datetime) -> None:
+    def _propose(
+        self, cached: ProjectedRun, events: tuple[ev.FlowEvent, ...], now: datetime
+    ) -> None:
         snap = cached.snapshot
         try:
             # The embedded engine refuses the same decision: a typed incident, not a record
@@ -363,7 +365,7 @@ class Processor:
         # journal transaction, say), decide again.
         heapq.heappush(self._timers, (time.monotonic() + REPROPOSE_AFTER, snap.run_id))
 
-    def _incident(self, cached: CachedRun, error: FlowError, now: datetime) -> None:
+    def _incident(self, cached: ProjectedRun, error: FlowError, now: datetime) -> None:
         snap = cached.snapshot
         run_id = snap.run_id
         previous = self._incidents.get(run_id)
@@ -414,7 +416,7 @@ class Processor:
         batch.delete("incidents", run_id.encode())
         log.info("run %s makes progress again", run_id)
 
-    def _schedule_retry(self, cached: CachedRun, now: datetime) -> None:
+    def _schedule_retry(self, cached: ProjectedRun, now: datetime) -> None:
         afters = [
             after
             for step_id in cached.snapshot.retry_steps
@@ -456,13 +458,13 @@ class Processor:
 
     def _load(self, partitions: set[int]) -> None:
         """Rebuild in-memory runs of these partitions from local state; decide them all."""
-        current: CachedRun | None = None
+        current: ProjectedRun | None = None
         for _key, value in self._state.scan("events"):
             envelope = self._wire.decode(value, ev.FlowEventEnvelope)
             if partition_for(envelope.run_id, self._partitions) not in partitions:
                 continue
             if current is None or current.snapshot.run_id != envelope.run_id:
-                current = CachedRun(envelope.run_id)
+                current = ProjectedRun(envelope.run_id)
                 self._runs[envelope.run_id] = current
             current.apply(envelope)
             self._pending.add(envelope.run_id)

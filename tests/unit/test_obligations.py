@@ -21,8 +21,8 @@ from streamflow.core.decide import (
     AskChild,
     LaunchRun,
     PropagateCancellation,
-    ReleaseToken,
     ResolveParent,
+    TokenRelease,
 )
 from streamflow.core.obligations import key, newly_owed, owed
 from streamflow.core.projection import evolve, project
@@ -142,7 +142,7 @@ def test_a_hook_that_let_go_of_its_token_owes_its_release_with_the_resolution():
     assert owed(snapshot(*START, created)) == []
     received = owed(snapshot(*START, created, ev.HookReceived(hook_id="h", payload={"ok": 1})))
     assert received == [
-        ReleaseToken(
+        TokenRelease(
             token_digest=DIGEST,
             run_id="p",
             hook_id="h",

@@ -16,7 +16,7 @@ import pytest
 
 import streamflow.core.events as ev
 import streamflow.core.requests as rq
-from streamflow.core.decisions import ReleaseToken, ResolveParent
+from streamflow.core.decisions import ResolveParent, TokenRelease
 from streamflow.core.errors import (
     FlowError,
     HookTokenNotFound,
@@ -182,7 +182,7 @@ ROWS = [
         rq.Facts(),
         Nothing(
             effects=(
-                ReleaseToken(token_digest=DIGEST, run_id=RUN, hook_id="h", claim_id="claim-1"),
+                TokenRelease(token_digest=DIGEST, run_id=RUN, hook_id="h", claim_id="claim-1"),
             ),
             stale=True,
         ),
