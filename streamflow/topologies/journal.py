@@ -7,21 +7,18 @@ step results, timer wake-ups, cancellation, termination and host progress, and v
 processor proposals — and writes the resulting history events, their effects (a step task per
 ``step_started``, a ``run_finished`` notice per terminal event), replies and its consumer
 offsets in ONE Kafka transaction. It never runs user code and admits any build that has a live
-route in the build registry. Retention requests (history holds, the prune of terminal
-components, forgetting pruned runs) are handled by ``journal_retention``, in the same
-transactions.
+route in the build registry. The records are written by ``journal_output``; retention
+requests (history holds, the prune of terminal components, forgetting pruned runs) are handled
+by ``journal_retention``, in the same transactions.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +29,6 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import requests as rq
 from streamflow.core.errors import (
-    ContinueAsNewLimitExceeded,
     FlowError,
     HookConflict,
     InvalidTransition,
@@ -42,52 +38,43 @@ from streamflow.core.errors import (
     SerializationError,
     TopicsRefused,
 )
-from streamflow.core.ids import idempotency_key, is_valid_run_id, validate_run_id
+from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
-from streamflow.core.obligations import newly_owed, owed
-from streamflow.core.projection import evolve, project
+from streamflow.core.projection import project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.kafka.admin import fit_record_limit
-from streamflow.kafka.clients import APPEND_WOKEN, close_producer, partition_count, producer
+from streamflow.kafka.clients import APPEND_WOKEN, partition_count
 from streamflow.kafka.config import KafkaSettings
-from streamflow.kafka.naming import Names, history_key, partition_for
+from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
 from streamflow.serde import messages as m
-from streamflow.serde.errors import error_info
 from streamflow.topologies.common import (
-    TYPE_HEADER,
     LocalState,
     StateBatch,
     encode_offset,
     mirror_partition,
     send_dead_letter,
-    track_offset,
     utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
+from streamflow.topologies.journal_output import (
+    CALLBACK_CONFLICTS,
+    SEQUENCE_CONFLICTS,
+    JournalOutput,
+    RefusalCounts,
+)
 from streamflow.topologies.journal_retention import RETENTION_BODIES, RetentionSaga
 from streamflow.topologies.registry import RouteTable
 from streamflow.topologies.watchdog import HangHandler
 
-SEQUENCE_CONFLICTS = "streamflow_sequence_conflicts_total"
-CALLBACK_CONFLICTS = "streamflow_callback_conflicts_total"
-COUNTED: dict[str, dict[str, str]] = {
-    SEQUENCE_CONFLICTS: {"source": "journal"},  # stale proposals
-    CALLBACK_CONFLICTS: {"kind": "hook_conflict"},  # contradicting hook callbacks
-}
-"""What the journal counts and publishes on ``{ns}.metrics``, with each count's labels."""
-COUNTS_PUBLISH_INTERVAL = 5.0
 log = logging.getLogger("streamflow.journal")
 COMPONENT = "journal"
-
-MAX_FORWARDS = 1024
-"""A request handed on along a continuation chain more often than this is refused (a chain
-can never be that long; it guards against a corrupt link)."""
 
 
 @dataclass
 class _Transaction:
-    """What one Kafka transaction has staged so far (the retention saga's
+    """What one Kafka transaction has staged so far (the output's
+    :class:`~streamflow.topologies.journal_output.StagedWrites`, the retention saga's
     :class:`~streamflow.topologies.journal_retention.OpenTransaction`)."""
 
     batch: StateBatch
@@ -123,9 +110,9 @@ class Journal(TransactionalTopology):
     partitions it owns. Its local state under ``state_dir`` (events, offsets, retention records)
     is a cache of the history and retention topics, restored from them on assignment.
     ``TopicsRefused`` when the requests, history and retention topics do not have the same
-    partition count. Its retention requests go to its
-    :class:`~streamflow.topologies.journal_retention.RetentionSaga`, which reaches it through
-    the ``JournalPort`` it implements."""
+    partition count. Its records are produced by its ``JournalOutput`` (``journal_output``), its
+    retention requests go to its ``RetentionSaga`` (``journal_retention``); both reach it
+    through the ``OutputPort`` and ``JournalPort`` it implements."""
 
     component = COMPONENT
 
@@ -167,16 +154,10 @@ class Journal(TransactionalTopology):
         self._limits = settings.limits
         self._wire = codec.Wire(self._limits)
         self._clock = clock
-        self._instance = instance
         self._cache_runs = cache_runs
-        self._counts = dict.fromkeys(COUNTED, 0)
-        """Refusals in committed transactions since start, by metric name (see ``COUNTED``)."""
-        self._staged_counts = dict.fromkeys(COUNTED, 0)
-        """The same, in the open transaction."""
-        self._published_counts = dict(self._counts)
-        # Counts are cumulative samples: a plain producer, outside the transactions.
-        self._samples = producer(settings)
-        self._next_publish = 0.0
+        self._counts = RefusalCounts(
+            settings, names=names, wire=self._wire, clock=clock, source=f"{COMPONENT}/{instance}"
+        )
         self._state = LocalState(state_dir, ("events", "meta", "retention"))
         self._cache: OrderedDict[str, WorkflowRunSnapshot] = OrderedDict()
         self._partitions = partition_count(self._consumer, self._names.requests)
@@ -196,8 +177,14 @@ class Journal(TransactionalTopology):
                     f"{self._names.retention} has {retention_partitions}: they must be equal"
                 ]
             )
-        self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
-        self._task_partitions: dict[str, int] = {}
+        self._output = JournalOutput(
+            self,
+            names=names,
+            wire=self._wire,
+            instance=instance,
+            partitions=self._partitions,
+            hook_partitions=partition_count(self._consumer, self._names.hook_requests),
+        )
         self._routes = RouteTable(settings)
         self._txn: _Transaction | None = None
         self._retention = RetentionSaga(
@@ -209,7 +196,7 @@ class Journal(TransactionalTopology):
     def tick(self) -> None:
         """Refresh the live build routes and publish changed refusal counts on ``{ns}.metrics``."""
         self._routes.refresh()
-        self._publish_counts()
+        self._counts.publish()
 
     def reconnected(self, silent: float) -> None:
         # Processors could not heartbeat while the cluster was away either: their routes are
@@ -222,7 +209,7 @@ class Journal(TransactionalTopology):
     def begin(self) -> None:
         """Start staging the local state and counts of a new transaction."""
         self._txn = _Transaction(batch=self._state.batch())
-        self._staged_counts = dict.fromkeys(COUNTED, 0)
+        self._counts.begin()
 
     def writes_to(self, topic: str) -> bool:
         """Everything of the namespace but the audit stream, the token index and the routes."""
@@ -237,27 +224,6 @@ class Journal(TransactionalTopology):
         # The request's output is produced into the open transaction: a handler failing here
         # must leave none of it visible (a crash test raises at this fault point).
         faults.hit("journal.after_handle")
-
-    def _publish_counts(self) -> None:
-        """Put the journal's committed counts on ``{ns}.metrics``, at most every few seconds
-        and only when they changed; the observers re-export them."""
-        if self._counts == self._published_counts or time.monotonic() < self._next_publish:
-            return
-        for name, value in self._counts.items():
-            sample = m.MetricSample(
-                name=name,
-                kind="counter",
-                labels=COUNTED[name],
-                value=float(value),
-                at=self._clock(),
-                source=f"{COMPONENT}/{self._instance}",
-            )
-            self._samples.produce(
-                self._names.metrics, key=name.encode(), value=self._wire.encode(sample)
-            )
-        self._samples.poll(0)
-        self._published_counts = dict(self._counts)
-        self._next_publish = time.monotonic() + COUNTS_PUBLISH_INTERVAL
 
     def has_output(self) -> bool:
         """Whether the open transaction wrote history or retention records."""
@@ -286,9 +252,7 @@ class Journal(TransactionalTopology):
             txn.batch.put("meta", _retention_offset_key(partition), encode_offset(offset + 1))
         self._state.write(txn.batch)
         self._txn = None
-        for name, value in self._staged_counts.items():
-            self._counts[name] += value
-        self._staged_counts = dict.fromkeys(COUNTED, 0)
+        self._counts.committed()
         while len(self._cache) > self._cache_runs:
             self._cache.popitem(last=False)
 
@@ -307,7 +271,7 @@ class Journal(TransactionalTopology):
         """Close the route table, local state and the counts producer."""
         self._routes.close()
         self._state.close()
-        close_producer(self._samples, 1.0)  # counts are cumulative: the next ones catch up
+        self._counts.close()
 
     # -- one request ------------------------------------------------------------------------
 
@@ -324,7 +288,7 @@ class Journal(TransactionalTopology):
                 msg.offset() or 0,
                 reason,
             )
-            self._reply_to(header.request_id, header.run_id, error, now)
+            self._output.reply_to(header.request_id, header.run_id, error, now)
 
     def _letter(self, msg: Message, reason: str, now: datetime) -> None:
         send_dead_letter(
@@ -345,11 +309,11 @@ class Journal(TransactionalTopology):
             header = codec.decode_request_header(raw)
             if header is not None and header.reply:
                 error = exc if isinstance(exc, SerializationError) else SerializationError(str(exc))
-                self._reply_to(header.request_id, header.run_id, error, now)
+                self._output.reply_to(header.request_id, header.run_id, error, now)
             return
         run_id = request.run_id
         if not is_valid_run_id(run_id):
-            self.reply(request, run_id, error=validate_error(run_id), snap=None, now=now)
+            self._output.reply(request, run_id, error=validate_error(run_id), snap=None, now=now)
             return
         if (
             msg.key() != run_id.encode()
@@ -368,14 +332,14 @@ class Journal(TransactionalTopology):
         snap = self.snapshot(run_id)
         outcome = self._decide(request, snap, now)
         if outcome.forward_to is not None:
-            self._forward(request, outcome.forward_to, now)
+            self._output.forward(request, outcome.forward_to, now)
             return
         if outcome.events and isinstance(request.body, m.StepResult) and request.body.ok:
             outcome = self._fitted_result(snap, request.body, outcome, now)
         if outcome.events:
             snap = self._ensure_snapshot(run_id, snap)
             try:
-                effects = self._append(txn, snap, outcome.events, now)
+                effects = self._output.append(txn, snap, outcome.events, now)
             except PayloadTooLarge as exc:
                 # Nothing was produced: the events are refused whole, with the typed reason.
                 self._rebuild(txn, run_id)
@@ -389,16 +353,16 @@ class Journal(TransactionalTopology):
                 )
             else:
                 for effect in (*effects, *outcome.effects):
-                    self._effect(run_id, effect, now)
+                    self._output.effect(txn, run_id, effect, now)
         elif outcome.effects:
             for effect in outcome.effects:
-                self._effect(run_id, effect, now)
+                self._output.effect(txn, run_id, effect, now)
         if isinstance(outcome.error, HookConflict):
-            self._staged_counts[CALLBACK_CONFLICTS] += 1
+            self._counts.staged[CALLBACK_CONFLICTS] += 1
         if outcome.incident and outcome.error is not None:
-            self._incident(run_id, self.snapshot(run_id), outcome.error, request, now)
+            self._output.incident(run_id, self.snapshot(run_id), outcome.error, request, now)
         if request.reply:
-            self.reply(
+            self._output.reply(
                 request,
                 run_id,
                 error=outcome.error,
@@ -457,7 +421,7 @@ class Journal(TransactionalTopology):
         if isinstance(outcome, rq.Forward):
             return _Outcome(forward_to=outcome.successor)
         if outcome.stale:
-            self._staged_counts[SEQUENCE_CONFLICTS] += 1
+            self._counts.staged[SEQUENCE_CONFLICTS] += 1
         return _Outcome(effects=outcome.effects)
 
     def _facts(
@@ -484,94 +448,7 @@ class Journal(TransactionalTopology):
             route_error=route_error, tombstoned=tombstoned, linked_run_missing=linked_missing
         )
 
-    # -- writing -----------------------------------------------------------------------------
-
-    def _append(
-        self,
-        txn: _Transaction,
-        snap: WorkflowRunSnapshot,
-        events: tuple[ev.FlowEvent, ...],
-        now: datetime,
-    ) -> list[d.Effect]:
-        """Append ``events`` whole or not at all; returns what other runs (and the token
-        index) owe to them, to be produced in this same transaction."""
-        run_id = snap.run_id
-        partition = partition_for(run_id, self._partitions)
-        txn.touched.add(run_id)
-        # The same payload rule as the embedded engine, then every record encoded (and so
-        # size-checked) before any is produced: a list is appended whole or not at all.
-        check_events(events, self._limits, run_id)
-        encoded: list[tuple[ev.FlowEventEnvelope, bytes, bytes, bytes | None]] = []
-        effects: list[d.Effect] = []
-        for event in events:
-            prior = owed(snap)
-            envelope = ev.FlowEventEnvelope(
-                run_id=run_id,
-                sequence=snap.last_sequence + 1,
-                event_id=str(uuid.uuid4()),
-                timestamp=now,
-                event=event,
-            )
-            evolve(snap, envelope)
-            task = self._task(snap, event, envelope.sequence)
-            value = self._wire.encode(envelope)
-            encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
-            effects += newly_owed(prior, owed(snap))
-        for envelope, key, value, task in encoded:
-            event = envelope.event
-            self._producer.produce(
-                self._names.history,
-                key=key,
-                value=value,
-                partition=partition,
-                headers=[(TYPE_HEADER, event.TYPE.encode())],
-                on_delivery=partial(track_offset, txn.history_offsets),
-            )
-            txn.batch.put("events", key, value)  # local state keeps the wire bytes
-            txn.staged.setdefault(run_id, []).append(envelope)
-            if task is not None:
-                self._produce_task(snap, task)
-            if event.is_terminal():
-                self._finished(snap, now)
-        return effects
-
-    def _effect(self, origin: str, effect: d.Effect, now: datetime) -> None:
-        """Produce the record that carries one follow-up to its run (or to the token index)."""
-        if isinstance(effect, d.RunStep):
-            return  # step tasks go with their step_started
-        if isinstance(effect, d.TokenRelease):
-            self.release(effect)
-            return
-        body: m.RequestBody
-        if isinstance(effect, d.LaunchRun):
-            target = effect.run_id
-            body = m.StartRun(
-                spec=effect.spec,
-                input=effect.input,
-                parent=effect.parent,
-                predecessor=effect.predecessor,
-            )
-            if effect.parent is not None and effect.predecessor is None and self._txn is not None:
-                self._txn.child_starts += 1
-        elif isinstance(effect, d.ResolveParent):
-            target = effect.parent_run_id
-            body = m.ResolveChild(
-                child_id=effect.child_id, child_run_id=effect.child_run_id, outcome=effect.outcome
-            )
-        elif isinstance(effect, d.PropagateCancellation):
-            target = effect.run_id
-            body = m.CancelRun(request=effect.request, propagated=True)
-        elif isinstance(effect, d.ForceCancelChild):
-            target = effect.run_id
-            body = m.ForceCancelRun(reason=effect.reason, propagated=True)
-        else:
-            target = effect.run_id
-            body = m.QueryChild(parent_run_id=effect.parent_run_id, child_id=effect.child_id)
-        self.send(m.Request(request_id=str(uuid.uuid4()), run_id=target, sent_at=now, body=body))
-        if isinstance(effect, d.LaunchRun) and effect.parent and effect.predecessor is None:
-            # The parent's child_workflow_requested and the child's start are both produced,
-            # neither committed: the window a crash test kills the journal in.
-            faults.hit("journal.after_child_request_produced")
+    # -- writing: the journal's side of the output's port, and the retention saga's -----------
 
     def produce(
         self,
@@ -581,99 +458,26 @@ class Journal(TransactionalTopology):
         *,
         partition: int | None = None,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         """Produce one record into the open transaction (the producer's own default for a
-        partition or delivery callback not given)."""
+        partition, delivery callback or headers not given)."""
         given: dict[str, Any] = {}
         if partition is not None:
             given["partition"] = partition
+        if headers is not None:
+            given["headers"] = headers
         if on_delivery is not None:
             given["on_delivery"] = on_delivery
         self._producer.produce(topic, key=key, value=value, **given)
 
+    def partitions(self, topic: str) -> int:
+        """The partition count of ``topic``, as the journal's producer sees it."""
+        return partition_count(self._producer, topic)
+
     def send(self, request: m.Request) -> None:
         """Produce a request to its run's journal, in the open transaction."""
-        self._producer.produce(
-            self._names.requests,
-            key=request.run_id.encode(),
-            value=self._wire.encode(request),
-            partition=partition_for(request.run_id, self._partitions),
-        )
-
-    def _forward(self, request: m.Request, successor: str, now: datetime) -> None:
-        """Hand a request for a run that continued as new on to its successor; the journal
-        that finally applies it replies."""
-        if request.forwarded >= MAX_FORWARDS:
-            error = ContinueAsNewLimitExceeded(MAX_FORWARDS)
-            if request.reply:
-                self.reply(request, request.run_id, error=error, snap=None, now=now)
-            return
-        self.send(replace(request, run_id=successor, forwarded=request.forwarded + 1))
-
-    def release(self, release: d.TokenRelease) -> None:
-        """Ask the hooks topology to forget a hook token (in the open transaction)."""
-        digest = release.token_digest
-        record = m.HookRequest(
-            body=m.ReleaseToken(
-                token_digest=digest,
-                run_id=release.run_id,
-                hook_id=release.hook_id,
-                claim_id=release.claim_id,
-                resolution=release.resolution,
-                payload_digest=release.payload_digest,
-            )
-        )
-        self._producer.produce(
-            self._names.hook_requests,
-            key=digest.encode(),
-            value=self._wire.encode(record),
-            partition=partition_for(digest, self._hook_partitions),
-        )
-
-    def _task(self, snap: WorkflowRunSnapshot, event: ev.FlowEvent, sequence: int) -> bytes | None:
-        """The encoded step task a ``step_started`` owes its build's workers."""
-        if not isinstance(event, ev.StepStarted):
-            return None
-        step = snap.steps[event.step_id]
-        build = snap.runtime_build_id
-        task = m.StepTask(
-            run_id=snap.run_id,
-            step_id=step.step_id,
-            step_name=step.step_name,
-            input=step.input,
-            attempt=event.attempt,
-            retry=step.retry,
-            idempotency_key=idempotency_key(snap.run_id, step.step_id),
-            runtime_build_id=None if build is None else str(build),
-            started_sequence=sequence,
-        )
-        return self._wire.encode(task)
-
-    def _produce_task(self, snap: WorkflowRunSnapshot, task: bytes) -> None:
-        topic = self._names.tasks(snap.runtime_build_id)
-        partitions = self._task_partitions.get(topic)
-        if partitions is None:
-            partitions = self._task_partitions[topic] = partition_count(self._producer, topic)
-        self._producer.produce(
-            topic,
-            key=snap.run_id.encode(),
-            value=task,
-            partition=partition_for(snap.run_id, partitions),
-        )
-
-    def _finished(self, snap: WorkflowRunSnapshot, now: datetime) -> None:
-        notice = m.Reply(
-            request_id=snap.run_id,
-            run_id=snap.run_id,
-            kind=m.ReplyKind.RUN_FINISHED,
-            ok=True,
-            status=snap.status.value,
-            last_sequence=snap.last_sequence,
-            at=now,
-        )
-        self._producer.produce(
-            self._names.replies, key=snap.run_id.encode(), value=self._wire.encode(notice)
-        )
+        self._output.send(request)
 
     def reply(
         self,
@@ -686,56 +490,11 @@ class Journal(TransactionalTopology):
         subject: str | None = None,
     ) -> None:
         """Answer ``request`` (in the open transaction)."""
-        reply = m.Reply(
-            request_id=request.request_id,
-            run_id=run_id,
-            kind=m.ReplyKind.REQUEST,
-            ok=error is None,
-            error=None if error is None else error_info(error),
-            status=None if snap is None or snap.spec is None else snap.status.value,
-            last_sequence=0 if snap is None else snap.last_sequence,
-            at=now,
-            subject=subject,
-        )
-        self._producer.produce(
-            self._names.replies, key=request.request_id.encode(), value=self._wire.encode(reply)
-        )
+        self._output.reply(request, run_id, error=error, snap=snap, now=now, subject=subject)
 
-    def _reply_to(self, request_id: str, run_id: str, error: FlowError, now: datetime) -> None:
-        """A typed refusal for a request known only by its header."""
-        reply = m.Reply(
-            request_id=request_id,
-            run_id=run_id,
-            kind=m.ReplyKind.REQUEST,
-            ok=False,
-            error=error_info(error),
-            at=now,
-        )
-        self._producer.produce(
-            self._names.replies, key=request_id.encode(), value=self._wire.encode(reply)
-        )
-
-    def _incident(
-        self,
-        run_id: str,
-        snap: WorkflowRunSnapshot | None,
-        error: FlowError,
-        request: m.Request,
-        now: datetime,
-    ) -> None:
-        body = request.body
-        incident = m.Incident(
-            run_id=run_id,
-            sequence=0 if snap is None else snap.last_sequence,
-            build=body.build if isinstance(body, m.Proposal) else None,
-            error=error_info(error),
-            processor=f"journal/{self._instance}",
-            at=now,
-        )
-        self._producer.produce(
-            self._names.incidents, key=run_id.encode(), value=self._wire.encode(incident)
-        )
-        log.warning("run %s: %s", run_id, error)
+    def release(self, release: d.TokenRelease) -> None:
+        """Ask the hooks topology to forget a hook token (in the open transaction)."""
+        self._output.release(release)
 
     # -- restore --------------------------------------------------------------------------------
 

@@ -74,7 +74,7 @@ from streamflow.topologies.inspection import (
     OwnedInspector,
     client_id,
 )
-from streamflow.topologies.journal import COUNTED, SEQUENCE_CONFLICTS
+from streamflow.topologies.journal_output import COUNTED, SEQUENCE_CONFLICTS
 from streamflow.topologies.registry import RouteTable
 from streamflow.topologies.watchdog import HangHandler
 

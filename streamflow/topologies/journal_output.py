@@ -1,0 +1,416 @@
+"""The journal's writing side: the records that decided events and their effects become.
+
+:class:`JournalOutput` owns what a journal produces for a request once the core has decided
+it: history events appended to ``{ns}.history`` whole or not at all (each event's envelope,
+history key and wire bytes, its local state and staged view), the step task a ``step_started``
+owes its build's workers, the ``run_finished`` notice of a terminal event, the requests its
+effects carry to other runs (child starts, outcomes to parents, propagated cancellations,
+queries of children) and the token releases it asks of the hooks topology, a request handed on
+along a continuation chain, replies (typed refusals of requests known only by their header
+included) and run incidents. :class:`RefusalCounts` keeps the journal's counts of refusals
+(stale proposals, contradicting hook callbacks) and publishes them on ``{ns}.metrics``.
+
+Transaction boundaries. The output never begins, commits or aborts anything: every record goes
+into the journal's open transaction, the one of the request being handled, through
+:meth:`OutputPort.produce`; what it stages for the journal's commit hooks (local state, the
+history offsets restore resumes after, child starts for the child-request fault points) goes
+into that transaction's :class:`StagedWrites`. Only the counts are outside the transactions: a
+plain producer of their own, cumulative samples.
+
+The output talks to the journal that owns it only through :class:`OutputPort` and the open
+transaction's :class:`StagedWrites`; this module never imports the journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from functools import partial
+from typing import Protocol
+
+from confluent_kafka import KafkaError, Message
+
+from streamflow import faults
+from streamflow.core import decide as d
+from streamflow.core import events as ev
+from streamflow.core.errors import ContinueAsNewLimitExceeded, FlowError
+from streamflow.core.ids import idempotency_key
+from streamflow.core.limits import check_events
+from streamflow.core.obligations import newly_owed, owed
+from streamflow.core.projection import evolve
+from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.kafka.clients import close_producer, producer
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import Names, history_key, partition_for
+from streamflow.serde import codec
+from streamflow.serde import messages as m
+from streamflow.serde.errors import error_info
+from streamflow.topologies.common import TYPE_HEADER, StateBatch, track_offset
+
+SEQUENCE_CONFLICTS = "streamflow_sequence_conflicts_total"
+CALLBACK_CONFLICTS = "streamflow_callback_conflicts_total"
+COUNTED: dict[str, dict[str, str]] = {
+    SEQUENCE_CONFLICTS: {"source": "journal"},  # stale proposals
+    CALLBACK_CONFLICTS: {"kind": "hook_conflict"},  # contradicting hook callbacks
+}
+"""What the journal counts and publishes on ``{ns}.metrics``, with each count's labels."""
+COUNTS_PUBLISH_INTERVAL = 5.0
+log = logging.getLogger("streamflow.journal")
+
+MAX_FORWARDS = 1024
+"""A request handed on along a continuation chain more often than this is refused (a chain
+can never be that long; it guards against a corrupt link)."""
+
+
+class StagedWrites(Protocol):
+    """What the output stages in the journal's open transaction."""
+
+    batch: StateBatch
+    """Local state written when the transaction commits."""
+    touched: set[str]
+    """Runs whose cached snapshots are dropped if it aborts."""
+    staged: dict[str, list[ev.FlowEventEnvelope]]
+    """History events produced in it, by run."""
+    history_offsets: dict[int, int]
+    """The highest history offset it produced per own partition (restore resumes after it)."""
+    child_starts: int
+    """Child start requests produced in it (for the child-request fault points)."""
+
+
+class OutputPort(Protocol):
+    """What the output needs of the journal that owns it (the journal implements it)."""
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        *,
+        partition: int | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Produce one record into the open transaction (the producer's own default for a
+        partition, delivery callback or headers not given)."""
+        ...
+
+    def partitions(self, topic: str) -> int:
+        """The partition count of ``topic``, as the journal's producer sees it."""
+        ...
+
+
+class JournalOutput:
+    """The writing side of one journal instance. ``partitions``: the partition count of the
+    requests and history topics; ``hook_partitions``: that of the hooks topology's requests."""
+
+    def __init__(
+        self,
+        port: OutputPort,
+        *,
+        names: Names,
+        wire: codec.Wire,
+        instance: str,
+        partitions: int,
+        hook_partitions: int,
+    ) -> None:
+        self._port = port
+        self._names = names
+        self._wire = wire
+        self._instance = instance
+        self._partitions = partitions
+        self._hook_partitions = hook_partitions
+        self._task_partitions: dict[str, int] = {}
+
+    def append(
+        self,
+        txn: StagedWrites,
+        snap: WorkflowRunSnapshot,
+        events: tuple[ev.FlowEvent, ...],
+        now: datetime,
+    ) -> list[d.Effect]:
+        """Append ``events`` whole or not at all; returns what other runs (and the token
+        index) owe to them, to be produced in this same transaction."""
+        run_id = snap.run_id
+        partition = partition_for(run_id, self._partitions)
+        txn.touched.add(run_id)
+        # The same payload rule as the embedded engine, then every record encoded (and so
+        # size-checked) before any is produced: a list is appended whole or not at all.
+        check_events(events, self._wire.limits, run_id)
+        encoded: list[tuple[ev.FlowEventEnvelope, bytes, bytes, bytes | None]] = []
+        effects: list[d.Effect] = []
+        for event in events:
+            prior = owed(snap)
+            envelope = ev.FlowEventEnvelope(
+                run_id=run_id,
+                sequence=snap.last_sequence + 1,
+                event_id=str(uuid.uuid4()),
+                timestamp=now,
+                event=event,
+            )
+            evolve(snap, envelope)
+            task = self._task(snap, event, envelope.sequence)
+            value = self._wire.encode(envelope)
+            encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
+            effects += newly_owed(prior, owed(snap))
+        for envelope, key, value, task in encoded:
+            event = envelope.event
+            self._port.produce(
+                self._names.history,
+                key,
+                value,
+                partition=partition,
+                headers=[(TYPE_HEADER, event.TYPE.encode())],
+                on_delivery=partial(track_offset, txn.history_offsets),
+            )
+            txn.batch.put("events", key, value)  # local state keeps the wire bytes
+            txn.staged.setdefault(run_id, []).append(envelope)
+            if task is not None:
+                self._produce_task(snap, task)
+            if event.is_terminal():
+                self._finished(snap, now)
+        return effects
+
+    def effect(self, txn: StagedWrites, origin: str, effect: d.Effect, now: datetime) -> None:
+        """Produce the record that carries one follow-up to its run (or to the token index)."""
+        if isinstance(effect, d.RunStep):
+            return  # step tasks go with their step_started
+        if isinstance(effect, d.TokenRelease):
+            self.release(effect)
+            return
+        body: m.RequestBody
+        if isinstance(effect, d.LaunchRun):
+            target = effect.run_id
+            body = m.StartRun(
+                spec=effect.spec,
+                input=effect.input,
+                parent=effect.parent,
+                predecessor=effect.predecessor,
+            )
+            if effect.parent is not None and effect.predecessor is None:
+                txn.child_starts += 1
+        elif isinstance(effect, d.ResolveParent):
+            target = effect.parent_run_id
+            body = m.ResolveChild(
+                child_id=effect.child_id, child_run_id=effect.child_run_id, outcome=effect.outcome
+            )
+        elif isinstance(effect, d.PropagateCancellation):
+            target = effect.run_id
+            body = m.CancelRun(request=effect.request, propagated=True)
+        elif isinstance(effect, d.ForceCancelChild):
+            target = effect.run_id
+            body = m.ForceCancelRun(reason=effect.reason, propagated=True)
+        else:
+            target = effect.run_id
+            body = m.QueryChild(parent_run_id=effect.parent_run_id, child_id=effect.child_id)
+        self.send(m.Request(request_id=str(uuid.uuid4()), run_id=target, sent_at=now, body=body))
+        if isinstance(effect, d.LaunchRun) and effect.parent and effect.predecessor is None:
+            # The parent's child_workflow_requested and the child's start are both produced,
+            # neither committed: the window a crash test kills the journal in.
+            faults.hit("journal.after_child_request_produced")
+
+    def send(self, request: m.Request) -> None:
+        """Produce a request to its run's journal, in the open transaction."""
+        self._port.produce(
+            self._names.requests,
+            request.run_id.encode(),
+            self._wire.encode(request),
+            partition=partition_for(request.run_id, self._partitions),
+        )
+
+    def forward(self, request: m.Request, successor: str, now: datetime) -> None:
+        """Hand a request for a run that continued as new on to its successor; the journal
+        that finally applies it replies."""
+        if request.forwarded >= MAX_FORWARDS:
+            error = ContinueAsNewLimitExceeded(MAX_FORWARDS)
+            if request.reply:
+                self.reply(request, request.run_id, error=error, snap=None, now=now)
+            return
+        self.send(replace(request, run_id=successor, forwarded=request.forwarded + 1))
+
+    def release(self, release: d.TokenRelease) -> None:
+        """Ask the hooks topology to forget a hook token (in the open transaction)."""
+        digest = release.token_digest
+        record = m.HookRequest(
+            body=m.ReleaseToken(
+                token_digest=digest,
+                run_id=release.run_id,
+                hook_id=release.hook_id,
+                claim_id=release.claim_id,
+                resolution=release.resolution,
+                payload_digest=release.payload_digest,
+            )
+        )
+        self._port.produce(
+            self._names.hook_requests,
+            digest.encode(),
+            self._wire.encode(record),
+            partition=partition_for(digest, self._hook_partitions),
+        )
+
+    def _task(self, snap: WorkflowRunSnapshot, event: ev.FlowEvent, sequence: int) -> bytes | None:
+        """The encoded step task a ``step_started`` owes its build's workers."""
+        if not isinstance(event, ev.StepStarted):
+            return None
+        step = snap.steps[event.step_id]
+        build = snap.runtime_build_id
+        task = m.StepTask(
+            run_id=snap.run_id,
+            step_id=step.step_id,
+            step_name=step.step_name,
+            input=step.input,
+            attempt=event.attempt,
+            retry=step.retry,
+            idempotency_key=idempotency_key(snap.run_id, step.step_id),
+            runtime_build_id=None if build is None else str(build),
+            started_sequence=sequence,
+        )
+        return self._wire.encode(task)
+
+    def _produce_task(self, snap: WorkflowRunSnapshot, task: bytes) -> None:
+        topic = self._names.tasks(snap.runtime_build_id)
+        partitions = self._task_partitions.get(topic)
+        if partitions is None:
+            partitions = self._task_partitions[topic] = self._port.partitions(topic)
+        self._port.produce(
+            topic,
+            snap.run_id.encode(),
+            task,
+            partition=partition_for(snap.run_id, partitions),
+        )
+
+    def _finished(self, snap: WorkflowRunSnapshot, now: datetime) -> None:
+        notice = m.Reply(
+            request_id=snap.run_id,
+            run_id=snap.run_id,
+            kind=m.ReplyKind.RUN_FINISHED,
+            ok=True,
+            status=snap.status.value,
+            last_sequence=snap.last_sequence,
+            at=now,
+        )
+        self._port.produce(self._names.replies, snap.run_id.encode(), self._wire.encode(notice))
+
+    def reply(
+        self,
+        request: m.Request,
+        run_id: str,
+        *,
+        error: FlowError | None,
+        snap: WorkflowRunSnapshot | None,
+        now: datetime,
+        subject: str | None = None,
+    ) -> None:
+        """Answer ``request`` (in the open transaction)."""
+        reply = m.Reply(
+            request_id=request.request_id,
+            run_id=run_id,
+            kind=m.ReplyKind.REQUEST,
+            ok=error is None,
+            error=None if error is None else error_info(error),
+            status=None if snap is None or snap.spec is None else snap.status.value,
+            last_sequence=0 if snap is None else snap.last_sequence,
+            at=now,
+            subject=subject,
+        )
+        self._port.produce(
+            self._names.replies, request.request_id.encode(), self._wire.encode(reply)
+        )
+
+    def reply_to(self, request_id: str, run_id: str, error: FlowError, now: datetime) -> None:
+        """A typed refusal for a request known only by its header."""
+        reply = m.Reply(
+            request_id=request_id,
+            run_id=run_id,
+            kind=m.ReplyKind.REQUEST,
+            ok=False,
+            error=error_info(error),
+            at=now,
+        )
+        self._port.produce(self._names.replies, request_id.encode(), self._wire.encode(reply))
+
+    def incident(
+        self,
+        run_id: str,
+        snap: WorkflowRunSnapshot | None,
+        error: FlowError,
+        request: m.Request,
+        now: datetime,
+    ) -> None:
+        """Report ``error`` as the run's incident (compacted by run id), and log it."""
+        body = request.body
+        incident = m.Incident(
+            run_id=run_id,
+            sequence=0 if snap is None else snap.last_sequence,
+            build=body.build if isinstance(body, m.Proposal) else None,
+            error=error_info(error),
+            processor=f"journal/{self._instance}",
+            at=now,
+        )
+        self._port.produce(self._names.incidents, run_id.encode(), self._wire.encode(incident))
+        log.warning("run %s: %s", run_id, error)
+
+
+class RefusalCounts:
+    """The journal's refusals by metric name (see :data:`COUNTED`): staged in the open
+    transaction, added when it commits, published on ``{ns}.metrics`` by their own producer."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        names: Names,
+        wire: codec.Wire,
+        clock: Callable[[], datetime],
+        source: str,
+    ) -> None:
+        self._names = names
+        self._wire = wire
+        self._clock = clock
+        self._source = source
+        self._counts = dict.fromkeys(COUNTED, 0)
+        """Refusals in committed transactions since start, by metric name."""
+        self.staged = dict.fromkeys(COUNTED, 0)
+        """The same, in the open transaction."""
+        self._published = dict(self._counts)
+        # Counts are cumulative samples: a plain producer, outside the transactions.
+        self._samples = producer(settings)
+        self._next_publish = 0.0
+
+    def begin(self) -> None:
+        """Stage the counts of a new transaction from zero."""
+        self.staged = dict.fromkeys(COUNTED, 0)
+
+    def committed(self) -> None:
+        """Add the staged counts to the committed ones."""
+        for name, value in self.staged.items():
+            self._counts[name] += value
+        self.staged = dict.fromkeys(COUNTED, 0)
+
+    def publish(self) -> None:
+        """Put the journal's committed counts on ``{ns}.metrics``, at most every few seconds
+        and only when they changed; the observers re-export them."""
+        if self._counts == self._published or time.monotonic() < self._next_publish:
+            return
+        for name, value in self._counts.items():
+            sample = m.MetricSample(
+                name=name,
+                kind="counter",
+                labels=COUNTED[name],
+                value=float(value),
+                at=self._clock(),
+                source=self._source,
+            )
+            self._samples.produce(
+                self._names.metrics, key=name.encode(), value=self._wire.encode(sample)
+            )
+        self._samples.poll(0)
+        self._published = dict(self._counts)
+        self._next_publish = time.monotonic() + COUNTS_PUBLISH_INTERVAL
+
+    def close(self) -> None:
+        """Close the counts producer."""
+        close_producer(self._samples, 1.0)  # counts are cumulative: the next ones catch up
