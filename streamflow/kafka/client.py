@@ -24,13 +24,11 @@ from datetime import UTC, datetime
 from confluent_kafka import TopicPartition
 
 from streamflow.core import decide as d
-from streamflow.core import incidents
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
 from streamflow.core.errors import (
     FlowError,
     FlowTimeout,
     InvalidTransition,
-    RunConflict,
     RunNotFound,
 )
 from streamflow.core.events import FlowEventEnvelope
@@ -47,13 +45,10 @@ from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import check_payload
 from streamflow.core.projection import project
 from streamflow.core.retention import (
-    MAX_PRUNE_MEMBERS,
     FlowHistoryRetentionPolicy,
     FlowHistoryRetentionReport,
     FlowHistoryTombstone,
     HistoryHold,
-    RetentionFacts,
-    plan_prune,
 )
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
@@ -65,6 +60,8 @@ from streamflow.core.values import (
     WorkflowProgress,
     WorkflowSignal,
 )
+from streamflow.kafka.client_incidents import ClientIncidents
+from streamflow.kafka.client_retention import ClientRetention
 from streamflow.kafka.clients import (
     partition_count,
     poll_batch,
@@ -140,9 +137,8 @@ class FlowClient:
             [TopicPartition(self._names.replies, p, ends[p]) for p in range(count)]
         )
         self._history = HistoryReader(settings)
-        self._retention = RetentionReader(settings)
-        self._incidents = TopicReader(settings, self._names.incidents)
-        self._latest_incidents: dict[str, m.Incident] = {}
+        self._retention = ClientRetention(settings, self._history, self._request, self._partitions)
+        self._incidents = ClientIncidents(settings, self.snapshot)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="sf-client-replies", daemon=True)
         self._thread.start()
@@ -439,24 +435,18 @@ class FlowClient:
         Idempotent for the same ``(hold_id, reason)``; ``RunConflict`` for another reason, or
         while a prune has sealed the run (retry once it ended); ``RunNotFound`` for a run
         that does not exist (or was pruned)."""
-        await self._request(run_id, m.HoldHistory(hold_id=hold_id, reason=reason))
-        return HistoryHold(run_id, hold_id, reason)
+        return await self._retention.hold_history(run_id, hold_id, reason)
 
     async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
         """Whether a hold was released."""
-        reply = await self._request(run_id, m.ReleaseHistoryHold(hold_id=hold_id))
-        return reply.subject == hold_id
+        return await self._retention.release_history_hold(run_id, hold_id)
 
     async def history_holds(self, run_id: str) -> list[HistoryHold]:
-        validate_run_id(run_id)
-        record = await asyncio.to_thread(self._retention.record, run_id)
-        return [] if record is None else list(record.holds)
+        return await self._retention.history_holds(run_id)
 
     async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
         """What is kept of a pruned run, or ``None`` if it was never pruned."""
-        validate_run_id(run_id)
-        record = await asyncio.to_thread(self._retention.record, run_id)
-        return None if record is None else record.tombstone
+        return await self._retention.history_tombstone(run_id)
 
     async def prune_terminal_history(
         self, policy: FlowHistoryRetentionPolicy, *, index: str | None = None
@@ -469,63 +459,13 @@ class FlowClient:
         then asks the journals to prune each component. They re-check every member, so a run
         that changed since the plan (a new hold, a new link) keeps its component. Returns once
         every deleted run's tombstone is readable."""
-        runs: dict[str, WorkflowRunSnapshot | RetentionFacts]
-        if index is None:
-            histories = await asyncio.to_thread(self._history.histories)
-            runs = {run_id: project(run_id, events) for run_id, events in histories.items()}
-        else:
-            runs = dict(await asyncio.to_thread(retention_facts, index))
-        records = await asyncio.to_thread(self._retention.records)
-        holds = {run_id: list(r.holds) for run_id, r in records.items() if r.holds}
-        plan = plan_prune(runs, holds, policy)
-        outcomes = await asyncio.gather(
-            *(self._prune_component(members, policy) for members in plan.components)
-        )
-        deleted = sorted(
-            r for members, ok in zip(plan.components, outcomes, strict=True) if ok for r in members
-        )
-        refused = [
-            r
-            for members, ok in zip(plan.components, outcomes, strict=True)
-            if not ok
-            for r in members
-        ]
-        records = await asyncio.to_thread(self._retention.records)
-        stones = [records[r].tombstone for r in deleted if r in records]
-        return FlowHistoryRetentionReport(
-            deleted_run_ids=tuple(deleted),
-            tombstones=tuple(t for t in stones if t is not None),
-            retained_run_ids=tuple(sorted({*plan.retained_run_ids, *refused})),
-            held_run_ids=plan.held_run_ids,
-        )
+        return await self._retention.prune_terminal_history(policy, index=index)
 
     async def _prune_component(
         self, members: tuple[str, ...], policy: FlowHistoryRetentionPolicy
     ) -> bool:
         """Ask the journals to delete one component; whether they did."""
-        if len(members) > MAX_PRUNE_MEMBERS:
-            log.warning(
-                "component of %s (%d runs) kept: a prune on Kafka takes at most %d runs",
-                min(members),
-                len(members),
-                MAX_PRUNE_MEMBERS,
-            )
-            return False
-        body = m.PruneComponent(
-            component_id=str(uuid.uuid4()), members=tuple(sorted(members)), cutoff=policy.cutoff
-        )
-        first = min(body.members, key=lambda r: (partition_for(r, self._partitions), r))
-        try:
-            await self._request(first, body)
-        except RunConflict as exc:
-            log.info("prune of %s refused: %s", ", ".join(members), exc)
-            return False
-        except TimeoutError:
-            # A journal on the way is down: the prune goes on when it is back (the request is
-            # durable); this call reports the component as kept.
-            log.warning("prune of %s did not finish in time; it continues", ", ".join(members))
-            return False
-        return True
+        return await self._retention._prune_component(members, policy)
 
     async def _await_run(self, run_id: str) -> WorkflowRunSnapshot:
         deadline = time.monotonic() + self._timeout
@@ -565,46 +505,16 @@ class FlowClient:
         and clears the incident when a decision succeeds; a record the run's history has moved
         past (or whose run ended) is not current and is not returned."""
         validate_run_id(run_id)
-        record = await self.incident_record(run_id)
-        if record is None:
-            return None
-        return await self._current_incident(record)
+        return await self._incidents.incident(run_id)
 
     async def list_incidents(self) -> list[FlowIncident]:
         """The current incident of every run that has one, by run id (reads the whole
         incidents topic, and the history of every run it names)."""
-        self._absorb_incidents(await asyncio.to_thread(self._incidents.catch_up))
-        found: list[FlowIncident] = []
-        for _, record in sorted(self._latest_incidents.items()):
-            current = await self._current_incident(record)
-            if current is not None:
-                found.append(current)
-        return found
-
-    async def _current_incident(self, record: m.Incident) -> FlowIncident | None:
-        try:
-            snapshot = await self.snapshot(record.run_id)
-        except RunNotFound:
-            return None
-        return incidents.current(record.flow_incident(), snapshot)
+        return await self._incidents.list_incidents()
 
     async def incident_record(self, run_id: str) -> m.Incident | None:
         """The latest record on ``{ns}.incidents`` for the run, current or not."""
-        records = await asyncio.to_thread(
-            self._incidents.catch_up, {partition_for(run_id, self._incidents.partitions)}
-        )
-        self._absorb_incidents(records)
-        return self._latest_incidents.get(run_id)
-
-    def _absorb_incidents(self, records: list[Record]) -> None:
-        for key, value in records:
-            if key is None:
-                continue
-            if value is None:
-                self._latest_incidents.pop(key.decode(), None)
-            else:
-                incident = codec.decode_incident(value)
-                self._latest_incidents[incident.run_id] = incident
+        return await self._incidents.incident_record(run_id)
 
     async def _exists(self, run_id: str) -> bool:
         return bool(await asyncio.to_thread(self._history.history, run_id))

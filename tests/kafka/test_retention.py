@@ -281,7 +281,7 @@ async def test_a_journal_refuses_a_stale_plan_and_lifts_the_seals_it_placed(driv
 async def test_a_component_larger_than_a_prune_can_carry_is_kept(driver, kafka, monkeypatch):
     members = await family(driver, "big")
     # Reaching the real limit (1,000 runs) is slow; lowering it exercises the same path.
-    monkeypatch.setattr("streamflow.kafka.client.MAX_PRUNE_MEMBERS", 1)
+    monkeypatch.setattr("streamflow.kafka.client_retention.MAX_PRUNE_MEMBERS", 1)
     report = await driver.prune_terminal_history(SOON)
     assert report.deleted_run_ids == ()
     assert report.retained_run_ids == tuple(members)
