@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from streamflow.core.errors import Fenced as Fenced
 from streamflow.kafka.clients import consumer, producer, reader
 from streamflow.kafka.config import KafkaSettings
-from streamflow.topologies.eos_sweep import find_stuck, sweep
+from streamflow.topologies.eos_sweep import SETTLE, Stuck, find_stuck, sweep
 from streamflow.topologies.watchdog import BoundedCaller, HangHandler, Hung, Watchdog
 
 log = logging.getLogger("streamflow.eos")
@@ -41,6 +41,8 @@ _R = TypeVar("_R")
 MAX_BACKOFF = 5.0
 PROBE_AFTER = 5.0
 """Seconds without an answer from the group coordinator after which it is asked directly."""
+RECHECK = 0.3
+"""Seconds between two looks at partitions that may be held by a transaction left open."""
 REPLACE_AFTER = 15.0
 """Seconds a rewind may fail to read the committed offsets before the consumer is replaced."""
 STUCK_AFTER = 15.0
@@ -374,28 +376,29 @@ class ClientKeeper:
         """End any transaction of this transactional id that a broker crash left open and no
         coordinator knows of (:mod:`~streamflow.topologies.eos_sweep`): right after
         ``init_transactions``, which ended everything the coordinator knows, nothing of ours
-        can legitimately be open."""
-        group = self._consumer_config[0]
-        try:
-            if self._outsiders is None:
-                stable = consumer(self._settings, group)
-                raw = consumer(
-                    self._settings, group, None, **{"isolation.level": "read_uncommitted"}
-                )
-                self._outsiders = (stable, raw)
-            stable, raw = self._outsiders
-            stuck = find_stuck(
-                stable,
-                raw,
-                self._settings.namespace,
-                self._input_topic,
-                self.writes_to,
-                self._call_timeout,
-            )
-        except KafkaException as exc:
-            log.info("%s: could not look for transactions left open (%s)", self.component, exc)
+        can be open once a transaction timeout has passed."""
+        if self._in_callback:
+            # Never block a rebalance callback: a process that cannot restore its partitions
+            # hands over to a fresh one (exit 75), whose start sweeps before it subscribes.
             return
-        if not stuck:
+        stuck = self._find_stuck(offsets=False)
+        if stuck is None or not stuck.partitions:
+            return
+        deadline = time.monotonic() + SETTLE
+        while stuck.partitions and time.monotonic() < deadline:
+            if self._stop.wait(RECHECK):
+                return
+            again = self._find_stuck(offsets=False)
+            if again is None:
+                return
+            stuck = stuck.within(again)
+        if not stuck.partitions:
+            return  # held by transactions that ended: live ones, or one its coordinator knew
+        found = self._find_stuck(offsets=True)
+        if found is None:
+            return
+        stuck = Stuck(stuck.within(found).partitions, found.offsets)
+        if not stuck.partitions:
             return
         log.warning(
             "%s: a transaction no coordinator will end holds %s (left open by a broker crash);"
@@ -403,8 +406,9 @@ class ClientKeeper:
             self.component,
             stuck.describe(),
         )
+        assert self._outsiders is not None
         try:
-            sweep(self._producer, self._call, stuck, stable, self._call_timeout)
+            sweep(self._producer, self._call, stuck, self._outsiders[0], self._call_timeout)
         except Hung as exc:
             log.warning("%s: %s; replacing the producer", self.component, exc)
             self._replace_producer(abandon=True)  # its init_transactions sweeps again
@@ -414,6 +418,30 @@ class ClientKeeper:
                 self.component,
                 exc,
             )
+
+    def _find_stuck(self, *, offsets: bool) -> Stuck | None:
+        """What may be held right now (``None`` when the cluster does not answer)."""
+        group = self._consumer_config[0]
+        try:
+            if self._outsiders is None:
+                stable = consumer(self._settings, group)
+                raw = consumer(
+                    self._settings, group, None, **{"isolation.level": "read_uncommitted"}
+                )
+                self._outsiders = (stable, raw)
+            stable, raw = self._outsiders
+            return find_stuck(
+                stable,
+                raw,
+                self._settings.namespace,
+                self._input_topic,
+                self.writes_to,
+                self._call_timeout,
+                offsets=offsets,
+            )
+        except KafkaException as exc:
+            log.info("%s: could not look for transactions left open (%s)", self.component, exc)
+            return None
 
     def _give_up_after(self, began: float, what: str) -> None:  # in a rebalance callback
         """A consumer that cannot reach its group coordinator for :data:`GIVE_UP_AFTER` seconds

@@ -11,15 +11,21 @@ and the namespace stalled.
 
 Only a marker from the same producer id ends it, and the transactional id keeps its producer id.
 So, after every ``init_transactions`` (which ends whatever the coordinator *does* know of), a
-transactional topology looks for partitions of its namespace whose last stable offset is behind
-their end and for offsets of its group that are unstable; if there are any it runs one
-transaction that touches each of them (a keyed, empty record; its group's offsets, with no
-member generation) and **aborts** it. The abort marker ends the hanging transaction too: what it
+transactional topology looks for partitions of the topics it writes whose last stable offset is
+behind their end. A partition only counts if its last stable offset stays *pinned* (live
+transactions of other instances keep ending, so theirs moves) for a few seconds
+(:data:`SETTLE`): a commit still being completed after a broker restart looks the same for a
+moment, and must not be raced. If partitions stay
+pinned it runs one transaction that touches each of them (a keyed, empty record; and its
+group's offsets that are unstable, with no member generation) and **aborts** it. Unstable
+offsets alone are never touched: their transaction wrote its records, and may have committed
+them, so aborting its offsets could have its input handled twice. The abort marker ends the
+hanging transaction too: what it
 wrote is never visible, its offsets never count, and its input is handled again from the
 committed offsets. A partition held by another producer's live transaction only gets an aborted
 record of ours (harmless; it was open anyway). Nothing is done, and nothing is written, when
-nothing is stuck — the normal case costs a watermark query per partition the topology writes,
-and one committed-offsets query, at each start of its producer.
+nothing is held — the normal case costs two watermark queries per partition the topology
+writes, at each start of its producer.
 """
 
 from __future__ import annotations
@@ -40,6 +46,12 @@ __all__ = ["SWEEP_KEY", "Stuck", "find_stuck", "sweep"]
 
 log = logging.getLogger("streamflow.eos")
 
+SETTLE = 3.0
+"""Seconds a partition's last stable offset must stay pinned before it counts as held by a
+transaction left open for good: live transactions of other instances keep ending (theirs
+moves), and a commit its coordinator knows is completed within moments once the broker serves,
+so the sweep never races it. (An abort in progress is raced harmlessly: both abort.)"""
+
 UNSTABLE_AFTER = 2.0
 """Seconds the group's committed offsets may stay unstable before the sweep counts them as
 held (a live transaction of another member ends in milliseconds; aborting ours is harmless)."""
@@ -56,13 +68,23 @@ class Stuck:
     """What may be held by a transaction nobody will end."""
 
     partitions: list[TopicPartition]
-    """Partitions of the namespace whose last stable offset is behind their end."""
+    """Partitions of the namespace whose last stable offset (``offset``) is behind their end."""
     offsets: list[TopicPartition]
     """The group's input partitions, with their stable committed offsets, when a commit on
     them stayed unstable."""
 
     def __bool__(self) -> bool:
         return bool(self.partitions or self.offsets)
+
+    def within(self, later: Stuck) -> Stuck:
+        """The partitions of this still held in ``later`` at the *same* last stable offset (one
+        that moved was held by a transaction that ended: live ones keep ending, a transaction
+        left open for good pins it), with this one's offsets."""
+        pinned = {(tp.topic, tp.partition, tp.offset) for tp in later.partitions}
+        return Stuck(
+            [tp for tp in self.partitions if (tp.topic, tp.partition, tp.offset) in pinned],
+            self.offsets,
+        )
 
     def describe(self) -> str:
         """``topic[p], ...`` of everything stuck (for the log line)."""
@@ -78,13 +100,16 @@ def find_stuck(
     input_topic: str,
     writes_to: Callable[[str], bool],
     timeout: float,
+    *,
+    offsets: bool = True,
 ) -> Stuck:
-    """Partitions of ``namespace`` (those ``writes_to`` admits) and offsets of the group on
-    ``input_topic`` that a transaction holds right now. ``stable`` and ``raw`` are group-less
-    consumers with the group's id (they never join it), read_committed and read_uncommitted:
-    their watermarks are a partition's last stable offset and its end, and only ``raw`` can
-    read an unstable commit (its stable value). Consumer calls only: librdkafka's admin
-    requests can abort the process when a broker goes away under them."""
+    """Partitions of ``namespace`` (those ``writes_to`` admits) whose last stable offset is
+    behind their end, each with that offset, and (``offsets``) the group's offsets on
+    ``input_topic`` that stay unstable. ``stable`` and ``raw`` are group-less consumers with
+    the group's id (they never join it), read_committed and read_uncommitted: their watermarks
+    are a partition's last stable offset and its end, and only ``raw`` can read an unstable
+    commit (its stable value). Consumer calls only: librdkafka's admin requests can abort the
+    process when a broker goes away under them."""
     metadata = raw.list_topics(timeout=timeout)
     prefix = f"{namespace}."
     partitions = [
@@ -93,13 +118,17 @@ def find_stuck(
         if name.startswith(prefix) and topic.error is None and writes_to(name)
         for p in sorted(topic.partitions)
     ]
-    held = [tp for tp in partitions if _end(stable, tp, timeout) < _end(raw, tp, timeout)]
-    inputs = [tp for tp in partitions if tp.topic == input_topic]
-    if not inputs:
-        inputs = [
-            TopicPartition(input_topic, p) for p in sorted(metadata.topics[input_topic].partitions)
-        ]
-    offsets: list[TopicPartition] = []
+    held: list[TopicPartition] = []
+    for tp in partitions:
+        last_stable = _end(stable, tp, timeout)
+        if last_stable < _end(raw, tp, timeout):
+            held.append(TopicPartition(tp.topic, tp.partition, last_stable))
+    if not offsets:
+        return Stuck(held, [])
+    inputs = [
+        TopicPartition(input_topic, p) for p in sorted(metadata.topics[input_topic].partitions)
+    ]
+    unstable: list[TopicPartition] = []
     try:
         # read_committed: waits (librdkafka retries) while any commit on them is unstable.
         stable.committed(inputs, timeout=min(timeout, UNSTABLE_AFTER))
@@ -108,11 +137,11 @@ def find_stuck(
             raise
         # The value offered does not matter (the sweep aborts it): only that the group's
         # offsets partition joins the transaction. The stable one, or 0 when there is none.
-        offsets = [
+        unstable = [
             TopicPartition(tp.topic, tp.partition, max(tp.offset, 0))
             for tp in raw.committed(inputs, timeout=timeout)
         ]
-    return Stuck(held, offsets)
+    return Stuck(held, unstable)
 
 
 def sweep(
