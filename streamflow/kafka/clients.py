@@ -76,6 +76,14 @@ def reader(
     return consumer(settings, None, tuning, **overrides)
 
 
+def ends_reader(settings: KafkaSettings) -> Consumer:
+    """A group-less consumer that is never assigned and only answers watermark queries for
+    :func:`end_offset`: read_uncommitted, so the end it reports is the high watermark. (A
+    read_committed reader assigned elsewhere still cannot pass an open transaction, so reading
+    to that end waits until every transaction written before the query has ended.)"""
+    return reader(settings, APPEND_WOKEN, **{"isolation.level": "read_uncommitted"})
+
+
 # Every hop of a run (client → journal → processor → journal → worker → …) waits for the
 # sender's linger, so it stays short; under load, in-flight requests batch records anyway.
 PRODUCER_DEFAULTS: dict[str, object] = {"linger.ms": 1, "compression.type": "zstd"}
@@ -162,8 +170,14 @@ _TRANSIENT = {
 
 
 def end_offset(source: Consumer, topic: str, partition: int, timeout: float = 30.0) -> int:
-    """A partition's high watermark, retried while leadership is still settling (a topic
-    created a moment ago may not have a leader every client knows about yet)."""
+    """A partition's end as ``source`` may read it, retried while leadership is still settling
+    (a topic created a moment ago may not have a leader every client knows about yet).
+
+    The isolation level of ``source`` decides which end: the high watermark for a
+    read_uncommitted consumer (:func:`ends_reader`), the last stable offset for a
+    read_committed one. Reading "to the end" wants the high watermark: a transaction whose
+    commit has been acknowledged may not have its marker in every partition yet, and the last
+    stable offset of a partition still waiting for it lies *before* its records."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -204,9 +218,13 @@ def read_to_end(
     transaction written before the call has committed or aborted, and nothing committed before
     the call is missed.
     """
+    ends = ends_reader(settings)
+    try:
+        end = end_offset(ends, topic, partition)
+    finally:
+        ends.close()
     source = reader(settings)
     try:
-        end = end_offset(source, topic, partition)
         if end == 0 or (start is not None and start >= end):
             return
         first = OFFSET_BEGINNING if start is None else start

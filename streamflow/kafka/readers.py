@@ -20,9 +20,9 @@ from streamflow.core.errors import FlowError, FlowTimeout, IoError
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.retention import RetentionFacts
 from streamflow.kafka.clients import (
-    APPEND_WOKEN,
     caught_up,
     end_offset,
+    ends_reader,
     partition_count,
     poll_batch,
     reader,
@@ -47,8 +47,9 @@ class TopicReader:
         self._topic = topic
         self._reader = reader(settings)
         # Watermark queries go through a consumer that never fetches, so they are never
-        # queued behind the reader's fetch long-poll on the same broker connection.
-        self._offsets = reader(settings, APPEND_WOKEN)  # never assigned: it only answers queries
+        # queued behind the reader's fetch long-poll on the same broker connection; it reads
+        # uncommitted, so the end it reports is the high watermark (see ``end_offset``).
+        self._offsets = ends_reader(settings)  # never assigned: it only answers queries
         self._partitions = partition_count(self._reader, topic)
         self._reader.assign(
             [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self._partitions)]
@@ -59,14 +60,28 @@ class TopicReader:
     def partitions(self) -> int:
         return self._partitions
 
-    def catch_up(self, partitions: set[int] | None = None) -> list[Record]:
-        """(key, value) records read until ``partitions`` (all if ``None``) reach the end they
-        had when the call began (records of other partitions may come along)."""
+    def catch_up(self, partitions: set[int] | None = None, timeout: float = 60.0) -> list[Record]:
+        """(key, value) records read until ``partitions`` (all if ``None``) reach the high
+        watermark they had when the call began (records of other partitions may come along).
+        The reader is read_committed: it passes a transaction only once that ended, so every
+        transaction committed before the call is read whole, even one whose marker reaches
+        this partition after its commit was acknowledged. ``FlowTimeout`` after ``timeout``
+        seconds (a transaction that never ends holds the partition)."""
         wanted = range(self._partitions) if partitions is None else partitions
         targets = {p: end_offset(self._offsets, self._topic, p) for p in wanted}
+        deadline = time.monotonic() + timeout
         with self._lock:
             out: list[Record] = []
             while not caught_up(self._reader, self._topic, targets):
+                if time.monotonic() > deadline:
+                    ends = ", ".join(
+                        f"{self._topic}[{p}] to offset {o}" for p, o in targets.items()
+                    )
+                    raise FlowTimeout(
+                        f"{ends} to be read",
+                        timeout,
+                        "a transaction that does not end holds the partition",
+                    )
                 out += self._take(0.1)
             return out
 

@@ -176,7 +176,9 @@ class Processor:
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop``: make sure the tasks topic of every served build exists,
         advertise the route, tail history, decide the runs that became decidable and fire due
-        retry timers. On the way out it withdraws the route and closes its clients."""
+        retry timers. On the way out it closes its clients and, when told to stop, withdraws the
+        route: a processor that fails keeps it until its heartbeat expires, so a successor its
+        supervisor starts at once takes over without a moment in which starts are refused."""
         for build in served_builds(self._compat):
             admin.ensure_tasks_topic(
                 self._settings, build, partitions=self._partitions, profile=self._topic_profile
@@ -197,7 +199,7 @@ class Processor:
                 self._pending.clear()
                 self._producer.poll(0)
         finally:
-            self._shutdown()
+            self._shutdown(withdraw=stop.is_set())
 
     def _apply(self, messages: list[Message]) -> None:
         if not messages:
@@ -481,10 +483,11 @@ class Processor:
                 stale.delete("incidents", key)
         self._state.write(stale)
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, *, withdraw: bool) -> None:
         budget = Deadline(SHUTDOWN_BUDGET)
         try:
-            self._advertiser.withdraw(budget.left(2.0))
+            if withdraw:
+                self._advertiser.withdraw(budget.left(2.0))
         except Exception:
             log.exception("processor: could not withdraw the build registration")
         try:

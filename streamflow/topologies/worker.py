@@ -209,7 +209,9 @@ class Worker:
                 if not messages:
                     await self._idle()
         finally:
-            await self._shutdown()
+            # A worker that fails keeps its registration until its heartbeat expires (its
+            # supervisor's restart takes over); one told to stop withdraws it.
+            await self._shutdown(withdraw=stop.is_set())
 
     async def _idle(self) -> None:
         if self._tasks:
@@ -351,7 +353,7 @@ class Worker:
         self._commit()
         self._offsets.forget({(tp.topic, tp.partition) for tp in partitions})
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, *, withdraw: bool) -> None:
         """Stop taking tasks, finish (or abandon after ``drain_timeout``) the ones in flight,
         deliver their results, commit, leave the group. Unfinished tasks are redelivered."""
         if self._tasks:
@@ -362,7 +364,8 @@ class Worker:
         # that is down cannot hold the stop (close() sends what is queued, or drops it).
         self._commit(asynchronous=True)
         try:
-            self._advertiser.withdraw(budget.left(2.0))
+            if withdraw:
+                self._advertiser.withdraw(budget.left(2.0))
         except Exception:
             log.exception("worker: could not withdraw the build registration")
         for source in self._consumers.values():
