@@ -28,9 +28,26 @@ def _set_json(obj: object, name: str) -> None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StepCommand:
-    """One member of a ``schedule_steps`` batch."""
+class _Normalized:
+    """Base of the commands and their batch members: on construction, the fields
+    ``JSON_FIELDS`` names are normalised to JSON and those ``TUPLE_FIELDS`` names to tuples."""
 
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ()
+    TUPLE_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for name in self.JSON_FIELDS:
+            _set_json(self, name)
+        for name in self.TUPLE_FIELDS:
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StepFields(_Normalized):
+    """What a step is: the fields of a ``schedule_steps`` batch member (``StepCommand``) and of
+    ``schedule_step`` (``ScheduleStep``)."""
+
+    JSON_FIELDS = ("input",)
     step_id: str
     """Stable identity of the step within the run."""
     step_name: str
@@ -40,8 +57,28 @@ class StepCommand:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """Attempt budget and delays."""
 
-    def __post_init__(self) -> None:
-        _set_json(self, "input")
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ChildFields(_Normalized):
+    """What a child request is: the fields of a ``start_child_workflows`` batch member
+    (``ChildWorkflowCommand``) and of ``start_child_workflow`` (``StartChildWorkflow``)."""
+
+    JSON_FIELDS = ("input",)
+    child_id: str
+    """Stable identity of the child within the parent."""
+    spec: WorkflowSpec
+    """The child's definition."""
+    input: JsonValue = None
+    """The child's input."""
+    cancellation_policy: ChildWorkflowCancellationPolicy = (
+        ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
+    )
+    """What the parent's cancellation does to this child."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCommand(_StepFields):
+    """One member of a ``schedule_steps`` batch."""
 
     @staticmethod
     def new(step_id: str, step_name: str, input: object = None) -> StepCommand:
@@ -55,22 +92,8 @@ class StepCommand:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ChildWorkflowCommand:
+class ChildWorkflowCommand(_ChildFields):
     """One member of a ``start_child_workflows`` batch."""
-
-    child_id: str
-    """Stable identity of the child within the parent."""
-    spec: WorkflowSpec
-    """The child's definition."""
-    input: JsonValue = None
-    """The child's input."""
-    cancellation_policy: ChildWorkflowCancellationPolicy = (
-        ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
-    )
-    """What the parent's cancellation does to this child."""
-
-    def __post_init__(self) -> None:
-        _set_json(self, "input")
 
     @staticmethod
     def new(child_id: str, spec: WorkflowSpec, input: object = None) -> ChildWorkflowCommand:
@@ -86,7 +109,7 @@ class ChildWorkflowCommand:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RuntimeCommand:
+class RuntimeCommand(_Normalized):
     """Base of the command a workflow returns from ``run_workflow``.
 
     Construct with the variant classes or the static helpers, e.g.
@@ -215,10 +238,8 @@ class Complete(RuntimeCommand):
     """``RuntimeCommand.complete``: end the run with ``output``."""
 
     TYPE = "complete"
+    JSON_FIELDS = ("output",)
     output: JsonValue = None
-
-    def __post_init__(self) -> None:
-        _set_json(self, "output")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,10 +271,8 @@ class ContinueAsNew(RuntimeCommand):
     """``RuntimeCommand.continue_as_new``: hand over to a successor run with ``input``."""
 
     TYPE = "continue_as_new"
+    JSON_FIELDS = ("input",)
     input: JsonValue = None
-
-    def __post_init__(self) -> None:
-        _set_json(self, "input")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,19 +292,10 @@ class LinkChildOperation(RuntimeCommand):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StartChildWorkflow(RuntimeCommand):
+class StartChildWorkflow(RuntimeCommand, _ChildFields):
     """``RuntimeCommand.start_child_workflow``: request one child workflow."""
 
     TYPE = "start_child_workflow"
-    child_id: str
-    spec: WorkflowSpec
-    input: JsonValue = None
-    cancellation_policy: ChildWorkflowCancellationPolicy = (
-        ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
-    )
-
-    def __post_init__(self) -> None:
-        _set_json(self, "input")
 
     def as_child(self) -> ChildWorkflowCommand:
         """The same request as a one-member ``start_child_workflows`` batch."""
@@ -298,17 +308,10 @@ class StartChildWorkflow(RuntimeCommand):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleStep(RuntimeCommand):
+class ScheduleStep(RuntimeCommand, _StepFields):
     """``RuntimeCommand.schedule_step``: run one step."""
 
     TYPE = "schedule_step"
-    step_id: str
-    step_name: str
-    input: JsonValue = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-
-    def __post_init__(self) -> None:
-        _set_json(self, "input")
 
     def as_step(self) -> StepCommand:
         """The same step as a one-member ``schedule_steps`` batch."""
@@ -322,10 +325,8 @@ class ScheduleSteps(RuntimeCommand):
     """``RuntimeCommand.schedule_steps``: run a batch of independent steps."""
 
     TYPE = "schedule_steps"
+    TUPLE_FIELDS = ("steps",)
     steps: tuple[StepCommand, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "steps", tuple(self.steps))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -373,7 +374,5 @@ class StartChildWorkflows(RuntimeCommand):
     """``RuntimeCommand.start_child_workflows``: request a batch of children."""
 
     TYPE = "start_child_workflows"
+    TUPLE_FIELDS = ("children",)
     children: tuple[ChildWorkflowCommand, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "children", tuple(self.children))

@@ -219,16 +219,7 @@ def _plan_steps(
                 )
             )
             started.append(ev.StepStarted(step_id=step.step_id, attempt=1))
-            effects.append(
-                RunStep(
-                    run_id=snapshot.run_id,
-                    step_id=step.step_id,
-                    step_name=step.step_name,
-                    input=step.input,
-                    attempt=1,
-                    retry=step.retry,
-                )
-            )
+            effects.append(run_step(snapshot, step, 1))
             continue
         drift = _step_drift(snapshot, existing, step)
         if drift is not None:

@@ -15,6 +15,7 @@ from typing import TypeAlias
 
 from streamflow.core import events as ev
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
+from streamflow.core.commands import StepCommand
 from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministic
 from streamflow.core.ids import idempotency_key
 from streamflow.core.jsonvalue import JsonValue
@@ -223,8 +224,11 @@ def invalid(message: str) -> Rejected:
     return Rejected(InvalidTransition(message))
 
 
-def run_step(snapshot: WorkflowRunSnapshot, step: StepSnapshot, attempt: int) -> RunStep:
-    """The :class:`RunStep` effect for ``attempt`` of a recorded step."""
+def run_step(
+    snapshot: WorkflowRunSnapshot, step: StepSnapshot | StepCommand, attempt: int
+) -> RunStep:
+    """The :class:`RunStep` effect for ``attempt`` of a recorded step, or of a step the same
+    decision schedules (its ``StepCommand``)."""
     return RunStep(
         run_id=snapshot.run_id,
         step_id=step.step_id,

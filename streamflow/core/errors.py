@@ -579,46 +579,13 @@ FAMILIES: tuple[type[FlowError], ...] = (
 ``AdminError``. Every other class is in ``ALL_ERRORS``."""
 
 
-ALL_ERRORS: tuple[type[FlowError], ...] = (
-    RunNotFound,
-    RunTerminal,
-    InvalidRunId,
-    ContinueAsNewCycle,
-    ContinueAsNewLimitExceeded,
-    ChildWorkflowCycle,
-    ChildWorkflowDepthExceeded,
-    RunConflict,
-    InvalidRuntimeBuildId,
-    InvalidWorkflowPatchId,
-    RuntimeBuildUnavailable,
-    RuntimeBuildRouteNotFound,
-    NonDeterministic,
-    EventConflict,
-    HookTokenNotFound,
-    HookAlreadyResolved,
-    LeaseLost,
-    HookTokenTooShort,
-    HookTokenConflict,
-    HookConflict,
-    SignalConflict,
-    InvalidWorkflow,
-    InvalidTransition,
-    InvalidWorkerConfiguration,
-    TaskManagement,
-    StoreError,
-    RequestDeadLettered,
-    RuntimeFailure,
-    NonRetryable,
-    SerializationError,
-    PayloadTooLarge,
-    IoError,
-    ReplayLimitExceeded,
-    FlowTimeout,
-    Fenced,
-    InspectionUnavailable,
-    TopicsRefused,
-    ClusterUnavailable,
-    ManifestError,
+ALL_ERRORS: tuple[type[FlowError], ...] = tuple(
+    value
+    for value in list(globals().values())
+    if isinstance(value, type)
+    and issubclass(value, FlowError)
+    and value is not FlowError
+    and value not in FAMILIES
 )
-"""Every class of the tree that is raised: each crosses a process boundary by name and fields
-(``streamflow.serde.errors``)."""
+"""Every class of the tree that is raised, in the order this module defines them: each crosses
+a process boundary by name and fields (``streamflow.serde.errors``)."""

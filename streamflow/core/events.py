@@ -1,8 +1,9 @@
 """The 27 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
 
 JSON is internally tagged: ``{"type": "step_completed", "step_id": …, "output": …}``. Each event
-class declares its fields once, as ``(name, codec)`` pairs, and the generic encoder/decoder
-uses them, so adding a field cannot forget one direction.
+class declares its fields once, as dataclass fields; a field's codec follows from its annotation
+(:data:`FIELD_CODECS`), and the generic encoder/decoder uses the ``(name, codec)`` pairs, so
+adding a field cannot forget one direction.
 
 Each registration also declares the event's :class:`Origin` (who may write it), the one
 definition replay verification (:mod:`streamflow.core.replay`, where code decided) and the
@@ -12,10 +13,10 @@ Kafka journal (what a processor may propose) read.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from streamflow.core.errors import SerializationError
 from streamflow.core.jsonvalue import JsonValue
@@ -110,6 +111,30 @@ CHILD_POLICY = Codec(
     lambda v: ChildWorkflowCancellationPolicy(v or "request_cancellation"),
     optional=True,
 )
+NO_RETRY = Codec(_ident, _opt_bool, optional=True, omit_none=True)
+
+FIELD_CODECS: Mapping[str, Codec] = {
+    "JsonValue": JSON,
+    "str": STR,
+    "str | None": OPT_STR,
+    "int": U32,
+    "bool | None": NO_RETRY,
+    "datetime": UTC,
+    "datetime | None": OPT_UTC,
+    "WorkflowSpec": SPEC,
+    "RetryPolicy": RETRY,
+    "CancellationRequest": REQUEST,
+    "WorkflowProgress": PROGRESS,
+    "ChildOperationReference": CHILD_REF,
+    "WorkflowSignal": SIGNAL,
+    "WorkflowTerminalOutcome": OUTCOME,
+    "ParentLink | None": PARENT,
+    "ContinuationLink | None": PREDECESSOR,
+    "ChildWorkflowCancellationPolicy": CHILD_POLICY,
+}
+"""The codec of an event field by its annotation, as written: a field's JSON form follows
+from its type (every ``int`` of an event is a u32 attempt; a ``bool | None`` and the links are
+left out of the JSON form when ``None``)."""
 
 
 class Origin(StrEnum):
@@ -203,22 +228,37 @@ class FlowEvent:
         return cls(**kwargs)
 
 
+E = TypeVar("E", bound=FlowEvent)
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(field,))
 def _event(
-    type_: str,
-    key: str,
-    fields: tuple[tuple[str, Codec], ...],
-    *,
-    origin: Origin,
-    terminal: bool = False,
-) -> Callable[[type[FlowEvent]], type[FlowEvent]]:
-    def register(cls: type[FlowEvent]) -> type[FlowEvent]:
-        cls.TYPE, cls.KEY, cls.FIELDS, cls.TERMINAL = type_, key, fields, terminal
+    type_: str, key: str, *, origin: Origin, terminal: bool = False
+) -> Callable[[type[E]], type[E]]:
+    """Declare the decorated class an event type: make it a frozen, slotted, keyword-only
+    dataclass and register it under the JSON tag ``type_`` and the dot key ``key``. Its
+    ``FIELDS`` are its dataclass fields in order, each with the codec of its annotation
+    (:data:`FIELD_CODECS`)."""
+
+    def register(cls: type[E]) -> type[E]:
+        cls = dataclass(frozen=True, slots=True, kw_only=True)(cls)
+        declared = tuple((f.name, _codec_of(cls, f)) for f in fields(cls))
+        cls.TYPE, cls.KEY, cls.FIELDS, cls.TERMINAL = type_, key, declared, terminal
         cls.ORIGIN = origin
-        cls.SIZED = tuple((n, c) for n, c in fields if n not in _BOUNDED_FIELDS)
+        cls.SIZED = tuple((n, c) for n, c in declared if n not in _BOUNDED_FIELDS)
         EVENT_TYPES[type_] = cls
         return cls
 
     return register
+
+
+def _codec_of(cls: type[FlowEvent], f: Field[Any]) -> Codec:
+    """The codec of field ``f`` of ``cls``, by its annotation; ``TypeError`` for a type no
+    codec is declared for."""
+    codec = FIELD_CODECS.get(str(f.type))
+    if codec is None:
+        raise TypeError(f"{cls.__name__}.{f.name}: no event field codec for {f.type!r}")
+    return codec
 
 
 EVENT_TYPES: dict[str, type[FlowEvent]] = {}
@@ -250,13 +290,7 @@ _BOUNDED_FIELDS = frozenset(
 )
 
 
-@_event(
-    "run_created",
-    "flow.run.created",
-    (("spec", SPEC), ("input", JSON), ("parent", PARENT), ("predecessor", PREDECESSOR)),
-    origin=Origin.HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_created", "flow.run.created", origin=Origin.HOST)
 class RunCreated(FlowEvent):
     """A run's first event: its spec (the run's immutable authority), its input and where it came
     from. Written by a start, and for a child or a continue-as-new successor once the parent's
@@ -270,18 +304,14 @@ class RunCreated(FlowEvent):
     """Set on a continue-as-new successor."""
 
 
-@_event("run_started", "flow.run.started", (), origin=Origin.HOST)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_started", "flow.run.started", origin=Origin.HOST)
 class RunStarted(FlowEvent):
     """The run may now be driven. Written right after ``run_created`` by a new start, or, when a
     crash lost it, by the next start retry, drive or cancellation request (not charged to the replay
     budget)."""
 
 
-@_event(
-    "run_completed", "flow.run.completed", (("output", JSON),), terminal=True, origin=Origin.CODE
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_completed", "flow.run.completed", origin=Origin.CODE, terminal=True)
 class RunCompleted(FlowEvent):
     """Workflow code's ``complete(output)``: the run ended ``completed``. Only while running, never
     after a cancellation request."""
@@ -289,21 +319,14 @@ class RunCompleted(FlowEvent):
     output: JsonValue = None
 
 
-@_event("run_failed", "flow.run.failed", (("error", STR),), terminal=True, origin=Origin.CODE)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_failed", "flow.run.failed", origin=Origin.CODE, terminal=True)
 class RunFailed(FlowEvent):
     """Workflow code's ``fail(error)``: the run ended ``failed`` with that error text."""
 
     error: str
 
 
-@_event(
-    "run_cancellation_requested",
-    "flow.run.cancellation.requested",
-    (("request", REQUEST),),
-    origin=Origin.HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_cancellation_requested", "flow.run.cancellation.requested", origin=Origin.HOST)
 class RunCancellationRequested(FlowEvent):
     """A host's cleanup-aware cancellation request, at most once and only while running: the run
     becomes ``cancelling``, and its pending and running steps, waiting timers, active hooks and open
@@ -313,14 +336,7 @@ class RunCancellationRequested(FlowEvent):
     request: CancellationRequest
 
 
-@_event(
-    "run_cancelled",
-    "flow.run.cancelled",
-    (("reason", OPT_STR),),
-    terminal=True,
-    origin=Origin.CODE_OR_HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_cancelled", "flow.run.cancelled", origin=Origin.CODE_OR_HOST, terminal=True)
 class RunCancelled(FlowEvent):
     """The run ended ``cancelled``: workflow code's ``cancel()`` after a cancellation request (with
     the request's reason), or the host's ``force_cancel``."""
@@ -328,14 +344,7 @@ class RunCancelled(FlowEvent):
     reason: str | None = None
 
 
-@_event(
-    "run_timed_out",
-    "flow.run.timed_out",
-    (("deadline", UTC), ("reason", OPT_STR)),
-    terminal=True,
-    origin=Origin.CODE_OR_HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_timed_out", "flow.run.timed_out", origin=Origin.CODE_OR_HOST, terminal=True)
 class RunTimedOut(FlowEvent):
     """The run ended ``failed`` by a timeout at ``deadline``: workflow code's ``timeout(…)`` or the
     host's ``terminate_for_timeout``."""
@@ -344,14 +353,7 @@ class RunTimedOut(FlowEvent):
     reason: str | None = None
 
 
-@_event(
-    "run_retry_exhausted",
-    "flow.run.retry_exhausted",
-    (("step_id", STR), ("attempt", U32), ("error", STR)),
-    terminal=True,
-    origin=Origin.DERIVED,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_retry_exhausted", "flow.run.retry_exhausted", origin=Origin.DERIVED, terminal=True)
 class RunRetryExhausted(FlowEvent):
     """The run ended ``failed`` because a ``fail_run`` step spent its attempts. Written right after
     that step's ``step_failed``, repeating its attempt and error, or code-free by the next drive
@@ -362,14 +364,7 @@ class RunRetryExhausted(FlowEvent):
     error: str
 
 
-@_event(
-    "run_host_shutdown",
-    "flow.run.host_shutdown",
-    (("reason", OPT_STR),),
-    terminal=True,
-    origin=Origin.HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_host_shutdown", "flow.run.host_shutdown", origin=Origin.HOST, terminal=True)
 class RunHostShutdown(FlowEvent):
     """The run ended ``failed`` by the host's explicit, non-resumable shutdown policy
     (``terminate_for_host_shutdown``); an ordinary process shutdown writes nothing."""
@@ -377,14 +372,7 @@ class RunHostShutdown(FlowEvent):
     reason: str | None = None
 
 
-@_event(
-    "run_continued_as_new",
-    "flow.run.continued_as_new",
-    (("successor_run_id", STR), ("input", JSON)),
-    terminal=True,
-    origin=Origin.CODE,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_continued_as_new", "flow.run.continued_as_new", origin=Origin.CODE, terminal=True)
 class RunContinuedAsNew(FlowEvent):
     """Workflow code's ``continue_as_new(input)``: the run ended ``continued_as_new``, and
     ``successor_run_id`` (a fresh id) starts with the same spec and ``input``."""
@@ -393,13 +381,7 @@ class RunContinuedAsNew(FlowEvent):
     input: JsonValue = None
 
 
-@_event(
-    "run_progress_recorded",
-    "flow.run.progress.recorded",
-    (("progress", PROGRESS),),
-    origin=Origin.CODE_OR_HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("run_progress_recorded", "flow.run.progress.recorded", origin=Origin.CODE_OR_HOST)
 class RunProgressRecorded(FlowEvent):
     """A progress record, once per progress id, from workflow code's or the host's
     ``record_progress``."""
@@ -407,13 +389,7 @@ class RunProgressRecorded(FlowEvent):
     progress: WorkflowProgress
 
 
-@_event(
-    "child_operation_linked",
-    "flow.child.operation.linked",
-    (("child", CHILD_REF),),
-    origin=Origin.CODE_OR_HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("child_operation_linked", "flow.child.operation.linked", origin=Origin.CODE_OR_HOST)
 class ChildOperationLinked(FlowEvent):
     """A link to an external operation, once per reference id, from workflow code's or the host's
     ``link_child_operation``."""
@@ -421,19 +397,7 @@ class ChildOperationLinked(FlowEvent):
     child: ChildOperationReference
 
 
-@_event(
-    "child_workflow_requested",
-    "flow.child.workflow.requested",
-    (
-        ("child_id", STR),
-        ("child_run_id", STR),
-        ("spec", SPEC),
-        ("input", JSON),
-        ("cancellation_policy", CHILD_POLICY),
-    ),
-    origin=Origin.CODE,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("child_workflow_requested", "flow.child.workflow.requested", origin=Origin.CODE)
 class ChildWorkflowRequested(FlowEvent):
     """Workflow code requested a child workflow. Recorded, with a fresh child run id, before the
     child's stream exists: the child is then created from it, with a parent link."""
@@ -447,13 +411,7 @@ class ChildWorkflowRequested(FlowEvent):
     )
 
 
-@_event(
-    "child_workflow_resolved",
-    "flow.child.workflow.resolved",
-    (("child_id", STR), ("outcome", OUTCOME)),
-    origin=Origin.HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("child_workflow_resolved", "flow.child.workflow.resolved", origin=Origin.HOST)
 class ChildWorkflowResolved(FlowEvent):
     """How a child's continue-as-new chain ended (never ``continued_as_new``), appended to the
     parent in request order; the parent then replays."""
@@ -462,8 +420,7 @@ class ChildWorkflowResolved(FlowEvent):
     outcome: WorkflowTerminalOutcome
 
 
-@_event("signal_received", "flow.signal.received", (("signal", SIGNAL),), origin=Origin.HOST)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("signal_received", "flow.signal.received", origin=Origin.HOST)
 class SignalReceived(FlowEvent):
     """A signal delivery (``send_signal``) to a running or cancelling run, once per signal id. It
     stays in history, unconsumed, until a signal wait of its name pairs with it."""
@@ -471,13 +428,7 @@ class SignalReceived(FlowEvent):
     signal: WorkflowSignal
 
 
-@_event(
-    "signal_wait_created",
-    "flow.signal.wait.created",
-    (("wait_id", STR), ("signal_name", STR)),
-    origin=Origin.CODE,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("signal_wait_created", "flow.signal.wait.created", origin=Origin.CODE)
 class SignalWaitCreated(FlowEvent):
     """Workflow code's ``wait_for_signal``: a wait for the next delivery of a declared signal."""
 
@@ -485,13 +436,7 @@ class SignalWaitCreated(FlowEvent):
     signal_name: str
 
 
-@_event(
-    "signal_wait_completed",
-    "flow.signal.wait.completed",
-    (("wait_id", STR), ("signal_id", STR)),
-    origin=Origin.DERIVED,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("signal_wait_completed", "flow.signal.wait.completed", origin=Origin.DERIVED)
 class SignalWaitCompleted(FlowEvent):
     """A signal wait paired with a delivery of its name, the oldest of each first, one pair per
     drive iteration, before workflow code replays."""
@@ -500,13 +445,7 @@ class SignalWaitCompleted(FlowEvent):
     signal_id: str
 
 
-@_event(
-    "step_created",
-    "flow.step.created",
-    (("step_id", STR), ("step_name", STR), ("input", JSON), ("retry", RETRY)),
-    origin=Origin.CODE,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("step_created", "flow.step.created", origin=Origin.CODE)
 class StepCreated(FlowEvent):
     """Workflow code scheduled a new step: its name, input and retry policy, which every replay must
     repeat."""
@@ -517,10 +456,7 @@ class StepCreated(FlowEvent):
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
-@_event(
-    "step_started", "flow.step.started", (("step_id", STR), ("attempt", U32)), origin=Origin.DERIVED
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("step_started", "flow.step.started", origin=Origin.DERIVED)
 class StepStarted(FlowEvent):
     """An attempt of a step begins, before it runs: the first right after ``step_created``, a retry
     at once or once its delay is due. A redelivery of a running attempt after a crash writes none.
@@ -530,13 +466,7 @@ class StepStarted(FlowEvent):
     attempt: int
 
 
-@_event(
-    "step_completed",
-    "flow.step.completed",
-    (("step_id", STR), ("output", JSON)),
-    origin=Origin.HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("step_completed", "flow.step.completed", origin=Origin.HOST)
 class StepCompleted(FlowEvent):
     """The running attempt succeeded with ``output``; workflow code sees it from its next replay
     on."""
@@ -545,13 +475,7 @@ class StepCompleted(FlowEvent):
     output: JsonValue = None
 
 
-@_event(
-    "step_retrying",
-    "flow.step.retrying",
-    (("step_id", STR), ("attempt", U32), ("error", STR), ("retry_after", OPT_UTC)),
-    origin=Origin.HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("step_retrying", "flow.step.retrying", origin=Origin.HOST)
 class StepRetrying(FlowEvent):
     """The running attempt failed with attempts left; ``retry_after`` is the deadline of a delayed
     retry (``None``: the next attempt starts at once)."""
@@ -562,16 +486,7 @@ class StepRetrying(FlowEvent):
     retry_after: datetime | None = None
 
 
-NO_RETRY = Codec(_ident, _opt_bool, optional=True, omit_none=True)
-
-
-@_event(
-    "step_failed",
-    "flow.step.failed",
-    (("step_id", STR), ("attempt", U32), ("error", STR), ("no_retry", NO_RETRY)),
-    origin=Origin.HOST,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("step_failed", "flow.step.failed", origin=Origin.HOST)
 class StepFailed(FlowEvent):
     """The step failed for good: its last attempt failed, or step code raised ``NonRetryable``.
     Under ``fail_run`` ``run_retry_exhausted`` follows; under ``continue_workflow`` workflow code
@@ -585,10 +500,7 @@ class StepFailed(FlowEvent):
     budget was spent. ``None`` (left out of the JSON form) when the budget was spent."""
 
 
-@_event(
-    "wait_created", "flow.wait.created", (("wait_id", STR), ("resume_at", UTC)), origin=Origin.CODE
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("wait_created", "flow.wait.created", origin=Origin.CODE)
 class WaitCreated(FlowEvent):
     """Workflow code's ``wait_until``: a timer due at ``resume_at``. The run suspends until
     ``wait_completed``, even if that time has passed."""
@@ -597,8 +509,7 @@ class WaitCreated(FlowEvent):
     resume_at: datetime
 
 
-@_event("wait_completed", "flow.wait.completed", (("wait_id", STR),), origin=Origin.HOST)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("wait_completed", "flow.wait.completed", origin=Origin.HOST)
 class WaitCompleted(FlowEvent):
     """A waiting timer completed (``resume_wait``: by the scheduler, or on Kafka the timer topology,
     once due, or by a caller); the run replays."""
@@ -606,13 +517,7 @@ class WaitCompleted(FlowEvent):
     wait_id: str
 
 
-@_event(
-    "hook_created",
-    "flow.hook.created",
-    (("hook_id", STR), ("token_digest", STR), ("metadata", JSON)),
-    origin=Origin.CODE,
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("hook_created", "flow.hook.created", origin=Origin.CODE)
 class HookCreated(FlowEvent):
     """Workflow code created a hook: its token's digest and its metadata. The run suspends while the
     hook is active."""
@@ -624,10 +529,7 @@ class HookCreated(FlowEvent):
     metadata: JsonValue = None
 
 
-@_event(
-    "hook_received", "flow.hook.received", (("hook_id", STR), ("payload", JSON)), origin=Origin.HOST
-)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("hook_received", "flow.hook.received", origin=Origin.HOST)
 class HookReceived(FlowEvent):
     """A callback resumed an active hook with ``payload`` (``resume_hook``, by id or by token)."""
 
@@ -635,8 +537,7 @@ class HookReceived(FlowEvent):
     payload: JsonValue = None
 
 
-@_event("hook_disposed", "flow.hook.disposed", (("hook_id", STR),), origin=Origin.HOST)
-@dataclass(frozen=True, slots=True, kw_only=True)
+@_event("hook_disposed", "flow.hook.disposed", origin=Origin.HOST)
 class HookDisposed(FlowEvent):
     """A caller revoked an active hook (``dispose_hook``, by id or by token); workflow code sees
     ``hook_disposed``."""

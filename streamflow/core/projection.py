@@ -2,7 +2,7 @@
 
 Each handler validates first and mutates last, so an event that breaks a rule of the history
 contract (``docs/semantics.md``, *History rules*) raises ``InvalidTransition`` and leaves the
-snapshot untouched.
+snapshot untouched. The checks handlers share are in :mod:`streamflow.core.projection_rules`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,17 @@ from typing import Any, TypeVar
 from streamflow.core import events as ev
 from streamflow.core.errors import InvalidTransition
 from streamflow.core.ids import is_valid_run_id
+from streamflow.core.projection_rules import (
+    NOT_TERMINAL,
+    RUN_ACTIVE,
+    active_hook,
+    fail,
+    known_step,
+    require_new,
+    require_status,
+    require_valid,
+    running_attempt,
+)
 from streamflow.core.snapshot import (
     CancellationSnapshot,
     ChildWorkflowSnapshot,
@@ -50,9 +61,6 @@ E = TypeVar("E", bound=ev.FlowEvent)
 Handler = Callable[[S, Any, Env], None]
 
 HANDLERS: dict[type[ev.FlowEvent], Handler] = {}
-
-RUN_ACTIVE = (WorkflowRunStatus.RUNNING, WorkflowRunStatus.CANCELLING)
-NOT_TERMINAL = (WorkflowRunStatus.PENDING, *RUN_ACTIVE)
 
 
 def handles(
@@ -131,48 +139,7 @@ def project(run_id: str, history: Iterable[ev.FlowEventEnvelope]) -> WorkflowRun
     return snapshot
 
 
-# -- helpers ---------------------------------------------------------------------------------
-
-
-def _fail(s: S, message: str) -> InvalidTransition:
-    return InvalidTransition(f"workflow run {s.run_id}: {message}")
-
-
-def _require_status(s: S, allowed: tuple[WorkflowRunStatus, ...], what: str) -> None:
-    if s.base_status not in allowed:
-        status = s.base_status.value if s.base_status else "uncreated"
-        raise _fail(s, f"{what} is not allowed while the run is {status}")
-
-
-def _require_id(s: S, value: str, what: str) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise _fail(s, f"{what} must not be empty")
-
-
-def _require_declared_signal(s: S, name: str, subject: str) -> None:
-    assert s.spec is not None
-    if not s.spec.accepts_signal(name):
-        raise _fail(s, f"{subject} names undeclared signal {name}")
-
-
-def _step(s: S, step_id: str, what: str) -> StepSnapshot:
-    step = s.steps.get(step_id)
-    if step is None:
-        raise _fail(s, f"{what} references unknown step {step_id}")
-    return step
-
-
-def _running_attempt(s: S, event: Any, what: str) -> StepSnapshot:
-    step = _step(s, event.step_id, what)
-    if step.status is not StepStatus.RUNNING:
-        raise _fail(s, f"{what} for step {step.step_id} which is {step.status.value}")
-    if event.attempt != step.attempt:
-        raise _fail(
-            s,
-            f"{what} for step {step.step_id} names attempt {event.attempt}, but attempt "
-            f"{step.attempt} is running",
-        )
-    return step
+# -- the terminal transition -----------------------------------------------------------------
 
 
 def _terminate(
@@ -182,11 +149,11 @@ def _terminate(
     outcome: WorkflowTerminalOutcome,
     allowed: tuple[WorkflowRunStatus, ...] = NOT_TERMINAL,
 ) -> None:
-    _require_status(s, allowed, env.event.TYPE)
+    require_status(s, allowed, env.event.TYPE)
     for child_id in sorted(s.open_children):
         child = s.child_workflows[child_id]
         if child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION:
-            raise _fail(s, f"{env.event.TYPE} while child workflow {child_id} is still open")
+            raise fail(s, f"{env.event.TYPE} while child workflow {child_id} is still open")
     s.base_status = status
     s.terminal_outcome = outcome
 
@@ -197,12 +164,12 @@ def _terminate(
 @handles(ev.RunCreated)
 def _run_created(s: S, e: ev.RunCreated, env: Env) -> None:
     if s.spec is not None or s.last_sequence != 0:
-        raise _fail(s, "run_created may only be the first event")
+        raise fail(s, "run_created may only be the first event")
     e.spec.validate()
     if e.parent is not None and (e.parent.run_id == s.run_id or e.parent.depth < 1):
-        raise _fail(s, f"run_created names an invalid parent link {e.parent.to_json()}")
+        raise fail(s, f"run_created names an invalid parent link {e.parent.to_json()}")
     if e.predecessor is not None and e.predecessor.run_id == s.run_id:
-        raise _fail(s, "a run cannot continue itself")
+        raise fail(s, "a run cannot continue itself")
     s.spec = e.spec
     s.input = e.input
     s.parent = e.parent
@@ -213,14 +180,14 @@ def _run_created(s: S, e: ev.RunCreated, env: Env) -> None:
 
 @handles(ev.RunStarted)
 def _run_started(s: S, e: ev.RunStarted, env: Env) -> None:
-    _require_status(s, (WorkflowRunStatus.PENDING,), "run_started")
+    require_status(s, (WorkflowRunStatus.PENDING,), "run_started")
     s.base_status = WorkflowRunStatus.RUNNING
 
 
 @handles(ev.RunCompleted)
 def _run_completed(s: S, e: ev.RunCompleted, env: Env) -> None:
     if s.base_status is WorkflowRunStatus.CANCELLING:
-        raise _fail(s, "run_completed after cancellation was requested")
+        raise fail(s, "run_completed after cancellation was requested")
     _terminate(
         s,
         env,
@@ -259,15 +226,15 @@ def _run_host_shutdown(s: S, e: ev.RunHostShutdown, env: Env) -> None:
 
 @handles(ev.RunRetryExhausted)
 def _run_retry_exhausted(s: S, e: ev.RunRetryExhausted, env: Env) -> None:
-    step = _step(s, e.step_id, "run_retry_exhausted")
+    step = known_step(s, e.step_id, "run_retry_exhausted")
     if step.status is not StepStatus.FAILED:
-        raise _fail(s, f"run_retry_exhausted for step {e.step_id} which is {step.status.value}")
+        raise fail(s, f"run_retry_exhausted for step {e.step_id} which is {step.status.value}")
     if step.retry.continues_workflow:
-        raise _fail(
+        raise fail(
             s, f"run_retry_exhausted for step {e.step_id}, whose failure continues the workflow"
         )
     if e.attempt != step.attempt or e.error != step.error:
-        raise _fail(
+        raise fail(
             s,
             f"run_retry_exhausted for step {e.step_id} disagrees with its step_failed "
             "(attempt or error differs)",
@@ -285,17 +252,17 @@ def _run_retry_exhausted(s: S, e: ev.RunRetryExhausted, env: Env) -> None:
 
 @handles(ev.RunContinuedAsNew)
 def _run_continued_as_new(s: S, e: ev.RunContinuedAsNew, env: Env) -> None:
-    _require_status(s, (WorkflowRunStatus.RUNNING,), "run_continued_as_new")
+    require_status(s, (WorkflowRunStatus.RUNNING,), "run_continued_as_new")
     if not is_valid_run_id(e.successor_run_id):
-        raise _fail(s, f"successor run id {e.successor_run_id!r} is not a valid run id")
+        raise fail(s, f"successor run id {e.successor_run_id!r} is not a valid run id")
     if e.successor_run_id == s.run_id:
-        raise _fail(s, "a run cannot continue as itself")
+        raise fail(s, "a run cannot continue as itself")
     if s.open_children:
-        raise _fail(s, f"cannot continue as new with open child workflow {min(s.open_children)}")
+        raise fail(s, f"cannot continue as new with open child workflow {min(s.open_children)}")
     if s.open_signal_waits:
-        raise _fail(s, f"cannot continue as new with open signal wait {min(s.open_signal_waits)}")
+        raise fail(s, f"cannot continue as new with open signal wait {min(s.open_signal_waits)}")
     if s.unconsumed_signals:
-        raise _fail(s, f"cannot continue as new with unconsumed signal {min(s.unconsumed_signals)}")
+        raise fail(s, f"cannot continue as new with unconsumed signal {min(s.unconsumed_signals)}")
     _terminate(
         s,
         env,
@@ -309,8 +276,8 @@ def _run_continued_as_new(s: S, e: ev.RunContinuedAsNew, env: Env) -> None:
 @handles(ev.RunCancellationRequested)
 def _run_cancellation_requested(s: S, e: ev.RunCancellationRequested, env: Env) -> None:
     if s.cancellation is not None:
-        raise _fail(s, "run_cancellation_requested may appear at most once")
-    _require_status(s, (WorkflowRunStatus.RUNNING,), "run_cancellation_requested")
+        raise fail(s, "run_cancellation_requested may appear at most once")
+    require_status(s, (WorkflowRunStatus.RUNNING,), "run_cancellation_requested")
     s.cancellation = CancellationSnapshot(
         request=e.request, requested_at=env.timestamp, sequence=env.sequence
     )
@@ -333,12 +300,9 @@ def _run_cancellation_requested(s: S, e: ev.RunCancellationRequested, env: Env) 
 
 @handles(ev.RunProgressRecorded)
 def _run_progress_recorded(s: S, e: ev.RunProgressRecorded, env: Env) -> None:
-    try:
-        e.progress.validate()
-    except InvalidTransition as exc:
-        raise _fail(s, str(exc)) from exc
+    require_valid(s, e.progress)
     if e.progress.progress_id in s.progress_by_id:
-        raise _fail(s, f"duplicate progress id {e.progress.progress_id}")
+        raise fail(s, f"duplicate progress id {e.progress.progress_id}")
     s.progress.append(e.progress)
     s.progress_by_id[e.progress.progress_id] = e.progress
 
@@ -348,23 +312,19 @@ def _run_progress_recorded(s: S, e: ev.RunProgressRecorded, env: Env) -> None:
 
 @handles(ev.ChildOperationLinked)
 def _child_operation_linked(s: S, e: ev.ChildOperationLinked, env: Env) -> None:
-    try:
-        e.child.validate()
-    except InvalidTransition as exc:
-        raise _fail(s, str(exc)) from exc
+    require_valid(s, e.child)
     if e.child.reference_id in s.child_operations:
-        raise _fail(s, f"duplicate child operation reference {e.child.reference_id}")
+        raise fail(s, f"duplicate child operation reference {e.child.reference_id}")
     s.child_operations[e.child.reference_id] = e.child
 
 
 @handles(ev.ChildWorkflowRequested)
 def _child_workflow_requested(s: S, e: ev.ChildWorkflowRequested, env: Env) -> None:
-    _require_status(s, RUN_ACTIVE, "child_workflow_requested")
-    _require_id(s, e.child_id, "child workflow id")
-    if e.child_id in s.child_workflows:
-        raise _fail(s, f"duplicate child workflow request {e.child_id}")
+    require_new(
+        s, e, e.child_id, s.child_workflows, "child workflow", "duplicate child workflow request"
+    )
     if not is_valid_run_id(e.child_run_id) or e.child_run_id == s.run_id:
-        raise _fail(s, f"child workflow {e.child_id} run id {e.child_run_id!r} is not valid")
+        raise fail(s, f"child workflow {e.child_id} run id {e.child_run_id!r} is not valid")
     e.spec.validate()
     s.child_workflows[e.child_id] = ChildWorkflowSnapshot(
         child_id=e.child_id,
@@ -382,11 +342,11 @@ def _child_workflow_requested(s: S, e: ev.ChildWorkflowRequested, env: Env) -> N
 def _child_workflow_resolved(s: S, e: ev.ChildWorkflowResolved, env: Env) -> None:
     child = s.child_workflows.get(e.child_id)
     if child is None:
-        raise _fail(s, f"child_workflow_resolved for unknown child {e.child_id}")
+        raise fail(s, f"child_workflow_resolved for unknown child {e.child_id}")
     if not child.is_open:
-        raise _fail(s, f"child workflow {e.child_id} is already resolved")
+        raise fail(s, f"child workflow {e.child_id} is already resolved")
     if e.outcome.type is OutcomeType.CONTINUED_AS_NEW:
-        raise _fail(s, f"child workflow {e.child_id} cannot resolve to continued_as_new")
+        raise fail(s, f"child workflow {e.child_id} cannot resolve to continued_as_new")
     s.child_workflows[e.child_id] = replace(
         child, outcome=e.outcome, resolved_at=env.timestamp, resolved_sequence=env.sequence
     )
@@ -398,12 +358,10 @@ def _child_workflow_resolved(s: S, e: ev.ChildWorkflowResolved, env: Env) -> Non
 
 @handles(ev.SignalReceived)
 def _signal_received(s: S, e: ev.SignalReceived, env: Env) -> None:
-    _require_status(s, RUN_ACTIVE, "signal_received")
     signal = e.signal
-    _require_id(s, signal.signal_id, "signal id")
-    _require_declared_signal(s, signal.name, f"signal {signal.signal_id}")
-    if signal.signal_id in s.signals:
-        raise _fail(s, f"duplicate signal delivery {signal.signal_id}")
+    require_new(
+        s, e, signal.signal_id, s.signals, "signal", "duplicate signal delivery", signal=signal.name
+    )
     s.signals[signal.signal_id] = WorkflowSignalSnapshot(
         signal_id=signal.signal_id,
         name=signal.name,
@@ -416,11 +374,15 @@ def _signal_received(s: S, e: ev.SignalReceived, env: Env) -> None:
 
 @handles(ev.SignalWaitCreated)
 def _signal_wait_created(s: S, e: ev.SignalWaitCreated, env: Env) -> None:
-    _require_status(s, RUN_ACTIVE, "signal_wait_created")
-    _require_id(s, e.wait_id, "signal wait id")
-    _require_declared_signal(s, e.signal_name, f"signal wait {e.wait_id}")
-    if e.wait_id in s.signal_waits:
-        raise _fail(s, f"duplicate signal wait {e.wait_id}")
+    require_new(
+        s,
+        e,
+        e.wait_id,
+        s.signal_waits,
+        "signal wait",
+        "duplicate signal wait",
+        signal=e.signal_name,
+    )
     s.signal_waits[e.wait_id] = SignalWaitSnapshot(
         wait_id=e.wait_id,
         signal_name=e.signal_name,
@@ -433,30 +395,30 @@ def _signal_wait_created(s: S, e: ev.SignalWaitCreated, env: Env) -> None:
 
 @handles(ev.SignalWaitCompleted)
 def _signal_wait_completed(s: S, e: ev.SignalWaitCompleted, env: Env) -> None:
-    _require_status(s, RUN_ACTIVE, "signal_wait_completed")
+    require_status(s, RUN_ACTIVE, "signal_wait_completed")
     wait = s.signal_waits.get(e.wait_id)
     if wait is None or wait.status is not WaitStatus.WAITING:
-        raise _fail(s, f"signal_wait_completed for signal wait {e.wait_id} which is not waiting")
+        raise fail(s, f"signal_wait_completed for signal wait {e.wait_id} which is not waiting")
     signal = s.signals.get(e.signal_id)
     if signal is None:
-        raise _fail(s, f"signal_wait_completed pairs unknown signal {e.signal_id}")
+        raise fail(s, f"signal_wait_completed pairs unknown signal {e.signal_id}")
     if signal.consumed_by is not None:
-        raise _fail(s, f"signal {e.signal_id} was already consumed by {signal.consumed_by}")
+        raise fail(s, f"signal {e.signal_id} was already consumed by {signal.consumed_by}")
     if signal.name != wait.signal_name:
-        raise _fail(
+        raise fail(
             s, f"signal {e.signal_id} ({signal.name}) cannot complete a wait for {wait.signal_name}"
         )
     for other_id in s.open_signal_waits:
         other = s.signal_waits[other_id]
         if other.signal_name == wait.signal_name and other.created_sequence < wait.created_sequence:
-            raise _fail(s, f"signal wait {e.wait_id} skips older signal wait {other_id}")
+            raise fail(s, f"signal wait {e.wait_id} skips older signal wait {other_id}")
     for other_id in s.unconsumed_signals:
         other_signal = s.signals[other_id]
         if (
             other_signal.name == signal.name
             and other_signal.received_sequence < signal.received_sequence
         ):
-            raise _fail(s, f"signal {e.signal_id} skips older unconsumed signal {other_id}")
+            raise fail(s, f"signal {e.signal_id} skips older unconsumed signal {other_id}")
     s.signal_waits[e.wait_id] = replace(
         wait,
         status=WaitStatus.COMPLETED,
@@ -474,17 +436,11 @@ def _signal_wait_completed(s: S, e: ev.SignalWaitCompleted, env: Env) -> None:
 
 @handles(ev.StepCreated)
 def _step_created(s: S, e: ev.StepCreated, env: Env) -> None:
-    _require_status(s, RUN_ACTIVE, "step_created")
-    _require_id(s, e.step_id, "step id")
-    if e.step_id in s.steps:
-        raise _fail(s, f"duplicate step_created for step {e.step_id}")
-    try:
-        e.retry.validate()
-    except InvalidTransition as exc:
-        raise _fail(s, f"step {e.step_id}: {exc}") from exc
+    require_new(s, e, e.step_id, s.steps, "step", "duplicate step_created for step")
+    require_valid(s, e.retry, f"step {e.step_id}: ")
     longest = e.retry.longest_delay_ms()
     if add_millis(env.timestamp, longest) is None:
-        raise _fail(s, f"retry delay {longest}ms cannot be represented as a UTC deadline")
+        raise fail(s, f"retry delay {longest}ms cannot be represented as a UTC deadline")
     s.steps[e.step_id] = StepSnapshot(
         step_id=e.step_id,
         step_name=e.step_name,
@@ -496,16 +452,16 @@ def _step_created(s: S, e: ev.StepCreated, env: Env) -> None:
 
 @handles(ev.StepStarted)
 def _step_started(s: S, e: ev.StepStarted, env: Env) -> None:
-    step = _step(s, e.step_id, "step_started")
+    step = known_step(s, e.step_id, "step_started")
     if step.status is not StepStatus.PENDING:
-        raise _fail(s, f"step_started for step {e.step_id} which is {step.status.value}")
+        raise fail(s, f"step_started for step {e.step_id} which is {step.status.value}")
     if e.attempt != step.attempt + 1:
-        raise _fail(
+        raise fail(
             s,
             f"step {e.step_id} attempt {e.attempt} does not follow attempt {step.attempt}",
         )
     if e.attempt > step.retry.max_attempts:
-        raise _fail(
+        raise fail(
             s,
             f"step {e.step_id} attempt {e.attempt} exceeds its budget of {step.retry.max_attempts}",
         )
@@ -518,27 +474,27 @@ def _step_started(s: S, e: ev.StepStarted, env: Env) -> None:
 
 @handles(ev.StepCompleted)
 def _step_completed(s: S, e: ev.StepCompleted, env: Env) -> None:
-    step = _step(s, e.step_id, "step_completed")
+    step = known_step(s, e.step_id, "step_completed")
     if step.status is not StepStatus.RUNNING:
-        raise _fail(s, f"step_completed for step {e.step_id} which is {step.status.value}")
+        raise fail(s, f"step_completed for step {e.step_id} which is {step.status.value}")
     s.steps[e.step_id] = replace(step, status=StepStatus.COMPLETED, output=e.output)
     s.running_steps.discard(e.step_id)
 
 
 @handles(ev.StepRetrying)
 def _step_retrying(s: S, e: ev.StepRetrying, env: Env) -> None:
-    step = _running_attempt(s, e, "step_retrying")
+    step = running_attempt(s, e, "step_retrying")
     if e.attempt >= step.retry.max_attempts:
-        raise _fail(
+        raise fail(
             s,
             f"step_retrying for step {e.step_id} attempt {e.attempt} but the budget of "
             f"{step.retry.max_attempts} is exhausted",
         )
     delayed = step.retry.longest_delay_ms() > 0
     if delayed and e.retry_after is None:
-        raise _fail(s, f"delayed retry of step {e.step_id} has no retry_after deadline")
+        raise fail(s, f"delayed retry of step {e.step_id} has no retry_after deadline")
     if not delayed and e.retry_after is not None:
-        raise _fail(s, f"immediate retry of step {e.step_id} has a retry_after deadline")
+        raise fail(s, f"immediate retry of step {e.step_id} has a retry_after deadline")
     s.steps[e.step_id] = replace(
         step, status=StepStatus.PENDING, error=e.error, retry_after=e.retry_after
     )
@@ -549,9 +505,9 @@ def _step_retrying(s: S, e: ev.StepRetrying, env: Env) -> None:
 
 @handles(ev.StepFailed)
 def _step_failed(s: S, e: ev.StepFailed, env: Env) -> None:
-    step = _running_attempt(s, e, "step_failed")
+    step = running_attempt(s, e, "step_failed")
     if e.attempt < step.retry.max_attempts and not e.no_retry:
-        raise _fail(
+        raise fail(
             s,
             f"step_failed for step {e.step_id} attempt {e.attempt} before its budget of "
             f"{step.retry.max_attempts} is exhausted",
@@ -567,10 +523,7 @@ def _step_failed(s: S, e: ev.StepFailed, env: Env) -> None:
 
 @handles(ev.WaitCreated)
 def _wait_created(s: S, e: ev.WaitCreated, env: Env) -> None:
-    _require_status(s, RUN_ACTIVE, "wait_created")
-    _require_id(s, e.wait_id, "wait id")
-    if e.wait_id in s.waits:
-        raise _fail(s, f"duplicate wait_created for wait {e.wait_id}")
+    require_new(s, e, e.wait_id, s.waits, "wait", "duplicate wait_created for wait")
     s.waits[e.wait_id] = WaitSnapshot(
         wait_id=e.wait_id, status=WaitStatus.WAITING, resume_at=e.resume_at
     )
@@ -581,19 +534,16 @@ def _wait_created(s: S, e: ev.WaitCreated, env: Env) -> None:
 def _wait_completed(s: S, e: ev.WaitCompleted, env: Env) -> None:
     wait = s.waits.get(e.wait_id)
     if wait is None or wait.status is not WaitStatus.WAITING:
-        raise _fail(s, f"wait_completed for wait {e.wait_id} which is not waiting")
+        raise fail(s, f"wait_completed for wait {e.wait_id} which is not waiting")
     s.waits[e.wait_id] = replace(wait, status=WaitStatus.COMPLETED)
     s.open_waits.discard(e.wait_id)
 
 
 @handles(ev.HookCreated)
 def _hook_created(s: S, e: ev.HookCreated, env: Env) -> None:
-    _require_status(s, RUN_ACTIVE, "hook_created")
-    _require_id(s, e.hook_id, "hook id")
-    if e.hook_id in s.hooks:
-        raise _fail(s, f"duplicate hook_created for hook {e.hook_id}")
+    require_new(s, e, e.hook_id, s.hooks, "hook", "duplicate hook_created for hook")
     if not is_token_digest(e.token_digest):
-        raise _fail(s, f"hook {e.hook_id} token digest is not a SHA-256 hex digest")
+        raise fail(s, f"hook {e.hook_id} token digest is not a SHA-256 hex digest")
     s.hooks[e.hook_id] = HookSnapshot(
         hook_id=e.hook_id,
         token_digest=e.token_digest,
@@ -603,22 +553,15 @@ def _hook_created(s: S, e: ev.HookCreated, env: Env) -> None:
     s.active_hooks.add(e.hook_id)
 
 
-def _resolve_hook(s: S, hook_id: str, what: str) -> HookSnapshot:
-    hook = s.hooks.get(hook_id)
-    if hook is None or hook.status is not HookStatus.ACTIVE:
-        raise _fail(s, f"{what} for hook {hook_id} which is not active")
-    return hook
-
-
 @handles(ev.HookReceived)
 def _hook_received(s: S, e: ev.HookReceived, env: Env) -> None:
-    hook = _resolve_hook(s, e.hook_id, "hook_received")
+    hook = active_hook(s, e.hook_id, "hook_received")
     s.hooks[e.hook_id] = replace(hook, status=HookStatus.RECEIVED, payload=e.payload)
     s.active_hooks.discard(e.hook_id)
 
 
 @handles(ev.HookDisposed)
 def _hook_disposed(s: S, e: ev.HookDisposed, env: Env) -> None:
-    hook = _resolve_hook(s, e.hook_id, "hook_disposed")
+    hook = active_hook(s, e.hook_id, "hook_disposed")
     s.hooks[e.hook_id] = replace(hook, status=HookStatus.DISPOSED)
     s.active_hooks.discard(e.hook_id)
