@@ -152,12 +152,40 @@ from streamflow.observe.observers import (
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.stores.rocksdb import RocksDBEventStore
+from streamflow.workflow.app import App, Step, StepInfo, Workflow, step_info
 from streamflow.workflow.context import WorkflowContext
+from streamflow.workflow.durable import DurableContext
+from streamflow.workflow.errors import (
+    Cancelled,
+    ChildWorkflowFailed,
+    HookDisposedError,
+    NotAStep,
+    RunNotCompleted,
+    StepFailedError,
+    UnknownWorkflow,
+    UnsupportedAwait,
+    WorkflowFailure,
+)
 from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "App",
+    "Cancelled",
+    "ChildWorkflowFailed",
+    "DurableContext",
+    "HookDisposedError",
+    "NotAStep",
+    "RunNotCompleted",
+    "Step",
+    "StepFailedError",
+    "StepInfo",
+    "UnknownWorkflow",
+    "UnsupportedAwait",
+    "Workflow",
+    "WorkflowFailure",
+    "step_info",
     "FlowHistoryRetentionPolicy",
     "FlowHistoryRetentionReport",
     "FlowHistoryTombstone",

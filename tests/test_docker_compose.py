@@ -55,7 +55,7 @@ def test_each_topology_runs_the_example_app_after_topics_exist(compose, role):
     assert (args.command, args.role) == ("run", role)
     env = service["environment"]
     assert env["STREAMFLOW_BOOTSTRAP"] == "kafka:9092"
-    assert env["STREAMFLOW_APP"] == "streamflow.examples.orders:Orders"
+    assert env["STREAMFLOW_APP"] == "streamflow.examples.orders:app"
     assert run_cli.load_runtime(env["STREAMFLOW_APP"]) is not None
     assert int(service["stop_grace_period"].rstrip("s")) >= 30  # room for a graceful stop
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import streamflow
 
 PINNED = {
+    # durable functions: the Python-native workflow API and what it raises
+    "App", "Workflow", "Step", "StepInfo", "step_info", "DurableContext", "Cancelled",
+    "StepFailedError", "ChildWorkflowFailed", "HookDisposedError", "WorkflowFailure",
+    "RunNotCompleted", "UnknownWorkflow", "UnsupportedAwait", "NotAStep",
     # the calls both backends offer, the engine, runtime contract, context
     "Flow", "FlowEngine", "FlowEngineBuilder", "FlowRuntime", "WorkflowInvocation",
     "StepInvocation", "WorkflowContext",

@@ -25,7 +25,7 @@ from streamflow.core.events import FlowEventEnvelope, RunProgressRecorded
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.scheduler import FlowScheduler
 from streamflow.engine.tasks import InProcessTaskRunner
-from streamflow.examples.orders import Orders, orders_spec
+from streamflow.examples import orders
 from streamflow.stores.rocksdb import RocksDBEventStore
 
 DEFAULT_DEMO_DIR = Path(".streamflow/demo")
@@ -49,9 +49,12 @@ async def run_demo(directory: Path, run_id: str, step_delay: float) -> int:
     with a host loop, until it ends; print its history."""
     store = RocksDBEventStore(directory)
     try:
-        runtime = Orders(step_delay=step_delay)
+        orders.DEMO.step_delay = step_delay
         engine = (
-            FlowEngine.builder(runtime).with_store(store).with_observer(ConsoleObserver()).build()
+            FlowEngine.builder(orders.app)
+            .with_store(store)
+            .with_observer(ConsoleObserver())
+            .build()
         )
         order = {"order_id": run_id, "sku": "BOOK-42", "quantity": 1, "amount_cents": 2599}
         existing = run_id in await engine.list_run_ids()
@@ -62,14 +65,14 @@ async def run_demo(directory: Path, run_id: str, step_delay: float) -> int:
         host = asyncio.create_task(FlowScheduler(engine, InProcessTaskRunner(engine)).run(stop))
         try:
             if not existing:
-                await engine.start_with_id(run_id, orders_spec(), order)
+                await orders.fulfill.start(engine, run_id, orders.Order.model_validate(order))
             await engine.result(run_id)
         finally:
             stop.set()
             await host
         snapshot = await engine.snapshot(run_id)
         print(f"\nrun {run_id}: {snapshot.status.value}  output={snapshot.output}")
-        print(f"steps executed by this process: {runtime.executions or 'none'}\n")
+        print(f"steps executed by this process: {orders.DEMO.executions or 'none'}\n")
         print(render_history(await engine.history(run_id)))
         return 0
     finally:

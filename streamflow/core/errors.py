@@ -22,6 +22,8 @@ class for each thing that can go wrong.
     │   ├── InvalidRuntimeBuildId          malformed runtime build identifier
     │   ├── InvalidWorkflowPatchId         malformed patch marker identifier
     │   ├── InvalidWorkflow                WorkflowSpec validation failed
+    │   │   └── NotAStep                   ctx.step given a function no App registers
+    │   ├── UnknownWorkflow                a start or replay of a workflow the App lacks
     │   ├── InvalidTransition              corrupt history or an invalid command
     │   ├── InvalidWorkerConfiguration     bad worker / router / queue / host settings
     │   ├── HookTokenTooShort              a new hook's token has fewer than 16 characters
@@ -45,7 +47,8 @@ class for each thing that can go wrong.
     │       ├── TopicsRefused              unsafe or rejected: co-partitioning, replication, ...
     │       └── ClusterUnavailable         the cluster did not answer within the timeout
     ├── RuntimeFailure                     workflow or step code failed
-    │   └── NonRetryable                   step code says the step will never succeed: no retry
+    │   ├── NonRetryable                   step code says the step will never succeed: no retry
+    │   └── UnsupportedAwait               workflow code awaited something outside streamflow
     ├── NonDeterministic                   replayed workflow code disagrees with recorded history
     └── ReplayLimitExceeded                a drive loop exceeded max_replay_iterations
 
@@ -577,6 +580,34 @@ FAMILIES: tuple[type[FlowError], ...] = (
 )
 """The classes of the tree that are only caught, never raised: the four families and
 ``AdminError``. Every other class is in ``ALL_ERRORS``."""
+
+
+class UnknownWorkflow(InvalidInputError):
+    """Workflow ``name`` is not registered with the ``App`` (a misspelt name never runs a
+    fallback): refused before anything is written, or the run's incident on replay."""
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        listed = ", ".join(sorted(known)) or "none"
+        super().__init__(
+            f"workflow {name!r} is not registered with this App (registered: {listed})"
+        )
+        self.name = name
+
+
+class UnsupportedAwait(RuntimeFailure):
+    """Workflow code awaited something that is not a streamflow operation (``asyncio.sleep``,
+    a network call): it would run outside history and break replay. The decision fails and
+    nothing is written; use ``ctx.sleep`` for time and a step for I/O."""
+
+    def __init__(self, run_id: str, awaited: str) -> None:
+        super().__init__(
+            f"workflow run {run_id} awaited {awaited}, which is not a streamflow operation: use "
+            "ctx.sleep for time and ctx.step for I/O"
+        )
+
+
+class NotAStep(InvalidWorkflow):
+    """``ctx.step`` was given a function that is not registered with ``@app.step``."""
 
 
 ALL_ERRORS: tuple[type[FlowError], ...] = tuple(

@@ -167,6 +167,7 @@ class FlowEngine:
         spec.validate()
         value = normalize(input, "workflow input")
         check_payload(value, "workflow input", self._s.record_limits)
+        self._runtime.check_start(spec, value)
         return await self._driver.record_start(run_id, rq.StartRun(spec=spec, input=value))
 
     async def drive(self, run_id: str) -> WorkflowRunSnapshot:

@@ -1,23 +1,23 @@
 """An order-fulfilment workflow: reserve, charge (retried), a cooling-off timer, ship.
 
-Every decision is a pure function of history: the timer deadline is derived from the commit
-time of the charge step, never from the wall clock, so replays always agree.
+Written with ``streamflow.App``: straight-line ``async`` code whose every ``await`` is durable.
+The cooling-off deadline comes from ``ctx.now()`` (the commit time of the charge), never from
+the wall clock, so every replay agrees. ``streamflow demo`` runs it; so does
+``streamflow run processor --app streamflow.examples.orders:app`` on Kafka.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from pydantic import BaseModel
 
-from streamflow.core.commands import RuntimeCommand
-from streamflow.core.errors import RuntimeFailure
-from streamflow.core.events import StepCompleted
+from streamflow.core.errors import NonRetryable, RuntimeFailure
 from streamflow.core.retry import RetryPolicy
-from streamflow.core.spec import WorkflowSpec
-from streamflow.core.values import WorkflowProgress
-from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
+from streamflow.workflow.app import App, step_info
+from streamflow.workflow.durable import DurableContext
 
 COOLING_OFF = timedelta(seconds=2)
 CHARGE_RETRY = RetryPolicy.fixed(3, timedelta(milliseconds=500))
@@ -32,89 +32,88 @@ class Order(BaseModel):
     amount_cents: int
 
 
+class Reservation(BaseModel):
+    """The input of ``reserve_inventory``."""
+
+    sku: str
+    quantity: int
+
+
 class ChargeRequest(BaseModel):
-    """The input of the ``chargeCard`` step."""
+    """The input of ``charge_card``."""
 
     order_id: str
     amount_cents: int
 
 
+class Shipment(BaseModel):
+    """The input of ``ship_order``."""
+
+    order_id: str
+
+
 class Charge(BaseModel):
-    """The output of the ``chargeCard`` step."""
+    """What ``charge_card`` returns."""
 
     payment_id: str
     amount_cents: int
 
 
-def orders_spec() -> WorkflowSpec:
-    """The spec of ``orders.fulfill`` version 1, run by :class:`Orders` of this module."""
-    return WorkflowSpec.python("orders.fulfill", "1", __name__, "Orders")
+@dataclass
+class Demo:
+    """How the demo runs the steps: how long each takes, and which attempts ran here."""
+
+    step_delay: float = 0.4
+    executions: list[tuple[str, int]] = field(default_factory=list)
+
+    async def work(self) -> None:
+        """Record the attempt and pretend to call another service."""
+        info = step_info()
+        self.executions.append((info.step_id, info.attempt))
+        await asyncio.sleep(self.step_delay)
 
 
-class Orders(FlowRuntime):
-    """``run_workflow`` decides the next command by reading history; ``run_step`` does work."""
+DEMO = Demo()
+app = App()
 
-    def __init__(self, step_delay: float = 0.4) -> None:
-        self.step_delay = step_delay
-        self.executions: list[tuple[str, int]] = []
 
-    def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
-        """Reserve, record progress, charge (retried), record progress, wait out the cooling-off
-        period after the charge, ship, record progress, complete."""
-        ctx = invocation.context()
-        order = ctx.input_as(Order)
-        if not ctx.step_completed("reserve"):
-            return ctx.schedule_step(
-                "reserve", "reserveInventory", {"sku": order.sku, "quantity": order.quantity}
-            )
-        if ctx.progress("reserved") is None:
-            return ctx.record_progress(
-                WorkflowProgress("reserved", 1).with_total(3).with_message("inventory reserved")
-            )
-        if not ctx.step_completed("charge"):
-            return ctx.schedule_step(
-                "charge",
-                "chargeCard",
-                {"order_id": order.order_id, "amount_cents": order.amount_cents},
-                CHARGE_RETRY,
-            )
-        charge = ctx.step_output_as("charge", Charge)
-        assert charge is not None
-        if ctx.progress("charged") is None:
-            return ctx.record_progress(
-                WorkflowProgress("charged", 2)
-                .with_total(3)
-                .with_message(f"charged {charge.amount_cents} cents")
-            )
-        charged_at = next(
-            e.timestamp
-            for e in ctx.history
-            if isinstance(e.event, StepCompleted) and e.event.step_id == "charge"
-        )
-        if not ctx.wait_completed("cooling-off"):
-            return ctx.wait_until("cooling-off", charged_at + COOLING_OFF)
-        if not ctx.step_completed("ship"):
-            return ctx.schedule_step("ship", "shipOrder", {"order_id": order.order_id})
-        if ctx.progress("shipped") is None:
-            return ctx.record_progress(
-                WorkflowProgress("shipped", 3).with_total(3).with_message("order shipped")
-            )
-        return ctx.complete(
-            {"order_id": order.order_id, "payment_id": charge.payment_id, "status": "shipped"}
-        )
+@app.step(name="reserveInventory")
+async def reserve_inventory(request: Reservation) -> dict[str, str]:
+    """Hold the stock."""
+    await DEMO.work()
+    return {"reservation": f"res-{step_info().run_id}"}
 
-    async def run_step(self, invocation: StepInvocation) -> object:
-        """Pretend to call another service (``step_delay`` seconds); the first attempt of
-        ``chargeCard`` fails on purpose, so the demo shows a retry."""
-        self.executions.append((invocation.step_id, invocation.attempt))
-        await asyncio.sleep(self.step_delay)  # stands in for a call to another service
-        if invocation.step_name == "reserveInventory":
-            return {"reservation": f"res-{invocation.run_id}"}
-        if invocation.step_name == "chargeCard":
-            if invocation.attempt == 1:
-                raise RuntimeFailure("card network timeout (transient)")
-            request = invocation.input_as(ChargeRequest)
-            return Charge(payment_id=f"pay-{request.order_id}", amount_cents=request.amount_cents)
-        if invocation.step_name == "shipOrder":
-            return {"tracking": f"trk-{invocation.run_id}"}
-        raise RuntimeFailure(f"unknown step {invocation.step_name}")
+
+@app.step(name="chargeCard", retry=CHARGE_RETRY)
+async def charge_card(request: ChargeRequest) -> Charge:
+    """Charge the card; the first attempt fails on purpose, so the demo shows a retry."""
+    await DEMO.work()
+    if request.amount_cents <= 0:
+        raise NonRetryable(f"nothing to charge for order {request.order_id}")
+    if step_info().attempt == 1:
+        raise RuntimeFailure("card network timeout (transient)")
+    return Charge(payment_id=f"pay-{request.order_id}", amount_cents=request.amount_cents)
+
+
+@app.step(name="shipOrder")
+async def ship_order(shipment: Shipment) -> dict[str, str]:
+    """Hand the parcel to the carrier."""
+    await DEMO.work()
+    return {"tracking": f"trk-{step_info().run_id}"}
+
+
+@app.workflow(name="orders.fulfill")
+async def fulfill(ctx: DurableContext, order: Order) -> dict[str, str]:
+    """Reserve, charge, wait out the cooling-off period, ship; progress after each stage."""
+    await ctx.step(
+        "reserve", reserve_inventory, Reservation(sku=order.sku, quantity=order.quantity)
+    )
+    await ctx.progress("reserved", 1, total=3, message="inventory reserved")
+    request = ChargeRequest(order_id=order.order_id, amount_cents=order.amount_cents)
+    charge = await ctx.step("charge", charge_card, request)
+    cooled_off_at = ctx.now() + COOLING_OFF  # the charge's commit time, the same on every replay
+    await ctx.progress("charged", 2, total=3, message=f"charged {charge.amount_cents} cents")
+    await ctx.sleep_until("cooling-off", cooled_off_at)
+    await ctx.step("ship", ship_order, Shipment(order_id=order.order_id))
+    await ctx.progress("shipped", 3, total=3, message="order shipped")
+    return {"order_id": order.order_id, "payment_id": charge.payment_id, "status": "shipped"}

@@ -222,6 +222,12 @@ class FlowRuntime:
         a ``RuntimeFailure`` too."""
         raise NotImplementedError(f"{type(self).__name__} must implement run_workflow")
 
+    def check_start(self, spec: WorkflowSpec, input: JsonValue) -> None:
+        """Refuse a start this runtime cannot run, before anything is written (raise a
+        ``FlowError``). The default admits every start; ``streamflow.App`` refuses workflows it
+        does not register and inputs their annotation refuses."""
+        return None
+
     def run_step(self, invocation: StepInvocation) -> object:
         """Run one attempt of step ``invocation.step_name`` and return its JSON output. Raise to
         fail the attempt (the retry policy decides what follows) or ``NonRetryable`` to fail the

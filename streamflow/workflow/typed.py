@@ -1,4 +1,5 @@
-"""Typed edges: decode JSON values into pydantic models (or anything pydantic validates)."""
+"""Typed edges: decode JSON values into pydantic models (or anything pydantic validates), and
+encode typed values into the JSON history records."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from streamflow.core.errors import SerializationError
+from streamflow.core.jsonvalue import JsonValue, normalize
 
 T = TypeVar("T")
 
@@ -37,3 +39,19 @@ def decode(value: object, model: type[T], what: str) -> T:
 
 def _name(model: object) -> str:
     return getattr(model, "__name__", repr(model))
+
+
+def encode(value: object, model: Any, what: str) -> JsonValue:
+    """``value`` as the JSON history records: validated as ``model`` first when one is given (a
+    pydantic model, a dataclass, any annotation pydantic understands; ``None`` or ``Any``: no
+    check), then dumped in JSON mode. A value that does not fit raises ``SerializationError``."""
+    if model is None or model is Any:
+        return normalize(value, what)
+    adapter = _adapter(model)
+    try:
+        dumped = adapter.dump_python(adapter.validate_python(value), mode="json")
+    except ValidationError as exc:
+        raise SerializationError(f"{what} does not fit {_name(model)}: {exc}") from exc
+    except TypeError as exc:
+        raise SerializationError(f"{what} cannot be encoded as {_name(model)}: {exc}") from exc
+    return normalize(dumped, what)

@@ -18,7 +18,7 @@ from streamflow.core.errors import SerializationError
 from streamflow.core.replay import DriftKind
 from streamflow.engine.exchange import load_jsonl, read_jsonl, write_jsonl
 from streamflow.engine.replay import replay_histories, replay_history
-from tests.golden import drifted
+from tests.golden import drifted, durable_apps
 from tests.golden.apps import Golden
 from tests.support import Scripted, spec
 
@@ -101,6 +101,26 @@ async def test_a_changed_workflow_is_reported_with_run_step_and_diff(
     untouched = [run for run in report.runs if run.run_id not in {d.run_id for d in report.drifts}]
     assert untouched
     assert all(run.ok for run in untouched)
+
+
+async def test_the_golden_histories_replay_cleanly_against_the_same_workflows_written_with_app(
+    golden,
+):
+    """Recorded with the low-level FlowRuntime, replayed through ``streamflow.App`` workflows:
+    the same commands, decision for decision."""
+    report = await replay_histories(durable_apps.golden, golden)
+    assert report.ok, "\n".join(d.diff() for d in report.drifts)
+    decisions = {run.run_id: run.decisions for run in report.runs}
+    assert decisions["golden-order"] == 8
+    assert decisions["golden-approval"] == 6
+
+
+async def test_a_deliberate_change_to_an_app_workflow_is_reported_as_drift(golden):
+    report = await replay_histories(durable_apps.drifted, golden)
+    assert not report.ok
+    first = next(d for d in report.drifts if d.run_id == "golden-order")
+    assert (first.sequence, first.step_id, first.kind.value) == (7, "charge", "different")
+    assert {d.run_id for d in report.drifts} == {"golden-order"}
 
 
 async def test_a_change_behind_a_patch_marker_is_not_drift(golden):

@@ -14,8 +14,8 @@ from datetime import timedelta
 from streamflow import HookMetadata, RetryPolicy, WorkflowProgress, WorkflowSpec
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import RuntimeFailure
-from streamflow.examples.orders import Orders
 from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
+from tests.golden.orders_runtime import Orders
 
 MODULE, EXPORT = __name__, "Golden"
 ORDERS = WorkflowSpec.python("orders.fulfill", "1", MODULE, EXPORT)

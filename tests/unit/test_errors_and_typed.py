@@ -38,8 +38,10 @@ def test_every_raised_error_is_a_flow_error_and_exported():
     # HookAlreadyResolved (a late callback) and HookTokenTooShort (a guessable token); then
     # FlowTimeout (every wait that gives up) and the five errors of Kafka deployments that
     # joined the tree: Fenced, InspectionUnavailable, TopicsRefused, ClusterUnavailable and
-    # ManifestError. The families (and AdminError) are caught, never raised: not in the list.
-    assert len(errors.ALL_ERRORS) == 39
+    # ManifestError; then the three of durable functions (streamflow.App): UnknownWorkflow,
+    # UnsupportedAwait and NotAStep. The families (and AdminError) are caught, never raised:
+    # not in the list.
+    assert len(errors.ALL_ERRORS) == 42
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
@@ -93,6 +95,8 @@ FAMILY_OF = {
         errors.SerializationError,
         errors.PayloadTooLarge,
         errors.ManifestError,
+        errors.UnknownWorkflow,
+        errors.NotAStep,
     },
     errors.InfrastructureError: {
         errors.StoreError,
@@ -110,6 +114,7 @@ FAMILY_OF = {
 NO_FAMILY = {
     errors.RuntimeFailure,
     errors.NonRetryable,
+    errors.UnsupportedAwait,
     errors.NonDeterministic,
     errors.ReplayLimitExceeded,
 }
@@ -192,6 +197,9 @@ ONE_OF_EACH_ERROR = [
     errors.TopicsRefused(["ns.history: has 3 partitions, 6 declared"], created=["ns.tasks"]),
     errors.ClusterUnavailable("list topics", "no answer in 5 s"),
     errors.ManifestError("not valid TOML", source="topics.toml"),
+    errors.UnknownWorkflow("orders.fulfil", ["orders.fulfill"]),
+    errors.UnsupportedAwait("run-1", "an asyncio operation"),
+    errors.NotAStep("helper is not a registered step"),
 ]
 
 

@@ -1,0 +1,491 @@
+"""Durable functions: workflow code as straight-line ``async`` Python over the same core.
+
+A workflow registered with ``@app.workflow`` is an ``async def f(ctx, input)``. Every decision
+runs it from the top against the run's history: an ``await`` of a durable operation (a step, a
+timer, a signal, a hook, a child, progress) returns at once when history already holds its
+result, and otherwise *suspends* the run: the coroutine yields the operation to the driver,
+which closes it and returns the operation's command, exactly the command a hand-written
+``FlowRuntime.run_workflow`` would return. Nothing else is new underneath: the same core
+validates, records and replays it, on every backend.
+
+The coroutine is driven by hand (``send``/``close``), never by an event loop:
+
+- awaiting anything that is not a streamflow operation fails the decision with
+  :class:`~streamflow.workflow.errors.UnsupportedAwait`;
+- a suspension is a ``yield``, not an exception, so no ``except Exception`` in workflow code can
+  swallow it; closing the suspended coroutine throws ``GeneratorExit`` into it, and an ``await``
+  reached while it unwinds (in a ``finally``) issues nothing: cleanup belongs after catching
+  :class:`~streamflow.workflow.errors.Cancelled`, not in ``finally``;
+- before workflow code may issue a new command (or end the run), every operation history records
+  as made by workflow code must have been reached by this replay; otherwise the decision fails with
+  ``NonDeterministic`` naming the ids it did not reach.
+
+``ctx.now()`` is the commit time of the event that resolved the most recent ``await`` (the run's
+start before any), so a deadline computed from it is the same on every replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+
+from streamflow.core import events as ev
+from streamflow.core.commands import RuntimeCommand
+from streamflow.core.errors import FlowError, InvalidWorkflow, NonDeterministic, RuntimeFailure
+from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.retry import RetryPolicy
+from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.spec import WorkflowSpec
+from streamflow.core.tokens import derive_hook_token
+from streamflow.core.values import (
+    ChildOperationReference,
+    ChildWorkflowCancellationPolicy,
+    HookMetadata,
+    WorkflowProgress,
+)
+from streamflow.workflow.errors import (
+    Cancelled,
+    UnsupportedAwait,
+    WorkflowFailure,
+)
+from streamflow.workflow.operations import (
+    BatchOperation,
+    ChildOperation,
+    HookOperation,
+    LinkOperation,
+    Operation,
+    ProgressOperation,
+    Resolution,
+    SignalOperation,
+    SleepOperation,
+    StepOperation,
+    _Pending,
+)
+from streamflow.workflow.runtime import WorkflowInvocation, json_copy
+from streamflow.workflow.typed import encode
+
+if TYPE_CHECKING:
+    from streamflow.workflow.app import Step, Workflow
+
+T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+class ContinueAsNew(BaseException):
+    """``ctx.continue_as_new(input)``: return it or raise it to hand over to a successor run."""
+
+    def __init__(self, input: JsonValue) -> None:
+        super().__init__("continue as new")
+        self.input = input
+
+
+_RESOLVING: dict[type[ev.FlowEvent], tuple[str, str]] = {
+    ev.StepCompleted: ("step", "step_id"),
+    ev.StepFailed: ("step", "step_id"),
+    ev.WaitCompleted: ("wait", "wait_id"),
+    ev.HookReceived: ("hook", "hook_id"),
+    ev.HookDisposed: ("hook", "hook_id"),
+}
+"""Events that resolve an operation whose snapshot does not say when: kind, and the id field."""
+
+
+class DurableContext:
+    """What durable workflow code sees during one replay: awaitable operations, deterministic
+    time and randomness, and read-only facts of the run. Every operation takes a stable id as
+    its first argument: the id is the operation's identity in history, so keep it unchanged
+    across versions of the code (and new for new operations)."""
+
+    def __init__(self, invocation: WorkflowInvocation, snapshot: WorkflowRunSnapshot) -> None:
+        self._invocation = invocation
+        self._snapshot = snapshot
+        self._reached: set[tuple[str, str]] = set()
+        self._unwinding = False
+        self._cancel_raised = False
+        self._draws = 0
+        self._index: dict[tuple[str, str], Resolution] | None = None
+        self._start = _start_of(invocation.history)
+        self._position = self._start
+
+    # -- facts ---------------------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        """The run being replayed."""
+        return self._invocation.run_id
+
+    @property
+    def spec(self) -> WorkflowSpec:
+        """The run's recorded spec."""
+        return self._invocation.spec
+
+    def has_patch_marker(self, marker: str) -> bool:
+        """Whether the run's spec carries patch marker ``marker`` (branch on it to change what
+        new runs do while running ones replay as recorded)."""
+        return self._invocation.spec.has_patch_marker(marker)
+
+    @property
+    def cancellation_requested(self) -> bool:
+        """Whether the run's cancellation was requested (its next open ``await`` raises
+        ``Cancelled``)."""
+        return self._snapshot.cancellation is not None
+
+    def now(self) -> datetime:
+        """The commit time of the event that resolved the most recent ``await`` (the run's start
+        before any): the same on every replay, unlike the wall clock."""
+        return self._position.at
+
+    def random(self) -> float:
+        """A number in [0, 1), the same at this point of the code on every replay."""
+        return int.from_bytes(self._draw()[:8], "big") / 2**64
+
+    def uuid4(self) -> uuid.UUID:
+        """A version-4 UUID, the same at this point of the code on every replay."""
+        return uuid.UUID(bytes=self._draw()[:16], version=4)
+
+    def hook_token(self, hook_id: str) -> str:
+        """The token of hook ``hook_id`` of this run, derived from the host's hook secret (step
+        code derives the same value with ``streamflow.step_info().hook_token(hook_id)``)."""
+        return derive_hook_token(self._invocation.hook_secret, self.run_id, hook_id)
+
+    def signals(self, name: str) -> list[JsonValue]:
+        """Payloads of the deliveries of signal ``name`` recorded before the event that resolved
+        the most recent ``await`` (so the same on every replay), oldest first, consumed or
+        not."""
+        found = [
+            s
+            for s in self._snapshot.signals.values()
+            if s.name == name and s.received_sequence <= self._position.sequence
+        ]
+        return [json_copy(s.payload) for s in sorted(found, key=lambda s: s.received_sequence)]
+
+    # -- operations ----------------------------------------------------------------------------
+
+    @overload
+    def step(
+        self,
+        step_id: str,
+        fn: Step[A, R],
+        arg: A | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        handle_failure: bool = False,
+    ) -> StepOperation[R]: ...
+
+    @overload
+    def step(
+        self,
+        step_id: str,
+        fn: Callable[[A], Coroutine[Any, Any, R]],
+        arg: A | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        handle_failure: bool = False,
+    ) -> StepOperation[R]: ...
+
+    @overload
+    def step(
+        self,
+        step_id: str,
+        fn: Callable[[A], R],
+        arg: A | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        handle_failure: bool = False,
+    ) -> StepOperation[R]: ...
+
+    def step(
+        self,
+        step_id: str,
+        fn: Any,
+        arg: Any = None,
+        *,
+        retry: RetryPolicy | None = None,
+        handle_failure: bool = False,
+    ) -> StepOperation[Any]:
+        """Run registered step ``fn`` with ``arg`` as step ``step_id``; awaiting it gives the
+        step's output, decoded to ``fn``'s return annotation. ``retry`` overrides the step's
+        registered policy. A step that fails for good ends the run, unless
+        ``handle_failure=True``: then the ``await`` raises ``StepFailedError`` and the workflow
+        decides what follows."""
+        return StepOperation(self, step_id, self._step_of(fn), arg, retry, handle_failure)
+
+    def all(self, *operations: Operation[Any]) -> BatchOperation:
+        """Steps (or child workflows) run side by side as one atomic batch (at most 64);
+        awaiting it gives their outputs in order, once every member has resolved. With
+        ``handle_failure``, the first failed member's ``StepFailedError`` is raised then."""
+        members: list[StepOperation[Any] | ChildOperation[Any]] = []
+        for operation in operations:
+            if not isinstance(operation, (StepOperation, ChildOperation)):
+                raise InvalidWorkflow("ctx.all batches ctx.step(...) or ctx.child(...) only")
+            members.append(operation)
+        return BatchOperation(self, members)
+
+    def sleep(self, wait_id: str, delay: timedelta) -> SleepOperation:
+        """A durable timer ``delay`` after :meth:`now`."""
+        return SleepOperation(self, wait_id, self.now() + delay)
+
+    def sleep_until(self, wait_id: str, resume_at: datetime) -> SleepOperation:
+        """A durable timer due at ``resume_at`` (derive it from the input or :meth:`now`, never
+        from the wall clock)."""
+        return SleepOperation(self, wait_id, resume_at)
+
+    @overload
+    def signal(self, wait_id: str, name: str) -> SignalOperation[JsonValue]: ...
+
+    @overload
+    def signal(self, wait_id: str, name: str, *, as_type: type[T]) -> SignalOperation[T]: ...
+
+    def signal(self, wait_id: str, name: str, *, as_type: Any = None) -> SignalOperation[Any]:
+        """Wait (as ``wait_id``) for the next delivery of declared signal ``name``; its payload,
+        decoded as ``as_type`` when given. Deliveries pair with waits oldest first."""
+        return SignalOperation(self, wait_id, name, Any if as_type is None else as_type)
+
+    @overload
+    def hook(
+        self, hook_id: str, *, token: str | None = None, metadata: object = None
+    ) -> HookOperation[JsonValue]: ...
+
+    @overload
+    def hook(
+        self,
+        hook_id: str,
+        *,
+        token: str | None = None,
+        metadata: object = None,
+        as_type: type[T],
+    ) -> HookOperation[T]: ...
+
+    def hook(
+        self,
+        hook_id: str,
+        *,
+        token: str | None = None,
+        metadata: object = None,
+        as_type: Any = None,
+    ) -> HookOperation[Any]:
+        """Suspend until hook ``hook_id`` is resumed (its payload, decoded as ``as_type`` when
+        given) or disposed (``HookDisposedError``). ``token=None`` uses :meth:`hook_token`; only
+        the token's digest is recorded. ``metadata``: JSON, or a ``HookMetadata``."""
+        secret = self.hook_token(hook_id) if token is None else token
+        kind = Any if as_type is None else as_type
+        recorded = metadata.to_json() if isinstance(metadata, HookMetadata) else metadata
+        return HookOperation(self, hook_id, secret, recorded, kind)
+
+    def child(
+        self,
+        child_id: str,
+        workflow: Workflow[A, R],
+        input: A | None = None,
+        *,
+        policy: ChildWorkflowCancellationPolicy | None = None,
+    ) -> ChildOperation[R]:
+        """Run registered workflow ``workflow`` as child ``child_id``; awaiting it gives the
+        child's output (decoded to its return annotation), or raises ``ChildWorkflowFailed``
+        with its outcome. ``policy``: what this run's cancellation does to the child (by default
+        it requests the child's cancellation)."""
+        return ChildOperation(self, child_id, workflow, input, policy)
+
+    def progress(
+        self,
+        progress_id: str,
+        completed: int,
+        *,
+        total: int | None = None,
+        message: str | None = None,
+        details: object = None,
+    ) -> ProgressOperation:
+        """Record durable progress ``progress_id`` (idempotent by id)."""
+        record = WorkflowProgress(progress_id, completed, total, message)
+        if details is not None:
+            record = record.with_details(details)
+        return ProgressOperation(self, record)
+
+    def link_child_operation(self, child: ChildOperationReference) -> LinkOperation:
+        """Record a durable link to an operation outside streamflow."""
+        return LinkOperation(self, child)
+
+    def continue_as_new(self, input: object = None) -> ContinueAsNew:
+        """Return or raise this to hand over to a successor run with ``input``."""
+        return ContinueAsNew(encode(input, None, "continue-as-new input"))
+
+    # -- the driver's side ---------------------------------------------------------------------
+
+    def _step_of(self, fn: object) -> Step[Any, Any]:
+        from streamflow.workflow.app import step_of
+
+        return step_of(fn)
+
+    def _draw(self) -> bytes:
+        self._draws += 1
+        return hashlib.sha256(f"{self.run_id}\x00{self._draws}".encode()).digest()
+
+    def _resolution_of(self, kind: str, key: str) -> Resolution | None:
+        if self._index is None:
+            self._index = _resolutions(self._invocation.history)
+        return self._index.get((kind, key))
+
+    def _resolved(self, resolution: Resolution) -> None:
+        if resolution.sequence > self._position.sequence:
+            self._position = resolution
+
+    def _check_cancellation(self, resolution: Resolution | None) -> None:
+        cancellation = self._snapshot.cancellation
+        if cancellation is None or self._cancel_raised:
+            return
+        if resolution is not None and resolution.sequence < cancellation.sequence:
+            return  # resolved before the request: replays as it did
+        self._cancel_raised = True
+        self._resolved(Resolution(cancellation.sequence, cancellation.requested_at))
+        raise Cancelled(cancellation.request.reason)
+
+    def _unreached(self) -> list[str]:
+        """Operations history records as made by workflow code that this replay did not reach."""
+        snap = self._snapshot
+        recorded = [
+            *(("step", i) for i in snap.steps),
+            *(("wait", i) for i in snap.waits),
+            *(("signal", i) for i in snap.signal_waits),
+            *(("hook", i) for i in snap.hooks),
+            *(("child", i) for i in snap.child_workflows),
+        ]
+        return [f"{kind} {key!r}" for kind, key in recorded if (kind, key) not in self._reached]
+
+    def _guard(self) -> None:
+        missing = self._unreached()
+        if missing:
+            raise NonDeterministic(
+                self.run_id,
+                "workflow code did not reach operations its history records ("
+                + ", ".join(missing)
+                + ") before issuing a new command: a change of code (or a branch on something "
+                "outside history) skipped them",
+            )
+
+
+def _start_of(history: Sequence[ev.FlowEventEnvelope]) -> Resolution:
+    for envelope in history:
+        if isinstance(envelope.event, ev.RunStarted):
+            return Resolution(envelope.sequence, envelope.timestamp)
+    first = history[0]
+    return Resolution(first.sequence, first.timestamp)
+
+
+def _resolutions(history: Sequence[ev.FlowEventEnvelope]) -> dict[tuple[str, str], Resolution]:
+    out: dict[tuple[str, str], Resolution] = {}
+    for envelope in history:
+        event = envelope.event
+        kind = _RESOLVING.get(type(event))
+        if kind is not None:
+            key = (kind[0], getattr(event, kind[1]))
+        elif isinstance(event, ev.RunProgressRecorded):
+            key = ("progress", event.progress.progress_id)
+        elif isinstance(event, ev.ChildOperationLinked):
+            key = ("link", event.child.reference_id)
+        else:
+            continue
+        out.setdefault(key, Resolution(envelope.sequence, envelope.timestamp))
+    return out
+
+
+_LOOP_BOUND = "no running event loop"
+"""What asyncio raises when workflow code awaits something that needs an event loop."""
+
+WorkflowFunction = Callable[..., Awaitable[Any]]
+"""``async def f(ctx)`` or ``async def f(ctx, input)``."""
+
+
+def drive(
+    fn: WorkflowFunction,
+    args: tuple[Any, ...],
+    ctx: DurableContext,
+    output_type: Any,
+) -> RuntimeCommand:
+    """Run workflow ``fn(ctx, *args)`` from the top against ``ctx``'s history and return the
+    command it leads to: the command of the operation it suspended on, or the end of the run.
+
+    It runs with no current event loop, on every backend alike (the embedded engine decides on
+    its loop's thread, a Kafka processor on a thread of its own): ``asyncio.sleep`` and other
+    loop-bound awaits fail the same way everywhere, as :class:`UnsupportedAwait`."""
+    loop = asyncio.events._get_running_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        return _drive(fn, args, ctx, output_type)
+    finally:
+        asyncio.events._set_running_loop(loop)
+
+
+def _drive(
+    fn: WorkflowFunction,
+    args: tuple[Any, ...],
+    ctx: DurableContext,
+    output_type: Any,
+) -> RuntimeCommand:
+    coro = cast(Coroutine[Any, Any, Any], fn(ctx, *args))
+    try:
+        yielded = coro.send(None)
+    except StopIteration as done:
+        return _ending(ctx, done.value, output_type)
+    except ContinueAsNew as request:
+        ctx._guard()
+        return RuntimeCommand.continue_as_new(request.input)
+    except Cancelled:
+        if ctx._snapshot.cancellation is None:
+            raise RuntimeFailure(
+                f"workflow run {ctx.run_id} raised Cancelled without a cancellation request"
+            ) from None
+        ctx._guard()
+        return RuntimeCommand.cancel()
+    except WorkflowFailure as failure:
+        ctx._guard()
+        return RuntimeCommand.fail(failure.message)
+    except FlowError:
+        raise
+    except RuntimeError as exc:
+        if _LOOP_BOUND in str(exc):
+            raise UnsupportedAwait(ctx.run_id, "an asyncio operation") from exc
+        raise RuntimeFailure(f"workflow {ctx.spec.name} raised RuntimeError: {exc}") from exc
+    except Exception as exc:
+        raise RuntimeFailure(
+            f"workflow {ctx.spec.name} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        if not isinstance(yielded, _Pending):
+            raise UnsupportedAwait(ctx.run_id, f"{type(yielded).__name__} {yielded!r}")
+        operation = yielded.operation
+        if operation._is_new():
+            ctx._guard()
+        return operation._command()
+    finally:
+        _close(coro, ctx)
+
+
+def _ending(ctx: DurableContext, value: object, output_type: Any) -> RuntimeCommand:
+    ctx._guard()
+    if isinstance(value, ContinueAsNew):
+        return RuntimeCommand.continue_as_new(value.input)
+    if ctx._snapshot.cancellation is not None:
+        # A run whose cancellation was requested cannot complete: returning after the cleanup
+        # ends it cancelled, as letting `Cancelled` propagate does.
+        return RuntimeCommand.cancel()
+    return RuntimeCommand.complete(encode(value, output_type, f"workflow {ctx.spec.name} output"))
+
+
+def _close(coro: Coroutine[Any, Any, Any], ctx: DurableContext) -> None:
+    ctx._unwinding = True
+    try:
+        coro.close()
+    except RuntimeError as exc:
+        raise RuntimeFailure(
+            f"workflow run {ctx.run_id}: workflow code kept running while its suspended "
+            f"coroutine was closed (an except BaseException that swallows GeneratorExit?): {exc}"
+        ) from exc
+    except Exception as exc:
+        raise RuntimeFailure(
+            f"workflow run {ctx.run_id}: a finally block failed while the suspended coroutine "
+            f"was closed: {type(exc).__name__}: {exc}"
+        ) from exc
