@@ -477,7 +477,13 @@ def _step_completed(s: S, e: ev.StepCompleted, env: Env) -> None:
     step = known_step(s, e.step_id, "step_completed")
     if step.status is not StepStatus.RUNNING:
         raise fail(s, f"step_completed for step {e.step_id} which is {step.status.value}")
-    s.steps[e.step_id] = replace(step, status=StepStatus.COMPLETED, output=e.output)
+    s.steps[e.step_id] = replace(
+        step,
+        status=StepStatus.COMPLETED,
+        output=e.output,
+        resolved_at=env.timestamp,
+        resolved_sequence=env.sequence,
+    )
     s.running_steps.discard(e.step_id)
 
 
@@ -512,7 +518,13 @@ def _step_failed(s: S, e: ev.StepFailed, env: Env) -> None:
             f"step_failed for step {e.step_id} attempt {e.attempt} before its budget of "
             f"{step.retry.max_attempts} is exhausted",
         )
-    s.steps[e.step_id] = replace(step, status=StepStatus.FAILED, error=e.error)
+    s.steps[e.step_id] = replace(
+        step,
+        status=StepStatus.FAILED,
+        error=e.error,
+        resolved_at=env.timestamp,
+        resolved_sequence=env.sequence,
+    )
     s.running_steps.discard(e.step_id)
     if not step.retry.continues_workflow:
         s.failed_fail_run_steps.add(e.step_id)
@@ -535,7 +547,12 @@ def _wait_completed(s: S, e: ev.WaitCompleted, env: Env) -> None:
     wait = s.waits.get(e.wait_id)
     if wait is None or wait.status is not WaitStatus.WAITING:
         raise fail(s, f"wait_completed for wait {e.wait_id} which is not waiting")
-    s.waits[e.wait_id] = replace(wait, status=WaitStatus.COMPLETED)
+    s.waits[e.wait_id] = replace(
+        wait,
+        status=WaitStatus.COMPLETED,
+        completed_at=env.timestamp,
+        completed_sequence=env.sequence,
+    )
     s.open_waits.discard(e.wait_id)
 
 
@@ -556,12 +573,23 @@ def _hook_created(s: S, e: ev.HookCreated, env: Env) -> None:
 @handles(ev.HookReceived)
 def _hook_received(s: S, e: ev.HookReceived, env: Env) -> None:
     hook = active_hook(s, e.hook_id, "hook_received")
-    s.hooks[e.hook_id] = replace(hook, status=HookStatus.RECEIVED, payload=e.payload)
+    s.hooks[e.hook_id] = replace(
+        hook,
+        status=HookStatus.RECEIVED,
+        payload=e.payload,
+        resolved_at=env.timestamp,
+        resolved_sequence=env.sequence,
+    )
     s.active_hooks.discard(e.hook_id)
 
 
 @handles(ev.HookDisposed)
 def _hook_disposed(s: S, e: ev.HookDisposed, env: Env) -> None:
     hook = active_hook(s, e.hook_id, "hook_disposed")
-    s.hooks[e.hook_id] = replace(hook, status=HookStatus.DISPOSED)
+    s.hooks[e.hook_id] = replace(
+        hook,
+        status=HookStatus.DISPOSED,
+        resolved_at=env.timestamp,
+        resolved_sequence=env.sequence,
+    )
     s.active_hooks.discard(e.hook_id)

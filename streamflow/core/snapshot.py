@@ -134,6 +134,10 @@ class StepSnapshot:
     """Latest attempt error (retrying or failed)."""
     retry_after: datetime | None = None
     """Deadline of a delayed retry while Pending."""
+    resolved_at: datetime | None = None
+    """Commit time of its ``step_completed`` or ``step_failed``."""
+    resolved_sequence: int | None = None
+    """Sequence of its ``step_completed`` or ``step_failed``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,6 +150,10 @@ class WaitSnapshot:
     """Lifecycle state."""
     resume_at: datetime
     """When the timer is due."""
+    completed_at: datetime | None = None
+    """Commit time of its ``wait_completed``."""
+    completed_sequence: int | None = None
+    """Sequence of its ``wait_completed``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +170,10 @@ class HookSnapshot:
     """Recorded metadata (JSON; ``HookMetadata.to_json()`` for typed metadata)."""
     payload: JsonValue = None
     """Payload of the first ``hook_received``."""
+    resolved_at: datetime | None = None
+    """Commit time of its ``hook_received`` or ``hook_disposed``."""
+    resolved_sequence: int | None = None
+    """Sequence of its ``hook_received`` or ``hook_disposed``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -84,16 +84,6 @@ class ContinueAsNew(BaseException):
         self.input = input
 
 
-_RESOLVING: dict[type[ev.FlowEvent], tuple[str, str]] = {
-    ev.StepCompleted: ("step", "step_id"),
-    ev.StepFailed: ("step", "step_id"),
-    ev.WaitCompleted: ("wait", "wait_id"),
-    ev.HookReceived: ("hook", "hook_id"),
-    ev.HookDisposed: ("hook", "hook_id"),
-}
-"""Events that resolve an operation whose snapshot does not say when: kind, and the id field."""
-
-
 class DurableContext:
     """What durable workflow code sees during one replay: awaitable operations, deterministic
     time and randomness, and read-only facts of the run. Every operation takes a stable id as
@@ -376,13 +366,12 @@ def _start_of(history: Sequence[ev.FlowEventEnvelope]) -> Resolution:
 
 
 def _resolutions(history: Sequence[ev.FlowEventEnvelope]) -> dict[tuple[str, str], Resolution]:
+    """Where progress records and links were recorded (their snapshots carry no sequence);
+    steps, timers, signal waits, hooks and children say it on their snapshots."""
     out: dict[tuple[str, str], Resolution] = {}
     for envelope in history:
         event = envelope.event
-        kind = _RESOLVING.get(type(event))
-        if kind is not None:
-            key = (kind[0], getattr(event, kind[1]))
-        elif isinstance(event, ev.RunProgressRecorded):
+        if isinstance(event, ev.RunProgressRecorded):
             key = ("progress", event.progress.progress_id)
         elif isinstance(event, ev.ChildOperationLinked):
             key = ("link", event.child.reference_id)

@@ -138,9 +138,9 @@ class StepOperation(Operation[R]):
 
     def _resolution(self) -> Resolution | None:
         step = self._ctx._snapshot.steps.get(self._id)
-        if step is None or step.status not in (StepStatus.COMPLETED, StepStatus.FAILED):
+        if step is None or step.resolved_sequence is None or step.resolved_at is None:
             return None
-        return self._ctx._resolution_of("step", self._id)
+        return Resolution(step.resolved_sequence, step.resolved_at)
 
     def _value(self) -> R:
         step = self._ctx._snapshot.steps[self._id]
@@ -267,9 +267,9 @@ class SleepOperation(Operation[None]):
 
     def _resolution(self) -> Resolution | None:
         wait = self._ctx._snapshot.waits.get(self._id)
-        if wait is None or wait.status is not WaitStatus.COMPLETED:
+        if wait is None or wait.completed_sequence is None or wait.completed_at is None:
             return None
-        return self._ctx._resolution_of("wait", self._id)
+        return Resolution(wait.completed_sequence, wait.completed_at)
 
     def _value(self) -> None:
         return None
@@ -334,9 +334,9 @@ class HookOperation(Operation[T]):
 
     def _resolution(self) -> Resolution | None:
         hook = self._ctx._snapshot.hooks.get(self._id)
-        if hook is None or hook.status not in (HookStatus.RECEIVED, HookStatus.DISPOSED):
+        if hook is None or hook.resolved_sequence is None or hook.resolved_at is None:
             return None
-        return self._ctx._resolution_of("hook", self._id)
+        return Resolution(hook.resolved_sequence, hook.resolved_at)
 
     def _value(self) -> T:
         hook = self._ctx._snapshot.hooks[self._id]
