@@ -20,9 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import Message, Producer
 
 from streamflow import faults
 from streamflow.core import decide as d
@@ -110,9 +109,10 @@ class Journal(TransactionalTopology):
     partitions it owns. Its local state under ``state_dir`` (events, offsets, retention records)
     is a cache of the history and retention topics, restored from them on assignment.
     ``TopicsRefused`` when the requests, history and retention topics do not have the same
-    partition count. Its records are produced by its ``JournalOutput`` (``journal_output``), its
-    retention requests go to its ``RetentionSaga`` (``journal_retention``); both reach it
-    through the ``OutputPort`` and ``JournalPort`` it implements."""
+    partition count. Its records are produced by its ``JournalOutput`` (``journal_output``),
+    through the ``OutputPort`` it implements; its retention requests go to its ``RetentionSaga``
+    (``journal_retention``), which writes through that output and reads the journal through the
+    ``JournalPort`` it implements."""
 
     component = COMPONENT
 
@@ -188,7 +188,7 @@ class Journal(TransactionalTopology):
         self._routes = RouteTable(settings)
         self._txn: _Transaction | None = None
         self._retention = RetentionSaga(
-            self, names=names, wire=self._wire, partitions=self._partitions
+            self, self._output, names=names, wire=self._wire, partitions=self._partitions
         )
 
     # -- the transactional topology's hooks ----------------------------------------------------
@@ -448,53 +448,13 @@ class Journal(TransactionalTopology):
             route_error=route_error, tombstoned=tombstoned, linked_run_missing=linked_missing
         )
 
-    # -- writing: the journal's side of the output's port, and the retention saga's -----------
+    # -- the output's port ----------------------------------------------------------------------
 
-    def produce(
-        self,
-        topic: str,
-        key: bytes,
-        value: bytes | None,
-        *,
-        partition: int | None = None,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> None:
-        """Produce one record into the open transaction (the producer's own default for a
-        partition, delivery callback or headers not given)."""
-        given: dict[str, Any] = {}
-        if partition is not None:
-            given["partition"] = partition
-        if headers is not None:
-            given["headers"] = headers
-        if on_delivery is not None:
-            given["on_delivery"] = on_delivery
-        self._producer.produce(topic, key=key, value=value, **given)
-
-    def partitions(self, topic: str) -> int:
-        """The partition count of ``topic``, as the journal's producer sees it."""
-        return partition_count(self._producer, topic)
-
-    def send(self, request: m.Request) -> None:
-        """Produce a request to its run's journal, in the open transaction."""
-        self._output.send(request)
-
-    def reply(
-        self,
-        request: m.Request,
-        run_id: str,
-        *,
-        error: FlowError | None,
-        snap: WorkflowRunSnapshot | None,
-        now: datetime,
-        subject: str | None = None,
-    ) -> None:
-        """Answer ``request`` (in the open transaction)."""
-        self._output.reply(request, run_id, error=error, snap=snap, now=now, subject=subject)
-
-    def release(self, release: d.TokenRelease) -> None:
-        """Ask the hooks topology to forget a hook token (in the open transaction)."""
-        self._output.release(release)
+    @property
+    def producer(self) -> Producer:
+        """The transactional producer (a stuck one is replaced between transactions): the output
+        produces every record into its open transaction."""
+        return self._producer
 
     # -- restore --------------------------------------------------------------------------------
 
