@@ -40,11 +40,10 @@ from streamflow.core.errors import (
     HookTokenConflict,
     HookTokenNotFound,
     InvalidTransition,
-    TopicsRefused,
 )
 from streamflow.core.tokens import ResolvedHook, digests_equal, is_token_digest, token_digest
 from streamflow.kafka.admin import fit_record_limit
-from streamflow.kafka.clients import APPEND_WOKEN, partition_count
+from streamflow.kafka.clients import APPEND_WOKEN, copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
@@ -111,15 +110,7 @@ class Hooks(TransactionalTopology):
         self._clock = clock
         self._instance = instance
         self._state = LocalState(state_dir, ("tokens", "meta"))
-        self._partitions = partition_count(self._consumer, names.hook_requests)
-        token_partitions = partition_count(self._consumer, names.hook_tokens)
-        if token_partitions != self._partitions:
-            raise TopicsRefused(
-                [
-                    f"{names.hook_requests} has {self._partitions} partitions but "
-                    f"{names.hook_tokens} has {token_partitions}: they must be equal"
-                ]
-            )
+        self._partitions = copartitioned(self._consumer, names.hook_requests, names.hook_tokens)
         self._run_partitions = partition_count(self._consumer, names.requests)
         self._batch: StateBatch | None = None
         self._staged: dict[str, m.TokenRecord | None] = {}
@@ -195,12 +186,8 @@ class Hooks(TransactionalTopology):
         """Handle one claim, release or callback (see the module docstring) in the open
         transaction."""
         now = self._clock()
-        raw = msg.value()
-        if raw is None:
-            self._dead_letter(msg, "empty value", now)
-            return
         try:
-            request = self._wire.decode(raw, m.HookRequest)
+            request = self._wire.decode_value(msg.value(), m.HookRequest)
         except FlowError as exc:
             self._dead_letter(msg, str(exc), now)
             return

@@ -35,14 +35,13 @@ from streamflow.core.errors import (
     RequestDeadLettered,
     RuntimeBuildUnavailable,
     SerializationError,
-    TopicsRefused,
 )
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
 from streamflow.core.projection import project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.kafka.admin import fit_record_limit
-from streamflow.kafka.clients import APPEND_WOKEN, partition_count
+from streamflow.kafka.clients import APPEND_WOKEN, copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
@@ -160,23 +159,9 @@ class Journal(TransactionalTopology):
         )
         self._state = LocalState(state_dir, ("events", "meta", "retention"))
         self._cache: OrderedDict[str, WorkflowRunSnapshot] = OrderedDict()
-        self._partitions = partition_count(self._consumer, self._names.requests)
-        history_partitions = partition_count(self._consumer, self._names.history)
-        if history_partitions != self._partitions:
-            raise TopicsRefused(
-                [
-                    f"{self._names.requests} has {self._partitions} partitions but "
-                    f"{self._names.history} has {history_partitions}: they must be equal"
-                ]
-            )
-        retention_partitions = partition_count(self._consumer, self._names.retention)
-        if retention_partitions != self._partitions:
-            raise TopicsRefused(
-                [
-                    f"{self._names.requests} has {self._partitions} partitions but "
-                    f"{self._names.retention} has {retention_partitions}: they must be equal"
-                ]
-            )
+        self._partitions = copartitioned(
+            self._consumer, names.requests, names.history, names.retention
+        )
         self._output = JournalOutput(
             self,
             names=names,
@@ -297,16 +282,13 @@ class Journal(TransactionalTopology):
 
     def _handle(self, msg: Message, txn: _Transaction) -> None:
         now = self._clock()
-        raw = msg.value()
-        if raw is None:
-            self._letter(msg, "empty value", now)
-            return
         try:
-            request = self._wire.decode(raw, m.Request)
+            request = self._wire.decode_value(msg.value(), m.Request)
         except FlowError as exc:
             self._letter(msg, str(exc), now)
-            # The header may still say who asked: answer with the typed reason.
-            header = codec.decode_request_header(raw)
+            # The header may still say who asked (an empty record has none): answer with the
+            # typed reason.
+            header = codec.decode_request_header(msg.value() or b"")
             if header is not None and header.reply:
                 error = exc if isinstance(exc, SerializationError) else SerializationError(str(exc))
                 self._output.reply_to(header.request_id, header.run_id, error, now)
