@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Unpack
 
 from confluent_kafka import Message, Producer
 
@@ -40,8 +40,7 @@ from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
 from streamflow.core.projection import project
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.kafka.admin import fit_record_limit
-from streamflow.kafka.clients import APPEND_WOKEN, copartitioned, partition_count
+from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
@@ -52,7 +51,6 @@ from streamflow.topologies.common import (
     encode_offset,
     mirror_partition,
     send_dead_letter,
-    utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
 from streamflow.topologies.journal_output import (
@@ -62,8 +60,8 @@ from streamflow.topologies.journal_output import (
     RefusalCounts,
 )
 from streamflow.topologies.journal_retention import RETENTION_BODIES, RetentionSaga
+from streamflow.topologies.options import TransactionalOptions
 from streamflow.topologies.registry import RouteTable
-from streamflow.topologies.watchdog import HangHandler
 
 log = logging.getLogger("streamflow.journal")
 COMPONENT = "journal"
@@ -120,42 +118,19 @@ class Journal(TransactionalTopology):
         settings: KafkaSettings,
         *,
         state_dir: Path,
-        instance: str = "0",
-        clock: Callable[[], datetime] = utc_now,
-        commit_interval: float = 0.1,
-        max_batch: int = 500,
         cache_runs: int = 4096,
-        transaction_timeout_ms: int = 10_000,
-        session_timeout_ms: int = 10_000,
-        static_membership: bool = True,
-        on_hang: HangHandler | None = None,
+        **options: Unpack[TransactionalOptions],
     ) -> None:
+        """``cache_runs``: run snapshots kept in memory; ``options``: the instance name, clock,
+        group membership and transaction tuning (:class:`~streamflow.topologies.options.Tuning`,
+        whose defaults the journal keeps)."""
         names = Names(settings.namespace)
-        settings = fit_record_limit(
-            settings,
-            [names.requests, names.history, names.replies, names.retention],
-            dead_letters=names.dead_letters,
-        )
-        super().__init__(
-            settings,
-            group=names.journal_group,
-            input_topic=names.requests,
-            transactional_id=names.transactional_id(COMPONENT, instance),
-            consumer_overrides=APPEND_WOKEN,
-            commit_interval=commit_interval,
-            max_batch=max_batch,
-            transaction_timeout_ms=transaction_timeout_ms,
-            session_timeout_ms=session_timeout_ms,
-            group_instance_id=f"{COMPONENT}-{instance}" if static_membership else None,
-            on_hang=on_hang,
-        )
-        self._names = names
-        self._limits = settings.limits
-        self._wire = codec.Wire(self._limits)
-        self._clock = clock
+        fitted = [names.requests, names.history, names.replies, names.retention]
+        super().__init__(settings, options, input_topic=names.requests, fitted_to=fitted)
+        self._limits = self._wire.limits
         self._cache_runs = cache_runs
         self._counts = RefusalCounts(
-            settings, names=names, wire=self._wire, clock=clock, source=f"{COMPONENT}/{instance}"
+            self._settings, names=names, wire=self._wire, clock=self._clock, source=self._source
         )
         self._state = LocalState(state_dir, ("events", "meta", "retention"))
         self._cache: OrderedDict[str, WorkflowRunSnapshot] = OrderedDict()
@@ -166,11 +141,11 @@ class Journal(TransactionalTopology):
             self,
             names=names,
             wire=self._wire,
-            instance=instance,
+            source=self._source,
             partitions=self._partitions,
             hook_partitions=partition_count(self._consumer, self._names.hook_requests),
         )
-        self._routes = RouteTable(settings)
+        self._routes = RouteTable(self._settings)
         self._txn: _Transaction | None = None
         self._retention = RetentionSaga(
             self, self._output, names=names, wire=self._wire, partitions=self._partitions

@@ -93,8 +93,9 @@ class OutputPort(Protocol):
 
 
 class JournalOutput:
-    """The writing side of one journal instance. ``partitions``: the partition count of the
-    requests and history topics; ``hook_partitions``: that of the hooks topology's requests."""
+    """The writing side of one journal instance, named ``source`` in the incidents it reports.
+    ``partitions``: the partition count of the requests and history topics; ``hook_partitions``:
+    that of the hooks topology's requests."""
 
     def __init__(
         self,
@@ -102,14 +103,14 @@ class JournalOutput:
         *,
         names: Names,
         wire: codec.Wire,
-        instance: str,
+        source: str,
         partitions: int,
         hook_partitions: int,
     ) -> None:
         self._port = port
         self._names = names
         self._wire = wire
-        self._instance = instance
+        self._source = source
         self._partitions = partitions
         self._hook_partitions = hook_partitions
         self._task_partitions: dict[str, int] = {}
@@ -355,7 +356,7 @@ class JournalOutput:
             sequence=0 if snap is None else snap.last_sequence,
             build=body.build if isinstance(body, m.Proposal) else None,
             error=error_info(error),
-            processor=f"journal/{self._instance}",
+            processor=self._source,
             at=now,
         )
         self.produce(self._names.incidents, run_id.encode(), self._wire.encode(incident))
