@@ -6,7 +6,8 @@ Every topology instance that joins a consumer group has a name among its compone
 instance restarted in place gets its partitions back without a rebalance
 (:class:`Membership`). The transactional topologies (journal, hooks, observers) also batch,
 commit and time out transactions, and their transactional id follows from the same name
-(:class:`Tuning`).
+(:class:`Tuning`); processors and workers serve the builds of a compatibility
+(:class:`Serving`).
 
 A topology takes these as keyword arguments, typed by the ``...Options`` dictionaries, over
 defaults of its own: one of the frozen dataclasses, whose fields they name.
@@ -15,10 +16,12 @@ defaults of its own: one of the frozen dataclasses, whose fields they name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict
 
+from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.core.tokens import HookSecret
 from streamflow.topologies.common import utc_now
 from streamflow.topologies.watchdog import HangHandler
 
@@ -39,6 +42,14 @@ class TransactionalOptions(MemberOptions, total=False):
     max_batch: int
     transaction_timeout_ms: int
     on_hang: HangHandler | None
+
+
+class ServingOptions(MemberOptions, total=False):
+    """The keyword arguments a processor and a worker share (the fields of :class:`Serving`)."""
+
+    compatibility: RuntimeBuildCompatibility | None
+    topic_profile: str
+    hook_secret: HookSecret | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,3 +90,15 @@ class Tuning(Membership):
     on_hang: HangHandler | None = None
     """What to do when a client call outlives its bound (``None``: exit the process, see
     :mod:`~streamflow.topologies.watchdog`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Serving(Membership):
+    """What a processor or worker instance serves, and how it runs user code for it."""
+
+    compatibility: RuntimeBuildCompatibility | None = None
+    """The builds it serves, in the group of the current one (``None``: unpinned runs only)."""
+    topic_profile: str = "production"
+    """The profile of the tasks topics it makes sure of (``streamflow.kafka.admin``)."""
+    hook_secret: HookSecret | None = field(default=None, repr=False, compare=False)
+    """The secret hook tokens are derived with (given to the workflow and step code)."""
