@@ -24,7 +24,7 @@ from typing import Unpack
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from streamflow import faults
-from streamflow.core.jsonvalue import normalize
+from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import check_payload
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
@@ -194,12 +194,26 @@ class Worker(BuildServer):
         value = normalize(output, f"step {task.step_id} output")
         # The same limit as the embedded engine: an output too large fails the attempt.
         check_payload(value, f"step {task.step_id} output", self._wire.limits)
+        return self._ended(task, ok=True, output=value)
+
+    def _ended(
+        self,
+        task: m.StepTask,
+        *,
+        ok: bool,
+        output: JsonValue = None,
+        error: str | None = None,
+        retryable: bool = True,
+    ) -> m.StepResult:
+        """The result of ``task``'s attempt, ended now."""
         return m.StepResult(
             step_id=task.step_id,
             attempt=task.attempt,
-            ok=True,
-            output=value,
+            ok=ok,
+            output=output,
+            error=error,
             finished_at=self._clock(),
+            retryable=retryable,
         )
 
     async def _execute(self, task: m.StepTask, tp: Partition, offset: int) -> None:
@@ -216,7 +230,7 @@ class Worker(BuildServer):
         try:
             result = self._result(task, await self._call(invocation))
         except Exception as exc:
-            result = self._failure(task, step_error(exc), retryable=retryable(exc))
+            result = self._ended(task, ok=False, error=step_error(exc), retryable=retryable(exc))
         faults.hit("worker.after_effect_before_result")
         request = m.Request(
             request_id=str(uuid.uuid4()), run_id=task.run_id, sent_at=self._clock(), body=result
@@ -245,16 +259,6 @@ class Worker(BuildServer):
         if inspect.isawaitable(output):
             output = await output
         return output
-
-    def _failure(self, task: m.StepTask, error: str, *, retryable: bool) -> m.StepResult:
-        return m.StepResult(
-            step_id=task.step_id,
-            attempt=task.attempt,
-            ok=False,
-            error=error,
-            finished_at=self._clock(),
-            retryable=retryable,
-        )
 
     def _commit(self, *, asynchronous: bool = False) -> None:
         positions = self._offsets.safe_offsets()
