@@ -268,18 +268,19 @@ class JournalOutput:
             return None
         step = snap.steps[event.step_id]
         build = snap.runtime_build_id
-        task = m.StepTask(
-            run_id=snap.run_id,
-            step_id=step.step_id,
-            step_name=step.step_name,
-            input=step.input,
-            attempt=event.attempt,
-            retry=step.retry,
-            idempotency_key=idempotency_key(snap.run_id, step.step_id),
-            runtime_build_id=None if build is None else str(build),
-            started_sequence=sequence,
+        return self._wire.encode(
+            m.StepTask(
+                run_id=snap.run_id,
+                step_id=step.step_id,
+                step_name=step.step_name,
+                input=step.input,
+                attempt=event.attempt,
+                retry=step.retry,
+                idempotency_key=idempotency_key(snap.run_id, step.step_id),
+                runtime_build_id=None if build is None else str(build),
+                started_sequence=sequence,
+            )
         )
-        return self._wire.encode(task)
 
     def _produce_task(self, snap: WorkflowRunSnapshot, task: bytes) -> None:
         topic = self._names.tasks(snap.runtime_build_id)
@@ -376,7 +377,7 @@ class RefusalCounts:
         clock: Callable[[], datetime],
         source: str,
     ) -> None:
-        self._names = names
+        self._topic = names.metrics
         self._wire = wire
         self._clock = clock
         self._source = source
@@ -413,9 +414,7 @@ class RefusalCounts:
                 at=self._clock(),
                 source=self._source,
             )
-            self._samples.produce(
-                self._names.metrics, key=name.encode(), value=self._wire.encode(sample)
-            )
+            self._samples.produce(self._topic, key=name.encode(), value=self._wire.encode(sample))
         self._samples.poll(0)
         self._published = dict(self._counts)
         self._next_publish = time.monotonic() + COUNTS_PUBLISH_INTERVAL
