@@ -60,7 +60,9 @@ class Membership:
     """Its name among the instances of its component: its static member id (and a
     transactional topology's transactional id) follow from it."""
     clock: Callable[[], datetime] = utc_now
+    """The wall clock the records it writes are dated by."""
     session_timeout_ms: int = 10_000
+    """How long its group waits for a silent member before giving its partitions to others."""
     static_membership: bool = True
     """Join as a static member: an instance restarted in place gets its partitions back at
     once, without a rebalance."""
