@@ -16,7 +16,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from streamflow.core.errors import FlowTimeout
+from streamflow.core.errors import FlowTimeout, TopicsRefused
 from streamflow.kafka.config import KafkaSettings
 
 log = logging.getLogger("streamflow.kafka")
@@ -158,6 +158,19 @@ def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10
     if info is None or info.error is not None or not info.partitions:
         raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
     return len(info.partitions)
+
+
+def copartitioned(client: Consumer | Producer, topic: str, *others: str) -> int:
+    """The number of partitions of ``topic``; ``TopicsRefused`` unless each of ``others`` has as
+    many (topics a topology reads and writes partition by partition)."""
+    partitions = partition_count(client, topic)
+    for other in others:
+        count = partition_count(client, other)
+        if count != partitions:
+            raise TopicsRefused(
+                [f"{topic} has {partitions} partitions but {other} has {count}: they must be equal"]
+            )
+    return partitions
 
 
 _TRANSIENT = {

@@ -69,10 +69,15 @@ class Names:
         self.retention = f"{ns}.retention"
         self.audit = f"{ns}.audit"
         self.metrics = f"{ns}.metrics"
-        self.journal_group = f"{ns}.journal"
-        self.timer_group = f"{ns}.timer"
-        self.hooks_group = f"{ns}.hooks"
-        self.observers_group = f"{ns}.observers"
+        self.journal_group = self.group("journal")
+        self.timer_group = self.group("timer")
+        self.hooks_group = self.group("hooks")
+        self.observers_group = self.group("observers")
+
+    def group(self, component: str) -> str:
+        """The consumer group of a topology ``component`` that has one (journal, timer, hooks,
+        observers)."""
+        return f"{self.namespace}.{component}"
 
     def tasks(self, build: str | None) -> str:
         """The tasks topic of ``build`` (``None``: unpinned runs)."""

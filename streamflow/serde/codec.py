@@ -303,6 +303,15 @@ class Wire:
         """A buffer that must carry a ``kind``; :class:`PayloadTooLarge` over the limit."""
         return self._records.decode_as(data, kind)
 
+    def decode_value(
+        self, value: bytes | None, kind: type[_T], *, empty: str = "empty value"
+    ) -> _T:
+        """Like :meth:`decode`, for a record's value: a :class:`SerializationError` saying
+        ``empty`` when the record has none."""
+        if value is None:
+            raise SerializationError(empty)
+        return self.decode(value, kind)
+
     def encode_dead_letter(self, letter: DeadLetter) -> bytes:
         """The buffer of a dead letter, under the larger dead-letter limit."""
         return self._letters.encode(letter)

@@ -1,20 +1,20 @@
-"""Plumbing every topology shares: local RocksDB state and dead letters."""
+"""Plumbing every topology shares: local RocksDB state, reading polled batches and dead letters."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import KafkaError, Message, Producer
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from streamflow.core.errors import SerializationError
-from streamflow.kafka.clients import read_to_end
+from streamflow.core.errors import FlowError, SerializationError
+from streamflow.kafka.clients import check_consumer_error, read_to_end
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.serde import codec
@@ -23,6 +23,7 @@ from streamflow.stores.rocksdb import get as rocks_get
 from streamflow.stores.rocksdb import scan as rocks_scan
 
 log = logging.getLogger("streamflow.topologies")
+_T = TypeVar("_T")
 
 
 def utc_now() -> datetime:
@@ -156,6 +157,23 @@ def mirror_partition(
         batch.put("meta", offset_key, encode_offset(last + 1))
 
 
+def valued_records(
+    messages: list[Message], offsets: dict[int, int], component: str
+) -> Iterator[tuple[Message, bytes]]:
+    """The records of a polled batch that carry a value, each with it; ``offsets`` (partition ->
+    the offset after its last record) moves past every record, and a consumer error is checked
+    (``component`` names the reader) and passed over."""
+    for msg in messages:
+        error = msg.error()
+        if error is not None:
+            check_consumer_error(error, component)
+            continue
+        offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
+        value = msg.value()
+        if value is not None:
+            yield msg, value
+
+
 TYPE_HEADER = "sf.type"
 """History records carry their event type in a header, so a consumer that needs only some
 types (the timer) can skip decoding the rest."""
@@ -231,3 +249,37 @@ def send_dead_letter(
 
 def _described(data: bytes) -> str:
     return f"{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}…"
+
+
+class DeadLetters:
+    """Where a topology with a producer of its own (``out``, not transactional) parks the input
+    records it cannot process, named ``component`` and dated by ``clock``."""
+
+    def __init__(
+        self,
+        out: Producer,
+        names: Names,
+        wire: codec.Wire,
+        component: str,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._out = out
+        self._names = names
+        self._wire = wire
+        self._component = component
+        self._clock = clock
+
+    def park(self, msg: Message, reason: str) -> None:
+        """Dead-letter ``msg`` with ``reason`` (:func:`send_dead_letter`)."""
+        send_dead_letter(
+            self._out, self._names, msg, reason, self._component, now=self._clock(), wire=self._wire
+        )
+
+    def decode(self, msg: Message, kind: type[_T], *, empty: str = "empty value") -> _T | None:
+        """``msg``'s value decoded as ``kind`` (:meth:`~streamflow.serde.codec.Wire.decode_value`);
+        ``None`` once ``msg`` is parked with why it is not one."""
+        try:
+            return self._wire.decode_value(msg.value(), kind, empty=empty)
+        except FlowError as exc:
+            self.park(msg, str(exc))
+            return None

@@ -60,13 +60,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import ClassVar
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from streamflow import faults
 from streamflow.core.errors import Fenced, FlowError, StoreError
+from streamflow.kafka.admin import fit_record_limit
 from streamflow.kafka.clients import (
+    APPEND_WOKEN,
     SHUTDOWN_BUDGET,
     Deadline,
     check_consumer_error,
@@ -74,6 +78,8 @@ from streamflow.kafka.clients import (
     poll_batch,
 )
 from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import Names
+from streamflow.serde import codec
 from streamflow.topologies.eos_clients import (
     FENCING,
     MAX_BACKOFF,
@@ -81,7 +87,8 @@ from streamflow.topologies.eos_clients import (
     ClientKeeper,
     Stopped,
 )
-from streamflow.topologies.watchdog import HangHandler, Hung, exit_process
+from streamflow.topologies.options import TransactionalOptions, Tuning
+from streamflow.topologies.watchdog import Hung, exit_process
 
 __all__ = ["Fenced", "TransactionalTopology"]
 
@@ -100,50 +107,58 @@ def _infrastructure(exc: BaseException) -> bool:
 
 
 class TransactionalTopology(ClientKeeper):
-    """Consumes ``input_topic`` in group ``group`` and produces in transactions."""
+    """Consumes ``input_topic`` in the group of its :attr:`component` and produces in
+    transactions."""
 
     component = "topology"
+    defaults: ClassVar[Tuning] = Tuning()
+    """The tuning of an instance whose caller says nothing (each subclass has its own)."""
 
     def __init__(
         self,
         settings: KafkaSettings,
+        options: TransactionalOptions,
         *,
-        group: str,
         input_topic: str,
-        transactional_id: str,
-        consumer_overrides: dict[str, object] | None,
-        commit_interval: float,
-        max_batch: int,
-        transaction_timeout_ms: int,
-        session_timeout_ms: int,
-        group_instance_id: str | None = None,
+        consumer_overrides: dict[str, object] | None = APPEND_WOKEN,
         producer_overrides: dict[str, object] | None = None,
-        on_hang: HangHandler | None = None,
+        fitted_to: Sequence[str] = (),
     ) -> None:
-        """``group_instance_id``: static group membership (an instance restarted in place gets
-        its partitions back at once); ``on_hang``: what to do when a client call outlives its
-        bound (default: exit the process, see :mod:`~streamflow.topologies.watchdog`)."""
-        self._commit_interval = commit_interval
-        self._max_batch = max_batch
-        required: dict[str, object] = {
-            "session.timeout.ms": session_timeout_ms,
-            "max.poll.interval.ms": 300_000,
-        }
-        if group_instance_id is not None:
-            required["group.instance.id"] = group_instance_id
+        """``options``: the caller's keyword arguments, over :attr:`defaults`. The group, the
+        transactional id and the static group member id follow from :attr:`component` and the
+        instance name (:class:`~streamflow.topologies.options.Tuning`). ``fitted_to``: topics
+        whose records must fit (with the dead letters): the record limit of ``settings`` is
+        lowered to what they accept (:func:`~streamflow.kafka.admin.fit_record_limit`)."""
+        tuning = replace(self.defaults, **options)
+        names = Names(settings.namespace)
+        if fitted_to:
+            settings = fit_record_limit(settings, fitted_to, dead_letters=names.dead_letters)
+        self._names = names
+        self._wire = codec.Wire(settings.limits)
+        self._instance = tuning.instance
+        self._source = f"{self.component}/{tuning.instance}"
+        """How the records it writes name their writer (incidents, metric samples)."""
+        self._clock = tuning.clock
+        self._commit_interval = tuning.commit_interval
+        self._max_batch = tuning.max_batch
+        timeout_ms = tuning.transaction_timeout_ms
+        transactional_id = names.transactional_id(self.component, tuning.instance)
         self._init_clients(
             settings,
-            group=group,
+            group=names.group(self.component),
             input_topic=input_topic,
             consumer_overrides=consumer_overrides,
-            consumer_required=required,
+            consumer_required={
+                **tuning.consumer_config(self.component),
+                "max.poll.interval.ms": 300_000,
+            },
             producer_config={
                 **(producer_overrides or {}),
                 "transactional.id": transactional_id,
-                "transaction.timeout.ms": transaction_timeout_ms,
+                "transaction.timeout.ms": timeout_ms,
             },
-            call_timeout=min(transaction_timeout_ms / 1000, MAX_CALL_TIMEOUT),
-            on_hang=on_hang or exit_process,
+            call_timeout=min(timeout_ms / 1000, MAX_CALL_TIMEOUT),
+            on_hang=tuning.on_hang or exit_process,
         )
         self._open: float | None = None
         """``time.monotonic()`` when the open transaction began (``None``: none open)."""

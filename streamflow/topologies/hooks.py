@@ -27,11 +27,11 @@ without its value.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
+from typing import Unpack
 
 from confluent_kafka import KafkaError, Message
 
@@ -40,14 +40,11 @@ from streamflow.core.errors import (
     HookTokenConflict,
     HookTokenNotFound,
     InvalidTransition,
-    TopicsRefused,
 )
 from streamflow.core.tokens import ResolvedHook, digests_equal, is_token_digest, token_digest
-from streamflow.kafka.admin import fit_record_limit
-from streamflow.kafka.clients import APPEND_WOKEN, partition_count
+from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import error_info
 from streamflow.topologies.common import (
@@ -56,10 +53,9 @@ from streamflow.topologies.common import (
     encode_offset,
     mirror_partition,
     send_dead_letter,
-    utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
-from streamflow.topologies.watchdog import HangHandler
+from streamflow.topologies.options import TransactionalOptions, Tuning
 
 log = logging.getLogger("streamflow.hooks")
 COMPONENT = "hooks"
@@ -72,54 +68,22 @@ class Hooks(TransactionalTopology):
     count."""
 
     component = COMPONENT
+    defaults = Tuning(commit_interval=0.05)
 
     def __init__(
         self,
         settings: KafkaSettings,
         *,
         state_dir: Path,
-        instance: str = "0",
-        clock: Callable[[], datetime] = utc_now,
-        commit_interval: float = 0.05,
-        max_batch: int = 500,
-        transaction_timeout_ms: int = 10_000,
-        session_timeout_ms: int = 10_000,
-        static_membership: bool = True,
-        on_hang: HangHandler | None = None,
+        **options: Unpack[TransactionalOptions],
     ) -> None:
+        """``options``: the instance name, clock, group membership and transaction tuning
+        (:class:`~streamflow.topologies.options.Tuning`; the hooks commit every 50 ms)."""
         names = Names(settings.namespace)
-        settings = fit_record_limit(
-            settings,
-            [names.hook_requests, names.hook_tokens, names.requests, names.replies],
-            dead_letters=names.dead_letters,
-        )
-        super().__init__(
-            settings,
-            group=names.hooks_group,
-            input_topic=names.hook_requests,
-            transactional_id=names.transactional_id(COMPONENT, instance),
-            consumer_overrides=APPEND_WOKEN,
-            commit_interval=commit_interval,
-            max_batch=max_batch,
-            transaction_timeout_ms=transaction_timeout_ms,
-            session_timeout_ms=session_timeout_ms,
-            group_instance_id=f"{COMPONENT}-{instance}" if static_membership else None,
-            on_hang=on_hang,
-        )
-        self._names = names
-        self._wire = codec.Wire(settings.limits)
-        self._clock = clock
-        self._instance = instance
+        fitted = [names.hook_requests, names.hook_tokens, names.requests, names.replies]
+        super().__init__(settings, options, input_topic=names.hook_requests, fitted_to=fitted)
         self._state = LocalState(state_dir, ("tokens", "meta"))
-        self._partitions = partition_count(self._consumer, names.hook_requests)
-        token_partitions = partition_count(self._consumer, names.hook_tokens)
-        if token_partitions != self._partitions:
-            raise TopicsRefused(
-                [
-                    f"{names.hook_requests} has {self._partitions} partitions but "
-                    f"{names.hook_tokens} has {token_partitions}: they must be equal"
-                ]
-            )
+        self._partitions = copartitioned(self._consumer, names.hook_requests, names.hook_tokens)
         self._run_partitions = partition_count(self._consumer, names.requests)
         self._batch: StateBatch | None = None
         self._staged: dict[str, m.TokenRecord | None] = {}
@@ -195,12 +159,8 @@ class Hooks(TransactionalTopology):
         """Handle one claim, release or callback (see the module docstring) in the open
         transaction."""
         now = self._clock()
-        raw = msg.value()
-        if raw is None:
-            self._dead_letter(msg, "empty value", now)
-            return
         try:
-            request = self._wire.decode(raw, m.HookRequest)
+            request = self._wire.decode_value(msg.value(), m.HookRequest)
         except FlowError as exc:
             self._dead_letter(msg, str(exc), now)
             return
@@ -235,7 +195,7 @@ class Hooks(TransactionalTopology):
                 sequence=claim.proposal.expected_sequence,
                 build=claim.proposal.build,
                 error=error_info(conflict),
-                processor=f"{COMPONENT}/{self._instance}",
+                processor=self._source,
                 at=now,
             )
             self._producer.produce(

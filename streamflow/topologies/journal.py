@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import Message, Producer
 
 from streamflow import faults
 from streamflow.core import decide as d
@@ -36,14 +35,12 @@ from streamflow.core.errors import (
     RequestDeadLettered,
     RuntimeBuildUnavailable,
     SerializationError,
-    TopicsRefused,
 )
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
 from streamflow.core.projection import project
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.kafka.admin import fit_record_limit
-from streamflow.kafka.clients import APPEND_WOKEN, partition_count
+from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
@@ -54,7 +51,6 @@ from streamflow.topologies.common import (
     encode_offset,
     mirror_partition,
     send_dead_letter,
-    utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
 from streamflow.topologies.journal_output import (
@@ -64,8 +60,8 @@ from streamflow.topologies.journal_output import (
     RefusalCounts,
 )
 from streamflow.topologies.journal_retention import RETENTION_BODIES, RetentionSaga
+from streamflow.topologies.options import TransactionalOptions
 from streamflow.topologies.registry import RouteTable
-from streamflow.topologies.watchdog import HangHandler
 
 log = logging.getLogger("streamflow.journal")
 COMPONENT = "journal"
@@ -110,9 +106,10 @@ class Journal(TransactionalTopology):
     partitions it owns. Its local state under ``state_dir`` (events, offsets, retention records)
     is a cache of the history and retention topics, restored from them on assignment.
     ``TopicsRefused`` when the requests, history and retention topics do not have the same
-    partition count. Its records are produced by its ``JournalOutput`` (``journal_output``), its
-    retention requests go to its ``RetentionSaga`` (``journal_retention``); both reach it
-    through the ``OutputPort`` and ``JournalPort`` it implements."""
+    partition count. Its records are produced by its ``JournalOutput`` (``journal_output``),
+    through the ``OutputPort`` it implements; its retention requests go to its ``RetentionSaga``
+    (``journal_retention``), which writes through that output and reads the journal through the
+    ``JournalPort`` it implements."""
 
     component = COMPONENT
 
@@ -121,74 +118,37 @@ class Journal(TransactionalTopology):
         settings: KafkaSettings,
         *,
         state_dir: Path,
-        instance: str = "0",
-        clock: Callable[[], datetime] = utc_now,
-        commit_interval: float = 0.1,
-        max_batch: int = 500,
         cache_runs: int = 4096,
-        transaction_timeout_ms: int = 10_000,
-        session_timeout_ms: int = 10_000,
-        static_membership: bool = True,
-        on_hang: HangHandler | None = None,
+        **options: Unpack[TransactionalOptions],
     ) -> None:
+        """``cache_runs``: run snapshots kept in memory; ``options``: the instance name, clock,
+        group membership and transaction tuning (:class:`~streamflow.topologies.options.Tuning`,
+        whose defaults the journal keeps)."""
         names = Names(settings.namespace)
-        settings = fit_record_limit(
-            settings,
-            [names.requests, names.history, names.replies, names.retention],
-            dead_letters=names.dead_letters,
-        )
-        super().__init__(
-            settings,
-            group=names.journal_group,
-            input_topic=names.requests,
-            transactional_id=names.transactional_id(COMPONENT, instance),
-            consumer_overrides=APPEND_WOKEN,
-            commit_interval=commit_interval,
-            max_batch=max_batch,
-            transaction_timeout_ms=transaction_timeout_ms,
-            session_timeout_ms=session_timeout_ms,
-            group_instance_id=f"{COMPONENT}-{instance}" if static_membership else None,
-            on_hang=on_hang,
-        )
-        self._names = names
-        self._limits = settings.limits
-        self._wire = codec.Wire(self._limits)
-        self._clock = clock
+        fitted = [names.requests, names.history, names.replies, names.retention]
+        super().__init__(settings, options, input_topic=names.requests, fitted_to=fitted)
+        self._limits = self._wire.limits
         self._cache_runs = cache_runs
         self._counts = RefusalCounts(
-            settings, names=names, wire=self._wire, clock=clock, source=f"{COMPONENT}/{instance}"
+            self._settings, names=names, wire=self._wire, clock=self._clock, source=self._source
         )
         self._state = LocalState(state_dir, ("events", "meta", "retention"))
         self._cache: OrderedDict[str, WorkflowRunSnapshot] = OrderedDict()
-        self._partitions = partition_count(self._consumer, self._names.requests)
-        history_partitions = partition_count(self._consumer, self._names.history)
-        if history_partitions != self._partitions:
-            raise TopicsRefused(
-                [
-                    f"{self._names.requests} has {self._partitions} partitions but "
-                    f"{self._names.history} has {history_partitions}: they must be equal"
-                ]
-            )
-        retention_partitions = partition_count(self._consumer, self._names.retention)
-        if retention_partitions != self._partitions:
-            raise TopicsRefused(
-                [
-                    f"{self._names.requests} has {self._partitions} partitions but "
-                    f"{self._names.retention} has {retention_partitions}: they must be equal"
-                ]
-            )
+        self._partitions = copartitioned(
+            self._consumer, names.requests, names.history, names.retention
+        )
         self._output = JournalOutput(
             self,
             names=names,
             wire=self._wire,
-            instance=instance,
+            source=self._source,
             partitions=self._partitions,
             hook_partitions=partition_count(self._consumer, self._names.hook_requests),
         )
-        self._routes = RouteTable(settings)
+        self._routes = RouteTable(self._settings)
         self._txn: _Transaction | None = None
         self._retention = RetentionSaga(
-            self, names=names, wire=self._wire, partitions=self._partitions
+            self, self._output, names=names, wire=self._wire, partitions=self._partitions
         )
 
     # -- the transactional topology's hooks ----------------------------------------------------
@@ -297,16 +257,13 @@ class Journal(TransactionalTopology):
 
     def _handle(self, msg: Message, txn: _Transaction) -> None:
         now = self._clock()
-        raw = msg.value()
-        if raw is None:
-            self._letter(msg, "empty value", now)
-            return
         try:
-            request = self._wire.decode(raw, m.Request)
+            request = self._wire.decode_value(msg.value(), m.Request)
         except FlowError as exc:
             self._letter(msg, str(exc), now)
-            # The header may still say who asked: answer with the typed reason.
-            header = codec.decode_request_header(raw)
+            # The header may still say who asked (an empty record has none): answer with the
+            # typed reason.
+            header = codec.decode_request_header(msg.value() or b"")
             if header is not None and header.reply:
                 error = exc if isinstance(exc, SerializationError) else SerializationError(str(exc))
                 self._output.reply_to(header.request_id, header.run_id, error, now)
@@ -448,53 +405,13 @@ class Journal(TransactionalTopology):
             route_error=route_error, tombstoned=tombstoned, linked_run_missing=linked_missing
         )
 
-    # -- writing: the journal's side of the output's port, and the retention saga's -----------
+    # -- the output's port ----------------------------------------------------------------------
 
-    def produce(
-        self,
-        topic: str,
-        key: bytes,
-        value: bytes | None,
-        *,
-        partition: int | None = None,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> None:
-        """Produce one record into the open transaction (the producer's own default for a
-        partition, delivery callback or headers not given)."""
-        given: dict[str, Any] = {}
-        if partition is not None:
-            given["partition"] = partition
-        if headers is not None:
-            given["headers"] = headers
-        if on_delivery is not None:
-            given["on_delivery"] = on_delivery
-        self._producer.produce(topic, key=key, value=value, **given)
-
-    def partitions(self, topic: str) -> int:
-        """The partition count of ``topic``, as the journal's producer sees it."""
-        return partition_count(self._producer, topic)
-
-    def send(self, request: m.Request) -> None:
-        """Produce a request to its run's journal, in the open transaction."""
-        self._output.send(request)
-
-    def reply(
-        self,
-        request: m.Request,
-        run_id: str,
-        *,
-        error: FlowError | None,
-        snap: WorkflowRunSnapshot | None,
-        now: datetime,
-        subject: str | None = None,
-    ) -> None:
-        """Answer ``request`` (in the open transaction)."""
-        self._output.reply(request, run_id, error=error, snap=snap, now=now, subject=subject)
-
-    def release(self, release: d.TokenRelease) -> None:
-        """Ask the hooks topology to forget a hook token (in the open transaction)."""
-        self._output.release(release)
+    @property
+    def producer(self) -> Producer:
+        """The transactional producer (a stuck one is replaced between transactions): the output
+        produces every record into its open transaction."""
+        return self._producer
 
     # -- restore --------------------------------------------------------------------------------
 

@@ -12,10 +12,11 @@ included) and run incidents. :class:`RefusalCounts` keeps the journal's counts o
 
 Transaction boundaries. The output never begins, commits or aborts anything: every record goes
 into the journal's open transaction, the one of the request being handled, through
-:meth:`OutputPort.produce`; what it stages for the journal's commit hooks (local state, the
-history offsets restore resumes after, child starts for the child-request fault points) goes
-into that transaction's :class:`StagedWrites`. Only the counts are outside the transactions: a
-plain producer of their own, cumulative samples.
+:meth:`JournalOutput.produce` on the journal's producer (:attr:`OutputPort.producer`); the
+retention saga (``journal_retention``) produces through this output too. What it stages for the
+journal's commit hooks (local state, the history offsets restore resumes after, child starts
+for the child-request fault points) goes into that transaction's :class:`StagedWrites`. Only
+the counts are outside the transactions: a plain producer of their own, cumulative samples.
 
 The output talks to the journal that owns it only through :class:`OutputPort` and the open
 transaction's :class:`StagedWrites`; this module never imports the journal.
@@ -30,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, Message, Producer
 
 from streamflow import faults
 from streamflow.core import decide as d
@@ -43,7 +44,7 @@ from streamflow.core.limits import check_events
 from streamflow.core.obligations import newly_owed, owed
 from streamflow.core.projection import evolve
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.kafka.clients import close_producer, producer
+from streamflow.kafka.clients import close_producer, partition_count, producer
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, history_key, partition_for
 from streamflow.serde import codec
@@ -84,28 +85,17 @@ class StagedWrites(Protocol):
 class OutputPort(Protocol):
     """What the output needs of the journal that owns it (the journal implements it)."""
 
-    def produce(
-        self,
-        topic: str,
-        key: bytes,
-        value: bytes | None,
-        *,
-        partition: int | None = None,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> None:
-        """Produce one record into the open transaction (the producer's own default for a
-        partition, delivery callback or headers not given)."""
-        ...
-
-    def partitions(self, topic: str) -> int:
-        """The partition count of ``topic``, as the journal's producer sees it."""
+    @property
+    def producer(self) -> Producer:
+        """The journal's transactional producer (a stuck one is replaced between transactions):
+        every record goes into its open transaction."""
         ...
 
 
 class JournalOutput:
-    """The writing side of one journal instance. ``partitions``: the partition count of the
-    requests and history topics; ``hook_partitions``: that of the hooks topology's requests."""
+    """The writing side of one journal instance, named ``source`` in the incidents it reports.
+    ``partitions``: the partition count of the requests and history topics; ``hook_partitions``:
+    that of the hooks topology's requests."""
 
     def __init__(
         self,
@@ -113,14 +103,14 @@ class JournalOutput:
         *,
         names: Names,
         wire: codec.Wire,
-        instance: str,
+        source: str,
         partitions: int,
         hook_partitions: int,
     ) -> None:
         self._port = port
         self._names = names
         self._wire = wire
-        self._instance = instance
+        self._source = source
         self._partitions = partitions
         self._hook_partitions = hook_partitions
         self._task_partitions: dict[str, int] = {}
@@ -158,7 +148,7 @@ class JournalOutput:
             effects += newly_owed(prior, owed(snap))
         for envelope, key, value, task in encoded:
             event = envelope.event
-            self._port.produce(
+            self.produce(
                 self._names.history,
                 key,
                 value,
@@ -212,9 +202,30 @@ class JournalOutput:
             # neither committed: the window a crash test kills the journal in.
             faults.hit("journal.after_child_request_produced")
 
+    def produce(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        *,
+        partition: int | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Produce one record into the open transaction (the producer's own default for a
+        partition, delivery callback or headers not given)."""
+        given: dict[str, Any] = {}
+        if partition is not None:
+            given["partition"] = partition
+        if headers is not None:
+            given["headers"] = headers
+        if on_delivery is not None:
+            given["on_delivery"] = on_delivery
+        self._port.producer.produce(topic, key=key, value=value, **given)
+
     def send(self, request: m.Request) -> None:
         """Produce a request to its run's journal, in the open transaction."""
-        self._port.produce(
+        self.produce(
             self._names.requests,
             request.run_id.encode(),
             self._wire.encode(request),
@@ -244,7 +255,7 @@ class JournalOutput:
                 payload_digest=release.payload_digest,
             )
         )
-        self._port.produce(
+        self.produce(
             self._names.hook_requests,
             digest.encode(),
             self._wire.encode(record),
@@ -257,25 +268,26 @@ class JournalOutput:
             return None
         step = snap.steps[event.step_id]
         build = snap.runtime_build_id
-        task = m.StepTask(
-            run_id=snap.run_id,
-            step_id=step.step_id,
-            step_name=step.step_name,
-            input=step.input,
-            attempt=event.attempt,
-            retry=step.retry,
-            idempotency_key=idempotency_key(snap.run_id, step.step_id),
-            runtime_build_id=None if build is None else str(build),
-            started_sequence=sequence,
+        return self._wire.encode(
+            m.StepTask(
+                run_id=snap.run_id,
+                step_id=step.step_id,
+                step_name=step.step_name,
+                input=step.input,
+                attempt=event.attempt,
+                retry=step.retry,
+                idempotency_key=idempotency_key(snap.run_id, step.step_id),
+                runtime_build_id=None if build is None else str(build),
+                started_sequence=sequence,
+            )
         )
-        return self._wire.encode(task)
 
     def _produce_task(self, snap: WorkflowRunSnapshot, task: bytes) -> None:
         topic = self._names.tasks(snap.runtime_build_id)
         partitions = self._task_partitions.get(topic)
         if partitions is None:
-            partitions = self._task_partitions[topic] = self._port.partitions(topic)
-        self._port.produce(
+            partitions = self._task_partitions[topic] = partition_count(self._port.producer, topic)
+        self.produce(
             topic,
             snap.run_id.encode(),
             task,
@@ -292,7 +304,7 @@ class JournalOutput:
             last_sequence=snap.last_sequence,
             at=now,
         )
-        self._port.produce(self._names.replies, snap.run_id.encode(), self._wire.encode(notice))
+        self.produce(self._names.replies, snap.run_id.encode(), self._wire.encode(notice))
 
     def reply(
         self,
@@ -316,9 +328,7 @@ class JournalOutput:
             at=now,
             subject=subject,
         )
-        self._port.produce(
-            self._names.replies, request.request_id.encode(), self._wire.encode(reply)
-        )
+        self.produce(self._names.replies, request.request_id.encode(), self._wire.encode(reply))
 
     def reply_to(self, request_id: str, run_id: str, error: FlowError, now: datetime) -> None:
         """A typed refusal for a request known only by its header."""
@@ -330,7 +340,7 @@ class JournalOutput:
             error=error_info(error),
             at=now,
         )
-        self._port.produce(self._names.replies, request_id.encode(), self._wire.encode(reply))
+        self.produce(self._names.replies, request_id.encode(), self._wire.encode(reply))
 
     def incident(
         self,
@@ -347,10 +357,10 @@ class JournalOutput:
             sequence=0 if snap is None else snap.last_sequence,
             build=body.build if isinstance(body, m.Proposal) else None,
             error=error_info(error),
-            processor=f"journal/{self._instance}",
+            processor=self._source,
             at=now,
         )
-        self._port.produce(self._names.incidents, run_id.encode(), self._wire.encode(incident))
+        self.produce(self._names.incidents, run_id.encode(), self._wire.encode(incident))
         log.warning("run %s: %s", run_id, error)
 
 
@@ -367,7 +377,7 @@ class RefusalCounts:
         clock: Callable[[], datetime],
         source: str,
     ) -> None:
-        self._names = names
+        self._topic = names.metrics
         self._wire = wire
         self._clock = clock
         self._source = source
@@ -404,9 +414,7 @@ class RefusalCounts:
                 at=self._clock(),
                 source=self._source,
             )
-            self._samples.produce(
-                self._names.metrics, key=name.encode(), value=self._wire.encode(sample)
-            )
+            self._samples.produce(self._topic, key=name.encode(), value=self._wire.encode(sample))
         self._samples.poll(0)
         self._published = dict(self._counts)
         self._next_publish = time.monotonic() + COUNTS_PUBLISH_INTERVAL

@@ -22,21 +22,20 @@ in it (``OpenTransaction.erased``); ``OpenTransaction.prunes`` counts the compon
 for the journal's prune fault points (``journal.after_prune_produced``,
 ``journal.after_prune_commit``).
 
-The saga talks to the journal that owns it only through :class:`JournalPort` and the open
-transaction's :class:`OpenTransaction`; this module never imports the journal.
+The saga reads the journal that owns it only through :class:`JournalPort` and the open
+transaction's :class:`OpenTransaction`, and writes through the journal's
+:class:`~streamflow.topologies.journal_output.JournalOutput`; this module never imports the
+journal.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Protocol
-
-from confluent_kafka import KafkaError, Message
 
 from streamflow.core import decide as d
 from streamflow.core import events as ev
@@ -55,6 +54,7 @@ from streamflow.kafka.naming import Names, history_key, partition_for
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.topologies.common import StateBatch, track_offset
+from streamflow.topologies.journal_output import JournalOutput
 
 log = logging.getLogger("streamflow.journal")
 
@@ -90,41 +90,7 @@ class OpenTransaction(Protocol):
 
 
 class JournalPort(Protocol):
-    """What the saga needs of the journal that owns it (the journal implements it)."""
-
-    def produce(
-        self,
-        topic: str,
-        key: bytes,
-        value: bytes | None,
-        *,
-        partition: int | None = None,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
-    ) -> None:
-        """Produce one record into the open transaction (the producer's own default for a
-        partition or delivery callback not given)."""
-        ...
-
-    def send(self, request: m.Request) -> None:
-        """Produce a request to its run's journal, in the open transaction."""
-        ...
-
-    def reply(
-        self,
-        request: m.Request,
-        run_id: str,
-        *,
-        error: FlowError | None,
-        snap: WorkflowRunSnapshot | None,
-        now: datetime,
-        subject: str | None = None,
-    ) -> None:
-        """Answer ``request`` (in the open transaction)."""
-        ...
-
-    def release(self, release: d.TokenRelease) -> None:
-        """Ask the hooks topology to forget a hook token (in the open transaction)."""
-        ...
+    """What the saga reads of the journal that owns it (the journal implements it)."""
 
     def snapshot(self, run_id: str) -> WorkflowRunSnapshot | None:
         """The run as the open transaction leaves it (``None``: unknown, or erased in it)."""
@@ -144,13 +110,21 @@ class JournalPort(Protocol):
 
 
 class RetentionSaga:
-    """The retention requests of one journal instance. ``partitions``: the partition count of
-    the requests, history and retention topics (the journal checks they are equal)."""
+    """The retention requests of one journal instance, produced through its ``output``.
+    ``partitions``: the partition count of the requests, history and retention topics (the
+    journal checks they are equal)."""
 
     def __init__(
-        self, port: JournalPort, *, names: Names, wire: codec.Wire, partitions: int
+        self,
+        port: JournalPort,
+        output: JournalOutput,
+        *,
+        names: Names,
+        wire: codec.Wire,
+        partitions: int,
     ) -> None:
         self._port = port
+        self._output = output
         self._names = names
         self._wire = wire
         self._partitions = partitions
@@ -177,7 +151,7 @@ class RetentionSaga:
             self._forget(txn, run_id, body)
         if request.reply:
             snap = self._port.snapshot(run_id)
-            self._port.reply(request, run_id, error=error, snap=snap, now=now, subject=subject)
+            self._output.reply(request, run_id, error=error, snap=snap, now=now, subject=subject)
 
     def retention_of(self, txn: OpenTransaction | None, run_id: str) -> m.RetentionRecord:
         """The run's retention record: as the open transaction ``txn`` wrote it, else as local
@@ -274,7 +248,7 @@ class RetentionSaga:
                 record = self.retention_of(txn, run_id)
                 self._put_retention(txn, replace(record, sealed_by=body.component_id))
             onward = replace(body, sealed=sealed)
-            self._port.send(replace(request, run_id=groups[step + 1][0], body=onward))
+            self._output.send(replace(request, run_id=groups[step + 1][0], body=onward))
             return
         # Every member is sealed: terminal before the cutoff, unheld, linked only inside the
         # component, and none can take a hold until this ends. Delete them all in this one
@@ -293,14 +267,14 @@ class RetentionSaga:
             self._erase(txn, stone, own=own)
             if not own:
                 forget = m.ForgetRun(component_id=body.component_id, tombstone=stone)
-                self._port.send(
+                self._output.send(
                     m.Request(
                         request_id=str(uuid.uuid4()), run_id=member.run_id, sent_at=now, body=forget
                     )
                 )
         txn.prunes += 1
         if request.reply:
-            self._port.reply(request, request.run_id, error=None, snap=None, now=now)
+            self._output.reply(request, request.run_id, error=None, snap=None, now=now)
 
     def _prune_groups(self, members: tuple[str, ...]) -> list[list[str]]:
         """The component's members by partition, partitions in ascending order, members sorted:
@@ -321,14 +295,14 @@ class RetentionSaga:
         """Lift the seals this prune placed so far and tell the caller why it was refused."""
         for member in body.sealed:
             unseal = m.UnsealRun(component_id=body.component_id)
-            self._port.send(
+            self._output.send(
                 m.Request(
                     request_id=str(uuid.uuid4()), run_id=member.run_id, sent_at=now, body=unseal
                 )
             )
         if request.reply:
             error = RunConflict(request.run_id, f"component retained: {reason}")
-            self._port.reply(request, request.run_id, error=error, snap=None, now=now)
+            self._output.reply(request, request.run_id, error=error, snap=None, now=now)
 
     def _forget(self, txn: OpenTransaction, run_id: str, body: m.ForgetRun) -> None:
         """The prune that sealed this run deleted its component: its history keys are already
@@ -356,18 +330,18 @@ class RetentionSaga:
         tracked = partial(track_offset, txn.history_offsets) if own else None
         for sequence in range(1, stone.terminal_sequence + 1):
             key = history_key(run_id, sequence)
-            self._port.produce(
+            self._output.produce(
                 self._names.history, key, None, partition=partition, on_delivery=tracked
             )
         # Its last incident (compacted by run id) goes too: nothing of the run's data stays.
-        self._port.produce(self._names.incidents, run_id.encode(), None)
+        self._output.produce(self._names.incidents, run_id.encode(), None)
         record = m.RetentionRecord(run_id=run_id, tombstone=stone)
         if own:
             # The hooks topology forgets the tokens this run's hooks last held (unless another
             # hook holds one now): a callback with one of them is unknown from now on.
             snap = self._port.snapshot(run_id)
             for hook in () if snap is None else snap.hooks.values():
-                self._port.release(
+                self._output.release(
                     d.TokenRelease(
                         token_digest=hook.token_digest, run_id=run_id, hook_id=hook.hook_id
                     )
@@ -379,7 +353,7 @@ class RetentionSaga:
             txn.touched.add(run_id)
             self._port.uncache(run_id)
         else:
-            self._port.produce(
+            self._output.produce(
                 self._names.retention,
                 run_id.encode(),
                 self._wire.encode(record),
@@ -391,7 +365,7 @@ class RetentionSaga:
         to local state)."""
         value = self._wire.encode(record)
         key = record.run_id.encode()
-        self._port.produce(
+        self._output.produce(
             self._names.retention,
             key,
             value,

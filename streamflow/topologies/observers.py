@@ -31,10 +31,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from confluent_kafka import OFFSET_END, Message, Producer, TopicPartition
 
@@ -64,7 +64,6 @@ from streamflow.topologies.common import (
     decode_offset,
     encode_offset,
     send_dead_letter,
-    utc_now,
 )
 from streamflow.topologies.eos import TransactionalTopology
 from streamflow.topologies.incident_feed import IncidentFeed
@@ -75,8 +74,8 @@ from streamflow.topologies.inspection import (
     client_id,
 )
 from streamflow.topologies.journal_output import COUNTED, SEQUENCE_CONFLICTS
+from streamflow.topologies.options import TransactionalOptions, Tuning
 from streamflow.topologies.registry import RouteTable
-from streamflow.topologies.watchdog import HangHandler
 
 log = logging.getLogger("streamflow.observers")
 COMPONENT = "observers"
@@ -88,51 +87,32 @@ class Observers(TransactionalTopology):
     metrics, the user ``observers`` and the audit stream, for the history partitions it owns."""
 
     component = COMPONENT
+    defaults = Tuning(max_batch=1000, transaction_timeout_ms=60_000)
 
     def __init__(
         self,
         settings: KafkaSettings,
         *,
         state_dir: Path,
-        instance: str = "0",
         observers: Sequence[FlowEventObserver] = (),
         metrics: FlowMetrics | None = None,
         metrics_interval: float = DEFAULT_METRICS_INTERVAL,
-        clock: Callable[[], datetime] = utc_now,
-        commit_interval: float = 0.1,
-        max_batch: int = 1000,
-        transaction_timeout_ms: int = 60_000,
-        session_timeout_ms: int = 10_000,
         advertise: str | None = None,
-        static_membership: bool = True,
-        on_hang: HangHandler | None = None,
+        **options: Unpack[TransactionalOptions],
     ) -> None:
         """``advertise``: the URL of this instance's inspection API, published to the other
-        instances of the group (``streamflow.topologies.inspection``)."""
+        instances of the group (``streamflow.topologies.inspection``); ``options``: the instance
+        name, clock, group membership and transaction tuning
+        (:class:`~streamflow.topologies.options.Tuning`; the observers take up to 1000 records
+        in a transaction of up to 60 s)."""
         names = Names(settings.namespace)
         overrides: dict[str, object] = dict(APPEND_WOKEN)
         if advertise is not None:
             overrides["client.id"] = client_id(advertise)
         self._advertise = advertise
-        super().__init__(
-            settings,
-            group=names.observers_group,
-            input_topic=names.history,
-            transactional_id=names.transactional_id(COMPONENT, instance),
-            consumer_overrides=overrides,
-            commit_interval=commit_interval,
-            max_batch=max_batch,
-            transaction_timeout_ms=transaction_timeout_ms,
-            session_timeout_ms=session_timeout_ms,
-            group_instance_id=f"{COMPONENT}-{instance}" if static_membership else None,
-            on_hang=on_hang,
-        )
-        self._names = names
-        self._wire = codec.Wire(settings.limits)
-        self._clock = clock
-        self._source = f"{COMPONENT}/{instance}"
+        super().__init__(settings, options, input_topic=names.history, consumer_overrides=overrides)
         self._observers = tuple(observers)
-        self.metrics = metrics or FlowMetrics(clock=clock)
+        self.metrics = metrics or FlowMetrics(clock=self._clock)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.index = RocksDBEventStore(state_dir / "index")
         self._offsets = LocalState(state_dir / "offsets", ("meta",))

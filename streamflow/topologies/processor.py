@@ -28,9 +28,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Unpack
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
@@ -38,28 +38,23 @@ from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import incidents
-from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.builds import admits
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import FlowError, PayloadTooLarge, ReplayLimitExceeded
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.limits import check_events
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.snapshot import WorkflowRunStatus
-from streamflow.core.tokens import HookSecret
-from streamflow.kafka import admin
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
     Deadline,
-    check_consumer_error,
     close_producer,
     consumer,
     partition_count,
     poll_batch,
-    producer,
 )
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import error_info
 from streamflow.topologies.common import (
@@ -67,10 +62,10 @@ from streamflow.topologies.common import (
     StateBatch,
     decode_offset,
     encode_offset,
-    send_dead_letter,
-    utc_now,
+    valued_records,
 )
-from streamflow.topologies.registry import Advertiser
+from streamflow.topologies.options import ServingOptions
+from streamflow.topologies.serving import BuildServer
 from streamflow.workflow.runtime import (
     FlowRuntime,
     checked_command,
@@ -81,23 +76,17 @@ from streamflow.workflow.runtime import (
 log = logging.getLogger("streamflow.processor")
 COMPONENT = "processor"
 REPROPOSE_AFTER = 10.0
+"""Seconds after a proposal with no new history for its run (it may have been lost with a
+dying journal transaction) after which the run is decided and proposed again."""
 
 
-def served_builds(compatibility: RuntimeBuildCompatibility | None) -> list[str | None]:
-    """The builds whose runs (and step tasks) a group with ``compatibility`` serves."""
-    if compatibility is None:
-        return [None]
-    builds: list[str | None] = list(compatibility.builds())
-    if compatibility.accepts_unpinned:
-        builds.append(None)
-    return builds
-
-
-class Processor:
+class Processor(BuildServer):
     """One processor instance, in the group of ``compatibility``'s current build (the unpinned
     group without one; see the module docstring): replays ``runtime`` for the runs it admits and
     proposes their decisions. Local state lives under ``state_dir``; it starts over when the
     admitted builds change."""
+
+    component = COMPONENT
 
     def __init__(
         self,
@@ -105,37 +94,19 @@ class Processor:
         runtime: FlowRuntime,
         *,
         state_dir: Path,
-        compatibility: RuntimeBuildCompatibility | None = None,
-        instance: str = "0",
-        clock: Callable[[], datetime] = utc_now,
         max_replay_iterations: int = 1024,
         limits: d.Limits = d.Limits(),  # noqa: B008 - frozen value
-        topic_profile: str = "production",
-        session_timeout_ms: int = 10_000,
-        static_membership: bool = True,
-        hook_secret: HookSecret | None = None,
+        **options: Unpack[ServingOptions],
     ) -> None:
-        self._settings = settings
-        self._wire = codec.Wire(settings.limits)
-        self._runtime = runtime
-        self._hook_secret = hook_secret
-        self._compat = compatibility
-        self._build = None if compatibility is None else str(compatibility.current)
-        self._names = Names(settings.namespace)
-        self._instance = instance
-        self._clock = clock
+        """``options``: the builds it serves, its instance name, clock, group membership, tasks
+        topic profile and hook secret (:class:`~streamflow.topologies.options.Serving`)."""
+        super().__init__(settings, runtime, options, Names.processor_group)
         self._max_iterations = max_replay_iterations
         self._limits = limits
-        self._topic_profile = topic_profile
-        self._group = self._names.processor_group(self._build)
         self._state = LocalState(state_dir, ("events", "meta", "incidents"))
         self._reset_if_identity_changed()
-        membership: dict[str, object] = {"session.timeout.ms": session_timeout_ms}
-        if static_membership:
-            # An instance restarted in place gets its partitions back without a rebalance.
-            membership["group.instance.id"] = f"{COMPONENT}-{instance}"
+        membership = self._serving.consumer_config(COMPONENT)
         self._consumer = consumer(settings, self._group, None, **membership)
-        self._producer = producer(settings)
         self._partitions = partition_count(self._consumer, self._names.requests)
         self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
         self._runs: dict[str, ProjectedRun] = {}
@@ -148,20 +119,12 @@ class Processor:
         self._timers: list[tuple[float, str]] = []
         self._pending: set[str] = set()
         self._loop = asyncio.new_event_loop()
-        self._advertiser = Advertiser(
-            settings,
-            group=self._group,
-            instance=instance,
-            role="processor",
-            compatibility=compatibility,
-        )
-        self.ready = threading.Event()
 
     def _reset_if_identity_changed(self) -> None:
         """Local state reflects what the *previous* configuration admitted. A processor that
         now admits other builds must see every run's ``run_created`` again: start over."""
         identity = json.dumps(
-            {"group": self._group, "admits": [str(b) for b in served_builds(self._compat)]}
+            {"group": self._group, "admits": [str(b) for b in self._builds]}
         ).encode()
         if self._state.get("meta", b"identity") == identity:
             return
@@ -179,11 +142,7 @@ class Processor:
         retry timers. On the way out it closes its clients and, when told to stop, withdraws the
         route: a processor that fails keeps it until its heartbeat expires, so a successor its
         supervisor starts at once takes over without a moment in which starts are refused."""
-        for build in served_builds(self._compat):
-            admin.ensure_tasks_topic(
-                self._settings, build, partitions=self._partitions, profile=self._topic_profile
-            )
-        self._advertiser.beat(self._clock(), force=True)
+        self._open_route(self._partitions)
         self._consumer.subscribe(
             [self._names.history], on_assign=self._on_assign, on_revoke=self._on_revoke
         )
@@ -206,24 +165,10 @@ class Processor:
             return
         batch = self._state.batch()
         offsets: dict[int, int] = {}
-        now = self._clock()
-        for msg in messages:
-            error = msg.error()
-            if error is not None:
-                check_consumer_error(error, COMPONENT)
-                continue
-            offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
-            value = msg.value()
-            if value is None:
-                continue
-            try:
-                envelope = self._wire.decode(value, ev.FlowEventEnvelope)
-            except FlowError as exc:
-                send_dead_letter(
-                    self._producer, self._names, msg, str(exc), COMPONENT, now=now, wire=self._wire
-                )
-                continue
-            self._absorb(envelope, value, batch)
+        for msg, value in valued_records(messages, offsets, COMPONENT):
+            envelope = self._letters.decode(msg, ev.FlowEventEnvelope)
+            if envelope is not None:
+                self._absorb(envelope, value, batch)
         for partition, offset in offsets.items():
             batch.put("meta", _offset_key(partition), encode_offset(offset))
         self._state.write(batch)
@@ -485,11 +430,8 @@ class Processor:
 
     def _shutdown(self, *, withdraw: bool) -> None:
         budget = Deadline(SHUTDOWN_BUDGET)
-        try:
-            if withdraw:
-                self._advertiser.withdraw(budget.left(2.0))
-        except Exception:
-            log.exception("processor: could not withdraw the build registration")
+        if withdraw:
+            self._withdraw(budget)
         try:
             self._consumer.close()
         finally:

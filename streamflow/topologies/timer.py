@@ -21,19 +21,17 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Unpack
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from streamflow import faults
 from streamflow.core import events as ev
-from streamflow.core.errors import FlowError
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
-    check_consumer_error,
     close_producer,
     consumer,
     partition_count,
@@ -45,14 +43,15 @@ from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.topologies.common import (
+    DeadLetters,
     LocalState,
     StateBatch,
     decode_offset,
     encode_offset,
     event_type,
-    send_dead_letter,
-    utc_now,
+    valued_records,
 )
+from streamflow.topologies.options import MemberOptions, Membership
 from streamflow.topologies.registry import RouteTable
 
 log = logging.getLogger("streamflow.timer")
@@ -83,19 +82,18 @@ class Timer:
         settings: KafkaSettings,
         *,
         state_dir: Path,
-        instance: str = "0",
-        clock: Callable[[], datetime] = utc_now,
+        group: str | None = None,
         tick: float = 0.05,
         resend_after: float = 5.0,
         retry_cap: float = 1.0,
-        session_timeout_ms: int = 10_000,
-        group: str | None = None,
-        static_membership: bool = True,
+        **options: Unpack[MemberOptions],
     ) -> None:
+        """``group``: another consumer group than ``{ns}.timer``; ``options``: its instance name,
+        clock and group membership (:class:`~streamflow.topologies.options.Membership`)."""
+        membership = Membership(**options)
         self._names = Names(settings.namespace)
         self._wire = codec.Wire(settings.limits)
-        self._instance = instance
-        self._clock = clock
+        self._clock = membership.clock
         self._tick = tick
         self._resend_after = resend_after
         self._retry_cap = max(retry_cap, tick)
@@ -106,10 +104,10 @@ class Timer:
             group or self._names.timer_group,
             # Indexing a new wait a little late only matters if it is due within that time.
             {"fetch.wait.max.ms": 100},
-            **{"session.timeout.ms": session_timeout_ms},
-            **({"group.instance.id": f"{COMPONENT}-{instance}"} if static_membership else {}),
+            **membership.consumer_config(COMPONENT),
         )
         self._producer = producer(settings)
+        self._letters = DeadLetters(self._producer, self._names, self._wire, COMPONENT, self._clock)
         self._partitions = partition_count(self._consumer, self._names.requests)
         self._owned: set[int] = set()
         self._sent: dict[bytes, float] = {}
@@ -169,30 +167,13 @@ class Timer:
         batch = self._state.batch()
         offsets: dict[int, int] = {}
         waits: dict[str, dict[str, str]] = {}  # this batch's view of each touched run
-        for msg in messages:
-            error = msg.error()
-            if error is not None:
-                check_consumer_error(error, COMPONENT)
-                continue
-            offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
-            value = msg.value()
+        for msg, _value in valued_records(messages, offsets, COMPONENT):
             kind = event_type(msg)
-            if value is None or (kind is not None and kind not in _INDEXED):
+            if kind is not None and kind not in _INDEXED:
                 continue  # not an event the due index depends on: no need to decode it
-            try:
-                envelope = self._wire.decode(value, ev.FlowEventEnvelope)
-            except FlowError as exc:
-                send_dead_letter(
-                    self._producer,
-                    self._names,
-                    msg,
-                    str(exc),
-                    COMPONENT,
-                    now=self._clock(),
-                    wire=self._wire,
-                )
-                continue
-            self._index(envelope, batch, waits)
+            envelope = self._letters.decode(msg, ev.FlowEventEnvelope)
+            if envelope is not None:
+                self._index(envelope, batch, waits)
         for run_id, open_waits in waits.items():
             if open_waits:
                 batch.put("runs", run_id.encode(), json.dumps(open_waits).encode())

@@ -18,19 +18,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from typing import Unpack
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from streamflow import faults
-from streamflow.core.builds import RuntimeBuildCompatibility
-from streamflow.core.errors import FlowError
-from streamflow.core.jsonvalue import normalize
+from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import check_payload
-from streamflow.core.tokens import HookSecret
-from streamflow.kafka import admin
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
     Deadline,
@@ -38,18 +33,12 @@ from streamflow.kafka.clients import (
     close_producer,
     consumer,
     partition_count,
-    producer,
 )
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, build_slug, partition_for
-from streamflow.serde import codec
 from streamflow.serde import messages as m
-from streamflow.topologies.common import (
-    send_dead_letter,
-    utc_now,
-)
-from streamflow.topologies.processor import served_builds
-from streamflow.topologies.registry import Advertiser
+from streamflow.topologies.options import ServingOptions
+from streamflow.topologies.serving import BuildServer
 from streamflow.workflow.runtime import (
     FlowRuntime,
     StepInvocation,
@@ -102,87 +91,55 @@ class OffsetTracker:
         return sum(len(offsets) for offsets in self.in_flight.values())
 
 
-class Worker:
+class Worker(BuildServer):
     """One worker instance, in the group of ``compatibility``'s current build (the unpinned group
     without one; see the module docstring): runs ``runtime``'s steps, at most ``max_in_flight``
     at once, for every build it serves."""
+
+    component = COMPONENT
 
     def __init__(
         self,
         settings: KafkaSettings,
         runtime: FlowRuntime,
         *,
-        compatibility: RuntimeBuildCompatibility | None = None,
-        instance: str = "0",
         max_in_flight: int = 64,
         commit_interval: float = 0.2,
         drain_timeout: float = 4.0,
-        clock: Callable[[], datetime] = utc_now,
-        topic_profile: str = "production",
-        session_timeout_ms: int = 10_000,
-        static_membership: bool = True,
-        hook_secret: HookSecret | None = None,
+        **options: Unpack[ServingOptions],
     ) -> None:
-        self._settings = settings
-        self._wire = codec.Wire(settings.limits)
-        self._runtime = runtime
-        self._hook_secret = hook_secret
-        self._compat = compatibility
-        self._names = Names(settings.namespace)
-        build = None if compatibility is None else str(compatibility.current)
-        self._group = self._names.worker_group(build)
-        self._builds = served_builds(compatibility)
-        self._instance = instance
+        """``options``: the builds it serves, its instance name, clock, group membership, tasks
+        topic profile and hook secret (:class:`~streamflow.topologies.options.Serving`)."""
+        super().__init__(settings, runtime, options, Names.worker_group)
         self._max_in_flight = max_in_flight
         self._commit_interval = commit_interval
         self._drain_timeout = drain_timeout
-        self._clock = clock
-        self._topic_profile = topic_profile
         # One consumer per served build, in that build's group: topic -> consumer. A worker of
         # another build may share a group (it serves this build too), so the static member id
         # names the worker's own build as well as its instance.
+        membership = self._serving.consumer_config(f"{COMPONENT}-{build_slug(self._build)}")
         self._consumers = {
             self._names.tasks(b): consumer(
                 settings,
                 self._names.worker_group(b),
                 None,
-                **{
-                    "session.timeout.ms": session_timeout_ms,
-                    "on_commit": self._on_commit,
-                    **(
-                        {"group.instance.id": f"{COMPONENT}-{build_slug(build)}-{instance}"}
-                        if static_membership
-                        else {}
-                    ),
-                },
+                on_commit=self._on_commit,
+                **membership,
             )
             for b in self._builds
         }
         self._committing: set[str] = set()
         """Tasks topics with an offset commit in flight."""
-        self._producer = producer(settings)
         self._partitions = partition_count(self._producer, self._names.requests)
         self._offsets = OffsetTracker()
         self._tasks: set[asyncio.Task[None]] = set()
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="sf-step")
-        self._advertiser = Advertiser(
-            settings,
-            group=self._group,
-            instance=instance,
-            role="worker",
-            compatibility=compatibility,
-        )
-        self.ready = threading.Event()
 
     async def run(self, stop: threading.Event) -> None:
         """Serve until ``stop``: make sure the tasks topics exist, advertise the route, run tasks
         and commit offsets below unfinished ones. On the way out it waits up to ``drain_timeout``
         for running steps."""
-        for build in self._builds:
-            admin.ensure_tasks_topic(
-                self._settings, build, partitions=self._partitions, profile=self._topic_profile
-            )
-        self._advertiser.beat(self._clock(), force=True)
+        self._open_route(self._partitions)
         for topic, source in self._consumers.items():
             source.subscribe([topic], on_revoke=self._on_revoke)
         self.ready.set()
@@ -227,21 +184,8 @@ class Worker:
         tp = (msg.topic() or "", msg.partition() or 0)
         offset = msg.offset() or 0
         self._offsets.take(tp, offset)
-        value = msg.value()
-        try:
-            if value is None:
-                raise FlowError("empty task record")
-            task = self._wire.decode(value, m.StepTask)
-        except FlowError as exc:
-            send_dead_letter(
-                self._producer,
-                self._names,
-                msg,
-                str(exc),
-                COMPONENT,
-                now=self._clock(),
-                wire=self._wire,
-            )
+        task = self._letters.decode(msg, m.StepTask, empty="empty task record")
+        if task is None:
             self._offsets.finish(tp, offset)
             return
         running = asyncio.ensure_future(self._execute(task, tp, offset))
@@ -252,12 +196,26 @@ class Worker:
         value = normalize(output, f"step {task.step_id} output")
         # The same limit as the embedded engine: an output too large fails the attempt.
         check_payload(value, f"step {task.step_id} output", self._wire.limits)
+        return self._ended(task, ok=True, output=value)
+
+    def _ended(
+        self,
+        task: m.StepTask,
+        *,
+        ok: bool,
+        output: JsonValue = None,
+        error: str | None = None,
+        retryable: bool = True,
+    ) -> m.StepResult:
+        """The result of ``task``'s attempt, ended now."""
         return m.StepResult(
             step_id=task.step_id,
             attempt=task.attempt,
-            ok=True,
-            output=value,
+            ok=ok,
+            output=output,
+            error=error,
             finished_at=self._clock(),
+            retryable=retryable,
         )
 
     async def _execute(self, task: m.StepTask, tp: Partition, offset: int) -> None:
@@ -274,7 +232,7 @@ class Worker:
         try:
             result = self._result(task, await self._call(invocation))
         except Exception as exc:
-            result = self._failure(task, step_error(exc), retryable=retryable(exc))
+            result = self._ended(task, ok=False, error=step_error(exc), retryable=retryable(exc))
         faults.hit("worker.after_effect_before_result")
         request = m.Request(
             request_id=str(uuid.uuid4()), run_id=task.run_id, sent_at=self._clock(), body=result
@@ -303,16 +261,6 @@ class Worker:
         if inspect.isawaitable(output):
             output = await output
         return output
-
-    def _failure(self, task: m.StepTask, error: str, *, retryable: bool) -> m.StepResult:
-        return m.StepResult(
-            step_id=task.step_id,
-            attempt=task.attempt,
-            ok=False,
-            error=error,
-            finished_at=self._clock(),
-            retryable=retryable,
-        )
 
     def _commit(self, *, asynchronous: bool = False) -> None:
         positions = self._offsets.safe_offsets()
@@ -363,11 +311,8 @@ class Worker:
         # Only results Kafka acknowledged move the offsets; asynchronously, so that a broker
         # that is down cannot hold the stop (close() sends what is queued, or drops it).
         self._commit(asynchronous=True)
-        try:
-            if withdraw:
-                self._advertiser.withdraw(budget.left(2.0))
-        except Exception:
-            log.exception("worker: could not withdraw the build registration")
+        if withdraw:
+            self._withdraw(budget)
         for source in self._consumers.values():
             source.close()
         # Results not delivered: their tasks are redelivered (same attempt, same key).
