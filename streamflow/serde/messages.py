@@ -292,6 +292,17 @@ class BuildRegistration:
     """When this registration was last refreshed."""
     ttl_ms: int
     """How long it stays live without a refresh."""
+    workflows: tuple[ServedWorkflow, ...] = ()
+    """The workflows its runtime registers (a ``streamflow.App``), sorted by name; empty when
+    the runtime does not say (a hand-written ``FlowRuntime`` serves any workflow)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServedWorkflow:
+    """A workflow a processor's runtime registers: its name and version."""
+
+    name: str
+    version: str
 
 
 # -- observers ({ns}.audit, {ns}.metrics) --------------------------------------------------------

@@ -84,6 +84,7 @@ from streamflow.serde.messages import (
     RetentionRecord,
     SealedRun,
     SendSignal,
+    ServedWorkflow,
     StartRun,
     StepResult,
     StepTask,
@@ -470,6 +471,7 @@ PROPOSAL = RecordMap(
 
 # -- retention ----------------------------------------------------------------------------------
 
+SERVED = RecordMap("ServedWorkflow", ServedWorkflow, (("name", SAME), ("version", SAME)))
 HOLD = RecordMap(
     "HistoryHold", HistoryHold, (("run_id", SAME), ("hold_id", SAME), ("reason", SAME))
 )
@@ -708,6 +710,13 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ("accepts_unpinned", SAME),
             ("heartbeat_at", INSTANT),
             ("ttl_ms", SAME),
+            (
+                "workflows",
+                Conv(
+                    lambda served: [SERVED.to_avro(w) for w in served],
+                    lambda records: tuple(SERVED.from_avro(r) for r in records),
+                ),
+            ),
         ),
     ),
     RecordMap(

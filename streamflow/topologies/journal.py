@@ -35,11 +35,13 @@ from streamflow.core.errors import (
     RequestDeadLettered,
     RuntimeBuildUnavailable,
     SerializationError,
+    UnknownWorkflow,
 )
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
 from streamflow.core.projection import project
 from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.spec import WorkflowSpec
 from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
@@ -381,6 +383,15 @@ class Journal(TransactionalTopology):
             self._counts.staged[SEQUENCE_CONFLICTS] += 1
         return _Outcome(effects=outcome.effects)
 
+    def _unserved(self, spec: WorkflowSpec, build: str | None, now: datetime) -> FlowError | None:
+        """``UnknownWorkflow`` when no live processor of ``build`` runs ``spec``'s workflow at
+        its version (processors of a ``streamflow.App`` advertise what they register)."""
+        if self._routes.serves(build, spec.name, spec.version, now):
+            return None
+        return UnknownWorkflow(
+            f"{spec.name} version {spec.version}", self._routes.served(build, now)
+        )
+
     def _facts(
         self, run_id: str, body: rq.RequestKind, snap: WorkflowRunSnapshot | None, now: datetime
     ) -> rq.Facts:
@@ -389,6 +400,8 @@ class Journal(TransactionalTopology):
             build = rq.concerned_build(snap, body)
             if not self._routes.has_route(build, now):
                 route_error = RuntimeBuildUnavailable(run_id, build, None, routed=True)
+            elif isinstance(body, m.StartRun) and snap is None:
+                route_error = self._unserved(body.spec, build, now)
         tombstoned = (
             isinstance(body, m.StartRun)
             and snap is None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -37,7 +38,7 @@ from streamflow.kafka.clients import (
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.serde import codec
-from streamflow.serde.messages import BuildRegistration
+from streamflow.serde.messages import BuildRegistration, ServedWorkflow
 from streamflow.topologies.common import (
     utc_now,
 )
@@ -78,9 +79,12 @@ class Advertiser:
         instance: str,
         role: str,
         compatibility: RuntimeBuildCompatibility | None,
+        workflows: Mapping[str, str] | None = None,
         heartbeat: timedelta = DEFAULT_HEARTBEAT,
         ttl: timedelta = DEFAULT_TTL,
     ) -> None:
+        """``workflows``: the workflows the instance's runtime runs, name to version (``None``:
+        any), advertised with the route."""
         self._names = Names(settings.namespace)
         self._producer = producer(settings)
         self._key = registration_key(group, instance)
@@ -97,6 +101,7 @@ class Advertiser:
             accepts_unpinned=compatibility is None or compatibility.accepts_unpinned,
             heartbeat_at=utc_now(),
             ttl_ms=int(ttl.total_seconds() * 1000),
+            workflows=tuple(ServedWorkflow(n, v) for n, v in sorted((workflows or {}).items())),
         )
 
     def beat(self, now: datetime, *, force: bool = False) -> None:
@@ -194,6 +199,34 @@ class RouteTable:
             return True
         self.refresh(to_end=True)
         return self._admitted(build, now, role)
+
+    def serves(self, build: str | None, name: str, version: str, now: datetime) -> bool:
+        """Whether a live processor registration that admits ``build`` runs workflow ``name``
+        at ``version`` (one that advertises no workflows runs any); re-reads the topic once
+        before answering no."""
+        if self._serving(build, name, version, now):
+            return True
+        self.refresh(to_end=True)
+        return self._serving(build, name, version, now)
+
+    def served(self, build: str | None, now: datetime) -> list[str]:
+        """``name version V`` of every workflow the live processors admitting ``build``
+        advertise (for an error that lists what could have been started)."""
+        return sorted(
+            {
+                f"{w.name} version {w.version}"
+                for r in self.live(now)
+                if r.role == "processor" and admitted_by(r, build)
+                for w in r.workflows
+            }
+        )
+
+    def _serving(self, build: str | None, name: str, version: str, now: datetime) -> bool:
+        routes = [r for r in self.live(now) if r.role == "processor" and admitted_by(r, build)]
+        return any(
+            not r.workflows or any(w.name == name and w.version == version for w in r.workflows)
+            for r in routes
+        )
 
     def _admitted(self, build: str | None, now: datetime, role: str) -> bool:
         return any(r.role == role and admitted_by(r, build) for r in self.live(now))

@@ -77,6 +77,7 @@ class BuildServer:
             instance=serving.instance,
             role=self.component,
             compatibility=compatibility,
+            workflows=runtime.served_workflows() if self.component == "processor" else None,
         )
         self.ready = threading.Event()
 

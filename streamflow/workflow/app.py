@@ -394,6 +394,10 @@ class App(FlowRuntime):
         if workflow.takes_input:
             decode(input, workflow.input_type, f"workflow {spec.name} input")
 
+    def served_workflows(self) -> dict[str, str]:
+        """Every registered workflow's name and version."""
+        return {name: w.spec.version for name, w in self._workflows.items()}
+
     def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
         """The next command of the run (its registered workflow run against its history)."""
         return self.registered(invocation.spec).decide(invocation)

@@ -228,6 +228,13 @@ class FlowRuntime:
         does not register and inputs their annotation refuses."""
         return None
 
+    def served_workflows(self) -> dict[str, str] | None:
+        """The workflows this runtime runs, name to version, or ``None`` for "any" (the
+        default). A Kafka processor advertises them with its build route, so that the journal
+        refuses a start no live processor would run; ``streamflow.App`` lists what it
+        registers."""
+        return None
+
     def run_step(self, invocation: StepInvocation) -> object:
         """Run one attempt of step ``invocation.step_name`` and return its JSON output. Raise to
         fail the attempt (the retry policy decides what follows) or ``NonRetryable`` to fail the

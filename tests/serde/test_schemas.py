@@ -59,7 +59,7 @@ PINNED_FINGERPRINTS = {
     "Reply": "640cb8b095318ffc",
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
-    "BuildRegistration": "d186cdd37e2c5317",
+    "BuildRegistration": "ecde2e2014323af5",
     "HookRequest": "ff5c4ae72df863df",
     "TokenRecord": "c1e6433bc5811e9b",
     "RetentionRecord": "469fe1f89d4670ac",
@@ -81,6 +81,7 @@ RETIRED_FINGERPRINTS = {
     "9045929b847bc9a9": "Incident",
     "6cfd35d67a15b189": "HookRequest",
     "c24e40eebab4077a": "TokenRecord",
+    "d186cdd37e2c5317": "BuildRegistration",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
@@ -94,6 +95,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "Incident": messages.Incident,
     "DeadLetter": messages.DeadLetter,
     "BuildRegistration": messages.BuildRegistration,
+    "ServedWorkflow": messages.ServedWorkflow,
     "HookRequest": messages.HookRequest,
     "TokenRecord": messages.TokenRecord,
     "RetentionRecord": messages.RetentionRecord,
@@ -179,7 +181,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 87
+    assert len(FILES) == len(DEFINITIONS) == 88
 
 
 def test_shipped_fingerprints_are_pinned() -> None:
@@ -449,6 +451,30 @@ def test_incidents_written_before_attempts_were_counted_decode_as_first_attempts
     decoded = codec.decode(data)
     assert decoded == incident
     assert (decoded.attempts, decoded.first_at) == (1, None)
+
+
+def test_registrations_written_before_workflows_were_advertised_serve_any_workflow(
+    tmp_path: Path,
+) -> None:
+    old_dir = _copy_schemas(tmp_path / "registration")
+    schema = json.loads((old_dir / "BuildRegistration.avsc").read_text())
+    schema["fields"] = [f for f in schema["fields"] if f["name"] != "workflows"]
+    (old_dir / "BuildRegistration.avsc").write_text(json.dumps(schema))
+    (old_dir / "ServedWorkflow.avsc").unlink()
+    old = WireCodec(build_registry(old_dir))
+    registration = messages.BuildRegistration(
+        group="ns.processor.v1",
+        instance="0",
+        role="processor",
+        current="v1",
+        heartbeat_at=ex.T0,
+        ttl_ms=20_000,
+    )
+    data = old.encode(registration)
+    assert data[2:10].hex() == "d186cdd37e2c5317"
+    decoded = codec.decode(data)
+    assert decoded == registration
+    assert decoded.workflows == ()  # advertises nothing: a processor that runs any workflow
 
 
 def test_an_undefined_reference_fails_loading(tmp_path: Path) -> None:
