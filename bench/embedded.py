@@ -5,6 +5,11 @@
 * Baseline — the same W1 append volume written straight to the store with no engine
   (``append_if_sequence`` of the identical 12 events per run), measured in the same process,
   so every engine figure is also reported as a ratio against it.
+* The same workloads written with ``streamflow.App`` (an ``async def`` that awaits its steps in
+  a loop) beside the hand-written ``FlowRuntime`` (``durable`` in the output): W1, W2 (200
+  sequential one-step runs, start to result, p50 / p99 ms) and W3, each as a ratio to the
+  low-level figure measured in the same run. ``--durable-long N`` adds one run of N steps with
+  the App (the cost of replaying from the top grows with the history).
 
 Run: ``make bench`` (or ``.venv/bin/python -m bench.embedded [--runs N] [--steps N]``).
 """
@@ -23,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from streamflow import (
+    App,
+    DurableContext,
     FlowEngine,
     FlowEventStore,
     FlowRuntime,
@@ -71,6 +78,22 @@ class CursorSteps(NoopSteps):
         if done < len(self.step_ids):
             return ctx.schedule_step(self.step_ids[done], "noop", None)
         return ctx.complete(done)
+
+
+DURABLE = App()
+
+
+@DURABLE.step(name="noop")
+async def noop() -> None:
+    return None
+
+
+@DURABLE.workflow(name="bench.durable")
+async def durable_steps(ctx: DurableContext, steps: int) -> int:
+    """``steps`` sequential no-op steps, awaited in a loop."""
+    for i in range(steps):
+        await ctx.step(f"s{i}", noop)
+    return steps
 
 
 class StepClock:
@@ -151,6 +174,94 @@ async def w3(
     }
 
 
+async def durable_w1(open_store: Callable[[], FlowEventStore], runs: int) -> dict[str, float]:
+    store = open_store()
+    engine = FlowEngine.builder(DURABLE).with_store(store).build()
+    spec = durable_steps.spec
+    gc.collect()
+    began = time.perf_counter()
+    await asyncio.gather(*(engine.start_with_id(f"run-{i}", spec, 3) for i in range(runs)))
+    elapsed = time.perf_counter() - began
+    for i in (0, runs - 1):
+        assert (await engine.snapshot(f"run-{i}")).is_terminal
+    _close(store)
+    return {"seconds": elapsed, "runs_per_s": runs / elapsed, "steps_per_s": 3 * runs / elapsed}
+
+
+async def w2(
+    open_store: Callable[[], FlowEventStore], runtime: FlowRuntime, spec: WorkflowSpec, arg: object
+) -> dict[str, float]:
+    """200 sequential one-step runs: start to result, per run."""
+    store = open_store()
+    engine = FlowEngine.builder(runtime).with_store(store).build()
+    latencies = []
+    for i in range(200):
+        began = time.perf_counter()
+        await engine.start_with_id(f"w2-{i}", spec, arg)
+        snapshot = await engine.result(f"w2-{i}", timeout=30)
+        latencies.append((time.perf_counter() - began) * 1000)
+        assert snapshot.is_terminal
+    _close(store)
+    latencies.sort()
+    return {"p50_ms": latencies[100], "p99_ms": latencies[197]}
+
+
+async def durable_w3(open_store: Callable[[], FlowEventStore], steps: int) -> dict[str, float]:
+    store = open_store()
+    clock = StepClock()
+    engine = (
+        FlowEngine.builder(DURABLE)
+        .with_store(store)
+        .with_observer(clock)
+        .with_max_replay_iterations(max(1024, 2 * steps + 16))  # one drive runs it whole
+        .build()
+    )
+    began = time.perf_counter()
+    await engine.start_with_id("long", durable_steps.spec, steps)
+    total = time.perf_counter() - began
+    assert (await engine.snapshot("long")).is_terminal
+    marks = [began, *clock.completed_at]
+    window = min(100, steps // 2)
+    first = (marks[window] - marks[0]) / window * 1000
+    last = (marks[-1] - marks[-1 - window]) / window * 1000
+    _close(store)
+    return {
+        "seconds": total,
+        "first_ms_per_step": first,
+        "last_ms_per_step": last,
+        "last_over_first": last / first,
+    }
+
+
+async def durable(open_store: Callable[[], FlowEventStore], runs: int, steps: int, repeat: int):  # type: ignore[no-untyped-def]
+    """The App workloads beside the FlowRuntime ones, each repetition back to back."""
+    low_w1 = max([await w1(open_store, runs) for _ in range(repeat)], key=lambda r: r["runs_per_s"])
+    app_w1 = max(
+        [await durable_w1(open_store, runs) for _ in range(repeat)], key=lambda r: r["runs_per_s"]
+    )
+    low_w2 = min(
+        [await w2(open_store, NoopSteps(1), SPEC, None) for _ in range(repeat)],
+        key=lambda r: r["p50_ms"],
+    )
+    app_w2 = min(
+        [await w2(open_store, DURABLE, durable_steps.spec, 1) for _ in range(repeat)],
+        key=lambda r: r["p50_ms"],
+    )
+    low_w3 = _median([await w3(open_store, steps, NoopSteps) for _ in range(repeat)])
+    app_w3 = _median([await durable_w3(open_store, steps) for _ in range(repeat)])
+    return {
+        "W1_runtime": low_w1,
+        "W1_app": app_w1,
+        "W1_app_over_runtime_runs_per_s": app_w1["runs_per_s"] / low_w1["runs_per_s"],
+        "W2_runtime": low_w2,
+        "W2_app": app_w2,
+        "W2_app_over_runtime_p50": app_w2["p50_ms"] / low_w2["p50_ms"],
+        "W3_runtime_loop": low_w3,
+        "W3_app": app_w3,
+        "W3_app_last_over_first": app_w3["last_over_first"],
+    }
+
+
 def _median(runs: list[dict[str, float]]) -> dict[str, float]:
     """The median repetition by ratio, so one lucky or unlucky run does not decide it."""
     return sorted(runs, key=lambda r: r["last_over_first"])[len(runs) // 2]
@@ -162,7 +273,9 @@ def _close(store: FlowEventStore) -> None:
         close()
 
 
-async def main(runs: int, steps: int, repeat: int) -> dict[str, object]:
+async def main(
+    runs: int, steps: int, repeat: int, durable_long: int | None = None
+) -> dict[str, object]:
     tmp = Path(tempfile.mkdtemp(prefix="streamflow-bench-"))
     results: dict[str, object] = {
         "python": platform.python_version(),
@@ -184,7 +297,10 @@ async def main(runs: int, steps: int, repeat: int) -> dict[str, object]:
                 "W1_over_baseline": best_w1["runs_per_s"] / base["runs_per_s"],
                 "W3": _median(w3_runs),
                 "W3_loop_workflow": _median(w3_loop),
+                "durable": await durable(open_store, runs, steps, repeat),
             }
+        if durable_long:
+            results["durable_long_memory"] = await durable_w3(InMemoryEventStore, durable_long)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return results
@@ -195,9 +311,10 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--durable-long", type=int, help="also one App run of this many steps")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    figures = asyncio.run(main(args.runs, args.steps, args.repeat))
+    figures = asyncio.run(main(args.runs, args.steps, args.repeat, args.durable_long))
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json:

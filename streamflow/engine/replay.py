@@ -19,6 +19,7 @@ from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministi
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.replay import Drift, DriftKind, compare, refused
 from streamflow.core.tokens import HookSecret
+from streamflow.workflow.durable import from_the_top
 from streamflow.workflow.runtime import (
     FlowRuntime,
     checked_command,
@@ -98,7 +99,7 @@ async def _decide(
     sequence = snap.last_sequence + 1
     now = now_event.timestamp if now_event is not None else run.history[-1].timestamp
     try:
-        with workflow_failures():
+        with workflow_failures(), from_the_top():
             result = runtime.run_workflow(workflow_invocation(run, hook_secret))
             if inspect.isawaitable(result):
                 result = await result

@@ -39,7 +39,7 @@ from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import derive_hook_token
 from streamflow.core.values import Completed
-from streamflow.workflow.durable import DurableContext, drive
+from streamflow.workflow.durable import DurableContext, ParkedRuns, drive
 from streamflow.workflow.errors import NotAStep, RunNotCompleted, UnknownWorkflow
 from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
 from streamflow.workflow.typed import decode, encode
@@ -233,16 +233,25 @@ class Workflow(Generic[I, O]):
             raise RunNotCompleted(snapshot.run_id, outcome)
         return cast(O, decode(outcome.output, self.output_type, f"workflow {self.name} output"))
 
-    def decide(self, invocation: WorkflowInvocation) -> RuntimeCommand:
-        """The next command of one run: its coroutine run from the top against its history."""
+    def decide(
+        self, invocation: WorkflowInvocation, parked: ParkedRuns | None = None
+    ) -> RuntimeCommand:
+        """The next command of one run: its coroutine resumed where ``parked`` keeps it, or run
+        from the top against its history."""
         snapshot: WorkflowRunSnapshot | None = invocation.snapshot
         if snapshot is None or snapshot.last_sequence != len(invocation.history):
             snapshot = project(invocation.run_id, invocation.history)
-        args: tuple[Any, ...] = ()
-        if self.takes_input:
+
+        def start(ctx: DurableContext) -> Coroutine[Any, Any, Any]:
+            if not self.takes_input:
+                return cast(Coroutine[Any, Any, Any], self.fn(ctx))
             what = f"workflow run {invocation.run_id} input"
-            args = (decode(invocation.input, self.input_type, what),)
-        return drive(self.fn, args, DurableContext(invocation, snapshot), self.output_type)
+            return cast(
+                Coroutine[Any, Any, Any],
+                self.fn(ctx, decode(invocation.input, self.input_type, what)),
+            )
+
+        return drive(start, invocation, snapshot, self.output_type, parked)
 
 
 WorkflowFn = Callable[..., Coroutine[Any, Any, Any]]
@@ -253,13 +262,18 @@ class App(FlowRuntime):
     and every command that takes a runtime takes it. ``build``: pin every registered
     workflow's spec to that runtime build. ``export``: where the App is importable from,
     ``"module:attribute"``, recorded as the runtime of every workflow's spec (by default each
-    spec names the workflow function itself)."""
+    spec names the workflow function itself). ``parked_runs``: how many suspended workflow
+    coroutines to keep between decisions (a run's next decision resumes its coroutine instead
+    of replaying it from the top; 0 always replays from the top)."""
 
-    def __init__(self, *, build: str | None = None, export: str | None = None) -> None:
+    def __init__(
+        self, *, build: str | None = None, export: str | None = None, parked_runs: int = 4096
+    ) -> None:
         if export is not None and export.count(":") != 1:
             raise InvalidWorkflow(f"App export must be 'module:attribute', got {export!r}")
         self._build = build
         self._export = export
+        self._parked = ParkedRuns(parked_runs) if parked_runs > 0 else None
         self._workflows: dict[str, Workflow[Any, Any]] = {}
         self._steps: dict[str, Step[Any, Any]] = {}
 
@@ -400,7 +414,7 @@ class App(FlowRuntime):
 
     def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
         """The next command of the run (its registered workflow run against its history)."""
-        return self.registered(invocation.spec).decide(invocation)
+        return self.registered(invocation.spec).decide(invocation, self._parked)
 
     async def run_step(self, invocation: StepInvocation) -> object:
         """One attempt of registered step ``invocation.step_name``."""

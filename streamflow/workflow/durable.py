@@ -28,10 +28,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
+import threading
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from streamflow.core import events as ev
 from streamflow.core.commands import RuntimeCommand
@@ -95,6 +101,7 @@ class DurableContext:
         self._snapshot = snapshot
         self._reached: set[tuple[str, str]] = set()
         self._unwinding = False
+        self._checked = False
         self._cancel_raised = False
         self._draws = 0
         self._index: dict[tuple[str, str], Resolution] | None = None
@@ -120,9 +127,11 @@ class DurableContext:
 
     @property
     def cancellation_requested(self) -> bool:
-        """Whether the run's cancellation was requested (its next open ``await`` raises
-        ``Cancelled``)."""
-        return self._snapshot.cancellation is not None
+        """Whether an ``await`` of this replay has met the run's cancellation request (raised
+        ``Cancelled``, or resolved after it): the same at this point of the code on every
+        replay."""
+        cancellation = self._snapshot.cancellation
+        return cancellation is not None and cancellation.sequence <= self._position.sequence
 
     def now(self) -> datetime:
         """The commit time of the event that resolved the most recent ``await`` (the run's start
@@ -310,6 +319,12 @@ class DurableContext:
 
         return step_of(fn)
 
+    def _rebase(self, invocation: WorkflowInvocation, snapshot: WorkflowRunSnapshot) -> None:
+        """Carry on against a longer history of the same run (a parked coroutine resumes)."""
+        self._invocation = invocation
+        self._snapshot = snapshot
+        self._index = None
+
     def _draw(self) -> bytes:
         self._draws += 1
         return hashlib.sha256(f"{self.run_id}\x00{self._draws}".encode()).digest()
@@ -346,6 +361,10 @@ class DurableContext:
         return [f"{kind} {key!r}" for kind, key in recorded if (kind, key) not in self._reached]
 
     def _guard(self) -> None:
+        if self._checked:
+            # A parked coroutine that passed once: everything recorded since was made by the
+            # commands it issued, all reached (nothing else writes code-made events).
+            return
         missing = self._unreached()
         if missing:
             raise NonDeterministic(
@@ -355,6 +374,7 @@ class DurableContext:
                 + ") before issuing a new command: a change of code (or a branch on something "
                 "outside history) skipped them",
             )
+        self._checked = True
 
 
 def _start_of(history: Sequence[ev.FlowEventEnvelope]) -> Resolution:
@@ -381,6 +401,8 @@ def _resolutions(history: Sequence[ev.FlowEventEnvelope]) -> dict[tuple[str, str
     return out
 
 
+log = logging.getLogger("streamflow.durable")
+
 _LOOP_BOUND = "no running event loop"
 """What asyncio raises when workflow code awaits something that needs an event loop."""
 
@@ -388,14 +410,87 @@ WorkflowFunction = Callable[..., Awaitable[Any]]
 """``async def f(ctx)`` or ``async def f(ctx, input)``."""
 
 
+@dataclass
+class _Parked:
+    """A suspended workflow coroutine and its context, and the history it suspended at."""
+
+    coro: Coroutine[Any, Any, Any]
+    ctx: DurableContext
+    length: int
+    last_event_id: str
+
+
+class ParkedRuns:
+    """Suspended workflow coroutines kept between decisions, by run, so that the next decision
+    of a run resumes the coroutine where it suspended instead of running it from the top: a
+    decision then costs what is new in history, not the whole of it. An entry serves only a
+    history that extends the one it suspended at (the same event at the same sequence); any
+    other history, a failed decision or an evicted entry replays from the top, which gives the
+    same command. At most ``capacity`` runs are kept (least recently used go first)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._runs: OrderedDict[str, _Parked] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, run_id: str, history: Sequence[ev.FlowEventEnvelope]) -> _Parked | None:
+        """The run's parked coroutine if ``history`` extends the one it suspended at (it is
+        removed either way)."""
+        with self._lock:
+            parked = self._runs.pop(run_id, None)
+        if parked is None:
+            return None
+        n = parked.length
+        if len(history) >= n and history[n - 1].event_id == parked.last_event_id:
+            return parked
+        _discard(parked)
+        return None
+
+    def park(self, run_id: str, parked: _Parked) -> None:
+        """Keep ``parked`` for the run's next decision."""
+        evicted: list[_Parked] = []
+        with self._lock:
+            self._runs[run_id] = parked
+            while len(self._runs) > self._capacity:
+                evicted.append(self._runs.popitem(last=False)[1])
+        for old in evicted:
+            _discard(old)
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+
+def _discard(parked: _Parked) -> None:
+    try:
+        _close(parked.coro, parked.ctx)
+    except RuntimeFailure as exc:  # its finally blocks failed: nothing depends on it any more
+        log.warning("discarding a parked workflow coroutine: %s", exc)
+
+
+_FROM_THE_TOP: ContextVar[bool] = ContextVar("streamflow_from_the_top", default=False)
+
+
+@contextmanager
+def from_the_top() -> Iterator[None]:
+    """Within it, every decision runs its workflow from the top, parked coroutines aside:
+    replay verification checks each decision as a freshly deployed process makes it."""
+    token = _FROM_THE_TOP.set(True)
+    try:
+        yield
+    finally:
+        _FROM_THE_TOP.reset(token)
+
+
 def drive(
-    fn: WorkflowFunction,
-    args: tuple[Any, ...],
-    ctx: DurableContext,
+    start: Callable[[DurableContext], Coroutine[Any, Any, Any]],
+    invocation: WorkflowInvocation,
+    snapshot: WorkflowRunSnapshot,
     output_type: Any,
+    parked: ParkedRuns | None = None,
 ) -> RuntimeCommand:
-    """Run workflow ``fn(ctx, *args)`` from the top against ``ctx``'s history and return the
-    command it leads to: the command of the operation it suspended on, or the end of the run.
+    """The command one decision of a run leads to: the command of the operation its workflow
+    suspends on, or the end of the run. The workflow's coroutine resumes where it was parked
+    when ``parked`` holds it for this history; otherwise ``start(ctx)`` runs it from the top.
 
     It runs with no current event loop, on every backend alike (the embedded engine decides on
     its loop's thread, a Kafka processor on a thread of its own): ``asyncio.sleep`` and other
@@ -403,35 +498,51 @@ def drive(
     loop = asyncio.events._get_running_loop()
     asyncio.events._set_running_loop(None)
     try:
-        return _drive(fn, args, ctx, output_type)
+        history = invocation.history
+        if _FROM_THE_TOP.get():
+            parked = None
+        entry = None if parked is None else parked.take(invocation.run_id, history)
+        if entry is not None:
+            ctx, coro = entry.ctx, entry.coro
+            ctx._rebase(invocation, snapshot)
+        else:
+            ctx = DurableContext(invocation, snapshot)
+            coro = start(ctx)
+        command, suspended = _step(coro, ctx, output_type)
+        if suspended:
+            if parked is None or not history:
+                _close(coro, ctx)
+            else:
+                parked.park(
+                    invocation.run_id, _Parked(coro, ctx, len(history), history[-1].event_id)
+                )
+        return command
     finally:
         asyncio.events._set_running_loop(loop)
 
 
-def _drive(
-    fn: WorkflowFunction,
-    args: tuple[Any, ...],
-    ctx: DurableContext,
-    output_type: Any,
-) -> RuntimeCommand:
-    coro = cast(Coroutine[Any, Any, Any], fn(ctx, *args))
+def _step(
+    coro: Coroutine[Any, Any, Any], ctx: DurableContext, output_type: Any
+) -> tuple[RuntimeCommand, bool]:
+    """Run ``coro`` to its next suspension or its end: the command, and whether it suspended
+    (then it is still open; otherwise it is finished or closed)."""
     try:
         yielded = coro.send(None)
     except StopIteration as done:
-        return _ending(ctx, done.value, output_type)
+        return _ending(ctx, done.value, output_type), False
     except ContinueAsNew as request:
         ctx._guard()
-        return RuntimeCommand.continue_as_new(request.input)
+        return RuntimeCommand.continue_as_new(request.input), False
     except Cancelled:
         if ctx._snapshot.cancellation is None:
             raise RuntimeFailure(
                 f"workflow run {ctx.run_id} raised Cancelled without a cancellation request"
             ) from None
         ctx._guard()
-        return RuntimeCommand.cancel()
+        return RuntimeCommand.cancel(), False
     except WorkflowFailure as failure:
         ctx._guard()
-        return RuntimeCommand.fail(failure.message)
+        return RuntimeCommand.fail(failure.message), False
     except FlowError:
         raise
     except RuntimeError as exc:
@@ -448,9 +559,10 @@ def _drive(
         operation = yielded.operation
         if operation._is_new():
             ctx._guard()
-        return operation._command()
-    finally:
+        return operation._command(), True
+    except BaseException:
         _close(coro, ctx)
+        raise
 
 
 def _ending(ctx: DurableContext, value: object, output_type: Any) -> RuntimeCommand:

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from streamflow.core.commands import ChildWorkflowCommand, RuntimeCommand, StepCommand
-from streamflow.core.errors import InvalidWorkflow, RuntimeFailure
+from streamflow.core.errors import InvalidWorkflow
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import HookStatus, StepStatus, WaitStatus
 from streamflow.core.spec import WorkflowSpec
@@ -78,9 +78,12 @@ class Operation(Generic[T]):
         self._reach()
         resolution = self._resolution()
         ctx._check_cancellation(resolution)
-        if resolution is None:
+        while resolution is None:
+            # Suspended. A parked coroutine is resumed here once its run's history grew (the
+            # context then holds the longer history): look again.
             yield _Pending(self)
-            raise RuntimeFailure("a suspended workflow coroutine was resumed")  # never happens
+            resolution = self._resolution()
+            ctx._check_cancellation(resolution)
         ctx._resolved(resolution)
         return self._value()
 

@@ -344,7 +344,9 @@ REVISION = {"skip_a": False}
 
 
 async def test_code_that_skips_a_recorded_operation_fails_as_non_deterministic(make_driver):
-    app = App()
+    # A changed deploy replays its runs from the top (a new process parks no coroutines):
+    # parked_runs=0 makes every decision here one.
+    app = App(parked_runs=0)
 
     @app.step
     async def noop(_: None) -> None:
@@ -426,3 +428,37 @@ def test_a_decorated_step_is_still_a_plain_function():
     assert app.steps == {"add-one": add_one}
     with pytest.raises(RuntimeError, match="only available inside a running step"):
         streamflow.step_info()
+
+
+@pytest.mark.parametrize("parked_runs", [4096, 0], ids=["parked", "from-the-top"])
+async def test_a_parked_coroutine_resumes_and_records_what_a_replay_from_the_top_records(
+    make_driver, parked_runs
+):
+    app = App(parked_runs=parked_runs)
+    entries: list[int] = []
+
+    @app.step
+    async def add(n: int) -> int:
+        return n + 1
+
+    @app.workflow
+    async def count(ctx: DurableContext, steps: int) -> int:
+        entries.append(1)  # how often the function runs from its first line
+        total = 0
+        for i in range(steps):
+            total = await ctx.step(f"s{i}", add, total)
+        await ctx.progress("done", steps, total=steps)
+        return total
+
+    driver = await make_driver(app)
+    await driver.start_with_id("run-1", count.spec, 5)
+    assert await count.result(driver.flow, "run-1", timeout=30) == 5
+    recorded = await labels(driver, "run-1")
+    expected = ["run_created:", "run_started:"]
+    for i in range(5):
+        expected += [f"step_created:s{i}", f"step_started:s{i}", f"step_completed:s{i}"]
+    assert recorded == [*expected, "run_progress_recorded:", "run_completed:"]
+    if parked_runs:
+        assert len(entries) == 1  # every later decision resumed the parked coroutine
+    else:
+        assert len(entries) == 7  # five steps, the progress record, the completion
