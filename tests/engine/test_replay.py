@@ -225,6 +225,13 @@ def test_the_cli_exports_an_embedded_store_and_replay_exits_1_on_drift(golden, t
     assert "DRIFT  golden-order seq=15 step=ship [different] step_created ship" in printed
     assert "replayed 8 runs: 1 drifts in 1 runs" in printed
 
+    # The same histories through the workflows written with streamflow.App.
+    assert main(["replay", "--app", "tests.golden.durable_apps:golden", "--file", str(GOLDEN)]) == 0
+    assert "replayed 8 runs: no drift" in capsys.readouterr().out
+    drifted_app = "tests.golden.durable_apps:drifted"
+    assert main(["replay", "--app", drifted_app, "--file", str(GOLDEN), "--quiet"]) == 1
+    assert "DRIFT  golden-order seq=7 step=charge [different]" in capsys.readouterr().out
+
     assert main(["replay", "--app", app, "--file", str(tmp_path / "missing.jsonl")]) == 2
     assert main(["export", "--dir", str(tmp_path / "nowhere")]) == 2
     assert "error:" in capsys.readouterr().err
