@@ -481,10 +481,14 @@ def _step_completed(s: S, e: ev.StepCompleted, env: Env) -> None:
         step,
         status=StepStatus.COMPLETED,
         output=e.output,
-        resolved_at=env.timestamp,
-        resolved_sequence=env.sequence,
+        **resolved_by(env),
     )
     s.running_steps.discard(e.step_id)
+
+
+def resolved_by(env: Env) -> dict[str, Any]:
+    """``resolved_at`` / ``resolved_sequence`` of the item the event of ``env`` resolves."""
+    return {"resolved_at": env.timestamp, "resolved_sequence": env.sequence}
 
 
 @handles(ev.StepRetrying)
@@ -522,8 +526,7 @@ def _step_failed(s: S, e: ev.StepFailed, env: Env) -> None:
         step,
         status=StepStatus.FAILED,
         error=e.error,
-        resolved_at=env.timestamp,
-        resolved_sequence=env.sequence,
+        **resolved_by(env),
     )
     s.running_steps.discard(e.step_id)
     if not step.retry.continues_workflow:
@@ -577,8 +580,7 @@ def _hook_received(s: S, e: ev.HookReceived, env: Env) -> None:
         hook,
         status=HookStatus.RECEIVED,
         payload=e.payload,
-        resolved_at=env.timestamp,
-        resolved_sequence=env.sequence,
+        **resolved_by(env),
     )
     s.active_hooks.discard(e.hook_id)
 
@@ -589,7 +591,6 @@ def _hook_disposed(s: S, e: ev.HookDisposed, env: Env) -> None:
     s.hooks[e.hook_id] = replace(
         hook,
         status=HookStatus.DISPOSED,
-        resolved_at=env.timestamp,
-        resolved_sequence=env.sequence,
+        **resolved_by(env),
     )
     s.active_hooks.discard(e.hook_id)

@@ -295,22 +295,33 @@ class ClientKeeper:
             # of this id) rather than wait for a broker that may be down.
             return
         if not fatal:
-            try:
-                self._call(
-                    "abort_transaction", self._producer.abort_transaction, self._call_timeout
-                )
+            error = self._transaction_call("abort_transaction", self._producer.abort_transaction)
+            if not isinstance(error, KafkaError):
                 return
-            except Hung as exc:
-                log.warning("%s: %s; replacing the producer", self.component, exc)
-                self._replace_producer(abandon=True)
-                return
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.code() in FENCING:
-                    self._fenced = True
-                    raise Fenced(f"{self.component} was fenced: {error.str()}") from exc
-                log.warning("%s: abort failed (%s); replacing the producer", self.component, error)
+            log.warning("%s: abort failed (%s); replacing the producer", self.component, error)
         self._replace_producer()
+
+    def _transaction_call(self, what: str, fn: Callable[[float], object]) -> KafkaError | bool:
+        """``fn(timeout)`` on the producer, bounded: ``True`` when it returned, ``False`` when it
+        hung (the producer was replaced), the error it raised otherwise; ``Fenced`` when the
+        error says another instance took over."""
+        try:
+            self._call(what, fn, self._call_timeout)
+            return True
+        except Hung as exc:
+            self._abandon_producer(exc)
+            return False
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() in FENCING:
+                self._fenced = True
+                raise Fenced(f"{self.component} was fenced: {error.str()}") from exc
+            return error
+
+    def _abandon_producer(self, exc: Hung) -> None:
+        """A producer call outlived its bound: never touch that producer again, use a new one."""
+        log.warning("%s: %s; replacing the producer", self.component, exc)
+        self._replace_producer(abandon=True)
 
     def _replace_producer(self, *, abandon: bool = False) -> None:
         """A producer whose transaction state is unknown is dropped for a new one with the same
@@ -341,35 +352,27 @@ class ClientKeeper:
         attempt = 0
         began = time.monotonic()
         while True:
-            try:
-                self._call(
-                    "init_transactions", self._producer.init_transactions, self._call_timeout
-                )
+            outcome = self._transaction_call("init_transactions", self._producer.init_transactions)
+            if outcome is True:
                 self._sweep_hanging()
-                return
-            except Hung as exc:
-                log.warning("%s: %s; replacing the producer", self.component, exc)
-                self._replace_producer(abandon=True)
-                return
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.code() in FENCING:
-                    raise Fenced(f"{self.component}: {error.str()}") from exc
-                attempt += 1
-                log.log(
-                    logging.WARNING if attempt == 1 else logging.DEBUG,
-                    "%s: init_transactions failed (%s); retrying",
-                    self.component,
-                    error.str(),
-                )
-                if error.fatal():
-                    self._producer = producer(self._settings, **self._producer_config)
-                if time.monotonic() - began > GIVE_UP_AFTER:
-                    # Nothing will unblock this client (a coordinator it lost for good):
-                    # hand over to a fresh process, whose producer starts from nothing.
-                    what = f"init_transactions (failing for {GIVE_UP_AFTER:.0f}s)"
-                    self._on_hang(self.component, what, GIVE_UP_AFTER)
-                    raise Fenced(f"{self.component}: {what}") from exc
+            if not isinstance(outcome, KafkaError):
+                return  # initialised, or replaced (whose init_transactions ran)
+            error = outcome
+            attempt += 1
+            log.log(
+                logging.WARNING if attempt == 1 else logging.DEBUG,
+                "%s: init_transactions failed (%s); retrying",
+                self.component,
+                error.str(),
+            )
+            if error.fatal():
+                self._producer = producer(self._settings, **self._producer_config)
+            if time.monotonic() - began > GIVE_UP_AFTER:
+                # Nothing will unblock this client (a coordinator it lost for good):
+                # hand over to a fresh process, whose producer starts from nothing.
+                what = f"init_transactions (failing for {GIVE_UP_AFTER:.0f}s)"
+                self._on_hang(self.component, what, GIVE_UP_AFTER)
+                raise Fenced(f"{self.component}: {what}: {error.str()}")
             self._serve_group(min(0.2 * 2**attempt, MAX_BACKOFF))
 
     def _sweep_hanging(self) -> None:
@@ -410,8 +413,7 @@ class ClientKeeper:
         try:
             sweep(self._producer, self._call, stuck, self._outsiders[0], self._call_timeout)
         except Hung as exc:
-            log.warning("%s: %s; replacing the producer", self.component, exc)
-            self._replace_producer(abandon=True)  # its init_transactions sweeps again
+            self._abandon_producer(exc)  # its init_transactions sweeps again
         except (KafkaException, BufferError) as exc:
             log.warning(
                 "%s: ending the transaction left open failed (%s); the next producer tries again",

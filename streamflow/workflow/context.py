@@ -31,7 +31,7 @@ from streamflow.core.values import (
     WorkflowProgress,
     WorkflowTerminalOutcome,
 )
-from streamflow.workflow.runtime import json_copy
+from streamflow.workflow.runtime import RunFacts, json_copy
 from streamflow.workflow.typed import decode
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ T = TypeVar("T")
 _REQUEST = ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
 
 
-class WorkflowContext:
+class WorkflowContext(RunFacts):
     """What workflow code sees during one replay."""
 
     __slots__ = ("_invocation", "_snapshot")
@@ -51,16 +51,6 @@ class WorkflowContext:
         self._snapshot = snapshot
 
     # -- identity and input -------------------------------------------------------------------
-
-    @property
-    def run_id(self) -> str:
-        """The run being replayed."""
-        return self._invocation.run_id
-
-    @property
-    def spec(self) -> WorkflowSpec:
-        """The run's recorded spec."""
-        return self._invocation.spec
 
     @property
     def input(self) -> JsonValue:
@@ -76,11 +66,6 @@ class WorkflowContext:
         """The input validated as ``model`` (a pydantic model, or any type pydantic validates).
         ``SerializationError`` when it does not decode: never a default."""
         return decode(self._invocation.input, model, f"workflow run {self.run_id} input")
-
-    def has_patch_marker(self, marker: str) -> bool:
-        """Whether the run's spec carries patch marker ``marker``: branch on it to change a
-        decision for new runs only."""
-        return self._invocation.spec.has_patch_marker(marker)
 
     def cancellation_request(self) -> CancellationRequest | None:
         """The durable cancellation request; check it first on every replay."""

@@ -45,7 +45,6 @@ from streamflow.core.errors import FlowError, InvalidWorkflow, NonDeterministic,
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import derive_hook_token
 from streamflow.core.values import (
     ChildOperationReference,
@@ -71,7 +70,7 @@ from streamflow.workflow.operations import (
     StepOperation,
     _Pending,
 )
-from streamflow.workflow.runtime import WorkflowInvocation, json_copy
+from streamflow.workflow.runtime import RunFacts, WorkflowInvocation, json_copy
 from streamflow.workflow.typed import encode
 
 if TYPE_CHECKING:
@@ -90,7 +89,7 @@ class ContinueAsNew(BaseException):
         self.input = input
 
 
-class DurableContext:
+class DurableContext(RunFacts):
     """What durable workflow code sees during one replay: awaitable operations, deterministic
     time and randomness, and read-only facts of the run. Every operation takes a stable id as
     its first argument: the id is the operation's identity in history, so keep it unchanged
@@ -109,21 +108,6 @@ class DurableContext:
         self._position = self._start
 
     # -- facts ---------------------------------------------------------------------------------
-
-    @property
-    def run_id(self) -> str:
-        """The run being replayed."""
-        return self._invocation.run_id
-
-    @property
-    def spec(self) -> WorkflowSpec:
-        """The run's recorded spec."""
-        return self._invocation.spec
-
-    def has_patch_marker(self, marker: str) -> bool:
-        """Whether the run's spec carries patch marker ``marker`` (branch on it to change what
-        new runs do while running ones replay as recorded)."""
-        return self._invocation.spec.has_patch_marker(marker)
 
     @property
     def cancellation_requested(self) -> bool:
@@ -164,7 +148,6 @@ class DurableContext:
 
     # -- operations ----------------------------------------------------------------------------
 
-    @overload
     def step(
         self,
         step_id: str,
@@ -173,40 +156,9 @@ class DurableContext:
         *,
         retry: RetryPolicy | None = None,
         handle_failure: bool = False,
-    ) -> StepOperation[R]: ...
-
-    @overload
-    def step(
-        self,
-        step_id: str,
-        fn: Callable[[A], Coroutine[Any, Any, R]],
-        arg: A | None = None,
-        *,
-        retry: RetryPolicy | None = None,
-        handle_failure: bool = False,
-    ) -> StepOperation[R]: ...
-
-    @overload
-    def step(
-        self,
-        step_id: str,
-        fn: Callable[[A], R],
-        arg: A | None = None,
-        *,
-        retry: RetryPolicy | None = None,
-        handle_failure: bool = False,
-    ) -> StepOperation[R]: ...
-
-    def step(
-        self,
-        step_id: str,
-        fn: Any,
-        arg: Any = None,
-        *,
-        retry: RetryPolicy | None = None,
-        handle_failure: bool = False,
-    ) -> StepOperation[Any]:
-        """Run registered step ``fn`` with ``arg`` as step ``step_id``; awaiting it gives the
+    ) -> StepOperation[R]:
+        """Run registered step ``fn`` (what ``@app.step`` returned; a function given to
+        ``app.step(fn)`` is accepted too) with ``arg`` as step ``step_id``; awaiting it gives the
         step's output, decoded to ``fn``'s return annotation. ``retry`` overrides the step's
         registered policy. A step that fails for good ends the run, unless
         ``handle_failure=True``: then the ``await`` raises ``StepFailedError`` and the workflow

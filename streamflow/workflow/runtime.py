@@ -132,6 +132,29 @@ class StepInvocation:
         return derive_hook_token(self.hook_secret, self.run_id, hook_id)
 
 
+class RunFacts:
+    """What every workflow context says about the run it replays (``WorkflowContext`` and
+    ``DurableContext`` both derive from it): its id, its spec and its patch markers."""
+
+    __slots__ = ()
+    _invocation: WorkflowInvocation
+
+    @property
+    def run_id(self) -> str:
+        """The run being replayed."""
+        return self._invocation.run_id
+
+    @property
+    def spec(self) -> WorkflowSpec:
+        """The run's recorded spec."""
+        return self._invocation.spec
+
+    def has_patch_marker(self, marker: str) -> bool:
+        """Whether the run's spec carries patch marker ``marker``: branch on it to change what
+        new runs do while running ones replay as recorded."""
+        return self._invocation.spec.has_patch_marker(marker)
+
+
 def workflow_invocation(
     run: ProjectedRun, hook_secret: HookSecret | None = None
 ) -> WorkflowInvocation:
