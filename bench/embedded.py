@@ -115,12 +115,21 @@ def stores(tmp: Path) -> dict[str, Callable[[], FlowEventStore]]:
     }
 
 
-async def w1(open_store: Callable[[], FlowEventStore], runs: int) -> dict[str, float]:
+async def w1(
+    open_store: Callable[[], FlowEventStore],
+    runs: int,
+    runtime: FlowRuntime | None = None,
+    spec: WorkflowSpec = SPEC,
+    input_of: Callable[[int], object] = lambda i: {"i": i},
+) -> dict[str, float]:
+    """W1: ``runs`` runs of three steps started at once (``NoopSteps(3)`` unless given)."""
     store = open_store()
-    engine = FlowEngine.builder(NoopSteps(3)).with_store(store).build()
+    engine = FlowEngine.builder(runtime or NoopSteps(3)).with_store(store).build()
     gc.collect()
     began = time.perf_counter()
-    await asyncio.gather(*(engine.start_with_id(f"run-{i}", SPEC, {"i": i}) for i in range(runs)))
+    await asyncio.gather(
+        *(engine.start_with_id(f"run-{i}", spec, input_of(i)) for i in range(runs))
+    )
     elapsed = time.perf_counter() - began
     for i in (0, runs - 1):
         assert (await engine.snapshot(f"run-{i}")).is_terminal
@@ -160,32 +169,24 @@ async def w3(
     engine = FlowEngine.builder(runtime(steps)).with_store(store).with_observer(clock).build()
     began = time.perf_counter()
     await engine.start_with_id("long", SPEC, None)
+    figures = _per_step(began, clock, steps)
+    _close(store)
+    return figures
+
+
+def _per_step(began: float, clock: StepClock, steps: int) -> dict[str, float]:
+    """W3's figures from the start time and the step completion times."""
     total = time.perf_counter() - began
     marks = [began, *clock.completed_at]
     window = min(100, steps // 2)
     first = (marks[window] - marks[0]) / window * 1000
     last = (marks[-1] - marks[-1 - window]) / window * 1000
-    _close(store)
     return {
         "seconds": total,
         "first_ms_per_step": first,
         "last_ms_per_step": last,
         "last_over_first": last / first,
     }
-
-
-async def durable_w1(open_store: Callable[[], FlowEventStore], runs: int) -> dict[str, float]:
-    store = open_store()
-    engine = FlowEngine.builder(DURABLE).with_store(store).build()
-    spec = durable_steps.spec
-    gc.collect()
-    began = time.perf_counter()
-    await asyncio.gather(*(engine.start_with_id(f"run-{i}", spec, 3) for i in range(runs)))
-    elapsed = time.perf_counter() - began
-    for i in (0, runs - 1):
-        assert (await engine.snapshot(f"run-{i}")).is_terminal
-    _close(store)
-    return {"seconds": elapsed, "runs_per_s": runs / elapsed, "steps_per_s": 3 * runs / elapsed}
 
 
 async def w2(
@@ -218,26 +219,21 @@ async def durable_w3(open_store: Callable[[], FlowEventStore], steps: int) -> di
     )
     began = time.perf_counter()
     await engine.start_with_id("long", durable_steps.spec, steps)
-    total = time.perf_counter() - began
+    figures = _per_step(began, clock, steps)
     assert (await engine.snapshot("long")).is_terminal
-    marks = [began, *clock.completed_at]
-    window = min(100, steps // 2)
-    first = (marks[window] - marks[0]) / window * 1000
-    last = (marks[-1] - marks[-1 - window]) / window * 1000
     _close(store)
-    return {
-        "seconds": total,
-        "first_ms_per_step": first,
-        "last_ms_per_step": last,
-        "last_over_first": last / first,
-    }
+    return figures
 
 
 async def durable(open_store: Callable[[], FlowEventStore], runs: int, steps: int, repeat: int):  # type: ignore[no-untyped-def]
     """The App workloads beside the FlowRuntime ones, each repetition back to back."""
     low_w1 = max([await w1(open_store, runs) for _ in range(repeat)], key=lambda r: r["runs_per_s"])
     app_w1 = max(
-        [await durable_w1(open_store, runs) for _ in range(repeat)], key=lambda r: r["runs_per_s"]
+        [
+            await w1(open_store, runs, DURABLE, durable_steps.spec, lambda _: 3)
+            for _ in range(repeat)
+        ],
+        key=lambda r: r["runs_per_s"],
     )
     low_w2 = min(
         [await w2(open_store, NoopSteps(1), SPEC, None) for _ in range(repeat)],

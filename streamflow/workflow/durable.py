@@ -104,8 +104,7 @@ class DurableContext(RunFacts):
         self._cancel_raised = False
         self._draws = 0
         self._index: dict[tuple[str, str], Resolution] | None = None
-        self._start = _start_of(invocation.history)
-        self._position = self._start
+        self._position = _start_of(invocation.history)
 
     # -- facts ---------------------------------------------------------------------------------
 

@@ -12,41 +12,17 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from pydantic import BaseModel
-
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import RuntimeFailure
 from streamflow.core.events import StepCompleted
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import WorkflowProgress
+from streamflow.examples.orders import Charge, ChargeRequest, Order  # the same wire shapes
 from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
 
 COOLING_OFF = timedelta(seconds=2)
 CHARGE_RETRY = RetryPolicy.fixed(3, timedelta(milliseconds=500))
-
-
-class Order(BaseModel):
-    """The workflow's input."""
-
-    order_id: str
-    sku: str
-    quantity: int
-    amount_cents: int
-
-
-class ChargeRequest(BaseModel):
-    """The input of the ``chargeCard`` step."""
-
-    order_id: str
-    amount_cents: int
-
-
-class Charge(BaseModel):
-    """The output of the ``chargeCard`` step."""
-
-    payment_id: str
-    amount_cents: int
 
 
 def orders_spec() -> WorkflowSpec:
