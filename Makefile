@@ -21,6 +21,9 @@ install: $(STAMP) ## Create .venv and install streamflow with its dev tools
 demo: $(STAMP) ## Run the example order workflow on the embedded RocksDB engine
 	$(BIN)/streamflow demo
 
+serve: $(STAMP) ## Host the example app: HTTP API and web console on http://127.0.0.1:8233
+	$(BIN)/streamflow serve
+
 fmt: $(STAMP) ## Format and auto-fix
 	$(BIN)/ruff format streamflow tests bench
 	$(BIN)/ruff check --fix streamflow tests bench
@@ -33,10 +36,25 @@ lint: $(STAMP) ## ruff (lint + format check) and the import-linter contracts
 type: $(STAMP) ## mypy --strict on streamflow/
 	$(BIN)/mypy
 
-pytest: $(STAMP) ## Run the test suite only
-	$(BIN)/pytest $(PYTEST_ARGS)
+# The suite runs in parallel (pytest-xdist): most tests wait on a broker, a subprocess or a
+# timer rather than on a core. Every test has a Kafka namespace and directories of its own.
+PYTEST_WORKERS ?= 4
+TEST_TMP := build/test-tmp
 
-test: lint type pytest ## Everything CI checks: lint, types, import contracts, tests
+# Under with_broker every worker uses one broker: STREAMFLOW_BOOTSTRAP's, else one it starts.
+pytest: $(STAMP) ## Run the test suite only (PYTEST_ARGS selects, PYTEST_WORKERS=4 by default)
+	rm -f build/test-logs/session*.log
+	$(BIN)/python -m streamflow.testing.with_broker $(BIN)/pytest -n $(PYTEST_WORKERS) \
+	  --dist loadgroup --basetemp=$(TEST_TMP) --durations=15 $(PYTEST_ARGS)
+
+canary: $(STAMP) ## After `make pytest` on the whole suite: search all it wrote for hook tokens
+	STREAMFLOW_CANARY_ROOT=$(TEST_TMP) $(BIN)/pytest --basetemp=build/test-tmp-canary \
+	  tests/test_secret_canary.py -k test_zz_the_canary_token_is_found_nowhere
+
+# The scan must see the broker the suite wrote to: both run under one broker (with_broker uses
+# STREAMFLOW_BOOTSTRAP when set, else starts one and stops it afterwards).
+test: lint type ## Everything CI checks: lint, types, import contracts, tests
+	$(BIN)/python -m streamflow.testing.with_broker $(MAKE) --no-print-directory pytest canary
 
 bench: $(STAMP) ## Run the benchmarks in bench/ (figures, not pass/fail)
 	$(BIN)/python -m bench.embedded
@@ -44,4 +62,4 @@ bench: $(STAMP) ## Run the benchmarks in bench/ (figures, not pass/fail)
 schemas: $(STAMP) ## Regenerate schemas/expanded/ (the expanded top-level schemas) from schemas/*.avsc
 	$(BIN)/python -m streamflow.serde.expand
 
-.PHONY: help install demo fmt lint type pytest test bench schemas
+.PHONY: help install demo serve fmt lint type pytest canary test bench schemas

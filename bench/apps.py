@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from streamflow import (
+    App,
+    DurableContext,
     FlowRuntime,
     RuntimeCommand,
     StepCompleted,
@@ -25,3 +27,20 @@ class NoopSteps(FlowRuntime):
 
     async def run_step(self, invocation: StepInvocation) -> object:
         return None
+
+
+DURABLE = App(export="bench.apps:DURABLE")
+"""The same workload written with ``streamflow.App``: the steps awaited in a loop."""
+
+
+@DURABLE.step(name="noop")
+async def noop() -> None:
+    return None
+
+
+@DURABLE.workflow(name="bench.durable")
+async def durable_steps(ctx: DurableContext, job: dict[str, int]) -> int:
+    """``job["steps"]`` sequential no-op steps."""
+    for i in range(job["steps"]):
+        await ctx.step(f"s{i}", noop)
+    return job["steps"]

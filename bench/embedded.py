@@ -11,6 +11,10 @@
   low-level figure measured in the same run. ``--durable-long N`` adds one run of N steps with
   the App (the cost of replaying from the top grows with the history).
 
+``--peer`` runs only the three workloads the side-by-side comparison uses (``bench.versus``),
+on RocksDB with and without ``sync=True``: W1 (median of three), W2, W3, and the process's CPU
+per W1 run.
+
 Run: ``make bench`` (or ``.venv/bin/python -m bench.embedded [--runs N] [--steps N]``).
 """
 
@@ -258,6 +262,39 @@ async def durable(open_store: Callable[[], FlowEventStore], runs: int, steps: in
     }
 
 
+async def peer_workloads(
+    open_store: Callable[[], FlowEventStore], runs: int, steps: int
+) -> dict[str, object]:
+    """W1 (median of three, with this process's CPU per run), W2 and W3 (O(1) decisions)."""
+    await w1(open_store, 50)  # warm-up
+    cpu_began = time.process_time()
+    repetitions = sorted(
+        [await w1(open_store, runs) for _ in range(3)], key=lambda r: r["runs_per_s"]
+    )
+    cpu_ms_per_run = (time.process_time() - cpu_began) * 1000 / (3 * runs)
+    return {
+        "W1": {**repetitions[1], "cpu_ms_per_run": cpu_ms_per_run},
+        "W2": await w2(open_store, NoopSteps(1), SPEC, None),
+        "W3": {**await w3(open_store, steps, CursorSteps), "steps": steps},
+    }
+
+
+async def peer_main(runs: int, steps: int) -> dict[str, object]:
+    tmp = Path(tempfile.mkdtemp(prefix="streamflow-bench-"))
+    counter = iter(range(1_000_000))
+    try:
+        return {
+            name: await peer_workloads(
+                lambda sync=sync: RocksDBEventStore(tmp / f"db{next(counter)}", sync=sync),  # type: ignore[misc]
+                runs,
+                steps,
+            )
+            for name, sync in (("rocksdb_sync", True), ("rocksdb", False))
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _median(runs: list[dict[str, float]]) -> dict[str, float]:
     """The median repetition by ratio, so one lucky or unlucky run does not decide it."""
     return sorted(runs, key=lambda r: r["last_over_first"])[len(runs) // 2]
@@ -309,8 +346,12 @@ if __name__ == "__main__":
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--durable-long", type=int, help="also one App run of this many steps")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--peer", action="store_true", help="only the side-by-side workloads")
     args = parser.parse_args()
-    figures = asyncio.run(main(args.runs, args.steps, args.repeat, args.durable_long))
+    if args.peer:
+        figures = asyncio.run(peer_main(args.runs, args.steps))
+    else:
+        figures = asyncio.run(main(args.runs, args.steps, args.repeat, args.durable_long))
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json:

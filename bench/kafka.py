@@ -2,13 +2,21 @@
 
 * W1 — 1,000 runs x 3 no-op steps started at once: runs/s, steps/s, history events/s;
 * W2 — start-to-result latency of single-step runs started one after another: p50/p99;
+* W3 — one run of ``--w3-steps`` sequential steps: ms per step, and over the first and the
+  last 100 steps (from the commit times of their ``step_completed`` events);
+* CPU — user+system seconds of every process (the topologies, this client and the broker, from
+  ``/proc``) during each workload, per run; and the broker's CPU while the deployment is idle;
 * baseline — a raw confluent-kafka transactional consume→produce loop with the journal's
   batching (commit every ~100 ms or 500 records), one output per input; W1's event rate is
   reported as a fraction of its records/s;
 * RSS — resident memory of each topology process after ``--rss-runs`` completed runs.
 
 The topologies run as separate processes (``streamflow run <role>``), as in a deployment.
-Run: ``.venv/bin/python -m bench.kafka [--runs 1000] [--latency-runs 200] [--rss-runs 10000]``.
+Run: ``.venv/bin/python -m bench.kafka [--runs 1000] [--latency-runs 200] [--w3-steps 500]
+[--rss-runs 10000] [--brokers 3]``. The broker's CPU is measured when this process starts it
+(no ``STREAMFLOW_BOOTSTRAP``). ``--brokers 3`` runs on a 3-node KRaft cluster on loopback with the
+production profile (replication factor 3, ``min.insync.replicas=2``; producers use acks=all):
+the durable configuration, CPU summed over the three nodes.
 """
 
 from __future__ import annotations
@@ -26,32 +34,32 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streamflow import WorkflowSpec
+from streamflow import RunCreated, StepCompleted, WorkflowSpec
 from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.manifest import load_manifest
-from streamflow.testing.broker import broker_from_environment
+from streamflow.testing.broker import LocalKafkaCluster, broker_from_environment
 from streamflow.testing.processes import Cluster
 
 SPEC = WorkflowSpec.python("bench.noop", "1", "bench.apps", "NoopSteps")
 PARTITIONS = 4
 
 
-async def run_batch(client: FlowClient, count: int, steps: int) -> float:
+async def run_batch(client: FlowClient, count: int, steps: int, spec: WorkflowSpec = SPEC) -> float:
     run_ids = [f"w1-{uuid.uuid4().hex[:12]}" for _ in range(count)]
     began = time.perf_counter()
-    await asyncio.gather(*(client.start_with_id(r, SPEC, {"steps": steps}) for r in run_ids))
+    await asyncio.gather(*(client.start_with_id(r, spec, {"steps": steps}) for r in run_ids))
     await asyncio.gather(*(client.result(r, timeout=600) for r in run_ids))
     return time.perf_counter() - began
 
 
-async def w2(client: FlowClient, count: int) -> dict[str, float]:
+async def w2(client: FlowClient, count: int, spec: WorkflowSpec = SPEC) -> dict[str, float]:
     latencies = []
     for _ in range(count):
         run_id = f"w2-{uuid.uuid4().hex[:12]}"
         began = time.perf_counter()
-        await client.start_with_id(run_id, SPEC, {"steps": 1})
+        await client.start_with_id(run_id, spec, {"steps": 1})
         await client.result(run_id, timeout=60)
         latencies.append((time.perf_counter() - began) * 1000)
     latencies.sort()
@@ -63,13 +71,63 @@ async def w2(client: FlowClient, count: int) -> dict[str, float]:
     }
 
 
-def baseline(bootstrap: str, records: int) -> dict[str, float]:
+async def w3(client: FlowClient, steps: int, spec: WorkflowSpec = SPEC) -> dict[str, float]:
+    """One run of ``steps`` sequential steps: ms per step overall, and over the first and the
+    last 100 steps by the commit times of their completions."""
+    run_id = f"w3-{uuid.uuid4().hex[:12]}"
+    began = time.perf_counter()
+    await client.start_with_id(run_id, spec, {"steps": steps})
+    await client.result(run_id, timeout=600)
+    total = time.perf_counter() - began
+    done = [
+        e.timestamp
+        for e in await client.history(run_id)
+        if isinstance(e.event, (StepCompleted, RunCreated))
+    ]
+    window = min(100, steps // 2)
+    first = (done[window] - done[0]).total_seconds() * 1000 / window
+    last = (done[-1] - done[-1 - window]).total_seconds() * 1000 / window
+    return {
+        "steps": steps,
+        "seconds": total,
+        "ms_per_step": total * 1000 / steps,
+        "first100_ms_per_step": first,
+        "last100_ms_per_step": last,
+        "last_over_first": last / first,
+    }
+
+
+class CpuMeter:
+    """User+system CPU seconds of named processes between ``start`` and ``stop``."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self._before: dict[str, float] = {}
+
+    def start(self) -> CpuMeter:
+        self._before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        return self
+
+    def stop(self, per: float = 1.0) -> dict[str, float]:
+        """Seconds used since ``start`` by each process, divided by ``per``, and their sum."""
+        used = {n: (cpu_seconds(pid) - self._before[n]) / per for n, pid in self.pids.items()}
+        return {**used, "all": sum(used.values())}
+
+
+def ms(cpu: dict[str, float]) -> dict[str, float]:
+    return {name: round(seconds * 1000, 3) for name, seconds in cpu.items()}
+
+
+def baseline(bootstrap: str, records: int, replication: int = 1) -> dict[str, float]:
     """A raw transactional consume→produce loop with the journal's batching."""
     suffix = uuid.uuid4().hex[:8]
     source, sink = f"baseline-in-{suffix}", f"baseline-out-{suffix}"
     admin_client = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin_client.create_topics(
-        [NewTopic(source, PARTITIONS, 1), NewTopic(sink, PARTITIONS, 1)]
+        [
+            NewTopic(source, PARTITIONS, min(3, replication)),
+            NewTopic(sink, PARTITIONS, min(3, replication)),
+        ]
     ).values():
         future.result()
     time.sleep(1)  # let partition leadership settle before producing
@@ -141,33 +199,45 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def main(runs: int, latency_runs: int, rss_runs: int) -> dict[str, object]:
-    broker = broker_from_environment()
+async def main(
+    runs: int,
+    latency_runs: int,
+    rss_runs: int,
+    w3_steps: int = 500,
+    idle_seconds: float = 10.0,
+    brokers: int = 1,
+) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="streamflow-kbench-"))
-    settings = KafkaSettings(bootstrap=broker.bootstrap, namespace=f"bench-{uuid.uuid4().hex[:6]}")
-    admin.apply(settings, load_manifest(), profile="dev", partitions=PARTITIONS)
+    if brokers > 1:
+        cluster_nodes = LocalKafkaCluster(brokers, root / "nodes")
+        cluster_nodes.start()
+        stop_broker, bootstrap = cluster_nodes.stop, cluster_nodes.bootstrap
+        broker_pids = {f"kafka-broker-{n.node_id}": n.pid for n in cluster_nodes.nodes}
+    else:
+        single = broker_from_environment()
+        stop_broker, bootstrap = single.stop, single.bootstrap
+        broker_pids = {"kafka-broker": getattr(single, "pid", None)}
+    settings = KafkaSettings(bootstrap=bootstrap, namespace=f"bench-{uuid.uuid4().hex[:6]}")
+    profile = "dev" if brokers == 1 else "production"
+    admin.apply(settings, load_manifest(), profile=profile, partitions=PARTITIONS)
     env = {"STREAMFLOW_LOG_LEVEL": "WARNING"}
     if os.environ.get("STREAMFLOW_PROFILE_DIR"):
         env["STREAMFLOW_PROFILE_DIR"] = os.environ["STREAMFLOW_PROFILE_DIR"]
     cluster = Cluster(settings, root, app="bench.apps:NoopSteps", env=env)
     cluster.start()
     client = FlowClient(settings, request_timeout=300)
-    results: dict[str, object] = {"partitions": PARTITIONS}
+    results: dict[str, object] = {"partitions": PARTITIONS, "brokers": brokers}
     try:
         await asyncio.to_thread(cluster.wait_for_route)
         await run_batch(client, 50, 3)  # warm-up: group joins, caches, JIT of the broker
         pids = {name: p.pid for name, p in cluster.processes.items()}
         pids["bench-client"] = os.getpid()
-        broker_pid = getattr(broker, "pid", None)
-        if broker_pid is not None:
-            pids["kafka-broker"] = broker_pid
-        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        pids.update({name: pid for name, pid in broker_pids.items() if pid is not None})
+        meter = CpuMeter(pids).start()
         # Three repetitions; the median is reported (one batch lasts only seconds on 2 cores).
         repetitions = sorted([await run_batch(client, runs, 3) for _ in range(3)])
         seconds = repetitions[1]
-        cpu = {
-            name: round((cpu_seconds(pid) - cpu_before[name]) / 3, 2) for name, pid in pids.items()
-        }
+        cpu = meter.stop(per=3)
         events = runs * 12
         results["W1"] = {
             "runs": runs,
@@ -176,10 +246,22 @@ async def main(runs: int, latency_runs: int, rss_runs: int) -> dict[str, object]
             "steps_per_s": 3 * runs / seconds,
             "events_per_s": events / seconds,
             "repetitions_s": [round(r, 3) for r in repetitions],
-            "cpu_seconds_per_repetition": cpu,
+            "cpu_seconds_per_repetition": {n: round(v, 2) for n, v in cpu.items()},
+            "cpu_ms_per_run": ms({n: v / runs for n, v in cpu.items()}),
         }
+        meter.start()
         results["W2"] = await w2(client, latency_runs)
-        completed = 50 + 3 * runs + latency_runs
+        results["W2"]["cpu_ms_per_run"] = ms(meter.stop(per=latency_runs))  # type: ignore[index]
+        meter.start()
+        results["W3"] = await w3(client, w3_steps)
+        results["W3"]["cpu_ms_per_step"] = ms(meter.stop(per=w3_steps))  # type: ignore[index]
+        # Idle: the deployment up, nothing to do; what polling costs every process.
+        await asyncio.sleep(2.0)
+        meter.start()
+        await asyncio.sleep(idle_seconds)
+        idle = meter.stop(per=idle_seconds)
+        results["idle_cores"] = {name: round(v, 4) for name, v in idle.items()}
+        completed = 50 + 3 * runs + latency_runs + 1
         while completed < rss_runs:
             batch = min(1000, rss_runs - completed)
             await run_batch(client, batch, 3)
@@ -191,11 +273,11 @@ async def main(runs: int, latency_runs: int, rss_runs: int) -> dict[str, object]
     finally:
         client.close()
         cluster.stop()
-    results["baseline"] = await asyncio.to_thread(baseline, broker.bootstrap, runs * 12)
+    results["baseline"] = await asyncio.to_thread(baseline, bootstrap, runs * 12, brokers)
     w1 = results["W1"]
     assert isinstance(w1, dict)
     results["W1_events_over_baseline"] = w1["events_per_s"] / results["baseline"]["records_per_s"]  # type: ignore[index]
-    broker.stop()
+    stop_broker()
     return results
 
 
@@ -204,9 +286,21 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--latency-runs", type=int, default=200)
     parser.add_argument("--rss-runs", type=int, default=10_000)
+    parser.add_argument("--w3-steps", type=int, default=500)
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--brokers", type=int, default=1, help="3: a replicated KRaft cluster")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    figures = asyncio.run(main(args.runs, args.latency_runs, args.rss_runs))
+    figures = asyncio.run(
+        main(
+            args.runs,
+            args.latency_runs,
+            args.rss_runs,
+            args.w3_steps,
+            args.idle_seconds,
+            args.brokers,
+        )
+    )
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json:

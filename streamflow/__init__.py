@@ -85,6 +85,10 @@ from streamflow.core.events import (
     StepFailed,
     StepRetrying,
     StepStarted,
+    TimeoutArmed,
+    TimeoutDisarmed,
+    TimeoutElapsed,
+    TimeoutSubject,
     WaitCompleted,
     WaitCreated,
 )
@@ -98,6 +102,7 @@ from streamflow.core.retention import (
     HistoryHold,
 )
 from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
+from streamflow.core.schedules import CatchUp, InvalidSchedule, Overlap, Schedule, ScheduleNotFound
 from streamflow.core.snapshot import (
     ActiveHookSnapshot,
     ChildWorkflowSnapshot,
@@ -130,6 +135,7 @@ from streamflow.core.values import (
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
 from streamflow.engine.engine import FlowEngine, FlowEngineBuilder
 from streamflow.engine.scheduler import FlowScheduler, FlowSchedulerTick
+from streamflow.engine.schedules import FlowSchedules
 from streamflow.engine.tasks import (
     FlowTask,
     FlowTaskDispatcher,
@@ -142,6 +148,7 @@ from streamflow.engine.tasks import (
     RuntimeBuildTaskRouter,
 )
 from streamflow.flow import Flow
+from streamflow.host import serve
 from streamflow.observe.metrics import FlowMetrics
 from streamflow.observe.observers import (
     FanoutFlowEventObserver,
@@ -164,7 +171,9 @@ from streamflow.workflow.errors import (
     StepFailedError,
     UnknownWorkflow,
     UnsupportedAwait,
+    WaitTimedOut,
     WorkflowFailure,
+    WorkflowTimedOut,
 )
 from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
 
@@ -183,8 +192,10 @@ __all__ = [
     "StepInfo",
     "UnknownWorkflow",
     "UnsupportedAwait",
+    "WaitTimedOut",
     "Workflow",
     "WorkflowFailure",
+    "WorkflowTimedOut",
     "step_info",
     "FlowHistoryRetentionPolicy",
     "FlowHistoryRetentionReport",
@@ -313,6 +324,10 @@ __all__ = [
     "ManifestError",
     "NotFoundError",
     "TopicsRefused",
+    "TimeoutArmed",
+    "TimeoutDisarmed",
+    "TimeoutElapsed",
+    "TimeoutSubject",
     "WaitCompleted",
     "WaitCreated",
     "WaitSnapshot",
@@ -332,4 +347,11 @@ __all__ = [
     "WorkflowSignalSnapshot",
     "WorkflowSpec",
     "WorkflowTerminalOutcome",
+    "serve",
+    "Schedule",
+    "Overlap",
+    "CatchUp",
+    "FlowSchedules",
+    "ScheduleNotFound",
+    "InvalidSchedule",
 ]

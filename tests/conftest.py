@@ -24,8 +24,43 @@ from streamflow.testing.harness import EmbeddedDriver, RunDriver
 BACKENDS = os.environ.get("STREAMFLOW_TEST_BACKENDS", "memory,rocksdb,kafka").split(",")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The secret-canary module searches what the whole suite wrote: it runs last."""
+_SCAN = "test_zz_the_canary_token_is_found_nowhere"
+_OWN_BROKERS = {
+    "test_broker_outage.py",
+    "test_broker_restart.py",
+    "test_hanging_transactions.py",
+    "test_chaos.py",
+}
+
+
+def _xdist_worker() -> str | None:
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker keeps a session log of its own (``session-gw0.log``...),
+    beside the controller's: one file written by several processes would lose lines."""
+    worker = _xdist_worker()
+    if worker is not None:
+        log_file = Path(str(config.getini("log_file")))
+        config.option.log_file = str(log_file.with_name(f"{log_file.stem}-{worker}.log"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The secret-canary scan searches what the whole suite wrote: in one process it runs last.
+    Under xdist no test can run after every other, so the workers leave the scan out and
+    ``make canary`` runs it afterwards over their directories (``STREAMFLOW_CANARY_ROOT``)."""
+    for item in items:
+        # Tests that start (and kill) brokers of their own are the heaviest: one JVM each, and
+        # progress deadlines measured across a restart. ``--dist loadgroup`` (``make pytest``)
+        # runs them one after another on one worker instead of side by side.
+        if item.path.name in _OWN_BROKERS:
+            item.add_marker(pytest.mark.xdist_group("own-brokers"))
+    if _xdist_worker() is not None:
+        scans = [i for i in items if i.name == _SCAN]
+        if scans:
+            config.hook.pytest_deselected(items=scans)
+            items[:] = [i for i in items if i.name != _SCAN]
     canary = [i for i in items if i.path.name == "test_secret_canary.py"]
     if canary:
         items[:] = [i for i in items if i.path.name != "test_secret_canary.py"] + canary

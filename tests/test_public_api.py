@@ -8,6 +8,7 @@ PINNED = {
     # durable functions: the Python-native workflow API and what it raises
     "App", "Workflow", "Step", "StepInfo", "step_info", "DurableContext", "Cancelled",
     "StepFailedError", "ChildWorkflowFailed", "HookDisposedError", "WorkflowFailure",
+    "WaitTimedOut", "WorkflowTimedOut",
     "RunNotCompleted", "UnknownWorkflow", "UnsupportedAwait", "NotAStep",
     # the calls both backends offer, the engine, runtime contract, context
     "Flow", "FlowEngine", "FlowEngineBuilder", "FlowRuntime", "WorkflowInvocation",
@@ -33,12 +34,17 @@ PINNED = {
     "ChildWorkflowRequested", "ChildWorkflowResolved", "SignalReceived", "SignalWaitCreated",
     "SignalWaitCompleted", "StepCreated", "StepStarted", "StepCompleted", "StepRetrying",
     "StepFailed", "WaitCreated", "WaitCompleted", "HookCreated", "HookReceived", "HookDisposed",
+    "TimeoutArmed", "TimeoutElapsed", "TimeoutDisarmed", "TimeoutSubject",
     # scheduling, tasks, observers, stores
     "FlowScheduler", "FlowSchedulerTick", "FlowTask", "FlowTaskKind", "FlowTaskLease",
     "FlowTaskOutcome", "FlowTaskDispatcher", "FlowWorker", "InMemoryFlowTaskQueue",
     "InProcessTaskRunner", "RuntimeBuildTaskRouter", "FlowEventObserver",
     "NoopFlowEventObserver", "InMemoryFlowEventObserver", "FanoutFlowEventObserver",
     "FlowEventStore", "InMemoryEventStore", "RocksDBEventStore", "FlowMetrics",
+    # the host
+    "serve",
+    # cron schedules
+    "Schedule", "Overlap", "CatchUp", "FlowSchedules", "ScheduleNotFound", "InvalidSchedule",
     # retention
     "FlowHistoryRetentionPolicy", "FlowHistoryRetentionReport", "FlowHistoryTombstone",
     "HistoryHold",
@@ -130,3 +136,13 @@ def test_the_hosting_and_hook_token_api_is_there():
     assert issubclass(HookAlreadyResolved, HookTokenNotFound)
     assert issubclass(NonRetryable, RuntimeFailure)
     assert issubclass(HookTokenTooShort, streamflow.FlowError)
+
+
+def test_serve_is_an_async_context_manager():
+    """``async with streamflow.serve(app, store=...) as served`` hosts an App."""
+    import inspect
+
+    from streamflow import serve
+
+    assert "store" in inspect.signature(serve).parameters
+    assert inspect.isasyncgenfunction(serve.__wrapped__)

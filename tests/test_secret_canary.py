@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import uuid
 from pathlib import Path
 
@@ -242,19 +243,30 @@ def _open_read_only(directory: Path, families: list[str], *, raw: bool) -> Rdict
 
 
 def _file_findings(root: Path, rocksdb: list[Path]) -> dict[str, int]:
+    """Every file under ``root`` outside the RocksDB directories (searched opened, above)."""
     leaks: dict[str, int] = {}
-    for path in root.rglob("*"):
-        if not path.is_file() or any(d in path.parents for d in rocksdb):
+    skip = {str(d) for d in rocksdb}
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = [d for d in subdirectories if os.path.join(directory, d) not in skip]
+        if directory in skip:
             continue
-        count = _count(path.read_bytes())
-        if count:
-            leaks[str(path)] = count
+        for name in files:
+            path = Path(directory, name)
+            if not path.is_file():
+                continue
+            count = _count(path.read_bytes())
+            if count:
+                leaks[str(path)] = count
     return leaks
 
 
 @pytest.mark.timeout(900)
 def test_zz_the_canary_token_is_found_nowhere(kafka_broker, request, tmp_path_factory):
-    base = tmp_path_factory.getbasetemp()
+    # After a parallel session (``make pytest`` runs pytest-xdist), ``make canary`` names the
+    # session's base temp directory; in one process, the suite's own.
+    named = os.environ.get("STREAMFLOW_CANARY_ROOT")
+    base = Path(named).resolve() if named else tmp_path_factory.getbasetemp()
+    assert base.is_dir(), f"nothing to scan at {base}"
     databases = _rocksdb_dirs(base)
     db_leaks: dict[str, int] = {}
     histories_with_hooks = 0
@@ -265,7 +277,9 @@ def test_zz_the_canary_token_is_found_nowhere(kafka_broker, request, tmp_path_fa
             db_leaks[str(directory)] = found
     file_leaks = _file_findings(base, databases)
     log_file = Path(request.config.rootpath) / request.config.getini("log_file")
-    log_count = _count(log_file.read_bytes()) if log_file.exists() else 0
+    # The session log, and each parallel worker's beside it (``session-gw0.log``...).
+    logs = sorted(log_file.parent.glob(f"{log_file.stem}*{log_file.suffix}"))
+    log_count = sum(_count(path.read_bytes()) for path in logs)
     kafka_leaks, planted, derived, kafka_hooks = _kafka_findings(kafka_broker.bootstrap)
 
     assert kafka_leaks == {}
@@ -278,4 +292,4 @@ def test_zz_the_canary_token_is_found_nowhere(kafka_broker, request, tmp_path_fa
     assert kafka_hooks > 0, "the Kafka scan saw no hook_created history record"
     assert histories_with_hooks > 0, "the RocksDB scan saw no hook_created record"
     assert databases, "no RocksDB database was scanned"
-    assert log_file.exists(), "the session log is missing"
+    assert logs, "the session log is missing"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,34 +61,134 @@ class _Schema:
         return record
 
 
-def read_topic(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
-    """Every committed record of ``topic``, partition by partition, up to its current end."""
-    source = Consumer(
+READ_TIMEOUT = 60.0
+"""Seconds the checker waits for a read_committed read to reach a partition's end before it
+reports the partition as held (a transaction left open pins its last stable offset)."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One committed record, with where it is."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class PartitionRead:
+    """How far a read_committed read of one partition got."""
+
+    partition: int
+    end: int
+    """The high watermark when the read began: what "read to the end" must reach."""
+    reached: int
+    """The read's position when it stopped (``end`` or more when it got there)."""
+    stable: int
+    """The partition's last stable offset when the read stopped."""
+
+    @property
+    def held(self) -> bool:
+        return self.end > 0 and self.reached < self.end
+
+
+def _client(bootstrap: str, isolation: str) -> Consumer:
+    return Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "chaos-checker",
             "enable.auto.commit": False,
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "auto.offset.reset": "earliest",
         }
     )
+
+
+def read_partitions(
+    bootstrap: str, topic: str, *, timeout: float = READ_TIMEOUT
+) -> tuple[list[Record], dict[int, PartitionRead]]:
+    """Every committed record of ``topic``, partition by partition, up to each partition's
+    high watermark at the call, and how far each partition's read got.
+
+    The end is the high watermark (asked of a read_uncommitted client), never the last stable
+    offset a read_committed client reports: stopping there would silently leave out whatever a
+    transaction still open (or left open for good by a broker crash) holds back, and every run
+    past it would look stuck or missing with nothing to say why. A partition that cannot be
+    read to its end within ``timeout`` is reported (:attr:`PartitionRead.held`)."""
+    ends_client = _client(bootstrap, "read_uncommitted")
     try:
-        partitions = source.list_topics(topic, timeout=30).topics[topic].partitions
+        partitions = sorted(ends_client.list_topics(topic, timeout=30).topics[topic].partitions)
         ends = {
-            p: source.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            p: ends_client.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
             for p in partitions
         }
+    finally:
+        ends_client.close()
+    source = _client(bootstrap, "read_committed")
+    try:
         source.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        out: list[tuple[bytes | None, bytes | None]] = []
+        out: list[Record] = []
+        deadline = time.monotonic() + timeout
         while True:
-            positions = source.position([TopicPartition(topic, p) for p in partitions])
-            if all(ends[tp.partition] <= 0 or tp.offset >= ends[tp.partition] for tp in positions):
-                return out
+            positions = {
+                tp.partition: tp.offset
+                for tp in source.position([TopicPartition(topic, p) for p in partitions])
+            }
+            done = all(ends[p] <= 0 or positions[p] >= ends[p] for p in partitions)
+            if done or time.monotonic() > deadline:
+                reads = {}
+                for p in partitions:
+                    stable = ends[p]
+                    if not (ends[p] <= 0 or positions[p] >= ends[p]):
+                        # read_committed: its "high" watermark is the last stable offset.
+                        _, stable = source.get_watermark_offsets(TopicPartition(topic, p), 30)
+                    reads[p] = PartitionRead(p, ends[p], max(positions[p], 0), stable)
+                return out, reads
             for msg in source.consume(num_messages=1000, timeout=0.2):
                 if msg.error() is None:
-                    out.append((msg.key(), msg.value()))
+                    out.append(
+                        Record(msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value())
+                    )
     finally:
         source.close()
+
+
+def read_topic(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    """Every committed record of ``topic`` (keys and values), up to its current end."""
+    records, _ = read_partitions(bootstrap, topic)
+    return [(r.key, r.value) for r in records]
+
+
+def read_raw(bootstrap: str, topic: str, partition: int, start: int, stop: int) -> list[Record]:
+    """Every record in ``topic[partition]`` from ``start`` to ``stop`` (excluded), committed,
+    aborted or still open alike (read_uncommitted): what the log holds around a gap."""
+    source = _client(bootstrap, "read_uncommitted")
+    out: list[Record] = []
+    try:
+        source.assign([TopicPartition(topic, partition, max(start, 0))])
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            position = source.position([TopicPartition(topic, partition)])[0].offset
+            if position >= stop:
+                break
+            for msg in source.consume(num_messages=1000, timeout=0.2):
+                if msg.error() is None and (msg.offset() or 0) < stop:
+                    out.append(Record(partition, msg.offset() or 0, msg.key(), msg.value()))
+    finally:
+        source.close()
+    return out
+
+
+def held_violations(topic: str, reads: dict[int, PartitionRead]) -> list[str]:
+    """One line per partition a read_committed read could not take to its end."""
+    return [
+        f"{topic}[{r.partition}]: read_committed readers cannot pass offset {r.reached} "
+        f"(last stable offset {r.stable}, end {r.end}): a transaction still open holds "
+        f"{r.end - r.reached} offsets back; runs with records past it look stuck or missing"
+        for r in reads.values()
+        if r.held
+    ]
 
 
 @dataclass
@@ -98,6 +199,8 @@ class Event:
     timestamp_us: int
     kind: str
     body: dict[str, Any]
+    partition: int = -1
+    offset: int = -1
 
 
 @dataclass
@@ -119,36 +222,95 @@ def _micros(value: Any) -> int:
     return int(value.timestamp() * 1_000_000)
 
 
-def check_history(bootstrap: str, namespace: str) -> Report:
+def check_history(bootstrap: str, namespace: str, *, timeout: float = READ_TIMEOUT) -> Report:
     report = Report()
     schema = _Schema("HistoryRecord")
+    topic = f"{namespace}.history"
     seen: Counter[tuple[str, int]] = Counter()
     ids: Counter[str] = Counter()
     runs: dict[str, list[Event]] = defaultdict(list)
-    for _key, value in read_topic(bootstrap, f"{namespace}.history"):
-        if value is None:
+    records, reads = read_partitions(bootstrap, topic, timeout=timeout)
+    for rec in records:
+        if rec.value is None:
             continue  # a retention tombstone (the chaos suite prunes nothing)
-        record = schema.decode(value)
-        kind, body = record["event"]
-        event = Event(
-            run_id=record["run_id"],
-            sequence=record["sequence"],
-            event_id=record["event_id"],
-            timestamp_us=_micros(record["timestamp"]),
-            kind=kind.rsplit(".", 1)[-1],
-            body=body,
-        )
+        event = _event(schema, rec)
         seen[(event.run_id, event.sequence)] += 1
         ids[event.event_id] += 1
         runs[event.run_id].append(event)
     v = report.violations
+    v += held_violations(topic, reads)
     v += [f"{run} seq {seq} committed {n} times" for (run, seq), n in seen.items() if n > 1]
     v += [f"event id {eid} used {n} times" for eid, n in ids.items() if n > 1]
     for run_id, events in runs.items():
         unique = sorted({e.sequence: e for e in events}.values(), key=lambda e: e.sequence)
         report.runs[run_id] = unique
-        v += _run_rules(run_id, unique)
+        problems = _run_rules(run_id, unique)
+        if problems and _has_gap(unique):
+            problems[0] += "; " + _explain_gap(bootstrap, topic, schema, unique, reads)
+        v += problems
     return report
+
+
+def _event(schema: _Schema, rec: Record) -> Event:
+    record = schema.decode(rec.value or b"")
+    kind, body = record["event"]
+    return Event(
+        run_id=record["run_id"],
+        sequence=record["sequence"],
+        event_id=record["event_id"],
+        timestamp_us=_micros(record["timestamp"]),
+        kind=kind.rsplit(".", 1)[-1],
+        body=body,
+        partition=rec.partition,
+        offset=rec.offset,
+    )
+
+
+def _has_gap(events: list[Event]) -> bool:
+    return [e.sequence for e in events] != list(range(1, len(events) + 1))
+
+
+def _explain_gap(
+    bootstrap: str,
+    topic: str,
+    schema: _Schema,
+    events: list[Event],
+    reads: dict[int, PartitionRead],
+) -> str:
+    """Where the committed events around each missing sequence are, and what the log itself
+    (read_uncommitted: aborted and open records too) holds between them for this run: a missing
+    sequence found there was written in a transaction that did not commit."""
+    notes: list[str] = []
+    previous: Event | None = None
+    for event in events:
+        expected = 1 if previous is None else previous.sequence + 1
+        if event.sequence > expected:
+            start = 0 if previous is None else previous.offset
+            where = (
+                "the start"
+                if previous is None
+                else (f"seq {previous.sequence} at [{previous.partition}]@{previous.offset}")
+            )
+            raw = read_raw(bootstrap, topic, event.partition, start, event.offset + 1)
+            mine = []
+            for rec in raw:
+                if rec.value is None:
+                    continue
+                try:
+                    other = _event(schema, rec)
+                except ValueError:
+                    continue  # a sweep's empty record, say
+                if other.run_id == event.run_id:
+                    mine.append(f"seq {other.sequence} {other.kind} @{rec.offset}")
+            read = reads.get(event.partition)
+            end = f"end {read.end}, stable {read.stable}" if read else "end unknown"
+            notes.append(
+                f"seqs {expected}..{event.sequence - 1} missing between {where} and seq "
+                f"{event.sequence} at [{event.partition}]@{event.offset} ({end}); the raw log "
+                f"there holds for this run: {mine or 'nothing'} ({len(raw)} records in all)"
+            )
+        previous = event
+    return " | ".join(notes)
 
 
 def _run_rules(run_id: str, events: list[Event]) -> list[str]:
@@ -199,9 +361,12 @@ def check_audit(bootstrap: str, namespace: str, report: Report) -> None:
     """Every committed event audited exactly once (adds to ``report.violations``)."""
     schema = _Schema("AuditRecord")
     audited: Counter[tuple[str, int]] = Counter()
-    for _key, value in read_topic(bootstrap, f"{namespace}.audit"):
-        if value is not None:
-            record = schema.decode(value)
+    topic = f"{namespace}.audit"
+    records, reads = read_partitions(bootstrap, topic)
+    report.violations += held_violations(topic, reads)
+    for rec in records:
+        if rec.value is not None:
+            record = schema.decode(rec.value)
             audited[(record["run_id"], record["sequence"])] += 1
     committed = {(r, e.sequence) for r, events in report.runs.items() for e in events}
     twice = [k for k, n in audited.items() if n > 1]

@@ -259,7 +259,7 @@ class ObserversProbe:
         rng = random.Random(7)
         while not self._stop.wait(0.25):
             for base in self.urls:
-                code, body = self._get(f"{base}/v1/runs")
+                code, body = self._get(f"{base}/v1/runs?scope=all")  # every run, one list
                 if code == 200:
                     self.counts["answers"] += 1
                     listed = {row["run_id"] for row in body}
@@ -357,7 +357,7 @@ def _index_check(deployment: Deployment, load: Load) -> dict[str, int]:
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{base}/v1/runs", timeout=10) as response:
+                with urllib.request.urlopen(f"{base}/v1/runs?scope=all", timeout=10) as response:
                     rows = json.loads(response.read())
                 done = {r["run_id"] for r in rows if r["status"] == "completed"}
                 if expected <= done:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -144,7 +145,8 @@ def read_usage(
     finally:
         routes.close()
     if url is not None:
-        rows = fetch_json(url, "/v1/runs", timeout=60)
+        key = os.environ.get("STREAMFLOW_API_KEY")  # the inspection shapes: ``scope=all``
+        rows = fetch_json(url, "/v1/runs", {"scope": "all"}, timeout=60, api_key=key)
         return usage(None, registrations, pins=pins_of_rows(rows))
     reader = HistoryReader(settings)
     try:

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from streamflow.cli.paths import store_path
 from streamflow.core.errors import StoreError
 from streamflow.stores.check import check_store
 
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``streamflow check``; the exit status: 0 whole, 1 damaged, 2 the store could not be
     opened."""
     try:
-        report = check_store(args.dir)
+        report = check_store(store_path(args.dir))
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import IO
 
+from streamflow.cli.paths import store_path
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.errors import FlowError
 from streamflow.core.replay import Drift
@@ -88,7 +89,7 @@ def load(args: argparse.Namespace) -> Histories:
     if getattr(args, "file", None) is not None:
         return read_jsonl(args.file)
     if args.dir is not None:
-        return asyncio.run(_from_store(args.dir))
+        return asyncio.run(_from_store(store_path(args.dir)))
     from streamflow.kafka.client import HistoryReader
     from streamflow.kafka.config import KafkaSettings
 

@@ -1,146 +1,122 @@
-"""Owns ``streamflow runs`` and ``streamflow show``: runs by status, and one run's timeline.
+"""Owns ``streamflow runs`` and ``streamflow show``: runs listed with the HTTP API's filters,
+and one run's state and timeline (``--follow``: live, until it ends).
 
-Both read an embedded RocksDB store (``--dir``, opened read-only, so beside a running engine) or
-the inspection API of a Kafka observers instance (``--url http://host:9464``). Exit codes: 0
-done; 1 no such run; 2 the source could not be read.
+Both read any source of :mod:`streamflow.cli.sources`: an embedded RocksDB store (``--dir``,
+opened read only, so beside a running ``streamflow serve``), a Kafka deployment (``--kafka``,
+``--observers URL`` for its run index) or the HTTP API (``--url``). ``--json`` prints the
+answer as the HTTP API gives it. Exit codes: 0 done; 1 refused (one ``error:`` line); 2 usage.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from streamflow.api.query import LIST_PARAMETERS
+from streamflow.cli.follow import display, follow
+from streamflow.cli.lifecycle import guarded
 from streamflow.cli.render import render_history
-from streamflow.core.errors import FlowError, RunNotFound
+from streamflow.cli.sources import Json, Source, add_source_options, open_source
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.snapshot import WorkflowRunStatus
-from streamflow.observe.http import InspectionUnavailable, fetch_json
-from streamflow.stores.inspect import StoreInspector
-
-DEFAULT_DIR = Path(".streamflow/demo")
-T = TypeVar("T")
-EXIT_OK, EXIT_NOT_FOUND, EXIT_UNREADABLE = 0, 1, 2
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``streamflow runs`` and ``streamflow show`` to the command line."""
-    runs = subparsers.add_parser("runs", help="list runs (optionally of one status)")
+    runs = subparsers.add_parser("runs", help="list runs, newest first, with filters")
+    runs.add_argument("--workflow", help="only runs of this workflow")
     runs.add_argument("--status", choices=[s.value for s in WorkflowRunStatus])
-    _source(runs)
-    show = subparsers.add_parser("show", help="list runs, or print one run's timeline")
+    runs.add_argument("--build", help="only runs pinned to this runtime build")
+    runs.add_argument("--parent", metavar="RUN_ID", help="only children of this run")
+    for edge in ("created", "ended"):
+        for side in ("after", "before"):
+            runs.add_argument(f"--{edge}-{side}", metavar="TIME", help=f"ISO-8601 ({edge})")
+    runs.add_argument(
+        "--has-incident",
+        nargs="?",
+        const="true",
+        choices=["true", "false"],
+        help="only runs with (or, with false, without) an incident",
+    )
+    runs.add_argument("--limit", help="at most this many rows (1..500, default 50)")
+    runs.add_argument("--cursor", help="the next page (printed under a full page)")
+    runs.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_source_options(runs)
+    show = subparsers.add_parser("show", help="list runs, or print one run's state and timeline")
     show.add_argument("run_id", nargs="?")
-    _source(show)
-
-
-def _source(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        "--dir", type=Path, default=DEFAULT_DIR, help="embedded store (default: the demo's)"
-    )
-    group.add_argument(
-        "--url",
-        action="append",
-        help="a Kafka observers instance, e.g. http://127.0.0.1:9464 (any instance answers for "
-        "the whole namespace; repeated URLs are joined)",
-    )
-
-
-class _Remote:
-    """The observers' inspection API."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url.rstrip("/")
-
-    def _get(self, path: str) -> Any:
-        return fetch_json(self._url, path)
-
-    def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
-        return list(self._get("/v1/runs" + (f"?status={status.value}" if status else "")))
-
-    def run(self, run_id: str) -> dict[str, Any]:
-        return dict(self._get(f"/v1/runs/{run_id}"))
-
-    def history(self, run_id: str) -> list[dict[str, Any]]:
-        return list(self._get(f"/v1/runs/{run_id}/history"))
-
-
-class _Remotes:
-    """Several observers instances of one group: the union of what they own."""
-
-    def __init__(self, urls: list[str]) -> None:
-        self._remotes = [_Remote(url) for url in urls]
-
-    def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
-        rows = {row["run_id"]: row for r in self._remotes for row in r.runs(status)}
-        return [rows[run_id] for run_id in sorted(rows)]
-
-    def run(self, run_id: str) -> dict[str, Any]:
-        return self._first(lambda r: r.run(run_id), run_id)
-
-    def history(self, run_id: str) -> list[dict[str, Any]]:
-        return self._first(lambda r: r.history(run_id), run_id)
-
-    def _first(self, ask: Callable[[_Remote], T], run_id: str) -> T:
-        for remote in self._remotes:
-            try:
-                return ask(remote)
-            except RunNotFound:
-                continue
-        raise RunNotFound(run_id)
+    show.add_argument("--follow", action="store_true", help="draw its progress until it ends")
+    show.add_argument("--timeout", type=float, help="--follow: give up after this many seconds")
+    show.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_source_options(show)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``runs`` or ``show`` against a RocksDB store directory (read only) or observers URLs;
-    the exit status."""
+    """Run ``runs`` or ``show``; the exit status."""
+    return guarded(lambda: asyncio.run(_run(args)))
+
+
+async def _run(args: argparse.Namespace) -> int:
+    source = open_source(args)
     try:
-        if args.url:
-            return _answer(args, _Remotes(args.url))
-        from streamflow.stores.rocksdb import RocksDBEventStore
-
-        store = RocksDBEventStore(args.dir, read_only=True)
-        try:
-            return _answer(args, StoreInspector(store))
-        finally:
-            store.close()
-    except RunNotFound as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except (FlowError, OSError, InspectionUnavailable) as exc:
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_UNREADABLE
+        return await _answer(args, source)
+    finally:
+        await source.aclose()
 
 
-def _answer(args: argparse.Namespace, source: StoreInspector | _Remotes) -> int:
+def _query(args: argparse.Namespace) -> dict[str, str]:
+    given = {name: getattr(args, name, None) for name in sorted(LIST_PARAMETERS)}
+    return {name: str(v) for name, v in given.items() if v is not None}
+
+
+def envelope(run_id: str, event: Json) -> FlowEventEnvelope:
+    """An envelope from one event of ``/v1/runs/{id}/history``."""
+    return FlowEventEnvelope.from_json(
+        {
+            "run_id": run_id,
+            "sequence": event["sequence"],
+            "event_id": event["event_id"],
+            "timestamp": event["timestamp"],
+            "event": {"type": event["type"], **event["body"]},
+        }
+    )
+
+
+async def _answer(args: argparse.Namespace, source: Source) -> int:
     run_id = getattr(args, "run_id", None)
     if run_id is None:
-        status = WorkflowRunStatus(args.status) if getattr(args, "status", None) else None
-        print(render_runs(source.runs(status)))
-        return EXIT_OK
-    print(render_run(source.run(run_id)))
+        listing = await source.runs(_query(args))
+        print(json.dumps(listing, sort_keys=True) if args.json else render_runs(listing))
+        return 0
+    if getattr(args, "follow", False):
+        await follow(source, run_id, display(sys.stdout), args.timeout)
+    view = await source.run(run_id)
+    events = (await source.history(run_id))["events"]
+    if args.json:
+        print(json.dumps({"run": view, "events": events}, sort_keys=True))
+        return 0
+    print(render_run(view))
     print()
-    print(render_history([FlowEventEnvelope.from_json(e) for e in source.history(run_id)]))
-    return EXIT_OK
+    print(render_history([envelope(run_id, e) for e in events]))
+    return 0
 
 
-def render_runs(rows: list[dict[str, Any]]) -> str:
-    """The table of ``streamflow runs``: one line per run, with its incident if it has one."""
-    lines = [
-        f"{'run':<36} {'status':<17} {'workflow':<24} {'ver':<6} {'build':<14} {'seq':<5} incident"
-    ]
+def render_runs(listing: dict[str, Any]) -> str:
+    """The table of ``streamflow runs``: one line per run, newest first."""
+    rows = listing["runs"]
+    lines = [f"{'run':<36} {'status':<17} {'workflow':<24} {'build':<14} {'created':<27} incident"]
     for row in rows:
-        incident = row.get("incident")
-        stuck = "-" if not incident else f"{incident['error_type']} x{incident['attempts']}"
         lines.append(
             f"{row['run_id']:<36} {row['status']:<17} {row['workflow'] or '-':<24} "
-            f"{row['version'] or '-':<6} {row['build'] or '-':<14} {row['last_sequence']:<5} "
-            f"{stuck}"
+            f"{row['build'] or '-':<14} {row['created_at'] or '-':<27} "
+            f"{'yes' if row.get('has_incident') else '-'}"
         )
-    failing = sum(1 for row in rows if row.get("incident"))
+    failing = sum(1 for row in rows if row.get("has_incident"))
     lines.append(f"{len(rows)} runs" + (f", {failing} with an incident" if failing else ""))
+    if listing.get("next_cursor"):
+        lines.append(f"more: --cursor {listing['next_cursor']}")
     return "\n".join(lines)
 
 
@@ -157,10 +133,10 @@ def render_run(view: dict[str, Any]) -> str:
         lines.append(f"  continues {view['predecessor']['run_id']}")
     for step in view.get("steps", []):
         extra = f" (retry after {step['retry_after']})" if step.get("retry_after") else ""
-        error = f": {step['error']}" if step.get("error") else ""
-        lines.append(
-            f"  step {step['step_id']} {step['status']} attempt {step['attempt']}{error}{extra}"
-        )
+        failure = step.get("last_error", step.get("error"))
+        error = f": {failure}" if failure else ""
+        attempt = step.get("attempts", step.get("attempt"))
+        lines.append(f"  step {step['step_id']} {step['status']} attempt {attempt}{error}{extra}")
     for wait in view.get("waits", []):
         lines.append(f"  wait {wait['wait_id']} {wait['status']} until {wait['resume_at']}")
     for hook in view.get("hooks", []):

@@ -4,7 +4,8 @@
 observers instance, ``topics`` creates and verifies a namespace's Kafka topics, ``run`` runs one
 Kafka topology instance, ``export`` writes histories as JSON Lines, ``replay`` checks the current
 workflow code against them, ``builds`` shows which builds still have open runs, and ``prune``,
-``hold`` and ``release`` manage history retention, and ``check`` verifies an embedded store.
+``hold`` and ``release`` manage history retention, ``check`` verifies an embedded store, and
+``serve`` hosts an app with the HTTP API and the console.
 """
 
 from __future__ import annotations
@@ -17,7 +18,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from streamflow.cli import builds, check, history, inspect, retention, topics
+from streamflow.cli import (
+    builds,
+    check,
+    history,
+    inspect,
+    lifecycle,
+    retention,
+    schedule,
+    serve,
+    topics,
+)
 from streamflow.cli import run as topology
 from streamflow.cli.render import render_event, render_history
 from streamflow.core.errors import FlowError
@@ -79,13 +90,35 @@ async def run_demo(directory: Path, run_id: str, step_delay: float) -> int:
         store.close()
 
 
-SERVERS = frozenset({"run"})
+def _version() -> str:
+    """The installed package's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("streamflow")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+SERVERS = frozenset({"run", "serve"})
 """Long-running commands: they serve sockets, and a client that hangs up must never kill them."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The ``streamflow`` command: parse ``argv`` and run the command; returns the exit status."""
+def program() -> int:
+    """The ``streamflow`` program (the console script and ``python -m streamflow.cli.main``):
+    :func:`main`, and a closed stdout (piped into ``head``) ends it quietly, as it would a
+    Unix tool."""
+    return main(as_program=True)
+
+
+def main(argv: Sequence[str] | None = None, *, as_program: bool = False) -> int:
+    """The ``streamflow`` command: parse ``argv`` and run the command; returns the exit status.
+
+    Called in-process (``as_program`` false) it changes no process-wide state: the default
+    disposition of SIGPIPE belongs to the program alone, since in a host process it would turn
+    any later write to a closed socket into the death of that process."""
     parser = argparse.ArgumentParser(prog="streamflow", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"streamflow {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the example order workflow on embedded RocksDB")
     demo.add_argument("--dir", type=Path, default=DEFAULT_DEMO_DIR, help="RocksDB directory")
@@ -99,8 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     builds.register(sub)
     retention.register(sub)
     check.register(sub)
+    serve.register(sub)
+    schedule.register(sub)
+    lifecycle.register(sub)
     args = parser.parse_args(argv)
-    if args.command not in SERVERS:
+    if as_program and args.command not in SERVERS:
         # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
@@ -116,6 +152,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return retention.run(args)
         if args.command == "check":
             return check.run(args)
+        if args.command == "serve":
+            return serve.run(args)
+        if args.command == "schedule":
+            return schedule.run(args)
+        if args.command in lifecycle.COMMANDS:
+            return lifecycle.run(args)
         if args.command == "demo":
             if args.fresh and args.dir.exists():
                 shutil.rmtree(args.dir)
@@ -130,4 +172,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(program())

@@ -58,6 +58,10 @@ def render_event(envelope: ev.FlowEventEnvelope) -> str:
         detail = f"{event.hook_id} {_short(event.payload, 40)}"
     elif isinstance(event, ev.HookDisposed):
         detail = event.hook_id
+    elif isinstance(event, ev.TimeoutArmed):
+        detail = f"{event.wait_id} races {event.subject.replace('_', ' ')} {event.subject_id}"
+    elif isinstance(event, ev.TimeoutElapsed | ev.TimeoutDisarmed):
+        detail = event.wait_id
     elif isinstance(event, ev.ChildWorkflowRequested):
         detail = f"{event.child_id} -> {event.child_run_id} ({event.spec.name})"
     elif isinstance(event, ev.ChildWorkflowResolved):

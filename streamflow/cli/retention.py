@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from streamflow.cli.paths import store_path
 from streamflow.core.projection import project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -178,7 +179,7 @@ async def _backend(args: argparse.Namespace) -> AsyncIterator[Retention]:
     if args.dir is not None:
         from streamflow.stores.rocksdb import RocksDBEventStore
 
-        store = RocksDBEventStore(args.dir)
+        store = RocksDBEventStore(store_path(args.dir))
         try:
             yield store
         finally:

@@ -126,6 +126,14 @@ def register(subparsers: Any) -> None:
         "(default: http://<http-host>:<port>, the machine's name when bound to 0.0.0.0)",
     )
     run.add_argument(
+        "--api-key-file",
+        type=Path,
+        default=os.environ.get("STREAMFLOW_API_KEY_FILE"),
+        help="observers: a file holding the HTTP API's bearer key; with it the API takes "
+        "mutations (start, signal, cancel, ...) and asks for the key on keyed routes; without "
+        "it the API answers reads only, unauthenticated (keep it on a private address)",
+    )
+    run.add_argument(
         "--metrics-interval",
         type=float,
         default=float(os.environ.get("STREAMFLOW_METRICS_INTERVAL", "15")),
@@ -165,6 +173,19 @@ def load_runtime(spec: str | None) -> FlowRuntime:
     if not isinstance(runtime, FlowRuntime):
         raise SystemExit(f"{spec} is not a streamflow FlowRuntime")
     return runtime
+
+
+def load_api_key(path: Path | None) -> str | None:
+    """The API key in ``path`` (never echoed: errors name the file, not its content)."""
+    if path is None:
+        return None
+    try:
+        key = Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SystemExit(f"--api-key-file {path}: cannot read it ({type(exc).__name__})") from None
+    if not key:
+        raise SystemExit(f"--api-key-file {path}: the file is empty")
+    return key
 
 
 def load_hook_secret(path: Path | None) -> HookSecret | None:
@@ -287,15 +308,17 @@ def load_observer(spec: str) -> FlowEventObserver:
 def observers_main(
     args: argparse.Namespace, settings: KafkaSettings, state: Path
 ) -> Callable[[threading.Event], None]:
-    """The observers topology's main function, serving ``/metrics`` and ``/v1`` on
-    ``--http-port`` while it runs (unless the port is negative)."""
-    from streamflow.observe.http import ObserverServer
+    """The observers topology's main function, serving the HTTP API (``/metrics``, ``/v1``,
+    the console) on ``--http-port`` while it runs (unless the port is negative)."""
+    from streamflow.api.observers import ObserversApi
     from streamflow.topologies.observers import Observers
 
     server = None
     advertise = None
+    api_key = load_api_key(getattr(args, "api_key_file", None))
     if args.http_port >= 0:
-        server = ObserverServer(args.http_host, args.http_port)  # binds now: the URL is known
+        # Binds now: the URL is known (and advertised) before the topology joins its group.
+        server = ObserversApi(args.http_host, args.http_port, api_key=api_key)
         advertise = args.advertise_url or advertised_url(args.http_host, server.port)
     topology = Observers(
         settings,
@@ -310,17 +333,30 @@ def observers_main(
     )
 
     def main(stop: threading.Event) -> None:
+        client = None
         if server is not None:
-            namespace, local = topology.inspectors()
+            from streamflow.kafka.client import FlowClient
+
+            namespace, local = topology.inspectors(api_key=api_key)
             server.set_metrics(topology.metrics)
             server.set_inspector(namespace, local=local)
+            if api_key is not None:
+                client = FlowClient(settings)  # mutations: only behind the key
+                server.set_client(client)
             server.start()
-            log.info("observers: /metrics and /v1 on %s (advertised as %s)", server.url, advertise)
+            log.info(
+                "observers: the HTTP API on %s (advertised as %s, %s)",
+                server.url,
+                advertise,
+                "mutations behind the API key" if api_key is not None else "reads only",
+            )
         try:
             topology.run(stop)
         finally:
             if server is not None:
                 server.stop()
+            if client is not None:
+                client.close()
 
     return main
 

@@ -1,4 +1,4 @@
-"""The 14 ``RuntimeCommand`` types a workflow returns from one replay.
+"""The 15 ``RuntimeCommand`` types a workflow returns from one replay.
 
 A command never leaves the process that decides it: what is stored and sent is the events it
 leads to. Its JSON fields are normalised on construction, so it compares with history exactly
@@ -208,6 +208,17 @@ class RuntimeCommand(_Normalized):
         return WaitForSignal(wait_id=wait_id, signal_name=signal_name)
 
     @staticmethod
+    def with_timeout(
+        command: CreateHook | WaitForSignal, wait_id: str, timeout_at: datetime
+    ) -> AwaitWithTimeout:
+        """Suspend on ``command`` (a hook or a signal wait) and on the timer ``wait_id`` due at
+        ``timeout_at`` (timezone-aware), whichever comes first; the other is closed in the same
+        append (``timeout_disarmed``, or ``timeout_elapsed``: the hook or signal wait times
+        out). Beyond the reference semantics; replayed like ``command``, and a different
+        ``wait_id`` or ``timeout_at`` on replay is ``NonDeterministic``."""
+        return AwaitWithTimeout(subject=command, wait_id=wait_id, timeout_at=timeout_at)
+
+    @staticmethod
     def start_child_workflow(
         child_id: str,
         spec: WorkflowSpec,
@@ -376,3 +387,13 @@ class StartChildWorkflows(RuntimeCommand):
     TYPE = "start_child_workflows"
     TUPLE_FIELDS = ("children",)
     children: tuple[ChildWorkflowCommand, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AwaitWithTimeout(RuntimeCommand):
+    """``RuntimeCommand.with_timeout``: a hook or a signal wait raced by the timer ``wait_id``."""
+
+    TYPE = "await_with_timeout"
+    subject: CreateHook | WaitForSignal
+    wait_id: str
+    timeout_at: datetime

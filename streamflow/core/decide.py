@@ -21,6 +21,7 @@ re-exports the decision values and the code-free transitions.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 from streamflow.core import commands as cmd
@@ -62,7 +63,9 @@ from streamflow.core.jsonvalue import canonical, dumps_compact, json_equal
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import (
     ChildWorkflowSnapshot,
+    HookSnapshot,
     HookStatus,
+    SignalWaitSnapshot,
     StepSnapshot,
     StepStatus,
     WaitStatus,
@@ -311,9 +314,13 @@ def decide_command(
     if isinstance(command, cmd.LinkChildOperation):
         return record_progress_or_link(snapshot, command.child, host=False)
     if isinstance(command, cmd.CreateHook):
-        return _decide_hook(snapshot, command)
+        return _no_recorded_timeout(snapshot, command, None) or _decide_hook(snapshot, command)
     if isinstance(command, cmd.WaitForSignal):
-        return _decide_signal_wait(snapshot, command)
+        return _no_recorded_timeout(snapshot, command, None) or _decide_signal_wait(
+            snapshot, command
+        )
+    if isinstance(command, cmd.AwaitWithTimeout):
+        return decide_with_timeout(snapshot, command)
     if isinstance(command, cmd.StartChildWorkflow):
         return _decide_children(snapshot, (command.as_child(),), new_run_id, limits, batch=False)
     if isinstance(command, cmd.StartChildWorkflows):
@@ -398,6 +405,68 @@ def _decide_signal_wait(
         dumps_compact(existing.signal_name),
         dumps_compact(name),
     )
+
+
+def _no_recorded_timeout(
+    snapshot: WorkflowRunSnapshot,
+    command: cmd.CreateHook | cmd.WaitForSignal,
+    timeout: tuple[str, datetime] | None,
+) -> Rejected | None:
+    """``NonDeterministic`` when history records the hook or signal wait ``command`` makes with
+    another timeout (timer id and due time) than ``timeout`` (``None``: none)."""
+    recorded: HookSnapshot | SignalWaitSnapshot | None
+    if isinstance(command, cmd.CreateHook):
+        subject, recorded = f"hook {command.hook_id}", snapshot.hooks.get(command.hook_id)
+    else:
+        subject = f"signal wait {command.wait_id}"
+        recorded = snapshot.signal_waits.get(command.wait_id)
+    if recorded is None:
+        return None
+    timer = None if recorded.timeout_wait_id is None else snapshot.waits[recorded.timeout_wait_id]
+    was = "none" if timer is None else f"{timer.wait_id} at {format_utc(timer.resume_at)}"
+    now = "none" if timeout is None else f"{timeout[0]} at {format_utc(timeout[1])}"
+    if was == now:
+        return None
+    return nondeterministic(snapshot, f"{subject} timeout", was, now)
+
+
+def decide_with_timeout(
+    snapshot: WorkflowRunSnapshot, command: cmd.AwaitWithTimeout
+) -> Decision | Rejected:
+    """A hook or a signal wait raced by a timer: for a new subject, its events, then
+    ``wait_created`` and ``timeout_armed`` in the same append; a recorded one is replayed like
+    the subject's own command, with its timer compared too."""
+    wait_id, subject = command.wait_id, command.subject
+    if not isinstance(wait_id, str) or not wait_id.strip():
+        return invalid("timeout wait id must not be empty")
+    if not isinstance(subject, cmd.CreateHook | cmd.WaitForSignal):  # a hand-built command
+        return invalid(  # type: ignore[unreachable]
+            "with_timeout takes a create_hook or a wait_for_signal command"
+        )
+    try:
+        timeout_at = require_utc(command.timeout_at, f"timeout {wait_id} timeout_at")
+    except InvalidTransition as exc:
+        return Rejected(exc)
+    drift = _no_recorded_timeout(snapshot, subject, (wait_id, timeout_at))
+    if drift is not None:
+        return drift
+    if isinstance(subject, cmd.CreateHook):
+        kind, subject_id = ev.TimeoutSubject.HOOK, subject.hook_id
+        decided = _decide_hook(snapshot, subject)
+        new = subject_id not in snapshot.hooks
+    else:
+        kind, subject_id = ev.TimeoutSubject.SIGNAL_WAIT, subject.wait_id
+        decided = _decide_signal_wait(snapshot, subject)
+        new = subject_id not in snapshot.signal_waits
+    if isinstance(decided, Rejected) or not new:
+        return decided
+    if wait_id in snapshot.waits:
+        return invalid(f"timeout of {kind.value} {subject_id} reuses the id of timer {wait_id}")
+    armed = (
+        ev.WaitCreated(wait_id=wait_id, resume_at=timeout_at),
+        ev.TimeoutArmed(wait_id=wait_id, subject=kind.value, subject_id=subject_id),
+    )
+    return replace(decided, events=decided.events + armed)
 
 
 def _child_json(child: cmd.ChildWorkflowCommand | ChildWorkflowSnapshot) -> str:
@@ -536,6 +605,13 @@ def _decide_wait(snapshot: WorkflowRunSnapshot, command: cmd.WaitUntil) -> Decis
     if existing is None:
         return Decision(
             events=(ev.WaitCreated(wait_id=command.wait_id, resume_at=resume_at),), suspend=True
+        )
+    if existing.timeout_subject is not None:
+        return nondeterministic(
+            snapshot,
+            f"wait {command.wait_id}",
+            f"the timeout of {existing.timeout_subject} {existing.timeout_subject_id}",
+            "a timer",
         )
     # Waiting: stay suspended. Completed: nothing new to do; replay continues (and a workflow
     # that keeps returning it exhausts the replay budget).

@@ -18,7 +18,7 @@ class for each thing that can go wrong.
     │   │   └── HookAlreadyResolved        ... and the last hook that did was resolved
     │   └── RuntimeBuildRouteNotFound      no task route for a build (nothing dispatched)
     ├── InvalidInputError                  breaks a rule: the same input fails the same way
-    │   ├── InvalidRunId                   run id empty or outside [A-Za-z0-9_-]
+    │   ├── InvalidRunId                   run id empty, > 256 chars or outside [A-Za-z0-9_-]
     │   ├── InvalidRuntimeBuildId          malformed runtime build identifier
     │   ├── InvalidWorkflowPatchId         malformed patch marker identifier
     │   ├── InvalidWorkflow                WorkflowSpec validation failed
@@ -158,10 +158,14 @@ class RunTerminal(ConflictError):
 
 
 class InvalidRunId(InvalidInputError):
-    """Raised when a run id is empty or contains characters outside ``[A-Za-z0-9_-]``."""
+    """Raised when a run id is empty, longer than 256 characters or contains characters
+    outside ``[A-Za-z0-9_-]``. The message quotes at most the id's first 64 characters."""
 
     def __init__(self, run_id: str) -> None:
-        super().__init__(f"invalid workflow run id {run_id!r}: use 1+ characters of [A-Za-z0-9_-]")
+        shown = run_id if len(run_id) <= 64 else f"{run_id[:64]}… ({len(run_id)} characters)"
+        super().__init__(
+            f"invalid workflow run id {shown!r}: use 1-256 characters of [A-Za-z0-9_-]"
+        )
         self.run_id = run_id
 
 
@@ -303,10 +307,11 @@ class HookAlreadyResolved(HookTokenNotFound):
     did has been resolved: a late or repeated callback (a double click, a webhook retry), not an
     unknown link.
 
-    ``resolution`` is ``"received"``, ``"disposed"`` or ``"cancelled"`` (the run ended, or was
-    cancelled, with the hook open); ``same_payload`` says whether a resume's payload equals the
-    recorded one (always ``False`` for a dispose, or a hook that was not received). Like its
-    base class it carries the token's digest, never the token.
+    ``resolution`` is ``"received"``, ``"disposed"``, ``"cancelled"`` (the run ended, or was
+    cancelled, with the hook open) or ``"timed_out"`` (its timeout fired first);
+    ``same_payload`` says whether a resume's payload equals the recorded one (always ``False``
+    for a dispose, or a hook that was not received). Like its base class it carries the token's
+    digest, never the token.
     """
 
     def __init__(
@@ -315,7 +320,8 @@ class HookAlreadyResolved(HookTokenNotFound):
         FlowError.__init__(
             self,
             f"hook {hook_id} of workflow run {run_id} holding token {_short(token_digest)} was "
-            f"already {resolution}" + (" with the same payload" if same_payload else ""),
+            f"already {resolution.replace('_', ' ')}"
+            + (" with the same payload" if same_payload else ""),
         )
         self.token_digest = token_digest
         self.run_id = run_id

@@ -1,4 +1,4 @@
-"""The 27 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
+"""The 30 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
 
 JSON is internally tagged: ``{"type": "step_completed", "step_id": …, "output": …}``. Each event
 class declares its fields once, as dataclass fields; a field's codec follows from its annotation
@@ -280,6 +280,8 @@ _BOUNDED_FIELDS = frozenset(
         "successor_run_id",
         "step_name",
         "signal_name",
+        "subject",
+        "subject_id",
         "token_digest",
         "attempt",
         "deadline",
@@ -543,6 +545,43 @@ class HookDisposed(FlowEvent):
     ``hook_disposed``."""
 
     hook_id: str
+
+
+class TimeoutSubject(StrEnum):
+    """What a timeout timer races (``timeout_armed.subject``)."""
+
+    HOOK = "hook"
+    """A hook: ``subject_id`` is the hook id."""
+    SIGNAL_WAIT = "signal_wait"
+    """A signal wait: ``subject_id`` is the signal wait id."""
+
+
+@_event("timeout_armed", "flow.timeout.armed", origin=Origin.CODE)
+class TimeoutArmed(FlowEvent):
+    """Workflow code's ``with_timeout``: the timer ``wait_id``, created in the same append, races
+    the hook or signal wait ``subject_id``. Whichever resolves first closes the other in the
+    same append (``timeout_elapsed`` or ``timeout_disarmed``)."""
+
+    wait_id: str
+    subject: str
+    """``"hook"`` or ``"signal_wait"`` (:class:`TimeoutSubject`)."""
+    subject_id: str
+
+
+@_event("timeout_elapsed", "flow.timeout.elapsed", origin=Origin.HOST)
+class TimeoutElapsed(FlowEvent):
+    """The timeout timer ``wait_id`` fired before its subject resolved: the timer completes and
+    the hook or signal wait it raced is timed out (a timed-out hook lets go of its token)."""
+
+    wait_id: str
+
+
+@_event("timeout_disarmed", "flow.timeout.disarmed", origin=Origin.DERIVED)
+class TimeoutDisarmed(FlowEvent):
+    """The subject of the timeout timer ``wait_id`` resolved first (a hook received or disposed,
+    a signal wait paired): the timer is cancelled, in the same append as that resolution."""
+
+    wait_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,7 +4,7 @@ idempotency key."""
 from __future__ import annotations
 
 import re
-from typing import ClassVar, Self
+from typing import ClassVar, Self, TypeGuard
 
 from streamflow.core.errors import (
     InvalidInputError,
@@ -17,19 +17,25 @@ _RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 _BUILD_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9\-_.:+/@]*[A-Za-z0-9])?")
 _PATCH_ID = re.compile(r"[a-z0-9](?:[a-z0-9\-_.]*[a-z0-9])?")
 MAX_IDENTIFIER_BYTES = 128
+MAX_RUN_ID_CHARS = 256
+"""The longest run id every backend and entry point accepts."""
 MAX_WORKFLOW_PATCH_MARKERS = 256
 
 
 def validate_run_id(run_id: object) -> str:
-    """Return ``run_id`` if it is 1+ of ``[A-Za-z0-9_-]``; otherwise raise ``InvalidRunId``."""
-    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+    """Return ``run_id`` if it is 1-256 of ``[A-Za-z0-9_-]``; otherwise raise ``InvalidRunId``."""
+    if not is_valid_run_id(run_id):
         raise InvalidRunId(str(run_id))
     return run_id
 
 
-def is_valid_run_id(run_id: object) -> bool:
-    """Whether ``run_id`` is a string of one or more ``[A-Za-z0-9_-]``."""
-    return isinstance(run_id, str) and _RUN_ID.fullmatch(run_id) is not None
+def is_valid_run_id(run_id: object) -> TypeGuard[str]:
+    """Whether ``run_id`` is a string of 1-256 ``[A-Za-z0-9_-]``."""
+    return (
+        isinstance(run_id, str)
+        and len(run_id) <= MAX_RUN_ID_CHARS
+        and _RUN_ID.fullmatch(run_id) is not None
+    )
 
 
 def idempotency_key(run_id: str, step_id: str) -> str:

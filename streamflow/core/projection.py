@@ -423,8 +423,7 @@ def _signal_wait_completed(s: S, e: ev.SignalWaitCompleted, env: Env) -> None:
         wait,
         status=WaitStatus.COMPLETED,
         signal_id=e.signal_id,
-        completed_at=env.timestamp,
-        completed_sequence=env.sequence,
+        **completed_by(env),
     )
     s.signals[e.signal_id] = replace(signal, consumed_by=e.wait_id)
     s.open_signal_waits.discard(e.wait_id)
@@ -484,6 +483,11 @@ def _step_completed(s: S, e: ev.StepCompleted, env: Env) -> None:
         **resolved_by(env),
     )
     s.running_steps.discard(e.step_id)
+
+
+def completed_by(env: Env) -> dict[str, Any]:
+    """``completed_at`` / ``completed_sequence`` of the wait the event of ``env`` completes."""
+    return {"completed_at": env.timestamp, "completed_sequence": env.sequence}
 
 
 def resolved_by(env: Env) -> dict[str, Any]:
@@ -550,13 +554,15 @@ def _wait_completed(s: S, e: ev.WaitCompleted, env: Env) -> None:
     wait = s.waits.get(e.wait_id)
     if wait is None or wait.status is not WaitStatus.WAITING:
         raise fail(s, f"wait_completed for wait {e.wait_id} which is not waiting")
-    s.waits[e.wait_id] = replace(
-        wait,
-        status=WaitStatus.COMPLETED,
-        completed_at=env.timestamp,
-        completed_sequence=env.sequence,
-    )
-    s.open_waits.discard(e.wait_id)
+    if wait.timeout_subject is not None:
+        raise fail(s, f"wait_completed for timeout timer {e.wait_id} (timeout_elapsed ends it)")
+    complete_timer(s, wait, env)
+
+
+def complete_timer(s: S, wait: WaitSnapshot, env: Env) -> None:
+    """Mark the waiting timer ``wait`` completed by the event of ``env``."""
+    s.waits[wait.wait_id] = replace(wait, status=WaitStatus.COMPLETED, **completed_by(env))
+    s.open_waits.discard(wait.wait_id)
 
 
 @handles(ev.HookCreated)
@@ -594,3 +600,9 @@ def _hook_disposed(s: S, e: ev.HookDisposed, env: Env) -> None:
         **resolved_by(env),
     )
     s.active_hooks.discard(e.hook_id)
+
+
+# The handlers of the timeout events live beside this module; importing it registers them.
+from streamflow.core import projection_timeouts  # noqa: E402
+
+assert all(event in HANDLERS for event in projection_timeouts.HANDLED)

@@ -93,7 +93,10 @@ class WaitStatus(StrEnum):
     COMPLETED = "completed"
     """``wait_completed`` (a timer) or ``signal_wait_completed`` (paired with a delivery)."""
     CANCELLED = "cancelled"
-    """Waiting when the run's cancellation was requested."""
+    """Waiting when the run's cancellation was requested; for a timeout timer, also its subject
+    resolving first (``timeout_disarmed``)."""
+    TIMED_OUT = "timed_out"
+    """A signal wait whose timeout timer fired first (``timeout_elapsed``)."""
 
 
 class HookStatus(StrEnum):
@@ -107,6 +110,8 @@ class HookStatus(StrEnum):
     """Revoked by a caller (``hook_disposed``)."""
     CANCELLED = "cancelled"
     """Active when the run's cancellation was requested."""
+    TIMED_OUT = "timed_out"
+    """Its timeout timer fired first (``timeout_elapsed``): the token is let go."""
 
 
 SignalWaitStatus = WaitStatus
@@ -151,9 +156,14 @@ class WaitSnapshot:
     resume_at: datetime
     """When the timer is due."""
     completed_at: datetime | None = None
-    """Commit time of its ``wait_completed``."""
+    """Commit time of its ``wait_completed`` (or ``timeout_elapsed``)."""
     completed_sequence: int | None = None
-    """Sequence of its ``wait_completed``."""
+    """Sequence of its ``wait_completed`` (or ``timeout_elapsed``)."""
+    timeout_subject: str | None = None
+    """Set on a timeout timer (``timeout_armed``): ``"hook"`` or ``"signal_wait"``, what it
+    races; ``None`` for a plain timer."""
+    timeout_subject_id: str | None = None
+    """The hook id or signal wait id a timeout timer races."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,9 +181,11 @@ class HookSnapshot:
     payload: JsonValue = None
     """Payload of the first ``hook_received``."""
     resolved_at: datetime | None = None
-    """Commit time of its ``hook_received`` or ``hook_disposed``."""
+    """Commit time of its ``hook_received``, ``hook_disposed`` or ``timeout_elapsed``."""
     resolved_sequence: int | None = None
-    """Sequence of its ``hook_received`` or ``hook_disposed``."""
+    """Sequence of its ``hook_received``, ``hook_disposed`` or ``timeout_elapsed``."""
+    timeout_wait_id: str | None = None
+    """The timer that races it (``timeout_armed``); ``None`` without a timeout."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,9 +216,11 @@ class SignalWaitSnapshot:
     signal_id: str | None = None
     """The delivery it was paired with, once completed."""
     completed_at: datetime | None = None
-    """Commit time of its ``signal_wait_completed``."""
+    """Commit time of its ``signal_wait_completed`` (or ``timeout_elapsed``)."""
     completed_sequence: int | None = None
-    """Sequence of its ``signal_wait_completed``."""
+    """Sequence of its ``signal_wait_completed`` (or ``timeout_elapsed``)."""
+    timeout_wait_id: str | None = None
+    """The timer that races it (``timeout_armed``); ``None`` without a timeout."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -118,7 +118,7 @@ def short(digest: str) -> str:
 
 # -- resolved tokens: what a late callback is told ---------------------------------------------
 
-RESOLUTIONS = ("received", "disposed", "cancelled")
+RESOLUTIONS = ("received", "disposed", "cancelled", "timed_out")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +131,8 @@ class ResolvedHook:
     run_id: str
     hook_id: str
     resolution: str
-    """``"received"``, ``"disposed"`` or ``"cancelled"`` (the run ended with the hook open)."""
+    """``"received"``, ``"disposed"``, ``"cancelled"`` (the run ended with the hook open) or
+    ``"timed_out"`` (its timeout fired first)."""
     payload_digest: str | None = None
     """SHA-256 of the received payload's canonical JSON (``None`` unless received)."""
 
@@ -182,6 +183,8 @@ def resolution_of(snapshot: WorkflowRunSnapshot, hook_id: str) -> tuple[str, str
         return "received", payload_digest(hook.payload)
     if hook.status is HookStatus.DISPOSED:
         return "disposed", None
+    if hook.status is HookStatus.TIMED_OUT:
+        return "timed_out", None
     return "cancelled", None
 
 

@@ -194,11 +194,8 @@ def pair_signal(snapshot: WorkflowRunSnapshot) -> Decision | None:
     for wait in waits:
         for signal in signals:
             if signal.name == wait.signal_name:
-                return Decision(
-                    events=(
-                        ev.SignalWaitCompleted(wait_id=wait.wait_id, signal_id=signal.signal_id),
-                    )
-                )
+                paired = ev.SignalWaitCompleted(wait_id=wait.wait_id, signal_id=signal.signal_id)
+                return Decision(events=(paired, *_disarm(wait.timeout_wait_id)))
     return None
 
 
@@ -395,7 +392,8 @@ def decide_resume_hook(
         return hook
     run_id = snapshot.run_id
     if hook.status is HookStatus.ACTIVE:
-        return Decision(events=(ev.HookReceived(hook_id=hook_id, payload=payload),))
+        received = ev.HookReceived(hook_id=hook_id, payload=payload)
+        return Decision(events=(received, *_disarm(hook.timeout_wait_id)))
     if hook.status is HookStatus.RECEIVED:
         if json_equal(hook.payload, payload):
             return Decision()
@@ -404,7 +402,7 @@ def decide_resume_hook(
         )
     if hook.status is HookStatus.DISPOSED:
         return Rejected(HookConflict(run_id, hook_id, "was already disposed"))
-    return Rejected(HookConflict(run_id, hook_id, "was cancelled"))
+    return Rejected(HookConflict(run_id, hook_id, _closed(hook)))
 
 
 def decide_dispose_hook(
@@ -416,12 +414,23 @@ def decide_dispose_hook(
         return hook
     run_id = snapshot.run_id
     if hook.status is HookStatus.ACTIVE:
-        return Decision(events=(ev.HookDisposed(hook_id=hook_id),))
+        return Decision(events=(ev.HookDisposed(hook_id=hook_id), *_disarm(hook.timeout_wait_id)))
     if hook.status is HookStatus.DISPOSED:
         return Decision()
     if hook.status is HookStatus.RECEIVED:
         return Rejected(HookConflict(run_id, hook_id, "was already resumed"))
-    return Rejected(HookConflict(run_id, hook_id, "was cancelled"))
+    return Rejected(HookConflict(run_id, hook_id, _closed(hook)))
+
+
+def _closed(hook: HookSnapshot) -> str:
+    """Why a cancelled or timed-out hook takes no callback."""
+    return "timed out" if hook.status is HookStatus.TIMED_OUT else "was cancelled"
+
+
+def _disarm(timeout_wait_id: str | None) -> tuple[ev.FlowEvent, ...]:
+    """The ``timeout_disarmed`` that cancels the timer racing a subject which just resolved
+    (none without a timeout), appended in the same decision as the resolution."""
+    return () if timeout_wait_id is None else (ev.TimeoutDisarmed(wait_id=timeout_wait_id),)
 
 
 # -- children (code-free) ------------------------------------------------------------------------
@@ -525,9 +534,12 @@ def decide_resume_wait(snapshot: WorkflowRunSnapshot, wait_id: str) -> Outcome:
         return invalid(f"wait {wait_id} does not exist for run {snapshot.run_id}")
     if snapshot.is_terminal:
         return FINISHED
-    if wait.status is WaitStatus.WAITING:
-        return Decision(events=(ev.WaitCompleted(wait_id=wait_id),))
-    return Decision()
+    if wait.status is not WaitStatus.WAITING:
+        return Decision()
+    if wait.timeout_subject is not None:
+        # A timeout timer: it fired first, so its hook or signal wait times out with it.
+        return Decision(events=(ev.TimeoutElapsed(wait_id=wait_id),))
+    return Decision(events=(ev.WaitCompleted(wait_id=wait_id),))
 
 
 def due_waits(snapshot: WorkflowRunSnapshot, now: datetime) -> list[str]:

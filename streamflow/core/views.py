@@ -27,9 +27,11 @@ def run_row(snap: WorkflowRunSnapshot) -> dict[str, Any]:
         "workflow": None if spec is None else spec.name,
         "version": None if spec is None else spec.version,
         "build": snap.runtime_build_id,
+        "parent_run_id": None if snap.parent is None else snap.parent.run_id,
         "last_sequence": snap.last_sequence,
         "created_at": _when(snap.created_at),
         "updated_at": _when(snap.updated_at),
+        "ended_at": _when(snap.updated_at) if snap.is_terminal else None,
     }
 
 
@@ -43,12 +45,30 @@ def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
             "error": snap.error,
             "parent": None if snap.parent is None else snap.parent.to_json(),
             "predecessor": None if snap.predecessor is None else snap.predecessor.to_json(),
+            "continued_from": None if snap.predecessor is None else snap.predecessor.run_id,
+            "continued_to": (
+                None if snap.continuation is None else snap.continuation.successor_run_id
+            ),
+            "cancellation_requested": snap.cancellation is not None,
+            "progress": [
+                {
+                    "progress_id": p.progress_id,
+                    "completed": p.completed,
+                    "total": p.total,
+                    "message": p.message,
+                    "details": p.details,
+                }
+                for p in sorted(snap.progress_by_id.values(), key=lambda p: p.progress_id)
+            ],
             "steps": [
                 {
                     "step_id": s.step_id,
+                    "name": s.step_name,
                     "step_name": s.step_name,
                     "status": s.status.value,
+                    "attempts": s.attempt,
                     "attempt": s.attempt,
+                    "last_error": s.error,
                     "error": s.error,
                     "retry_after": _when(s.retry_after),
                 }
@@ -70,6 +90,7 @@ def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
                 {
                     "child_id": c.child_id,
                     "run_id": c.run_id,
+                    "status": "open" if c.outcome is None else c.outcome.type.value,
                     "outcome": None if c.outcome is None else c.outcome.to_json(),
                 }
                 for c in sorted(snap.child_workflows.values(), key=lambda c: c.child_id)
@@ -77,6 +98,21 @@ def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
         }
     )
     return view
+
+
+def event_view(envelope: dict[str, Any]) -> dict[str, Any]:
+    """One event of ``/v1/runs/{id}/history`` from an envelope's JSON form
+    (``FlowEventEnvelope.to_json``): sequence, event id, time, the event's type and its other
+    fields as ``body``."""
+    body = dict(envelope["event"])
+    kind = body.pop("type")
+    return {
+        "sequence": envelope["sequence"],
+        "event_id": envelope["event_id"],
+        "timestamp": envelope["timestamp"],
+        "type": kind,
+        "body": body,
+    }
 
 
 def summary_view(summary: WorkflowRunSummary) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from streamflow.core import decide as d
 from streamflow.core import events as ev
@@ -62,6 +63,9 @@ from streamflow.engine.settings import EngineSettings, FlowEngineBuilder
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.workflow.runtime import FlowRuntime
+
+if TYPE_CHECKING:
+    from streamflow.engine.schedules import FlowSchedules
 
 __all__ = [
     "DEFAULT_RECOVERY_CONCURRENCY",
@@ -114,6 +118,14 @@ class FlowEngine:
     @property
     def runtime(self) -> FlowRuntime:
         return self._runtime
+
+    @property
+    def schedules(self) -> FlowSchedules:
+        """The cron schedules kept in this engine's store (add, list, pause, resume, remove);
+        the ``FlowScheduler`` fires them."""
+        from streamflow.engine.schedules import FlowSchedules
+
+        return FlowSchedules.of(self)
 
     @property
     def compatibility(self) -> RuntimeBuildCompatibility | None:
@@ -456,7 +468,8 @@ class FlowEngine:
         return await self._drive_unless_terminal(snap)
 
     async def complete_wait(self, run_id: str, wait_id: str) -> tuple[WorkflowRunSnapshot, bool]:
-        """Append ``wait_completed`` if the wait is still waiting, without driving.
+        """Append ``wait_completed`` (``timeout_elapsed`` for a timeout timer) if the wait is still
+        waiting, without driving.
 
         Returns the snapshot and whether *this call* committed the completion, so redelivered
         timer tasks can report only the commits they made.

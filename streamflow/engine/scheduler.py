@@ -9,11 +9,12 @@ from asyncio import FIRST_COMPLETED
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from streamflow.core.errors import StoreError
+from streamflow.core.errors import FlowError, StoreError
 from streamflow.core.incidents import retry_at
 from streamflow.core.timeutil import require_utc
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
 from streamflow.engine.engine import FlowEngine
+from streamflow.engine.schedules import FlowSchedules
 from streamflow.engine.tasks import FlowTask, FlowTaskDispatcher, InProcessTaskRunner
 
 log = logging.getLogger("streamflow.scheduler")
@@ -27,12 +28,14 @@ class FlowSchedulerTick:
     """Due timer waits seen."""
     due_retries: int = 0
     """Due delayed retries seen."""
+    fired_schedules: int = 0
+    """Runs started for due cron fire times."""
     enqueued_tasks: int = 0
     """Tasks dispatched (one per affected run)."""
 
     def has_due_work(self) -> bool:
         """Whether the tick saw any due timer wait or delayed retry."""
-        return self.due_waits > 0 or self.due_retries > 0
+        return self.due_waits > 0 or self.due_retries > 0 or self.fired_schedules > 0
 
 
 class FlowScheduler:
@@ -44,6 +47,11 @@ class FlowScheduler:
         self._dispatcher: FlowTaskDispatcher = (
             dispatcher if dispatcher is not None else InProcessTaskRunner(engine)
         )
+        self._schedules: FlowSchedules | None
+        try:
+            self._schedules = FlowSchedules.of(engine)
+        except FlowError:
+            self._schedules = None  # a custom store keeps no schedules: timers and retries only
 
     @property
     def dispatcher(self) -> FlowTaskDispatcher:
@@ -53,7 +61,8 @@ class FlowScheduler:
 
     async def enqueue_due_work(self, now: datetime) -> FlowSchedulerTick:
         """Dispatch one ``resume_scheduled_run`` task per run with due work, and a ``drive_run``
-        task per run whose incident is due for another try (:func:`retry_at`).
+        task per run whose incident is due for another try (:func:`retry_at`); then start the
+        run of every cron fire time due at ``now`` (:meth:`FlowSchedules.fire_due`).
 
         Every target build route is checked before the first dispatch: one missing route
         fails the whole tick (``RuntimeBuildRouteNotFound``) and nothing is dispatched. Runs
@@ -85,7 +94,10 @@ class FlowScheduler:
                 await self._dispatcher.dispatch_for_runtime_build(
                     retries[run_id], FlowTask.drive_run(run_id)
                 )
-        return _tick(due, len(builds) + len(retries))
+        fired: list[object] = []
+        if self._schedules is not None:
+            fired = list(await self._schedules.fire_due(now, self._dispatcher))
+        return _tick(due, len(builds) + len(retries), len(fired))
 
     def _busy(self) -> frozenset[str]:
         if isinstance(self._dispatcher, InProcessTaskRunner):
@@ -97,13 +109,17 @@ class FlowScheduler:
         return await self._engine.next_wakeup(now)
 
     async def next_wakeup_delay(self, now: datetime) -> timedelta | None:
-        """Time until the earliest wake-up or incident retry; zero when overdue, ``None`` when
-        nothing is timed."""
+        """Time until the earliest wake-up, incident retry or cron fire time; zero when overdue,
+        ``None`` when nothing is timed."""
         now = require_utc(now, "now")
         times = [retry_at(i) for i in await self._engine.list_incidents()]
         wakeup = await self.next_wakeup(now)
         if wakeup is not None:
             times.append(wakeup.scheduled_at)
+        if self._schedules is not None:
+            fire = await self._schedules.next_fire_time(now)
+            if fire is not None:
+                times.append(fire)
         if not times:
             return None
         return max(min(times) - now, timedelta(0))
@@ -119,16 +135,23 @@ class FlowScheduler:
         """Host loop: recover once (:meth:`FlowEngine.recover`), then dispatch due work as it
         falls due until ``stop``.
 
-        The engine tells the loop of every wake-up it writes (a timer wait, a delayed retry),
-        so a sleep until a later one is cut short for it: ``max_sleep`` only bounds a sleep
-        with nothing due. Errors back off exponentially up to ``max_sleep`` so an outage cannot
-        spin. With an in-process runner, dispatched work runs beside the loop (no host needs
-        ``drain``); on the way out the loop waits up to ``drain_timeout`` seconds for it, and
-        cancels the rest (it resumes on the next start, as after a crash).
+        At the start it adds the schedules the runtime declares (``@app.workflow(schedule=...)``).
+        The engine tells the loop of every wake-up it writes (a timer wait, a delayed retry)
+        and every schedule change, so a sleep until a later one is cut short for it:
+        ``max_sleep`` only bounds a sleep with nothing due. Errors back off exponentially up to
+        ``max_sleep`` so an outage cannot spin. With an in-process runner, dispatched work runs
+        beside the loop (no host needs ``drain``); on the way out the loop waits up to
+        ``drain_timeout`` seconds for it, and cancels the rest (it resumes on the next start,
+        as after a crash).
         """
         changed = asyncio.Event()
         remove = self._engine.on_wakeup(lambda _due: changed.set())
+        unsubscribe = (
+            self._schedules.on_change(changed.set) if self._schedules is not None else None
+        )
         try:
+            if self._schedules is not None:
+                await self._schedules.register(self._engine.runtime)
             if recover:
                 try:
                     driven = await self._engine.recover()
@@ -150,6 +173,8 @@ class FlowScheduler:
                 await _first(stop, changed, sleep.total_seconds())
         finally:
             remove()
+            if unsubscribe is not None:
+                unsubscribe()
             if isinstance(self._dispatcher, InProcessTaskRunner):
                 await self._dispatcher.drain(timeout=drain_timeout)
 
@@ -164,9 +189,10 @@ async def _first(stop: asyncio.Event, changed: asyncio.Event, timeout: float) ->
             waiter.cancel()
 
 
-def _tick(due: list[ScheduledWakeup], runs: int) -> FlowSchedulerTick:
+def _tick(due: list[ScheduledWakeup], runs: int, fired: int) -> FlowSchedulerTick:
     return FlowSchedulerTick(
         due_waits=sum(1 for w in due if w.kind is WakeupKind.WAIT),
         due_retries=sum(1 for w in due if w.kind is WakeupKind.RETRY),
         enqueued_tasks=runs,
+        fired_schedules=fired,
     )

@@ -86,6 +86,7 @@ from streamflow.kafka.readers import (
 from streamflow.kafka.readers import (
     retention_facts as retention_facts,
 )
+from streamflow.kafka.schedules import KafkaSchedules
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import to_error
@@ -139,6 +140,7 @@ class FlowClient:
         self._history = HistoryReader(settings)
         self._retention = ClientRetention(settings, self._history, self._request, self._partitions)
         self._incidents = ClientIncidents(settings, self.snapshot)
+        self._schedules: KafkaSchedules | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="sf-client-replies", daemon=True)
         self._thread.start()
@@ -541,9 +543,19 @@ class FlowClient:
                 for loop, future in targets:
                     loop.call_soon_threadsafe(_resolve, future, reply)
 
+    @property
+    def schedules(self) -> KafkaSchedules:
+        """The namespace's cron schedules in ``{ns}.schedules`` (add, list, pause, resume,
+        remove); the timer fires them."""
+        if self._schedules is None:
+            self._schedules = KafkaSchedules(self._settings)
+        return self._schedules
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5)
+        if self._schedules is not None:
+            self._schedules.close()
         self._replies.close()
         self._history.close()
         self._retention.close()

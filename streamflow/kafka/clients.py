@@ -24,16 +24,13 @@ log = logging.getLogger("streamflow.kafka")
 CONSUMER_DEFAULTS: dict[str, object] = {
     "auto.offset.reset": "earliest",
     "enable.partition.eof": False,
-    # A read_committed fetch that is parked in the broker's purgatory is not woken when a
-    # transaction commits (only new appends wake it), so every hop through a transactional
-    # topic would wait the whole long-poll. Keep it short; under load fetches return at once.
-    "fetch.wait.max.ms": 5,
+    # A fetch parked in the broker's purgatory returns as soon as there is something to read:
+    # a new append, and for read_committed readers the commit marker that makes a transaction
+    # readable (measured on Kafka 4.4: W2's start→result latency is the same with a 500 ms
+    # long-poll as with 5 ms). A long wait costs no latency, and spares the broker up to two
+    # hundred empty fetches a second per idle consumer (``docs/benchmarks.md``).
+    "fetch.wait.max.ms": 500,
 }
-
-
-# For topics written WITHOUT transactions (requests, builds, incidents): a new append wakes a
-# parked fetch at once, so a long wait costs no latency and saves the broker the polling.
-APPEND_WOKEN: dict[str, object] = {"fetch.wait.max.ms": 500}
 
 
 def consumer(
@@ -81,7 +78,7 @@ def ends_reader(settings: KafkaSettings) -> Consumer:
     :func:`end_offset`: read_uncommitted, so the end it reports is the high watermark. (A
     read_committed reader assigned elsewhere still cannot pass an open transaction, so reading
     to that end waits until every transaction written before the query has ended.)"""
-    return reader(settings, APPEND_WOKEN, **{"isolation.level": "read_uncommitted"})
+    return reader(settings, None, **{"isolation.level": "read_uncommitted"})
 
 
 # Every hop of a run (client → journal → processor → journal → worker → …) waits for the
@@ -256,5 +253,26 @@ def read_to_end(
                 return
             if time.monotonic() > deadline:
                 raise FlowTimeout(f"{topic}[{partition}] to be read to offset {end}", timeout)
+    finally:
+        source.close()
+
+
+def committed_at(
+    settings: KafkaSettings, topic: str, partition: int, offset: int, *, timeout: float = 10.0
+) -> bool | None:
+    """Whether the record at ``offset`` of ``topic[partition]`` is committed: ``False`` when a
+    read_committed reader passes it without handing it over (its transaction aborted, or it is
+    gone); ``None`` when that is not known within ``timeout`` (its transaction is still open)."""
+    source = reader(settings)
+    try:
+        source.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for msg in poll_batch(source, 10, 0.1):
+                if msg.error() is None:
+                    return msg.offset() == offset
+            if source.position([TopicPartition(topic, partition)])[0].offset > offset:
+                return False
+        return None
     finally:
         source.close()

@@ -43,6 +43,7 @@ REQUIRED_ROLES = (
     "retention",
     "audit",
     "metrics",
+    "schedules",
 )
 COPARTITIONED = ("requests", "history", "tasks", "retention")
 """Roles partitioned by ``murmur2(run_id)``: their partition counts must be equal."""

@@ -69,6 +69,7 @@ class Names:
         self.retention = f"{ns}.retention"
         self.audit = f"{ns}.audit"
         self.metrics = f"{ns}.metrics"
+        self.schedules = f"{ns}.schedules"
         self.journal_group = self.group("journal")
         self.timer_group = self.group("timer")
         self.hooks_group = self.group("hooks")

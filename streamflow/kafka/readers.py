@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import urllib.error
@@ -170,8 +171,12 @@ def retention_facts(url: str) -> dict[str, RetentionFacts]:
     """Every run's retention facts, from an observers instance's run index (``/v1/retention``;
     any instance answers for the whole namespace)."""
     target = f"{url.rstrip('/')}/v1/retention"
+    request = urllib.request.Request(target)
+    key = os.environ.get("STREAMFLOW_API_KEY")  # observers serving behind an API key
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
     try:
-        with urllib.request.urlopen(target, timeout=120) as response:
+        with urllib.request.urlopen(request, timeout=120) as response:
             rows = json.loads(response.read().decode())
     except urllib.error.HTTPError as error:
         body = error.read().decode(errors="replace")

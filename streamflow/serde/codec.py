@@ -37,6 +37,7 @@ from streamflow.serde.messages import (
     Reply,
     Request,
     RetentionRecord,
+    ScheduleRecord,
     StepTask,
     TokenRecord,
 )
@@ -492,6 +493,17 @@ def encode_retention(record: RetentionRecord, *, max_size: int = DEFAULT_MAX_SIZ
 def decode_retention(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> RetentionRecord:
     """A ``{ns}.retention`` value."""
     return _codec(max_size).decode_as(data, RetentionRecord)
+
+
+def encode_schedule(record: ScheduleRecord, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.schedules`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
+    return _codec(max_size).encode(record)
+
+
+def decode_schedule(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> ScheduleRecord:
+    """A ``{ns}.schedules`` value."""
+    return _codec(max_size).decode_as(data, ScheduleRecord)
 
 
 def fingerprint_of(name: str) -> bytes:

@@ -72,6 +72,7 @@ from streamflow.core.requests import (
 )
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
+from streamflow.core.schedules import Schedule, ScheduleState
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -428,3 +429,13 @@ class RetentionRecord:
     holds: tuple[HistoryHold, ...] = ()
     sealed_by: str | None = None
     tombstone: FlowHistoryTombstone | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleRecord:
+    """A value of ``{ns}.schedules`` (compacted): a schedule's definition (key
+    ``schedule_id``), or how far it has fired (key ``schedule_id 0x00 fired``)."""
+
+    schedule_id: str
+    definition: Schedule | None = None
+    fired: ScheduleState | None = None

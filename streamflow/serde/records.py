@@ -35,6 +35,7 @@ from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
+from streamflow.core.schedules import CatchUp, Overlap, Schedule, ScheduleState
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import RESOLUTIONS, is_token_digest
 from streamflow.core.values import (
@@ -82,6 +83,7 @@ from streamflow.serde.messages import (
     ResolveChild,
     ResumeHook,
     RetentionRecord,
+    ScheduleRecord,
     SealedRun,
     SendSignal,
     ServedWorkflow,
@@ -112,6 +114,7 @@ WireValue: TypeAlias = (
     | HookRequest
     | TokenRecord
     | RetentionRecord
+    | ScheduleRecord
 )
 """Everything a topic value can be, i.e. what a single-object buffer decodes to."""
 
@@ -499,6 +502,30 @@ SEALED = RecordMap(
     ),
 )
 
+# -- schedules ----------------------------------------------------------------------------------
+
+SCHEDULE_DEFINITION = RecordMap(
+    "ScheduleDefinition",
+    Schedule,
+    (
+        ("schedule_id", SAME),
+        ("spec", _nested(SPEC)),
+        ("cron", SAME),
+        ("timezone", SAME),
+        ("input", JSON),
+        ("overlap", Conv(lambda policy: policy.value, Overlap)),
+        ("catch_up", Conv(lambda policy: policy.value, CatchUp)),
+        ("paused", SAME),
+        ("created_at", OPT_INSTANT),
+    ),
+)
+SCHEDULE_FIRED = RecordMap(
+    "ScheduleFired",
+    ScheduleState,
+    (("schedule_id", SAME), ("last_fire_time", OPT_INSTANT), ("last_run_id", SAME)),
+)
+
+
 BODY = _union(
     "request body",
     RecordMap(
@@ -775,6 +802,15 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ),
             ("sealed_by", SAME),
             ("tombstone", _optional_nested(TOMBSTONE)),
+        ),
+    ),
+    RecordMap(
+        "ScheduleRecord",
+        ScheduleRecord,
+        (
+            ("schedule_id", SAME),
+            ("definition", _optional_nested(SCHEDULE_DEFINITION)),
+            ("fired", _optional_nested(SCHEDULE_FIRED)),
         ),
     ),
 )

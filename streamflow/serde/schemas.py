@@ -45,6 +45,7 @@ TOP_LEVEL: tuple[str, ...] = (
     "RetentionRecord",
     "AuditRecord",
     "MetricSample",
+    "ScheduleRecord",
 )
 """The topic value types: the only schemas a single-object buffer may carry."""
 

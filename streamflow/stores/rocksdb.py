@@ -4,13 +4,20 @@ What goes where (keys, values, column families) is ``stores.rocksdb_layout``; ev
 one atomic ``WriteBatch``.
 
 Writes go to RocksDB's write-ahead log before ``append`` returns, so they survive the death of
-the process; pass ``sync=True`` to also fsync each append (power-loss durability, slower).
+the process; pass ``sync=True`` to also fsync them before ``append`` returns (power-loss
+durability). With ``sync=True`` appends are group-committed: each batch goes into the log (and is
+readable) at once, and one fsync of the log, made off the event loop, covers every batch written
+before it, so concurrent runs share their fsyncs; an append returns only once an fsync made after
+its batch has succeeded. An fsync that fails fails its callers and every later write
+(``StoreError``): what the log holds is then unknown, and the store must be reopened.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import json
+import logging
 import threading
 from collections import OrderedDict
 from datetime import datetime
@@ -76,6 +83,9 @@ __all__ = ["RocksDBEventStore", "damaged", "decode_envelope", "event_prefix", "g
 """``RocksDBEventStore``, and the layout's checked reads other modules use from here."""
 
 
+log = logging.getLogger("streamflow.stores")
+
+
 class RocksDBEventStore:
     """Durable expected-sequence appends with a due-time wake-up index.
 
@@ -119,8 +129,17 @@ class RocksDBEventStore:
             self._handles = {name: self._db.get_column_family_handle(name) for name in families}
         except Exception as exc:
             raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
+        # With sync=True the log is fsynced by flush_wal (group commit), never by each write.
         self._write_options = WriteOptions()
-        self._write_options.sync = sync
+        self._write_options.sync = False
+        self._sync = sync and not read_only
+        self._written = 0  # writes made so far (under the lock)
+        self._synced = 0  # writes an fsync of the log has covered
+        self._sync_task: asyncio.Task[None] | None = None
+        self._sync_failed: StoreError | None = None
+        self._sync_guard = threading.Lock()  # an fsync and close() never overlap
+        self.fsyncs = 0
+        """How many fsyncs of the write-ahead log this store has made (0 without ``sync``)."""
         if (
             not read_only
             and get(self._hooks, HOOK_INDEX_READY, self._where("the hook index")) is None
@@ -136,17 +155,79 @@ class RocksDBEventStore:
             for hook in () if run is None else run.hooks:
                 batch.put(hook_key(hook), b"", self._handles["hooks"])
         batch.put(HOOK_INDEX_READY, b"", self._handles["hooks"])
-        db.write(batch, self._write_options)
+        self._write(db, batch)
 
     # -- writes --------------------------------------------------------------------------------
 
     async def append_if_sequence(
         self, run_id: str, expected_sequence: int, event: ev.FlowEvent
     ) -> ev.FlowEventEnvelope:
-        return self._append(run_id, expected_sequence, event)
+        envelope, ticket = self._append_written(run_id, expected_sequence, event)
+        await self._durable(ticket)
+        return envelope
 
     async def append(self, run_id: str, event: ev.FlowEvent) -> ev.FlowEventEnvelope:
-        return self._append(run_id, None, event)
+        envelope, ticket = self._append_written(run_id, None, event)
+        await self._durable(ticket)
+        return envelope
+
+    # -- group commit (sync=True) ----------------------------------------------------------------
+
+    def _write(self, db: Rdict, batch: WriteBatch, *, defer_sync: bool = False) -> int:
+        """Write ``batch`` to the log (under the lock); with ``sync=True`` fsync it here unless
+        ``defer_sync`` (the caller then awaits ``_durable`` with the ticket returned)."""
+        if self._sync_failed is not None:
+            raise self._sync_failed
+        db.write(batch, self._write_options)
+        self._written += 1
+        ticket = self._written
+        if self._sync and not defer_sync:
+            self._fsync(ticket)
+        return ticket
+
+    async def _durable(self, ticket: int) -> None:
+        """Return once an fsync of the log has covered write ``ticket`` (at once without sync)."""
+        if not self._sync or self._synced >= ticket:
+            return
+        if self._sync_task is None or self._sync_task.done():
+            # No fsync under way: let the writes already runnable in this turn of the loop
+            # join, then fsync on the loop if this write is still the only one waiting (a
+            # group task, or a thread, would only add their hops to a lone caller's latency).
+            await asyncio.sleep(0)
+            idle = self._sync_task is None or self._sync_task.done()
+            if idle and self._synced < ticket and self._written - self._synced <= 1:
+                self._fsync(self._written)
+        while self._synced < ticket:
+            if self._sync_failed is not None:
+                raise self._sync_failed
+            task = self._sync_task
+            if task is None or task.done():
+                task = self._sync_task = asyncio.get_running_loop().create_task(self._group())
+            await asyncio.shield(task)
+
+    async def _group(self) -> None:
+        """One fsync for every write made so far: the appends already runnable in this turn of
+        the loop write their batches first, and more are written while the fsync runs."""
+        await asyncio.sleep(0)
+        await asyncio.to_thread(self._fsync, self._written)
+
+    def _fsync(self, covers: int) -> None:
+        """fsync the log, which covers writes up to ``covers`` (unless an fsync since did; a
+        closed store raises). It runs beside writes (RocksDB allows it), never beside close()."""
+        with self._sync_guard:
+            if self._synced >= covers:
+                return
+            db = self._require_open()
+            try:
+                db.flush_wal(True)
+            except Exception as exc:
+                self._sync_failed = StoreError(
+                    f"RocksDB store at {self.path}: fsync of the write-ahead log failed ({exc}); "
+                    "what it holds is unknown: reopen the store"
+                )
+                raise self._sync_failed from exc
+            self._synced = max(self._synced, covers)
+            self.fsyncs += 1
 
     def ingest(self, envelope: ev.FlowEventEnvelope) -> bool:
         """Copy an envelope committed elsewhere (a Kafka history record), keeping its id and
@@ -178,7 +259,7 @@ class RocksDBEventStore:
             if history and history[-1].event.is_terminal():
                 stone = tombstone(history, self._clock())
                 batch.put(tomb_key(run_id), record_value(stone), self._handles["retention"])
-            db.write(batch, self._write_options)
+            self._write(db, batch)
             self._cache.pop(run_id, None)
             return True
 
@@ -206,6 +287,22 @@ class RocksDBEventStore:
         *,
         copy_of: ev.FlowEventEnvelope | None = None,
     ) -> ev.FlowEventEnvelope:
+        """Append and, with ``sync=True``, fsync before returning (no event loop needed)."""
+        envelope, ticket = self._append_written(run_id, expected, event, copy_of=copy_of)
+        if self._sync:
+            self._fsync(ticket)
+        return envelope
+
+    def _append_written(
+        self,
+        run_id: str,
+        expected: int | None,
+        event: ev.FlowEvent,
+        *,
+        copy_of: ev.FlowEventEnvelope | None = None,
+    ) -> tuple[ev.FlowEventEnvelope, int]:
+        """Check and write the append; with ``sync=True`` not yet fsynced: the write's ticket
+        says which fsync covers it."""
         with self._lock:
             db = self._require_open()
             known = self._load(run_id)
@@ -253,12 +350,15 @@ class RocksDBEventStore:
                 digest = resolved.token_digest.encode()
                 batch.put(digest, record_value(resolved), self._handles["resolved"])
             try:
-                db.write(batch, self._write_options)
+                ticket = self._write(db, batch, defer_sync=True)
+            except StoreError:
+                self._cache.pop(run_id, None)
+                raise
             except Exception as exc:
                 self._cache.pop(run_id, None)
                 raise StoreError(f"RocksDB append failed for run {run_id}: {exc}") from exc
             self._remember(run_id, run)
-            return envelope
+            return envelope, ticket
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -347,7 +447,7 @@ class RocksDBEventStore:
             batch = WriteBatch(raw_mode=True)
             key = incident.run_id.encode()
             batch.put(key, record_value(incident), self._handles["incidents"])
-            db.write(batch, self._write_options)
+            self._write(db, batch)
 
     async def incident(self, run_id: str) -> FlowIncident | None:
         with self._lock:
@@ -367,7 +467,7 @@ class RocksDBEventStore:
                 return False
             batch = WriteBatch(raw_mode=True)
             batch.delete(run_id.encode(), self._handles["incidents"])
-            db.write(batch, self._write_options)
+            self._write(db, batch)
             return True
 
     async def list_incidents(self) -> builtins.list[FlowIncident]:
@@ -477,7 +577,7 @@ class RocksDBEventStore:
             hold = check_hold(existing, HistoryHold(run_id, hold_id, reason))
             batch = WriteBatch(raw_mode=True)
             batch.put(hold_key(run_id, hold_id), record_value(hold), self._handles["retention"])
-            db.write(batch, self._write_options)
+            self._write(db, batch)
             return hold
 
     async def history_holds(self, run_id: str) -> builtins.list[HistoryHold]:
@@ -496,7 +596,7 @@ class RocksDBEventStore:
                 return False
             batch = WriteBatch(raw_mode=True)
             batch.delete(hold_key(run_id, hold_id), self._handles["retention"])
-            db.write(batch, self._write_options)
+            self._write(db, batch)
             return True
 
     async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
@@ -541,7 +641,7 @@ class RocksDBEventStore:
                         batch.delete(digest.encode(), self._handles["resolved"])
                     batch.put(tomb_key(run_id), record_value(stone), self._handles["retention"])
                 try:
-                    db.write(batch, self._write_options)
+                    self._write(db, batch)
                 except Exception as exc:
                     raise StoreError(
                         f"RocksDB prune of {', '.join(component)} failed: {exc}"
@@ -550,6 +650,31 @@ class RocksDBEventStore:
                     self._cache.pop(run_id, None)
                 stones.extend(made)
             return retention_report(plan, stones)
+
+    # -- schedules (beside histories: :mod:`streamflow.stores.schedules`) ----------------------
+
+    def schedule_records(self) -> builtins.list[tuple[bytes, bytes]]:
+        """Every (key, value) of the ``schedules`` family, in key order."""
+        with self._lock:
+            db = self._require_open()
+            if "schedules" not in self._handles:
+                return []
+            family = db.get_column_family("schedules")
+            return builtins.list(scan(family, self._where("the schedules")))
+
+    def write_schedule_records(self, puts: dict[bytes, bytes | None]) -> None:
+        """Put (or, for ``None``, delete) ``schedules`` entries in one atomic batch."""
+        with self._lock:
+            db = self._require_open()
+            if "schedules" not in self._handles:
+                raise StoreError(f"RocksDB store at {self.path} is read-only: no schedules")
+            batch = WriteBatch(raw_mode=True)
+            for key, value in puts.items():
+                if value is None:
+                    batch.delete(key, self._handles["schedules"])
+                else:
+                    batch.put(key, value, self._handles["schedules"])
+            self._write(db, batch)
 
     def _where(self, what: str) -> str:
         return f"RocksDB store {self.path}: {what}"
@@ -574,11 +699,23 @@ class RocksDBEventStore:
                 raise StoreError(f"RocksDB flush of {self.path} failed: {exc}") from exc
 
     def close(self) -> None:
-        """Release the directory lock. Idempotent."""
-        with self._lock:
-            db, self._db = self._db, None
+        """Release the directory lock (after an fsync of whatever is not yet covered by one,
+        with ``sync=True``). Idempotent."""
+        with self._lock, self._sync_guard:
+            db = self._db
             if db is None:
                 return
+            if self._sync and self._synced < self._written and self._sync_failed is None:
+                try:
+                    db.flush_wal(True)
+                except Exception as exc:  # its waiters fail; the directory closes either way
+                    log.warning("RocksDB store at %s: fsync at close failed: %s", self.path, exc)
+                    self._sync_failed = StoreError(
+                        f"RocksDB store at {self.path}: fsync at close failed ({exc})"
+                    )
+                else:
+                    self._synced = self._written  # appends still waiting return
+            self._db = None
             # Column-family objects keep the database alive; drop them before closing.
             self._events = self._runs = self._wakeups = self._hooks = None  # type: ignore[assignment]
             self._retention = self._incidents = self._resolved = None

@@ -1,6 +1,6 @@
 """How ``RocksDBEventStore`` lays its data out in RocksDB, and the checked reads it makes.
 
-Layout (raw bytes, seven column families, every append one atomic ``WriteBatch``):
+Layout (raw bytes, eight column families, every append one atomic ``WriteBatch``):
 
 * ``events``  ``run_id 0x00 u64be(sequence)`` → envelope JSON
 * ``runs``    ``run_id`` → ``{"last_sequence": n, "open": bool}`` (``open``: not ended yet; a
@@ -16,6 +16,8 @@ Layout (raw bytes, seven column families, every append one atomic ``WriteBatch``
   late callback is told ``HookAlreadyResolved``); deleted with that run's history.
 * ``retention`` ``h 0x00 run_id 0x00 hold_id`` → hold JSON; ``t 0x00 run_id`` → the tombstone
   JSON of a pruned (or discarded) run.
+* ``schedules`` ``d 0x00 schedule_id`` → schedule JSON; ``s 0x00 schedule_id`` → how far it has
+  fired (:mod:`streamflow.stores.schedules`).
 
 Every read goes through :func:`scan` or :func:`get`, which verify block checksums and turn a
 read RocksDB could not complete into :class:`StoreError` instead of a shorter answer.
@@ -38,7 +40,7 @@ from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
 from streamflow.stores.base import ActiveHook
 
-FAMILIES = ("events", "runs", "wakeups", "hooks", "retention", "incidents", "resolved")
+FAMILIES = ("events", "runs", "wakeups", "hooks", "retention", "incidents", "resolved", "schedules")
 HOOK_INDEX_READY = b"\xff/index-ready"
 """The ``hooks`` key whose presence says the hook index is complete (rebuilt on open if not)."""
 # Shift so instants before 1970 still sort correctly as unsigned big-endian keys.

@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from streamflow.core.errors import FlowError, SerializationError
-from streamflow.kafka.clients import check_consumer_error, read_to_end
+from streamflow.kafka.clients import check_consumer_error, committed_at, read_to_end
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.serde import codec
@@ -138,11 +138,40 @@ def mirror_partition(
     partition: int,
     family: str,
     offset_key: bytes,
+    owns: Callable[[bytes], bool] | None = None,
 ) -> None:
     """Stage into ``batch`` what a compacted topic's partition committed since the offset saved
     under ``offset_key`` (in ``meta``): each keyed record's value in ``family`` (a null value
-    deletes the key), and the new offset. A restore after a crash or a reassignment."""
+    deletes the key), and the new offset. A restore after a crash or a reassignment.
+
+    Local state must never be ahead of Kafka: the saved offset follows the last record of a
+    transaction this instance was told committed, and a broker crash can still take that
+    commit back (its coordinator forgetting it, or a transaction left open and ended by an
+    abort). When the record before the saved offset turns out not to be committed, every key of
+    ``family`` that ``owns`` (keys of this partition) is dropped and the partition is mirrored
+    from its beginning: the instance then goes on from what Kafka holds (a run's next event
+    follows its last committed one), never from events nobody can read."""
     start = decode_offset(state.get("meta", offset_key))
+    ahead = (
+        owns is not None
+        and start is not None
+        and start > 0
+        and committed_at(settings, topic, partition, start - 1) is False
+    )
+    if ahead:
+        assert owns is not None
+        assert start is not None
+        log.warning(
+            "%s[%d]@%d, the last record local state counts as committed, is not: "
+            "dropping local state of the partition and restoring it from the beginning",
+            topic,
+            partition,
+            start - 1,
+        )
+        for stored, _ in state.scan(family):
+            if owns(stored):
+                batch.delete(family, stored)
+        start = None
     last: int | None = None
     for msg in read_to_end(settings, topic, partition, start):
         key = msg.key()

@@ -70,7 +70,6 @@ from streamflow import faults
 from streamflow.core.errors import Fenced, FlowError, StoreError
 from streamflow.kafka.admin import fit_record_limit
 from streamflow.kafka.clients import (
-    APPEND_WOKEN,
     SHUTDOWN_BUDGET,
     Deadline,
     check_consumer_error,
@@ -120,7 +119,7 @@ class TransactionalTopology(ClientKeeper):
         options: TransactionalOptions,
         *,
         input_topic: str,
-        consumer_overrides: dict[str, object] | None = APPEND_WOKEN,
+        consumer_overrides: dict[str, object] | None = None,
         producer_overrides: dict[str, object] | None = None,
         fitted_to: Sequence[str] = (),
     ) -> None:

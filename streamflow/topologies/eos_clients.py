@@ -138,6 +138,14 @@ class ClientKeeper:
     def forget(self) -> None:
         """Drop caches of partitions this instance may no longer own."""
 
+    def built_on(self, tp: TopicPartition) -> bool:
+        """Whether local state already counts records of ``tp``'s partition at or after offset
+        ``tp.offset`` as committed: this instance was told their transaction committed (or read
+        them committed). A transaction left open there is then one whose commit was
+        acknowledged and whose marker a broker crash lost (:meth:`_sweep_hanging` commits it
+        instead of aborting it)."""
+        return False
+
     def writes_to(self, topic: str) -> bool:
         """Whether this topology produces into ``topic`` (of its namespace): where a
         transaction of its own can be left open (:meth:`_sweep_hanging`)."""
@@ -403,15 +411,30 @@ class ClientKeeper:
         stuck = Stuck(stuck.within(found).partitions, found.offsets)
         if not stuck.partitions:
             return
+        # Records local state already counts as committed (their commit was acknowledged; the
+        # crash lost its marker in this partition): an abort would take them back from under
+        # it, and what this instance writes next would build on events nobody can read (a run's
+        # sequence 7 committed after a sequence 6 that never is). Commit them instead.
+        built = [tp for tp in stuck.partitions if self.built_on(tp)]
+        counted = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in built)
         log.warning(
             "%s: a transaction no coordinator will end holds %s (left open by a broker crash);"
-            " ending it with an aborted transaction of the same producer",
+            " ending it with %s transaction of the same producer%s",
             self.component,
             stuck.describe(),
+            "a committed" if built else "an aborted",
+            f" (local state counts its records in {counted} as committed)" if built else "",
         )
         assert self._outsiders is not None
         try:
-            sweep(self._producer, self._call, stuck, self._outsiders[0], self._call_timeout)
+            sweep(
+                self._producer,
+                self._call,
+                stuck,
+                self._outsiders[0],
+                self._call_timeout,
+                commit=bool(built),
+            )
         except Hung as exc:
             self._abandon_producer(exc)  # its init_transactions sweeps again
         except (KafkaException, BufferError) as exc:

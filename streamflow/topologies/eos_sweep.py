@@ -20,12 +20,27 @@ pinned it runs one transaction that touches each of them (a keyed, empty record;
 group's offsets that are unstable, with no member generation) and **aborts** it. Unstable
 offsets alone are never touched: their transaction wrote its records, and may have committed
 them, so aborting its offsets could have its input handled twice. The abort marker ends the
-hanging transaction too: what it
-wrote is never visible, its offsets never count, and its input is handled again from the
-committed offsets. A partition held by another producer's live transaction only gets an aborted
-record of ours (harmless; it was open anyway). Nothing is done, and nothing is written, when
-nothing is held — the normal case costs two watermark queries per partition the topology
-writes, at each start of its producer.
+hanging transaction too: what it wrote is never visible, its offsets never count, and its
+input is handled again from the committed offsets. A partition held by another producer's
+live transaction only gets an aborted record of ours (harmless; it was open anyway).
+
+**Unless the transaction left open had committed.** The same crash can take, with the
+coordinator's memory of a transaction, the commit marker of one whose ``commit_transaction`` had
+already returned: its writer was told it committed and built on it (the journal's local state
+has its events and the next sequence numbers follow them). Aborting that one takes committed
+history back from under its writer — a run's sequence 7 committed after a sequence 6 that never
+is, run starts and hook callbacks gone while the journal refuses them again as recorded (seen in
+the chaos suite's broker scenario). So the topology is asked first (``built_on``: does its local
+state count records at or after the pinned offset as committed?) and, if it does for any held
+partition, the sweep's transaction is **committed** instead: the records become visible, as
+their writer was told. The sweep's own record then is committed too: a keyed null value,
+which history and retention readers take as a tombstone of a key that is no run's, and other
+readers dead-letter as an empty record. The group's unstable offsets get their stable value
+back either way: the transaction's input is handled again, against local state that already
+has its output.
+
+Nothing is done, and nothing is written, when nothing is held — the normal case costs two
+watermark queries per partition the topology writes, at each start of its producer.
 """
 
 from __future__ import annotations
@@ -150,12 +165,17 @@ def sweep(
     stuck: Stuck,
     outsider: Consumer,
     timeout: float,
+    *,
+    commit: bool = False,
 ) -> None:
-    """One transaction touching everything in ``stuck``, aborted (see the module docstring).
-    ``outsider``: a consumer with the group's id that never joined it (its metadata carries no
-    member generation). Raises what the producer raises; the caller decides what a failed
-    sweep means."""
+    """One transaction touching everything in ``stuck``, aborted (see the module docstring) —
+    or, with ``commit``, committed: the transaction left open was one this instance was told
+    had committed, whose marker a broker crash lost, and whose records its local state already
+    counts; aborting it would take them back from under that state. ``outsider``: a consumer
+    with the group's id that never joined it (its metadata carries no member generation).
+    Raises what the producer raises; the caller decides what a failed sweep means."""
     call("begin_transaction", producer.begin_transaction)
+    ended = False
     try:
         for tp in stuck.partitions:
             producer.produce(
@@ -170,7 +190,9 @@ def sweep(
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} sweep records unsent"))
         if stuck.offsets:
             # No member generation: the group coordinator takes a transactional offset commit
-            # without one, whoever is a member, and an aborted one never counts.
+            # without one, whoever is a member, and an aborted one never counts. (A committed
+            # sweep puts the stable offsets back: the input of the transaction left open is
+            # handled again, against local state that already has its output.)
             metadata = outsider.consumer_group_metadata()
             call(
                 "send_offsets_to_transaction",
@@ -179,8 +201,12 @@ def sweep(
                 metadata,
                 timeout,
             )
+        if commit:
+            call("commit_transaction", producer.commit_transaction, timeout)
+            ended = True
     finally:
-        call("abort_transaction", producer.abort_transaction, timeout)
+        if not ended:
+            call("abort_transaction", producer.abort_transaction, timeout)
 
 
 def _end(source: Consumer, tp: TopicPartition, timeout: float) -> int:

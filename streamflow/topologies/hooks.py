@@ -33,7 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Unpack
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from streamflow.core.errors import (
     FlowError,
@@ -50,6 +50,7 @@ from streamflow.serde.errors import error_info
 from streamflow.topologies.common import (
     LocalState,
     StateBatch,
+    decode_offset,
     encode_offset,
     mirror_partition,
     send_dead_letter,
@@ -143,6 +144,15 @@ class Hooks(TransactionalTopology):
         self._state.close()
 
     # -- one record ----------------------------------------------------------------------------
+
+    def built_on(self, tp: TopicPartition) -> bool:
+        """Whether the token index holds records of ``{ns}.hook-tokens`` partition ``tp`` at or
+        after ``tp.offset`` (its saved offset there is past it: only a commit this instance was
+        told succeeded can have put it there, a restore never reads past an open transaction)."""
+        if tp.topic != self._names.hook_tokens:
+            return False
+        saved = decode_offset(self._state.get("meta", _offset_key(tp.partition)))
+        return saved is not None and saved > tp.offset
 
     def writes_to(self, topic: str) -> bool:
         """The token index, incidents, requests, replies and dead letters."""

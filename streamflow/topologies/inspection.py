@@ -165,14 +165,20 @@ class OwnedInspector:
 
 
 class _Remote:
-    """Another instance's inspection API, asked for its own partitions only."""
+    """Another instance's inspection API, asked for its own partitions only (with the group's
+    API key, when its instances have one)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, api_key: str | None = None) -> None:
         self.url = url.rstrip("/")
+        self._key = api_key
 
     def get(self, path: str, query: dict[str, str] | None = None) -> Covered:
         return fetch_covered(
-            self.url, path, {**(query or {}), "scope": "local"}, timeout=REMOTE_TIMEOUT
+            self.url,
+            path,
+            {**(query or {}), "scope": "local"},
+            timeout=REMOTE_TIMEOUT,
+            api_key=self._key,
         )
 
 
@@ -189,7 +195,10 @@ class NamespaceInspector:
         owned: Callable[[], frozenset[int]],
         directory: ObserverDirectory,
         advertise: str,
+        api_key: str | None = None,
     ) -> None:
+        """``api_key``: what to send the other instances (they serve behind the same key)."""
+        self._key = api_key
         self._local = local
         self._partitions = partitions
         self._owned = owned
@@ -209,7 +218,7 @@ class NamespaceInspector:
             url = owners.get(partition, "").rstrip("/")
             if url and url != self._self:
                 remotes.add(url)
-        return [self._local, *(_Remote(url) for url in sorted(remotes))]
+        return [self._local, *(_Remote(url, self._key) for url in sorted(remotes))]
 
     def _whole(self, parts: list[Covered]) -> list[Any]:
         """The parts' values, once they are known to cover every partition exactly."""
@@ -233,7 +242,7 @@ class NamespaceInspector:
             raise InspectionUnavailable(
                 f"no observers instance answers for history partition {partition}"
             )
-        return _Remote(url)
+        return _Remote(url, self._key)
 
     def _ask_owner(self, run_id: str, path: str, ask: Callable[[OwnedInspector], Covered]) -> Any:
         owner = self._owner(run_id)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Unpack
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import Message, Producer, TopicPartition
 
 from streamflow import faults
 from streamflow.core import decide as d
@@ -44,12 +45,13 @@ from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
-from streamflow.kafka.naming import Names, partition_for
+from streamflow.kafka.naming import Names, partition_for, split_history_key
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.topologies.common import (
     LocalState,
     StateBatch,
+    decode_offset,
     encode_offset,
     mirror_partition,
     send_dead_letter,
@@ -172,6 +174,20 @@ class Journal(TransactionalTopology):
         """Start staging the local state and counts of a new transaction."""
         self._txn = _Transaction(batch=self._state.batch())
         self._counts.begin()
+
+    def built_on(self, tp: TopicPartition) -> bool:
+        """Whether local state holds history (or retention) records of ``tp``'s partition at or
+        after ``tp.offset``: its saved offset there (after the last record a commit or a restore
+        wrote) is past it. A restore never reads past a transaction still open, so only a
+        commit this instance was told succeeded can have put it there."""
+        if tp.topic == self._names.history:
+            key = _offset_key(tp.partition)
+        elif tp.topic == self._names.retention:
+            key = _retention_offset_key(tp.partition)
+        else:
+            return False
+        saved = decode_offset(self._state.get("meta", key))
+        return saved is not None and saved > tp.offset
 
     def writes_to(self, topic: str) -> bool:
         """Everything of the namespace but the audit stream, the token index and the routes."""
@@ -432,10 +448,15 @@ class Journal(TransactionalTopology):
         """Bring local state up to history and retention partition ``partition``'s committed
         end (a null history value is a retention tombstone: the key is deleted)."""
         batch = self._state.batch()
-        for topic, family, key in (
-            (self._names.history, "events", _offset_key(partition)),
-            (self._names.retention, "retention", _retention_offset_key(partition)),
+        for topic, family, key, run_of in (
+            (self._names.history, "events", _offset_key(partition), _history_run),
+            (self._names.retention, "retention", _retention_offset_key(partition), _key_run),
         ):
+
+            def owns(raw: bytes, run_of: Callable[[bytes], str | None] = run_of) -> bool:
+                run_id = run_of(raw)
+                return run_id is not None and partition_for(run_id, self._partitions) == partition
+
             mirror_partition(
                 self._settings,
                 self._state,
@@ -444,6 +465,7 @@ class Journal(TransactionalTopology):
                 partition=partition,
                 family=family,
                 offset_key=key,
+                owns=owns,
             )
         self._state.write(batch)
 
@@ -507,6 +529,20 @@ class Journal(TransactionalTopology):
 
 def _offset_key(partition: int) -> bytes:
     return b"history:" + str(partition).encode()
+
+
+def _history_run(key: bytes) -> str | None:
+    try:
+        return split_history_key(key)[0]
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _key_run(key: bytes) -> str | None:
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def _retention_offset_key(partition: int) -> bytes:

@@ -41,7 +41,6 @@ from confluent_kafka import OFFSET_END, Message, Producer, TopicPartition
 from streamflow.core.errors import FlowError, SerializationError
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.kafka.clients import (
-    APPEND_WOKEN,
     close_producer,
     end_offset,
     partition_count,
@@ -106,7 +105,7 @@ class Observers(TransactionalTopology):
         (:class:`~streamflow.topologies.options.Tuning`; the observers take up to 1000 records
         in a transaction of up to 60 s)."""
         names = Names(settings.namespace)
-        overrides: dict[str, object] = dict(APPEND_WOKEN)
+        overrides: dict[str, object] = {}
         if advertise is not None:
             overrides["client.id"] = client_id(advertise)
         self._advertise = advertise
@@ -330,11 +329,12 @@ class Observers(TransactionalTopology):
         self._owned = frozenset()
         self._rebalanced = True
 
-    def inspectors(self) -> tuple[Inspector, Any]:
+    def inspectors(self, *, api_key: str | None = None) -> tuple[Inspector, Any]:
         """``(namespace, local)``: what to serve on ``/v1`` and on ``/v1?scope=local``. With an
         advertised URL, the first answers for every partition (asking the other instances of
-        the group); without one it answers for this instance's partitions only. The local one
-        says which partitions each answer covers."""
+        the group, with ``api_key`` when they serve behind one); without one it answers for
+        this instance's partitions only. The local one says which partitions each answer
+        covers."""
         local = OwnedInspector(
             self.index,
             partitions=self._partitions,
@@ -351,6 +351,7 @@ class Observers(TransactionalTopology):
             owned=self.owned,
             directory=ObserverDirectory(self._settings),
             advertise=self._advertise,
+            api_key=api_key,
         )
         return namespace, local
 

@@ -26,7 +26,6 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.errors import FlowTimeout
 from streamflow.kafka.clients import (
-    APPEND_WOKEN,
     caught_up,
     close_producer,
     partition_count,
@@ -131,7 +130,7 @@ class RouteTable:
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
         self._names = Names(settings.namespace)
-        self._reader = reader(settings, APPEND_WOKEN)
+        self._reader = reader(settings)
         # Watermark queries go through a consumer that never fetches: on the reader they would
         # wait behind its fetch long-poll, half a second per partition.
         self._ends = reader(settings)

@@ -1,11 +1,18 @@
 """The timer: indexes open timer waits by due time and republishes due wake-ups.
 
+Timeout timers (``timeout_armed``) are timer waits too: indexed from their ``wait_created``,
+closed by ``timeout_elapsed`` or ``timeout_disarmed``; the journal turns their wake-up into
+``timeout_elapsed``.
+
 One consumer group (``{ns}.timer``) tails ``{ns}.history`` and keeps, in local RocksDB, every
 waiting ``wait_created`` of a non-terminal run ordered by ``resume_at``, and the runtime build
 each non-terminal run is pinned to (with the history offsets they reflect, in the same batch).
 Each tick produces a ``WakeUp`` request for every due wait of its partitions, and produces it
 again after ``resend_after`` while the wait is still open. Duplicates are harmless: the journal
 completes a wait once and ignores the rest.
+
+Each tick also fires the cron schedules of ``{ns}.schedules`` this instance owns
+(:mod:`streamflow.topologies.timer_schedules`).
 
 Before a tick produces anything it preflights the build of every run it would wake against the
 live routes on ``{ns}.builds`` (as the embedded ``FlowScheduler`` does with its dispatcher):
@@ -53,14 +60,18 @@ from streamflow.topologies.common import (
 )
 from streamflow.topologies.options import MemberOptions, Membership
 from streamflow.topologies.registry import RouteTable
+from streamflow.topologies.timer_schedules import ScheduleFiring
 
 log = logging.getLogger("streamflow.timer")
 COMPONENT = "timer"
 _OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
 
 
+_CLOSING = (ev.WaitCompleted, ev.TimeoutElapsed, ev.TimeoutDisarmed)
+"""Events that close one timer wait (a timeout timer closes by firing or being disarmed)."""
 _INDEXED = frozenset(
-    {"run_created", "wait_created", "wait_completed", "run_cancellation_requested"}
+    {"run_created", "wait_created", "run_cancellation_requested"}
+    | {cls.TYPE for cls in _CLOSING}
     | {t for t, cls in ev.EVENT_TYPES.items() if cls.TERMINAL}
 )
 _LAYOUT = b"2"
@@ -117,6 +128,8 @@ class Timer:
         """Consecutive ticks held by the preflight (0 while wake-ups flow)."""
         self._retry_at = 0.0
         self._backoff = tick
+        self.schedules = ScheduleFiring(settings, self._producer, self._partitions)
+        """The cron schedules this instance fires (:mod:`.timer_schedules`)."""
         self.ready = threading.Event()
 
     @property
@@ -150,14 +163,20 @@ class Timer:
                 self._apply(messages)
                 if time.monotonic() - last_tick >= self._tick:
                     self._fire(self._clock())
+                    self.schedules.tick(self._clock(), self._owned, self.is_open_run)
                     last_tick = time.monotonic()
                 self._producer.poll(0)
         finally:
             self._consumer.close()
             # Wake-ups not delivered are sent again by the next owner: they are still due.
             close_producer(self._producer, SHUTDOWN_BUDGET)
+            self.schedules.close()
             self._routes.close()
             self._state.close()
+
+    def is_open_run(self, run_id: str) -> bool:
+        """Whether the index holds ``run_id`` as a non-terminal run (of an owned partition)."""
+        return self._state.get("builds", run_id.encode()) is not None
 
     # -- indexing ------------------------------------------------------------------------------
 
@@ -197,9 +216,7 @@ class Timer:
             return
         if event.is_terminal():
             batch.delete("builds", run_id.encode())
-        relevant = isinstance(
-            event, ev.WaitCreated | ev.WaitCompleted | ev.RunCancellationRequested
-        )
+        relevant = isinstance(event, (ev.WaitCreated, ev.RunCancellationRequested, *_CLOSING))
         if not relevant and not event.is_terminal():
             return
         if run_id not in waits:
@@ -210,7 +227,7 @@ class Timer:
             open_waits[event.wait_id] = format_utc(event.resume_at)
             batch.put("due", _due_key(event.resume_at, run_id, event.wait_id), b"")
             return
-        closing = [event.wait_id] if isinstance(event, ev.WaitCompleted) else list(open_waits)
+        closing = [event.wait_id] if isinstance(event, _CLOSING) else list(open_waits)
         for wait_id in closing:
             due = open_waits.pop(wait_id, None)
             if due is not None:

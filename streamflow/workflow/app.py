@@ -30,11 +30,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast, overload
 from weakref import WeakKeyDictionary
 
+from streamflow import cron
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import InvalidWorkflow, NonRetryable
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.projection import project
 from streamflow.core.retry import RetryPolicy
+from streamflow.core.schedules import CatchUp, Overlap, Schedule
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import derive_hook_token
@@ -276,6 +278,13 @@ class App(FlowRuntime):
         self._parked = ParkedRuns(parked_runs) if parked_runs > 0 else None
         self._workflows: dict[str, Workflow[Any, Any]] = {}
         self._steps: dict[str, Step[Any, Any]] = {}
+        self._schedules: dict[str, Schedule] = {}
+
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """Schedules declared with ``@app.workflow(schedule=...)``, by schedule id (a scheduler
+        hosting the App adds them to its store when it starts)."""
+        return dict(self._schedules)
 
     @property
     def workflows(self) -> dict[str, Workflow[Any, Any]]:
@@ -308,6 +317,12 @@ class App(FlowRuntime):
         name: str | None = None,
         version: str = "1",
         signals: Iterable[str] = (),
+        schedule: str | None = None,
+        timezone: str = "UTC",
+        schedule_id: str | None = None,
+        schedule_input: object = None,
+        overlap: Overlap | str = Overlap.SKIP,
+        catch_up: CatchUp | str = CatchUp.NONE,
     ) -> _WorkflowDecorator: ...
 
     def workflow(
@@ -318,15 +333,36 @@ class App(FlowRuntime):
         name: str | None = None,
         version: str = "1",
         signals: Iterable[str] = (),
+        schedule: str | None = None,
+        timezone: str = "UTC",
+        schedule_id: str | None = None,
+        schedule_input: object = None,
+        overlap: Overlap | str = Overlap.SKIP,
+        catch_up: CatchUp | str = CatchUp.NONE,
     ) -> Workflow[Any, Any] | _WorkflowDecorator:
         """Register ``async def f(ctx, input)`` (or ``f(ctx)``) as workflow ``name`` (default:
         the function's name) at ``version``, accepting the declared ``signals``. Use bare
-        (``@app.workflow``) or with options."""
-        decorator = _WorkflowDecorator(self, name, version, tuple(signals))
+        (``@app.workflow``) or with options.
+
+        ``schedule``: a cron expression (read in ``timezone``) that starts a run of it at each
+        fire time once a scheduler hosts the App; ``schedule_id`` (default: the workflow's
+        name), ``schedule_input``, ``overlap`` and ``catch_up`` as on
+        :class:`streamflow.Schedule`."""
+        cron_options = None
+        if schedule is not None:
+            cron_options = _CronOptions(
+                schedule, timezone, schedule_id, schedule_input, Overlap(overlap), CatchUp(catch_up)
+            )
+        decorator = _WorkflowDecorator(self, name, version, tuple(signals), cron_options)
         return decorator if fn is None else decorator(fn)
 
     def _add_workflow(
-        self, fn: WorkflowFn, name: str, version: str, signals: tuple[str, ...]
+        self,
+        fn: WorkflowFn,
+        name: str,
+        version: str,
+        signals: tuple[str, ...],
+        options: _CronOptions | None = None,
     ) -> Workflow[Any, Any]:
         if name in self._workflows:
             raise InvalidWorkflow(f"workflow {name!r} is registered twice")
@@ -339,6 +375,21 @@ class App(FlowRuntime):
         if self._build is not None:
             spec = spec.with_runtime_build(self._build)
         workflow: Workflow[Any, Any] = Workflow(fn, spec)
+        if options is not None:
+            scheduled = cron.validate(
+                Schedule(
+                    schedule_id=options.schedule_id or name,
+                    spec=workflow.spec,
+                    cron=options.expression,
+                    timezone=options.timezone,
+                    input=workflow.encode_input(options.input),
+                    overlap=options.overlap,
+                    catch_up=options.catch_up,
+                )
+            )
+            if scheduled.schedule_id in self._schedules:
+                raise InvalidWorkflow(f"schedule {scheduled.schedule_id!r} is declared twice")
+            self._schedules[scheduled.schedule_id] = scheduled
         self._workflows[name] = workflow
         return workflow
 
@@ -385,6 +436,20 @@ class App(FlowRuntime):
             raise InvalidWorkflow(f"step {step.name!r} is registered twice")
         self._steps[step.name] = step
         _STEPS[step.fn] = step
+
+    def include(self, other: App) -> App:
+        """Serve ``other``'s workflows and steps from this App too, their specs unchanged (so
+        runs started through either App replay through both). A workflow or step name both
+        register is ``InvalidWorkflow``, and then nothing is added. Returns this App."""
+        workflows = sorted(set(self._workflows) & set(other._workflows))
+        steps = sorted(set(self._steps) & set(other._steps))
+        if workflows or steps:
+            raise InvalidWorkflow(
+                f"App.include: registered in both Apps: {', '.join(workflows + steps)}"
+            )
+        self._workflows.update(other._workflows)
+        self._steps.update(other._steps)
+        return self
 
     # -- the FlowRuntime contract ---------------------------------------------------------------
 
@@ -458,14 +523,34 @@ class _StepDecorator:
         return step
 
 
-class _WorkflowDecorator:
-    """``@app.workflow(name=..., version=..., signals=...)``."""
+@dataclass(frozen=True, slots=True)
+class _CronOptions:
+    """The ``schedule=...`` options of ``@app.workflow``."""
 
-    def __init__(self, app: App, name: str | None, version: str, signals: tuple[str, ...]) -> None:
+    expression: str
+    timezone: str
+    schedule_id: str | None
+    input: object
+    overlap: Overlap
+    catch_up: CatchUp
+
+
+class _WorkflowDecorator:
+    """``@app.workflow(name=..., version=..., signals=..., schedule=...)``."""
+
+    def __init__(
+        self,
+        app: App,
+        name: str | None,
+        version: str,
+        signals: tuple[str, ...],
+        options: _CronOptions | None = None,
+    ) -> None:
         self._app = app
         self._name = name
         self._version = version
         self._signals = signals
+        self._options = options
 
     @overload
     def __call__(
@@ -479,4 +564,4 @@ class _WorkflowDecorator:
 
     def __call__(self, fn: WorkflowFn, /) -> Workflow[Any, Any]:
         name = self._name or fn.__name__
-        return self._app._add_workflow(fn, name, self._version, self._signals)
+        return self._app._add_workflow(fn, name, self._version, self._signals, self._options)

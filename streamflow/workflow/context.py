@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from streamflow.core.commands import ChildWorkflowCommand, RuntimeCommand, StepCommand
+from streamflow.core.commands import (
+    ChildWorkflowCommand,
+    CreateHook,
+    RuntimeCommand,
+    StepCommand,
+    WaitForSignal,
+)
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retry import RetryPolicy
@@ -156,6 +162,15 @@ class WorkflowContext(RunFacts):
         hook = self._snapshot.hooks.get(hook_id)
         return hook is not None and hook.status is HookStatus.DISPOSED
 
+    def timed_out(self, subject_id: str) -> bool:
+        """Whether the hook or signal wait ``subject_id`` timed out: the timer of its
+        :meth:`with_timeout` fired first (``timeout_elapsed``)."""
+        hook = self._snapshot.hooks.get(subject_id)
+        if hook is not None:
+            return hook.status is HookStatus.TIMED_OUT
+        wait = self._snapshot.signal_waits.get(subject_id)
+        return wait is not None and wait.status is WaitStatus.TIMED_OUT
+
     def child_workflow_run_id(self, child_id: str) -> str | None:
         """The run id chosen for child ``child_id`` (the first run of its chain), once it is
         requested; otherwise ``None``."""
@@ -270,6 +285,17 @@ class WorkflowContext(RunFacts):
         """Return this to wait for the next delivery of the declared signal ``signal_name``
         (``RuntimeCommand.wait_for_signal``); read it with :meth:`signal_payload`."""
         return RuntimeCommand.wait_for_signal(wait_id, signal_name)
+
+    def with_timeout(
+        self, command: RuntimeCommand, wait_id: str, timeout_at: datetime
+    ) -> RuntimeCommand:
+        """Race ``command`` (what :meth:`create_hook` or :meth:`wait_for_signal` returned) with
+        the timer ``wait_id`` due at ``timeout_at`` (``RuntimeCommand.with_timeout``): the first
+        to resolve closes the other; read which with :meth:`timed_out`. Compute ``timeout_at``
+        from the input or history, never from the clock."""
+        if not isinstance(command, CreateHook | WaitForSignal):
+            raise TypeError(f"with_timeout races a hook or a signal wait, not {command.TYPE}")
+        return RuntimeCommand.with_timeout(command, wait_id, timeout_at)
 
     def child_workflow(
         self,

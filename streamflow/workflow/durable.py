@@ -56,6 +56,7 @@ from streamflow.workflow.errors import (
     Cancelled,
     UnsupportedAwait,
     WorkflowFailure,
+    WorkflowTimedOut,
 )
 from streamflow.workflow.operations import (
     BatchOperation,
@@ -79,6 +80,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 A = TypeVar("A")
 R = TypeVar("R")
+
+Timeout = timedelta | datetime | None
+"""A ``timeout=`` of ``ctx.hook`` / ``ctx.signal``: a delay after ``ctx.now()``, a due time, or
+none."""
 
 
 class ContinueAsNew(BaseException):
@@ -185,19 +190,34 @@ class DurableContext(RunFacts):
         return SleepOperation(self, wait_id, resume_at)
 
     @overload
-    def signal(self, wait_id: str, name: str) -> SignalOperation[JsonValue]: ...
+    def signal(
+        self, wait_id: str, name: str, *, timeout: Timeout = None
+    ) -> SignalOperation[JsonValue]: ...
 
     @overload
-    def signal(self, wait_id: str, name: str, *, as_type: type[T]) -> SignalOperation[T]: ...
+    def signal(
+        self, wait_id: str, name: str, *, timeout: Timeout = None, as_type: type[T]
+    ) -> SignalOperation[T]: ...
 
-    def signal(self, wait_id: str, name: str, *, as_type: Any = None) -> SignalOperation[Any]:
+    def signal(
+        self, wait_id: str, name: str, *, timeout: Timeout = None, as_type: Any = None
+    ) -> SignalOperation[Any]:
         """Wait (as ``wait_id``) for the next delivery of declared signal ``name``; its payload,
-        decoded as ``as_type`` when given. Deliveries pair with waits oldest first."""
-        return SignalOperation(self, wait_id, name, Any if as_type is None else as_type)
+        decoded as ``as_type`` when given. Deliveries pair with waits oldest first.
+        ``timeout`` (a ``timedelta`` after :meth:`now`, or a due time) races the wait with a
+        timer (id ``"<wait_id>:timeout"``): if it fires first, the ``await`` raises
+        ``WaitTimedOut``."""
+        kind = Any if as_type is None else as_type
+        return SignalOperation(self, wait_id, name, self._due(timeout), kind)
 
     @overload
     def hook(
-        self, hook_id: str, *, token: str | None = None, metadata: object = None
+        self,
+        hook_id: str,
+        *,
+        token: str | None = None,
+        metadata: object = None,
+        timeout: Timeout = None,
     ) -> HookOperation[JsonValue]: ...
 
     @overload
@@ -207,6 +227,7 @@ class DurableContext(RunFacts):
         *,
         token: str | None = None,
         metadata: object = None,
+        timeout: Timeout = None,
         as_type: type[T],
     ) -> HookOperation[T]: ...
 
@@ -216,15 +237,27 @@ class DurableContext(RunFacts):
         *,
         token: str | None = None,
         metadata: object = None,
+        timeout: Timeout = None,
         as_type: Any = None,
     ) -> HookOperation[Any]:
         """Suspend until hook ``hook_id`` is resumed (its payload, decoded as ``as_type`` when
         given) or disposed (``HookDisposedError``). ``token=None`` uses :meth:`hook_token`; only
-        the token's digest is recorded. ``metadata``: JSON, or a ``HookMetadata``."""
+        the token's digest is recorded. ``metadata``: JSON, or a ``HookMetadata``. ``timeout``
+        (a ``timedelta`` after :meth:`now`, or a due time) races the hook with a timer (id
+        ``"<hook_id>:timeout"``): if it fires first, the hook lets go of its token and the
+        ``await`` raises ``WaitTimedOut``."""
         secret = self.hook_token(hook_id) if token is None else token
         kind = Any if as_type is None else as_type
         recorded = metadata.to_json() if isinstance(metadata, HookMetadata) else metadata
-        return HookOperation(self, hook_id, secret, recorded, kind)
+        return HookOperation(self, hook_id, secret, recorded, self._due(timeout), kind)
+
+    def _due(self, timeout: Timeout) -> datetime | None:
+        """The due time of a ``timeout=``: a ``timedelta`` counts from :meth:`now`."""
+        if timeout is None or isinstance(timeout, datetime):
+            return timeout
+        if isinstance(timeout, timedelta):
+            return self.now() + timeout
+        raise TypeError(f"timeout must be a timedelta or a datetime, got {timeout!r}")
 
     def child(
         self,
@@ -494,6 +527,9 @@ def _step(
     except WorkflowFailure as failure:
         ctx._guard()
         return RuntimeCommand.fail(failure.message), False
+    except WorkflowTimedOut as timed_out:
+        ctx._guard()
+        return RuntimeCommand.timeout(timed_out.deadline, timed_out.reason), False
     except FlowError:
         raise
     except RuntimeError as exc:

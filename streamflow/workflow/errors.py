@@ -8,11 +8,14 @@ workflow and become the run's incident, like any other exception):
 - :class:`StepFailedError`: a step scheduled with ``handle_failure=True`` failed for good;
 - :class:`ChildWorkflowFailed`: a child run did not complete (carries its outcome);
 - :class:`HookDisposedError`: the hook was revoked instead of resumed;
+- :class:`WaitTimedOut`: a hook or signal wait awaited with ``timeout=`` was not resolved in
+  time;
 - :class:`Cancelled`: the run's cancellation was requested. A ``BaseException``, so an
   ``except Exception`` around an ``await`` never swallows it; re-raise it (or let it pass) and
   the run ends ``cancelled``.
 
-Raised by workflow code: :class:`WorkflowFailure` ends the run ``failed`` with its message.
+Raised by workflow code: :class:`WorkflowFailure` ends the run ``failed`` with its message;
+:class:`WorkflowTimedOut` ends it timed out (``run_timed_out``, status ``failed``) at a deadline.
 Raised by ``Workflow.result``: :class:`RunNotCompleted` (the run ended another way).
 
 Typed errors (``FlowError`` subclasses, in ``streamflow.core.errors`` so that they cross a
@@ -24,7 +27,10 @@ that is not a registered step).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from streamflow.core.errors import NotAStep, UnknownWorkflow, UnsupportedAwait
+from streamflow.core.timeutil import format_utc
 from streamflow.core.values import WorkflowTerminalOutcome
 
 __all__ = [
@@ -36,7 +42,9 @@ __all__ = [
     "StepFailedError",
     "UnknownWorkflow",
     "UnsupportedAwait",
+    "WaitTimedOut",
     "WorkflowFailure",
+    "WorkflowTimedOut",
 ]
 
 
@@ -69,6 +77,19 @@ class HookDisposedError(Exception):
         self.hook_id = hook_id
 
 
+class WaitTimedOut(Exception):
+    """The timeout of the hook or signal wait ``subject_id`` (``kind``: ``"hook"`` or
+    ``"signal"``) fired at ``timeout_at`` before it was resolved. The hook no longer accepts a
+    callback (a late one is told ``HookAlreadyResolved``, ``timed_out``); a later delivery of
+    the signal stays queued for the next wait of its name."""
+
+    def __init__(self, kind: str, subject_id: str, timeout_at: datetime) -> None:
+        super().__init__(f"{kind} {subject_id} timed out at {format_utc(timeout_at)}")
+        self.kind = kind
+        self.subject_id = subject_id
+        self.timeout_at = timeout_at
+
+
 class Cancelled(BaseException):
     """The run's cancellation was requested (``reason`` as requested). Raised by the first
     ``await`` of a durable operation that had not resolved before the request; later awaits
@@ -88,6 +109,17 @@ class WorkflowFailure(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class WorkflowTimedOut(Exception):
+    """Raise it from workflow code to end the run timed out at ``deadline`` (timezone-aware;
+    derive it from the input or ``ctx.now()``) with an optional ``reason``: ``run_timed_out``,
+    whose outcome a parent and ``Workflow.result`` see as ``timed_out``."""
+
+    def __init__(self, deadline: datetime, reason: str | None = None) -> None:
+        super().__init__(f"timed out at {format_utc(deadline)}" + (f": {reason}" if reason else ""))
+        self.deadline = deadline
+        self.reason = reason
 
 
 class RunNotCompleted(Exception):

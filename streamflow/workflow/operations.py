@@ -4,7 +4,8 @@ that makes it. Awaiting one resolves it from history or suspends the run on it.
 
 Each operation maps to one command of the low-level API: a step to ``schedule_step``, a batch
 to ``schedule_steps`` or ``start_child_workflows``, a sleep to ``wait_until``, a signal to
-``wait_for_signal``, a hook to ``create_hook``, a child to ``start_child_workflow``, progress
+``wait_for_signal``, a hook to ``create_hook`` (either, given a timeout, wrapped in
+``with_timeout``), a child to ``start_child_workflow``, progress
 to ``record_progress`` and a link to ``link_child_operation``.
 """
 
@@ -15,7 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from streamflow.core.commands import ChildWorkflowCommand, RuntimeCommand, StepCommand
+from streamflow.core.commands import (
+    ChildWorkflowCommand,
+    CreateHook,
+    RuntimeCommand,
+    StepCommand,
+    WaitForSignal,
+)
 from streamflow.core.errors import InvalidWorkflow
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import HookStatus, StepStatus, WaitStatus
@@ -26,7 +33,12 @@ from streamflow.core.values import (
     Completed,
     WorkflowProgress,
 )
-from streamflow.workflow.errors import ChildWorkflowFailed, HookDisposedError, StepFailedError
+from streamflow.workflow.errors import (
+    ChildWorkflowFailed,
+    HookDisposedError,
+    StepFailedError,
+    WaitTimedOut,
+)
 from streamflow.workflow.typed import decode, encode
 
 if TYPE_CHECKING:
@@ -284,56 +296,102 @@ class SleepOperation(Operation[None]):
         return self._id not in self._ctx._snapshot.waits
 
 
-class SignalOperation(Operation[T]):
-    """``await ctx.signal(...)``: the payload of the next delivery of a declared signal."""
+def timeout_id(subject_id: str) -> str:
+    """The id of the timer that races hook or signal wait ``subject_id`` (``timeout=``)."""
+    return f"{subject_id}:timeout"
 
-    __slots__ = ("_id", "_name", "_type")
 
-    def __init__(self, ctx: DurableContext, wait_id: str, name: str, as_type: Any) -> None:
+class _Timed(Operation[T]):
+    """A hook or a signal wait, raced by a timer when given a ``timeout`` (a due time)."""
+
+    __slots__ = ("_id", "_timeout", "_type")
+    _KIND: str = ""
+
+    def __init__(
+        self, ctx: DurableContext, subject_id: str, timeout: datetime | None, as_type: Any
+    ) -> None:
         super().__init__(ctx)
-        self._id = wait_id
-        self._name = name
+        self._id = subject_id
+        self._timeout = timeout
         self._type = as_type
 
     def _reach(self) -> None:
-        self._ctx._reached.add(("signal", self._id))
+        self._ctx._reached.add((self._KIND, self._id))
+        if self._timeout is not None:
+            self._ctx._reached.add(("wait", timeout_id(self._id)))
+
+    def _timed_out(self) -> WaitTimedOut:
+        assert self._timeout is not None
+        return WaitTimedOut(self._KIND, self._id, self._timeout)
+
+    def _subject(self) -> CreateHook | WaitForSignal:
+        raise NotImplementedError
+
+    def _command(self) -> RuntimeCommand:
+        subject = self._subject()
+        if self._timeout is None:
+            return subject
+        return RuntimeCommand.with_timeout(subject, timeout_id(self._id), self._timeout)
+
+
+class SignalOperation(_Timed[T]):
+    """``await ctx.signal(...)``: the payload of the next delivery of a declared signal;
+    ``WaitTimedOut`` if its timeout fired first."""
+
+    __slots__ = ("_name",)
+    _KIND = "signal"
+
+    def __init__(
+        self,
+        ctx: DurableContext,
+        wait_id: str,
+        name: str,
+        timeout: datetime | None,
+        as_type: Any,
+    ) -> None:
+        super().__init__(ctx, wait_id, timeout, as_type)
+        self._name = name
 
     def _resolution(self) -> Resolution | None:
         wait = self._ctx._snapshot.signal_waits.get(self._id)
-        if wait is None or wait.status is not WaitStatus.COMPLETED:
+        if wait is None or wait.status not in (WaitStatus.COMPLETED, WaitStatus.TIMED_OUT):
             return None
         assert wait.completed_sequence is not None
         assert wait.completed_at is not None
         return Resolution(wait.completed_sequence, wait.completed_at)
 
     def _value(self) -> T:
+        if self._ctx._snapshot.signal_waits[self._id].status is WaitStatus.TIMED_OUT:
+            raise self._timed_out()
         payload = self._ctx._snapshot.signal_wait_payload(self._id)
         return cast(T, decode(payload, self._type, f"signal wait {self._id} payload"))
 
-    def _command(self) -> RuntimeCommand:
+    def _subject(self) -> WaitForSignal:
         return RuntimeCommand.wait_for_signal(self._id, self._name)
 
     def _is_new(self) -> bool:
         return self._id not in self._ctx._snapshot.signal_waits
 
 
-class HookOperation(Operation[T]):
+class HookOperation(_Timed[T]):
     """``await ctx.hook(...)``: the payload the hook was resumed with; ``HookDisposedError`` if it
-    was disposed."""
+    was disposed, ``WaitTimedOut`` if its timeout fired first."""
 
-    __slots__ = ("_id", "_metadata", "_token", "_type")
+    __slots__ = ("_metadata", "_token")
+    _KIND = "hook"
 
     def __init__(
-        self, ctx: DurableContext, hook_id: str, token: str, metadata: object, as_type: Any
+        self,
+        ctx: DurableContext,
+        hook_id: str,
+        token: str,
+        metadata: object,
+        timeout: datetime | None,
+        as_type: Any,
     ) -> None:
-        super().__init__(ctx)
-        self._id = hook_id
+        super().__init__(ctx, hook_id, timeout, as_type)
         self._token = token
         self._metadata = metadata
-        self._type = as_type
-
-    def _reach(self) -> None:
-        self._ctx._reached.add(("hook", self._id))
 
     def _resolution(self) -> Resolution | None:
         hook = self._ctx._snapshot.hooks.get(self._id)
@@ -345,9 +403,11 @@ class HookOperation(Operation[T]):
         hook = self._ctx._snapshot.hooks[self._id]
         if hook.status is HookStatus.DISPOSED:
             raise HookDisposedError(self._id)
+        if hook.status is HookStatus.TIMED_OUT:
+            raise self._timed_out()
         return cast(T, decode(hook.payload, self._type, f"hook {self._id} payload"))
 
-    def _command(self) -> RuntimeCommand:
+    def _subject(self) -> CreateHook:
         return RuntimeCommand.create_hook(self._id, self._token, self._metadata)
 
     def _is_new(self) -> bool:

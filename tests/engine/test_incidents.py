@@ -201,7 +201,7 @@ async def test_streamflow_runs_and_show_print_the_incident(tmp_path):
 
     listing = cli("runs", "--dir", str(tmp_path / "db"))
     rows = {line.split()[0]: line for line in listing.splitlines()[1:-1]}
-    assert rows["stuck-1"].split()[-2:] == ["RuntimeFailure", "x1"]
+    assert rows["stuck-1"].split()[-1] == "yes"
     assert rows["fine-1"].split()[-1] == "-"
     assert listing.splitlines()[-1] == "2 runs, 1 with an incident"
 

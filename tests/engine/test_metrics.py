@@ -1,14 +1,12 @@
 """Metrics on the embedded engine (issue #5): the seed's monitoring signals with bounded labels
 while 1,000 runs execute, conflicts counted, the Prometheus endpoint parsed by
-``prometheus_client``'s own parser, and the inspection API over an embedded store."""
+``prometheus_client``'s own parser, and the HTTP API over an embedded store."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from datetime import timedelta
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,10 +18,10 @@ from streamflow import (
     RuntimeFailure,
     WorkflowProgress,
 )
+from streamflow.api import EmbeddedControl, create_app
 from streamflow.core.tokens import token_digest
-from streamflow.observe.http import ObserverServer
 from streamflow.observe.metrics import LABELS, FlowMetrics
-from streamflow.stores.inspect import StoreInspector
+from tests.api.conftest import serving
 from tests.support import T0, FakeClock, Scripted, canary_token, spec
 
 STEPS = ("fetch", "charge", "ship")
@@ -184,50 +182,51 @@ async def test_suspensions_hooks_wakeups_and_conflicts_are_measured():
     assert token_digest(token) not in text
 
 
-def fetch(url: str) -> tuple[int, object]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            body = response.read().decode()
-            is_json = "json" in response.headers.get("Content-Type", "")
-            return response.status, json.loads(body) if is_json else body
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read().decode())
+KEY = "metrics-test-key-0123456789abcdef"
 
 
-async def test_the_http_endpoint_serves_metrics_and_inspection_for_an_embedded_store():
+async def test_the_http_api_serves_metrics_and_inspection_for_an_embedded_store():
+    """What an embedded application serves: ``create_app`` over its engine, with its
+    metrics, on a real uvicorn server."""
     store = InMemoryEventStore()
     metrics = FlowMetrics()
-    engine = (
-        FlowEngine.builder(Scripted(workflow, flaky))
-        .with_store(store)
-        .with_metrics(metrics)
-        .build()
-    )
+    runtime = Scripted(workflow, flaky)
+    engine = FlowEngine.builder(runtime).with_store(store).with_metrics(metrics).build()
     await engine.start_with_id("r-1", spec(), {"n": 1})
-    server = ObserverServer(
-        "127.0.0.1", 0, metrics=metrics, inspector=StoreInspector(store)
-    ).start()
-    try:
-        code, text = fetch(f"{server.url}/metrics")
-        assert code == 200
-        assert "streamflow_runs" in {f.name for f in text_string_to_metric_families(text)}
-        assert fetch(f"{server.url}/v1/runs")[1] == [
-            {
-                "run_id": "r-1",
-                "status": "completed",
-                "workflow": "tests.flow",
-                "version": "1",
-                "build": None,
-                "last_sequence": len(await engine.history("r-1")),
-                "created_at": (await engine.history("r-1"))[0].to_json()["timestamp"],
-                "updated_at": (await engine.history("r-1"))[-1].to_json()["timestamp"],
-                "incident": None,
-            }
-        ]
-        assert fetch(f"{server.url}/v1/runs/r-1")[1]["output"] == {"n": 1}
-        assert fetch(f"{server.url}/v1/runs/missing")[0] == 404
-        assert fetch(f"{server.url}/v1/nothing")[0] == 404
-        assert fetch(f"{server.url}/v1/summary")[1]["completed"] == 1
-        assert fetch(f"{server.url}/healthz") == (200, "ok\n")
-    finally:
-        server.stop()
+    history = [e.to_json() for e in await engine.history("r-1")]
+    api = create_app(EmbeddedControl(engine, runtime), api_key=KEY, metrics=metrics)
+    async with (
+        serving(api) as url,
+        httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as client,
+    ):
+        exposition = await client.get("/metrics")
+        assert exposition.status_code == 200
+        families = {f.name for f in text_string_to_metric_families(exposition.text)}
+        assert "streamflow_runs" in families
+        listing = await client.get("/v1/runs")
+        assert listing.json() == {
+            "runs": [
+                {
+                    "run_id": "r-1",
+                    "status": "completed",
+                    "workflow": "tests.flow",
+                    "version": "1",
+                    "build": None,
+                    "parent_run_id": None,
+                    "last_sequence": len(history),
+                    "created_at": history[0]["timestamp"],
+                    "updated_at": history[-1]["timestamp"],
+                    "ended_at": history[-1]["timestamp"],
+                    "has_incident": False,
+                }
+            ],
+            "next_cursor": None,
+        }
+        assert (await client.get("/v1/runs/r-1")).json()["output"] == {"n": 1}
+        assert (await client.get("/v1/runs/missing")).status_code == 404
+        assert (await client.get("/v1/nothing")).status_code == 404
+        assert (await client.get("/v1/summary")).json()["completed"] == 1
+        healthz = await client.get("/healthz")
+        assert (healthz.status_code, healthz.text.strip()) == (200, "ok")
+        unkeyed = await client.get("/v1/runs", headers={"Authorization": ""})
+        assert (unkeyed.status_code, unkeyed.json()["error"]) == (401, "Unauthorized")

@@ -9,8 +9,9 @@ import asyncio
 import pytest
 
 from streamflow import FlowEngine, InMemoryEventStore, RunNotFound
+from streamflow.api import ObserversApi
 from streamflow.kafka.naming import partition_for
-from streamflow.observe.http import InspectionUnavailable, ObserverServer, fetch_covered
+from streamflow.observe.http import InspectionUnavailable, fetch_covered
 from streamflow.stores.inspect import StoreInspector
 from streamflow.topologies.inspection import NamespaceInspector, OwnedInspector
 from tests.support import Scripted, spec
@@ -63,11 +64,11 @@ def peer_owns():
 
 @pytest.fixture
 def peer(stores, peer_owns):
-    """Another instance: it answers ``?scope=local`` for the partitions it owns now, and says
-    which ones each answer covers."""
+    """Another instance's endpoint (what ``run observers`` serves): it answers ``?scope=local``
+    for the partitions it owns now, and says which ones each answer covers."""
     store, _ = stores
     local = OwnedInspector(store, partitions=2, owned=peer_owns)
-    server = ObserverServer(
+    server = ObserversApi(
         "127.0.0.1", 0, inspector=StoreInspector(store, owns=on(1)), local=local
     ).start()
     yield server

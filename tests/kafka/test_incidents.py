@@ -11,7 +11,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamflow import InMemoryFlowEventObserver, RuntimeFailure, WorkflowRunStatus
-from streamflow.observe.http import ObserverServer
+from streamflow.api import ObserversApi
 from streamflow.testing.kafka_harness import KafkaDriver
 from tests.conformance.test_incidents import Deployable
 from tests.kafka.test_observers import cli, get
@@ -49,8 +49,9 @@ async def test_the_run_index_cli_and_metrics_show_an_incident_until_the_fix_heal
     topology = driver.observers_topology
     assert topology is not None
     namespace, local = topology.inspectors()
-    server = ObserverServer("127.0.0.1", 0, metrics=topology.metrics).start()
+    server = ObserversApi("127.0.0.1", 0, metrics=topology.metrics)
     server.set_inspector(namespace, local=local)
+    server.start()
     try:
         await driver.client.start_with_id("pay-1", spec("pay"))
 
@@ -63,10 +64,10 @@ async def test_the_run_index_cli_and_metrics_show_an_incident_until_the_fix_heal
         assert incident["error_type"] == "RuntimeFailure"
         assert "order total is not a number" in incident["error"]
         assert incident["sequence"] == view["last_sequence"] == 2
-        rows = (await asyncio.to_thread(get, f"{server.url}/v1/runs"))[1]
-        assert [r["incident"]["error_type"] for r in rows if r["run_id"] == "pay-1"] == [
-            "RuntimeFailure"
-        ]
+        rows = (await asyncio.to_thread(get, f"{server.url}/v1/runs"))[1]["runs"]
+        assert [r["has_incident"] for r in rows if r["run_id"] == "pay-1"] == [True]
+        answered, found = await asyncio.to_thread(get, f"{server.url}/v1/runs/pay-1/incident")
+        assert (answered, found["error_type"]) == (200, "RuntimeFailure")
         shown = await cli("show", "pay-1", "--url", server.url)
         assert "incident: cannot make progress since" in shown
         assert "RuntimeFailure: runtime error: order total is not a number" in shown

@@ -22,11 +22,11 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamflow import HookConflict, InMemoryFlowEventObserver, WorkflowRunStatus, WorkflowSignal
+from streamflow.api.observers import ObserversApi
 from streamflow.core import events as ev
 from streamflow.core.tokens import token_digest
 from streamflow.kafka.client import TopicReader
 from streamflow.kafka.naming import Names, partition_for
-from streamflow.observe.http import ObserverServer
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.stores.inspect import StoreInspector
@@ -37,6 +37,7 @@ from tests.golden.apps import APPROVAL, HOOK_TOKEN, ORDERS, REVIEW, Golden
 from tests.kafka.test_kill_at_fault_points import committed_history
 from tests.kafka.test_rolling_deploy import builds_cli
 
+API_KEY = "observers-test-key-0123456789"
 ORDER = {"order_id": "o-1", "sku": "BOOK-42", "quantity": 1, "amount_cents": 2599}
 REQUIRED = {
     "streamflow_runs",
@@ -56,9 +57,12 @@ REQUIRED = {
 }
 
 
-def get(url: str) -> tuple[int, object]:
+def get(url: str, api_key: str | None = None) -> tuple[int, object]:
+    request = urllib.request.Request(url)
+    if api_key is not None:
+        request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10) as response:
             body = response.read().decode()
             kind = response.headers.get("Content-Type", "")
             return response.status, json.loads(body) if "json" in kind else body
@@ -106,7 +110,7 @@ async def test_audit_index_metrics_and_observers_on_kafka(kafka, tmp_path):
     driver = KafkaDriver(kafka, Golden(), state_root=tmp_path / "state", observers=[seen])
     topology = driver.observers_topology
     assert topology is not None
-    server = ObserverServer(
+    server = ObserversApi(  # what `run observers` serves, reads open without a key
         "127.0.0.1",
         0,
         metrics=topology.metrics,
@@ -124,16 +128,18 @@ async def test_audit_index_metrics_and_observers_on_kafka(kafka, tmp_path):
 
         code, hooks = get(f"{server.url}/v1/hooks")
         assert code == 200
-        assert hooks == [
-            {
-                "run_id": "k-approval",
-                "hook_id": "callback",
-                "token_digest": token_digest(HOOK_TOKEN),
-                "metadata": {"kind": "callback", "subject": "golden approval"},
-            }
-        ]
+        assert hooks == {
+            "hooks": [
+                {
+                    "run_id": "k-approval",
+                    "hook_id": "callback",
+                    "token_digest": token_digest(HOOK_TOKEN),
+                    "metadata": {"kind": "callback", "subject": "golden approval"},
+                }
+            ]
+        }
         code, suspended = get(f"{server.url}/v1/runs?status=suspended")
-        assert [r["run_id"] for r in suspended] == ["k-approval"]
+        assert [r["run_id"] for r in suspended["runs"]] == ["k-approval"]
         exposition = get(f"{server.url}/metrics")[1]
         assert 'streamflow_active_hooks{version="1",workflow="golden.approval"} 1.0' in exposition
 
@@ -212,18 +218,19 @@ async def test_audit_index_metrics_and_observers_on_kafka(kafka, tmp_path):
 
         # Inspection.
         code, completed = get(f"{server.url}/v1/runs?status=completed")
-        assert sorted(r["run_id"] for r in completed) == sorted(history)
+        assert sorted(r["run_id"] for r in completed["runs"]) == sorted(history)
         code, order_view = get(f"{server.url}/v1/runs/k-order")
         assert code == 200
         assert order_view["status"] == "completed"
         assert [s["step_id"] for s in order_view["steps"]] == ["charge", "reserve", "ship"]
         code, events_json = get(f"{server.url}/v1/runs/k-order/history")
-        assert [e["sequence"] for e in events_json] == list(range(1, len(history["k-order"]) + 1))
+        sequences = [e["sequence"] for e in events_json["events"]]
+        assert sequences == list(range(1, len(history["k-order"]) + 1))
         assert get(f"{server.url}/v1/runs/nope")[0] == 404
         assert get(f"{server.url}/v1/runs?status=sleepy")[0] == 400
         summary = get(f"{server.url}/v1/summary")[1]
         assert (summary["total"], summary["completed"]) == (4, 4)
-        assert get(f"{server.url}/v1/hooks")[1] == []
+        assert get(f"{server.url}/v1/hooks")[1] == {"hooks": []}
 
         # The terminal views over the same API.
         listing = await cli("runs", "--status", "completed", "--url", server.url)
@@ -330,11 +337,13 @@ async def test_a_stuck_observer_costs_only_its_own_lag(kafka, tmp_path):
 
 
 async def test_two_observers_instances_split_the_partitions_and_each_answers_for_all(
-    kafka, tmp_path
+    kafka, tmp_path, monkeypatch
 ):
     driver = KafkaDriver(kafka, Golden(), state_root=tmp_path / "state")
     # Bound first, so each instance can advertise its URL to the group (as `run observers`).
-    servers = [ObserverServer("127.0.0.1", 0) for _ in range(2)]
+    # Behind an API key, as `run observers --api-key-file`: instances ask each other with it.
+    servers = [ObserversApi("127.0.0.1", 0, api_key=API_KEY) for _ in range(2)]
+    monkeypatch.setenv("STREAMFLOW_API_KEY", API_KEY)  # what the CLI processes send
     instances = [
         Observers(
             kafka,
@@ -346,8 +355,9 @@ async def test_two_observers_instances_split_the_partitions_and_each_answers_for
         for i, server in enumerate(servers)
     ]
     for server, instance in zip(servers, instances, strict=True):
-        namespace, local = instance.inspectors()
+        namespace, local = instance.inspectors(api_key=API_KEY)
         server.set_inspector(namespace, local=local)
+        server.set_metrics(instance.metrics)
         server.start()
     threads = [TopologyThread(f"observers-{i}", o.run).start() for i, o in enumerate(instances)]
     try:
@@ -360,7 +370,10 @@ async def test_two_observers_instances_split_the_partitions_and_each_answers_for
             assert (await driver.client.result(run_id, timeout=60)).is_terminal
 
         def answered() -> list[set[str]]:
-            return [{r["run_id"] for r in get(f"{s.url}/v1/runs?scope=local")[1]} for s in servers]
+            return [
+                {r["run_id"] for r in get(f"{s.url}/v1/runs?scope=local", API_KEY)[1]}
+                for s in servers
+            ]
 
         def shared() -> bool:
             # Once the group has settled, each instance indexes its own partitions only.
@@ -390,18 +403,25 @@ async def test_two_observers_instances_split_the_partitions_and_each_answers_for
 
         # Either instance answers for the whole namespace: the other's runs come from it.
         for server, theirs in ((servers[0], owned[1]), (servers[1], owned[0])):
-            code, listing = get(f"{server.url}/v1/runs?status=completed")
+            code, listing = get(f"{server.url}/v1/runs?status=completed", API_KEY)
             assert code == 200
-            assert [r["run_id"] for r in listing] == sorted(runs)
+            assert sorted(r["run_id"] for r in listing["runs"]) == sorted(runs)
+            assert listing["next_cursor"] is None
             other = min(theirs)
-            code, view = get(f"{server.url}/v1/runs/{other}")
+            code, view = get(f"{server.url}/v1/runs/{other}", API_KEY)
             assert (code, view["run_id"], view["status"]) == (200, other, "completed")
-            code, events = get(f"{server.url}/v1/runs/{other}/history")
+            code, history = get(f"{server.url}/v1/runs/{other}/history", API_KEY)
             assert code == 200
-            assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+            sequences = [e["sequence"] for e in history["events"]]
+            assert sequences == list(range(1, len(sequences) + 1))
             code, summary = get(f"{server.url}/v1/summary")
             assert (code, summary["total"], summary["completed"]) == (200, 8, 8)
-            assert get(f"{server.url}/v1/runs/no-such-run")[0] == 404
+            assert get(f"{server.url}/v1/runs/no-such-run", API_KEY)[0] == 404
+            assert get(f"{server.url}/v1/runs")[0] == 401  # payload routes need the key
+            code, legacy = get(f"{server.url}/v1/runs?scope=all", API_KEY)  # the CLI's shapes
+            assert (code, sorted(r["run_id"] for r in legacy)) == (200, sorted(runs))
+            assert get(f"{server.url}/v1/runs?scope=local")[0] == 401
+            assert "streamflow_runs" in get(f"{server.url}/metrics")[1]
 
         # One URL is enough for the CLI; several are joined (and de-duplicated).
         listing = await cli("runs", "--url", servers[0].url)
@@ -422,11 +442,11 @@ async def test_two_observers_instances_split_the_partitions_and_each_answers_for
 
         # An instance that cannot reach the owner of a partition says so: no partial answer.
         servers[1].stop()
-        code, error = get(f"{servers[0].url}/v1/runs")
+        code, error = get(f"{servers[0].url}/v1/runs", API_KEY)
         assert code == 503
         assert error["error"] == "InspectionUnavailable"
         assert servers[1].url in error["message"]
-        assert get(f"{servers[0].url}/v1/runs?scope=local")[0] == 200
+        assert get(f"{servers[0].url}/v1/runs?scope=local", API_KEY)[0] == 200
     finally:
         for server in servers:
             server.stop()  # again for the one stopped above: a no-op

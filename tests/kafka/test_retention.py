@@ -33,6 +33,7 @@ from streamflow import (
     RunNotFound,
     WorkflowSpec,
 )
+from streamflow.api import ObserversApi
 from streamflow.core import events as ev
 from streamflow.core.retention import history_digest
 from streamflow.kafka import admin
@@ -40,7 +41,6 @@ from streamflow.kafka.client import FlowClient, TopicReader
 from streamflow.kafka.clients import caught_up, producer, read_targets, reader
 from streamflow.kafka.manifest import load_manifest
 from streamflow.kafka.naming import Names, partition_for, split_history_key
-from streamflow.observe.http import ObserverServer
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.testing.kafka_harness import KafkaDriver
@@ -301,7 +301,7 @@ async def test_a_prune_planned_from_the_observers_index_and_the_index_forgetting
         partitions=PARTITIONS,
         observers=[seen],
     )
-    server = ObserverServer("127.0.0.1", 0)
+    server = ObserversApi("127.0.0.1", 0)
     try:
         topology = made.observers_topology
         assert topology is not None

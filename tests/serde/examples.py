@@ -11,6 +11,7 @@ from streamflow.core.events import FlowEvent, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy, StepFailureAction
+from streamflow.core.schedules import CatchUp, Overlap, Schedule, ScheduleState
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
     CancellationRequest,
@@ -60,6 +61,7 @@ from streamflow.serde.messages import (
     ResolveChild,
     ResumeHook,
     RetentionRecord,
+    ScheduleRecord,
     SealedRun,
     SendSignal,
     StartRun,
@@ -178,6 +180,9 @@ EVENTS_FULL: list[FlowEvent] = [
     ev.HookCreated(hook_id="h-1", token_digest=DIGEST, metadata={"kind": "human_approval"}),
     ev.HookReceived(hook_id="h-1", payload={"approved": True}),
     ev.HookDisposed(hook_id="h-1"),
+    ev.TimeoutArmed(wait_id="h-1:timeout", subject="hook", subject_id="h-1"),
+    ev.TimeoutElapsed(wait_id="h-1:timeout"),
+    ev.TimeoutDisarmed(wait_id="w-1:timeout"),
 ]
 EVENTS_MIN: list[FlowEvent] = [
     ev.RunCreated(spec=SPEC_MIN),
@@ -207,6 +212,9 @@ EVENTS_MIN: list[FlowEvent] = [
     ev.HookCreated(hook_id="h", token_digest=DIGEST_MIN),
     ev.HookReceived(hook_id="h"),
     ev.HookDisposed(hook_id="h"),
+    ev.TimeoutArmed(wait_id="t", subject="signal_wait", subject_id="w"),
+    ev.TimeoutElapsed(wait_id="t"),
+    ev.TimeoutDisarmed(wait_id="t"),
 ]
 
 PROPOSAL_FULL = Proposal(
@@ -446,6 +454,24 @@ METRIC_FULL = MetricSample(
     source="observers/0",
 )
 METRIC_MIN = MetricSample(name="m", kind="gauge", labels={}, value=0.0, at=T0, source="")
+SCHEDULE_FULL = ScheduleRecord(
+    schedule_id="nightly",
+    definition=Schedule(
+        schedule_id="nightly",
+        spec=SPEC_FULL,
+        cron="30 2 * * MON-FRI",
+        timezone="Europe/Berlin",
+        input={"warehouse": "north", "limit": 3},
+        overlap=Overlap.CANCEL_PREVIOUS,
+        catch_up=CatchUp.ALL,
+        paused=True,
+        created_at=T1,
+    ),
+    fired=ScheduleState(
+        schedule_id="nightly", last_fire_time=T1, last_run_id="sched-nightly-20260302T013000Z"
+    ),
+)
+SCHEDULE_MIN = ScheduleRecord(schedule_id="s")
 
 TOP_LEVEL_FULL: list[WireValue] = [
     request(BODIES_FULL[0]),
@@ -460,6 +486,7 @@ TOP_LEVEL_FULL: list[WireValue] = [
     RETENTION_FULL,
     AUDIT_FULL,
     METRIC_FULL,
+    SCHEDULE_FULL,
 ]
 TOP_LEVEL_MIN: list[WireValue] = [
     request(BODIES_MIN[0], full=False),
@@ -474,6 +501,7 @@ TOP_LEVEL_MIN: list[WireValue] = [
     RETENTION_MIN,
     AUDIT_MIN,
     METRIC_MIN,
+    SCHEDULE_MIN,
 ]
 
 EVERY_VALUE: list[WireValue] = [

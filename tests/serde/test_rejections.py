@@ -27,7 +27,7 @@ from streamflow.serde.records import WireValue
 from tests.serde import examples as ex
 
 REQUEST = codec.encode_request(ex.request(ex.PROPOSAL_FULL))
-"""A Proposal request with all 27 events: every schema feature in one buffer."""
+"""A Proposal request with all 30 events: every schema feature in one buffer."""
 TASK = codec.encode_task(ex.TASK_FULL)
 CALLBACK = codec.encode_hook_request(ex.hook_request(ex.HOOK_BODIES_FULL[2]))
 """A HookCallback: the one record with a plaintext token (``ex.TOKEN``)."""

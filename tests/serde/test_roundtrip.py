@@ -35,6 +35,7 @@ from streamflow.serde.messages import (
     RequestBody,
     ResumeHook,
     RetentionRecord,
+    ScheduleRecord,
     StartRun,
     StepResult,
     StepTask,
@@ -83,7 +84,7 @@ def test_examples_cover_every_event_body_and_outcome() -> None:
     names = {type(e).__name__ for e in ex.EVENTS_FULL}
     assert names == {cls.__name__ for cls in EVENT_TYPES.values()}
     assert {type(e).__name__ for e in ex.EVENTS_MIN} == names
-    assert len(ex.EVENTS_FULL) == len(ex.EVENTS_MIN) == 27
+    assert len(ex.EVENTS_FULL) == len(ex.EVENTS_MIN) == 30
     bodies = set(get_args(RequestBody))
     assert {type(b) for b in ex.BODIES_FULL} == bodies
     assert {type(b) for b in ex.BODIES_MIN} == bodies
@@ -105,6 +106,7 @@ def test_examples_cover_every_event_body_and_outcome() -> None:
         RetentionRecord,
         AuditRecord,
         MetricSample,
+        ScheduleRecord,
     }
     assert {type(v) for v in ex.TOP_LEVEL_FULL} == top
     assert {type(v) for v in ex.TOP_LEVEL_MIN} == top
@@ -136,6 +138,7 @@ def test_typed_helpers_round_trip(value: Any) -> None:
         RetentionRecord: (codec.encode_retention, codec.decode_retention),
         AuditRecord: (codec.encode_audit, codec.decode_audit),
         MetricSample: (codec.encode_metric, codec.decode_metric),
+        ScheduleRecord: (codec.encode_schedule, codec.decode_schedule),
     }
     encode, decode = pairs[type(value)]
     data = encode(value)

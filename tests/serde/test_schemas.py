@@ -18,6 +18,7 @@ from streamflow.core.errors import SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope, StepFailed
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
+from streamflow.core.schedules import Schedule, ScheduleState
 from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
 from streamflow.core.values import (
     CancellationRequest,
@@ -53,18 +54,19 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "208fd4879d180d82",
-    "HistoryRecord": "40c805455f1b412b",
+    "Request": "32e2c3b21bf35469",
+    "HistoryRecord": "7c49784f4c880974",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "640cb8b095318ffc",
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "ecde2e2014323af5",
-    "HookRequest": "ff5c4ae72df863df",
+    "HookRequest": "ddaaf601d20e8295",
     "TokenRecord": "c1e6433bc5811e9b",
     "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
     "MetricSample": "63d86828325dd99c",
+    "ScheduleRecord": "9a10533728123a6b",
 }
 """The 8 header bytes of every shipped top-level schema, as hex.
 
@@ -82,6 +84,9 @@ RETIRED_FINGERPRINTS = {
     "6cfd35d67a15b189": "HookRequest",
     "c24e40eebab4077a": "TokenRecord",
     "d186cdd37e2c5317": "BuildRegistration",
+    "208fd4879d180d82": "Request",
+    "40c805455f1b412b": "HistoryRecord",
+    "ff5c4ae72df863df": "HookRequest",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
@@ -99,6 +104,9 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "HookRequest": messages.HookRequest,
     "TokenRecord": messages.TokenRecord,
     "RetentionRecord": messages.RetentionRecord,
+    "ScheduleRecord": messages.ScheduleRecord,
+    "ScheduleDefinition": Schedule,
+    "ScheduleFired": ScheduleState,
     "HoldHistory": messages.HoldHistory,
     "ReleaseHistoryHold": messages.ReleaseHistoryHold,
     "PruneComponent": messages.PruneComponent,
@@ -181,7 +189,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 88
+    assert len(FILES) == len(DEFINITIONS) == 94
 
 
 def test_shipped_fingerprints_are_pinned() -> None:
@@ -396,6 +404,43 @@ def _copy_schemas(target: Path) -> Path:
     return target
 
 
+TIMEOUT_EVENTS = ("TimeoutArmed", "TimeoutElapsed", "TimeoutDisarmed")
+
+
+def _before_timeouts(schemas: Path) -> Path:
+    """``schemas`` as they were before the event union gained the timeout events."""
+    for record in ("HistoryRecord", "Proposal"):
+        path = schemas / f"{record}.avsc"
+        schema = json.loads(path.read_text())
+        events = next(f for f in schema["fields"] if f["name"] in ("event", "events"))
+        union = events["type"] if isinstance(events["type"], list) else events["type"]["items"]
+        union[:] = [branch for branch in union if branch not in TIMEOUT_EVENTS]
+        path.write_text(json.dumps(schema))
+    for name in TIMEOUT_EVENTS:
+        (schemas / f"{name}.avsc").unlink()
+    return schemas
+
+
+def test_buffers_written_before_the_timeout_events_still_decode(tmp_path: Path) -> None:
+    old = WireCodec(build_registry(_before_timeouts(_copy_schemas(tmp_path / "old"))))
+    envelope = FlowEventEnvelope(
+        run_id="run-1",
+        sequence=3,
+        event_id="e-3",
+        timestamp=ex.T0,
+        event=ex.EVENTS_FULL[-4],  # the last event before the timeout events: hook_disposed
+    )
+    proposal = ex.request(dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(ex.EVENTS_FULL[:-3])))
+    for value, fingerprint in ((envelope, "40c805455f1b412b"), (proposal, "208fd4879d180d82")):
+        data = old.encode(value)
+        assert data[2:10].hex() == fingerprint
+        assert codec.decode(data) == value
+    # An old reader meets a new event as an unknown writer schema, never as something else.
+    timed_out = dataclasses.replace(envelope, event=ev.TimeoutElapsed(wait_id="h-1:timeout"))
+    with pytest.raises(SerializationError, match="unknown schema fingerprint"):
+        old.decode(codec.encode(timed_out))
+
+
 def test_the_shipped_retired_versions_decode_to_current_values(tmp_path: Path) -> None:
     registry = shipped_registry()
     for fingerprint, name in RETIRED_FINGERPRINTS.items():
@@ -406,7 +451,7 @@ def test_the_shipped_retired_versions_decode_to_current_values(tmp_path: Path) -
     # `retryable` and StepFailed `no_retry` (their defaults fill in), and before that, before
     # the retention bodies.
     for fingerprint, union_ends in (("dbdb3fa9f1848482", None), ("51a92df0ffbd2875", "QueryChild")):
-        old_dir = _copy_schemas(tmp_path / fingerprint)
+        old_dir = _before_timeouts(_copy_schemas(tmp_path / fingerprint))
         for record, added in (("StepResult", "retryable"), ("StepFailed", "no_retry")):
             schema = json.loads((old_dir / f"{record}.avsc").read_text())
             schema["fields"] = [f for f in schema["fields"] if f["name"] != added]
@@ -535,7 +580,7 @@ def test_a_fingerprint_is_never_registered_twice(tmp_path: Path) -> None:
 def test_a_history_record_written_before_step_failed_had_no_retry_still_decodes(
     tmp_path: Path,
 ) -> None:
-    old_dir = _copy_schemas(tmp_path / "old")
+    old_dir = _before_timeouts(_copy_schemas(tmp_path / "old"))
     schema = json.loads((old_dir / "StepFailed.avsc").read_text())
     schema["fields"] = [f for f in schema["fields"] if f["name"] != "no_retry"]
     (old_dir / "StepFailed.avsc").write_text(json.dumps(schema))

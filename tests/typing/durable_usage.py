@@ -55,6 +55,12 @@ async def settle(ctx: DurableContext, invoice: Invoice) -> str:
     assert_type(count, int)
     invoice_again = await ctx.hook("confirm", as_type=Invoice)
     assert_type(invoice_again, Invoice)
+    try:
+        late = await ctx.hook("approve", timeout=timedelta(days=3), as_type=Invoice)
+        assert_type(late, Invoice)
+        assert_type(await ctx.signal("nudge-3", "nudge", timeout=ctx.now()), JsonValue)
+    except streamflow.WaitTimedOut as timed_out:
+        assert_type(timed_out.subject_id, str)
     assert_type(await ctx.child("c", child, 3), list[int])
     await ctx.sleep("pause", timedelta(seconds=1))
     return paid.receipt

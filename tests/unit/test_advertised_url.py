@@ -12,11 +12,12 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import ConsumerGroupDescription, MemberAssignment, MemberDescription
 
+from streamflow.api import ObserversApi
 from streamflow.cli import run
 from streamflow.cli.run import advertised_url
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
-from streamflow.observe.http import ObserverServer, fetch_json
+from streamflow.observe.http import fetch_json
 from streamflow.stores.inspect import StoreInspector
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.topologies.inspection import ObserverDirectory, client_id
@@ -137,7 +138,7 @@ def test_a_peer_finds_the_advertised_url_in_the_group(monkeypatch, url):
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
 def test_a_servers_own_url_is_the_one_it_advertises(host):
-    server = ObserverServer(host, 0)  # what tests and embedders advertise: server.url
+    server = ObserversApi(host, 0)  # what `run observers` advertises: server.url
     try:
         assert server.url == advertised_url(host, server.port)
     finally:
@@ -147,10 +148,11 @@ def test_a_servers_own_url_is_the_one_it_advertises(host):
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "0.0.0.0", "::"])
 def test_a_peer_reaches_the_instance_at_the_url_it_found(monkeypatch, host):
     inspector = StoreInspector(InMemoryEventStore())
-    server = ObserverServer(host, 0, inspector=inspector).start()
+    server = ObserversApi(host, 0, inspector=inspector).start()
     try:
         url = advertised_url(host, server.port)
         (found,) = set(owners(monkeypatch, [(client_id(url), [0, 1])]).values())
-        assert fetch_json(found, "/v1/summary", timeout=10) == inspector.summary()
+        asked = fetch_json(found, "/v1/summary", {"scope": "local"}, timeout=10)  # as peers ask
+        assert asked == inspector.summary()
     finally:
         server.stop()

@@ -27,6 +27,7 @@ CODE_ONLY = {
     ev.RunCompleted,
     ev.RunFailed,
     ev.RunContinuedAsNew,
+    ev.TimeoutArmed,  # beyond the sets above: the timeout events came later
 }
 CODE_OR_HOST = {ev.RunCancelled, ev.RunTimedOut, ev.RunProgressRecorded, ev.ChildOperationLinked}
 PROPOSABLE = {
@@ -45,6 +46,8 @@ PROPOSABLE = {
     ev.HookCreated,
     ev.ChildWorkflowRequested,
     ev.RunContinuedAsNew,
+    ev.TimeoutArmed,
+    ev.TimeoutDisarmed,
 }
 
 
@@ -55,7 +58,7 @@ def test_every_event_type_is_registered_with_exactly_one_origin():
         if isinstance(c, type) and issubclass(c, FlowEvent) and c is not FlowEvent
     }
     assert classes == set(EVENT_TYPES.values())
-    assert len(classes) == 27
+    assert len(classes) == 30
     for cls in classes:
         assert "ORIGIN" in vars(cls), f"{cls.TYPE} declares no origin of its own"
         assert isinstance(cls.ORIGIN, Origin)
@@ -81,6 +84,7 @@ def test_a_processor_may_propose_everything_but_the_hosts_events():
         ev.StepStarted,
         ev.RunRetryExhausted,
         ev.SignalWaitCompleted,
+        ev.TimeoutDisarmed,
     }
     assert event_types(Origin.HOST) == set(EVENT_TYPES.values()) - PROPOSABLE
 

@@ -46,6 +46,15 @@ def test_invalid_run_ids(bad):
         validate_run_id(bad)
 
 
+def test_run_ids_are_at_most_256_characters():
+    assert validate_run_id("r" * 256) == "r" * 256
+    with pytest.raises(InvalidRunId) as raised:
+        validate_run_id("r" * 257)
+    assert raised.value.run_id == "r" * 257
+    assert "257 characters" in str(raised.value)
+    assert len(str(raised.value)) < 200  # the message never quotes the whole id
+
+
 @pytest.mark.parametrize(
     "good", ["v1", "orders-2026.08.23-sha51e73a2", "a:b+c/d@e_f", "x" * 128, "9"]
 )

@@ -70,6 +70,7 @@ def test_the_shipped_manifests_load_from_the_repository(manifest):
         "retention",
         "audit",
         "metrics",
+        "schedules",
     }
     assert set(manifest.profiles) == {"production", "dev"}
 
@@ -95,6 +96,7 @@ def test_topic_templates_render_to_the_names_the_code_uses(manifest, namespace, 
         "retention": names.retention,
         "audit": names.audit,
         "metrics": names.metrics,
+        "schedules": names.schedules,
     }
 
 
@@ -110,7 +112,9 @@ def test_topology_templates_render_to_the_names_the_code_uses(manifest, namespac
     assert processor.group == names.processor_group(build)
     assert worker.group == names.worker_group(build)
     assert timer.group == names.timer_group
-    assert timer.reads == (names.builds,)  # its preflight: only builds with a live route
+    # Its preflight (only builds with a live route) and the cron schedules it fires.
+    assert timer.reads == (names.builds, names.schedules)
+    assert names.schedules in timer.outputs
     hooks = manifest.topology("hooks", namespace)
     assert hooks.group == names.hooks_group
     assert hooks.inputs == (names.hook_requests,)
@@ -173,6 +177,7 @@ def test_cleanup_policies_and_retention_are_as_designed(manifest):
         "retention": "compact",
         "audit": "delete",
         "metrics": "delete",
+        "schedules": "compact",
     }
     # Callbacks by token carry the token in plaintext: they are kept for an hour at most.
     assert int(specs["hook_requests"].config["retention.ms"]) <= 3_600_000

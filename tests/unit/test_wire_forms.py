@@ -82,11 +82,14 @@ ONE_OF_EACH_EVENT = [
     ),
     ev.HookReceived(hook_id="h", payload={"approved": True}),
     ev.HookDisposed(hook_id="h"),
+    ev.TimeoutArmed(wait_id="h:timeout", subject="hook", subject_id="h"),
+    ev.TimeoutElapsed(wait_id="h:timeout"),
+    ev.TimeoutDisarmed(wait_id="h:timeout"),
 ]
 
 
-def test_the_catalogue_covers_all_27_event_types():
-    assert len(ev.EVENT_TYPES) == 27
+def test_the_catalogue_covers_all_30_event_types():
+    assert len(ev.EVENT_TYPES) == 30
     assert {type(e) for e in ONE_OF_EACH_EVENT} == set(ev.EVENT_TYPES.values())
 
 
@@ -171,17 +174,18 @@ ONE_OF_EACH_COMMAND = [
     RuntimeCommand.create_hook("h", "token", {"kind": "approval"}),
     RuntimeCommand.wait_for_signal("w", "go"),
     RuntimeCommand.start_child_workflows([ChildWorkflowCommand.new("c", SPEC)]),
+    RuntimeCommand.with_timeout(RuntimeCommand.create_hook("h", "token"), "h:timeout", T0),
 ]
 
 
-def test_the_command_helpers_cover_all_14_variants():
+def test_the_command_helpers_cover_all_15_variants():
     variants = {
         value
         for value in vars(commands).values()
         if isinstance(value, type) and issubclass(value, RuntimeCommand) and value.TYPE
     }
     assert {type(c) for c in ONE_OF_EACH_COMMAND} == variants
-    assert len(variants) == len({v.TYPE for v in variants}) == 14
+    assert len(variants) == len({v.TYPE for v in variants}) == 15
 
 
 def test_command_json_values_are_normalised_like_a_store_round_trip():
@@ -195,6 +199,8 @@ def test_command_json_values_are_normalised_like_a_store_round_trip():
 
 def test_hook_token_never_appears_in_command_or_event_repr():
     assert "s3cr3t" not in repr(RuntimeCommand.create_hook("h", "s3cr3t"))
+    raced = RuntimeCommand.with_timeout(RuntimeCommand.create_hook("h", "s3cr3t"), "t", T0)
+    assert "s3cr3t" not in repr(raced)
     created = ev.HookCreated(hook_id="h", token_digest=token_digest("s3cr3t"))
     assert not hasattr(created, "token")  # the event only ever holds the digest
     assert "s3cr3t" not in repr(created)

@@ -1,0 +1,352 @@
+"""The control plane the HTTP API serves: one protocol, :class:`ControlPlane`, and its
+implementation over any :class:`streamflow.Flow` (:class:`FlowControl`), of which
+:class:`EmbeddedControl` serves the embedded engine.
+
+Every method answers JSON-ready values in the shapes of ``docs/http-api.md`` and raises
+``FlowError`` / :mod:`streamflow.api.errors` errors, which the app maps to statuses. A
+mutation returns once the backend has made it durable (the engine's append returned, the
+Kafka journal recorded it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol, cast, runtime_checkable
+
+from streamflow.api.errors import IncidentNotFound, InvalidWorkflowInput
+from streamflow.api.query import RunFilter, page
+from streamflow.core.errors import (
+    FlowTimeout,
+    PayloadTooLarge,
+    RunNotFound,
+    SerializationError,
+    UnknownWorkflow,
+)
+from streamflow.core.ids import validate_run_id
+from streamflow.core.incidents import FlowIncident
+from streamflow.core.inspect import open_suspensions, summarize
+from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.spec import WorkflowSpec
+from streamflow.core.values import CancellationRequest, WorkflowProgress, WorkflowSignal
+from streamflow.core.views import (
+    event_view,
+    hook_view,
+    run_row,
+    run_view,
+    summary_view,
+    suspension_view,
+)
+from streamflow.engine.engine import FlowEngine
+from streamflow.flow import Flow
+from streamflow.workflow.app import App
+from streamflow.workflow.runtime import FlowRuntime
+
+log = logging.getLogger("streamflow.api")
+Json = dict[str, Any]
+
+
+@runtime_checkable
+class ControlPlane(Protocol):
+    """What the HTTP API asks of a backend, one method per route."""
+
+    async def start(self, workflow: str, run_id: str | None, input: object) -> tuple[str, bool]:
+        """Start run ``run_id`` (a fresh id for ``None``) of ``workflow``; ``(run_id,
+        created)``, ``created`` false when the same start was already recorded."""
+        ...
+
+    async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
+        """``{"runs": [row...], "next_cursor": ...}``, newest first."""
+        ...
+
+    async def run(self, run_id: str) -> Json:
+        """The run's detail."""
+        ...
+
+    async def history(self, run_id: str) -> Json:
+        """``{"events": [...]}``."""
+        ...
+
+    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
+        """``(ended, answer)`` after waiting up to ``wait`` seconds for the chain to end."""
+        ...
+
+    async def incident(self, run_id: str) -> Json:
+        """The run's incident (``IncidentNotFound`` when it has none)."""
+        ...
+
+    async def run_suspensions(self, run_id: str) -> Json:
+        """``{"suspensions": [...]}`` of one run."""
+        ...
+
+    async def signal(
+        self, run_id: str, name: str, payload: object, signal_id: str | None
+    ) -> Json: ...
+
+    async def cancel(self, run_id: str, reason: str | None) -> Json: ...
+
+    async def force_cancel(self, run_id: str, reason: str | None) -> Json: ...
+
+    async def terminate(self, run_id: str, reason: str | None) -> Json: ...
+
+    async def progress(self, run_id: str, progress: WorkflowProgress) -> Json: ...
+
+    async def resume_hook(self, token: str, payload: object) -> Json: ...
+
+    async def dispose_hook(self, token: str) -> Json: ...
+
+    async def hooks(self) -> Json: ...
+
+    async def suspensions(self) -> Json: ...
+
+    async def incidents(self) -> Json: ...
+
+    async def builds(self) -> Json: ...
+
+    async def summary(self) -> Json: ...
+
+
+def _registry(app: FlowRuntime, specs: Iterable[WorkflowSpec]) -> dict[str, WorkflowSpec]:
+    found = {spec.name: spec for spec in specs}
+    if isinstance(app, App):
+        found.update((name, w.spec) for name, w in app.workflows.items())
+    return found
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class FlowControl:
+    """:class:`ControlPlane` over any :class:`streamflow.Flow`: mutations through its calls,
+    reads from its snapshots. ``app`` names the workflows a start may name (its registered
+    workflows when it is a ``streamflow.App``, plus ``specs``)."""
+
+    def __init__(
+        self, flow: Flow, app: FlowRuntime | None = None, *, specs: Iterable[WorkflowSpec] = ()
+    ) -> None:
+        self._flow = flow
+        self._app = app
+        self._starting: dict[str, asyncio.Lock] = {}
+        self._specs = _registry(app, specs) if app is not None else {s.name: s for s in specs}
+
+    # -- mutations ----------------------------------------------------------------------------
+
+    def _spec(self, workflow: str) -> WorkflowSpec:
+        spec = self._specs.get(workflow)
+        if spec is None:
+            raise UnknownWorkflow(workflow, sorted(self._specs))
+        return spec
+
+    async def _exists(self, run_id: str) -> bool:
+        try:
+            await self._flow.snapshot(run_id)
+        except RunNotFound:
+            return False
+        return True
+
+    async def _record_start(self, run_id: str, spec: WorkflowSpec, input: object) -> None:
+        await self._flow.start_with_id(run_id, spec, input)
+
+    async def start(self, workflow: str, run_id: str | None, input: object) -> tuple[str, bool]:
+        spec = self._spec(workflow)
+        run_id = validate_run_id(str(uuid.uuid4()) if run_id is None else run_id)
+        try:
+            if self._app is not None:  # the input against the annotation, before any write
+                self._app.check_start(spec, cast("JsonValue", input))
+        except PayloadTooLarge:
+            raise
+        except SerializationError as exc:
+            raise InvalidWorkflowInput(str(exc)) from None
+        # One start of a run id at a time here, so that of two identical requests racing
+        # through this server exactly one answers ``created`` (another server's racing start
+        # converges on the same history; only its ``created`` may then be wrong).
+        lock = self._starting.setdefault(run_id, asyncio.Lock())
+        try:
+            async with lock:
+                existed = await self._exists(run_id)
+                await self._record_start(run_id, spec, input)
+        finally:
+            if not lock.locked() and self._starting.get(run_id) is lock:
+                del self._starting[run_id]
+        return run_id, not existed
+
+    async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
+        delivery = WorkflowSignal.new(signal_id or str(uuid.uuid4()), name, payload)
+        await self._flow.send_signal(run_id, delivery)
+        return {"run_id": run_id, "accepted": True}
+
+    async def cancel(self, run_id: str, reason: str | None) -> Json:
+        snap = await self._flow.request_cancellation(run_id, CancellationRequest(reason))
+        return {"run_id": run_id, "status": snap.status.value}
+
+    async def force_cancel(self, run_id: str, reason: str | None) -> Json:
+        snap = await self._flow.force_cancel(run_id, reason)
+        return {"run_id": run_id, "status": snap.status.value}
+
+    async def terminate(self, run_id: str, reason: str | None) -> Json:
+        snap = await self._flow.terminate_for_timeout(run_id, _now(), reason)
+        return {"run_id": run_id, "status": snap.status.value}
+
+    async def progress(self, run_id: str, progress: WorkflowProgress) -> Json:
+        await self._flow.record_progress(run_id, progress)
+        return {"run_id": run_id, "progress_id": progress.progress_id}
+
+    async def resume_hook(self, token: str, payload: object) -> Json:
+        run_id, hook_id = await self._flow.resume_hook_by_token(token, payload)
+        return {"run_id": run_id, "hook_id": hook_id}
+
+    async def dispose_hook(self, token: str) -> Json:
+        run_id, hook_id = await self._flow.dispose_hook_by_token(token)
+        return {"run_id": run_id, "hook_id": hook_id}
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def _incident_map(self) -> Mapping[str, FlowIncident]:
+        return {i.run_id: i for i in await self._flow.list_incidents()}
+
+    async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
+        known = await self._incident_map()
+        rows = [
+            {**run_row(s), "has_incident": s.run_id in known}
+            for s in await self._flow.list_snapshots()
+        ]
+        chosen, following = page([r for r in rows if where.keeps(r)], limit=limit, cursor=cursor)
+        return {"runs": chosen, "next_cursor": following}
+
+    async def run(self, run_id: str) -> Json:
+        validate_run_id(run_id)
+        snap = await self._flow.snapshot(run_id)
+        incident = await self._flow.incident(run_id)
+        view = run_view(snap)
+        view["incident"] = None if incident is None else incident.to_json()
+        view["has_incident"] = incident is not None
+        return view
+
+    async def history(self, run_id: str) -> Json:
+        validate_run_id(run_id)
+        events = await self._flow.history(run_id)
+        return {"events": [event_view(e.to_json()) for e in events]}
+
+    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
+        validate_run_id(run_id)
+        current = await self._flow.snapshot(run_id)  # RunNotFound before any wait
+        if not current.is_terminal or current.continuation is not None:
+            try:
+                current = await self._flow.result(run_id, wait)
+            except FlowTimeout:
+                return False, {"run_id": run_id, "status": current.status.value}
+        return True, _result(run_id, current)
+
+    async def incident(self, run_id: str) -> Json:
+        validate_run_id(run_id)
+        await self._flow.snapshot(run_id)  # RunNotFound for an unknown run
+        incident = await self._flow.incident(run_id)
+        if incident is None:
+            raise IncidentNotFound(f"workflow run {run_id} has no incident")
+        return incident.to_json()
+
+    async def run_suspensions(self, run_id: str) -> Json:
+        validate_run_id(run_id)
+        snap = await self._flow.snapshot(run_id)
+        return {"suspensions": [suspension_view(s) for s in open_suspensions([snap], _now())]}
+
+    async def hooks(self) -> Json:
+        return {"hooks": [hook_view(h) for h in await self._flow.list_active_hooks()]}
+
+    async def suspensions(self) -> Json:
+        found = await self._flow.list_open_suspensions(_now())
+        return {"suspensions": [suspension_view(s) for s in found]}
+
+    async def incidents(self) -> Json:
+        return {"incidents": [i.to_json() for i in await self._flow.list_incidents()]}
+
+    async def builds(self) -> Json:
+        return builds_view(run_row(s) for s in await self._flow.list_snapshots())
+
+    async def summary(self) -> Json:
+        return summary_view(summarize(await self._flow.list_snapshots()))
+
+
+def _result(run_id: str, snap: WorkflowRunSnapshot) -> Json:
+    return {
+        "run_id": run_id,
+        "status": snap.status.value,
+        "output": snap.output,
+        "error": snap.error,
+    }
+
+
+def builds_view(rows: Iterable[Mapping[str, Any]]) -> Json:
+    """``/v1/builds``: per runtime build (``None``: unpinned runs), its runs and open runs."""
+    counts: dict[str | None, list[int]] = {}
+    for row in rows:
+        seen = counts.setdefault(row["build"], [0, 0])
+        seen[0] += 1
+        seen[1] += row["ended_at"] is None
+    ordered = sorted(counts.items(), key=lambda item: (item[0] is None, item[0] or ""))
+    return {"builds": [{"build": b, "runs": n, "open": o} for b, (n, o) in ordered]}
+
+
+class EmbeddedControl(FlowControl):
+    """:class:`ControlPlane` over the embedded engine. A start, signal, cancellation request
+    or hook callback is answered once its event is durable; the run is driven afterwards, in
+    the background (recovery carries on from there should this process stop first), so what
+    its code then does wrong is its incident, not the answer's error."""
+
+    def __init__(
+        self, engine: FlowEngine, app: FlowRuntime, *, specs: Iterable[WorkflowSpec] = ()
+    ) -> None:
+        super().__init__(engine, app, specs=specs)
+        self._engine = engine
+        self._driving: set[asyncio.Task[None]] = set()
+
+    def _drive_later(self, run_id: str) -> None:
+        task = asyncio.create_task(self._drive(run_id), name=f"sf-api-drive-{run_id}")
+        self._driving.add(task)
+        task.add_done_callback(self._driving.discard)
+
+    async def _record_start(self, run_id: str, spec: WorkflowSpec, input: object) -> None:
+        self._drive_later((await self._engine.record_start(run_id, spec, input)).run_id)
+
+    async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
+        delivery = WorkflowSignal.new(signal_id or str(uuid.uuid4()), name, payload)
+        snap, _ = await self._engine.record_signal(run_id, delivery)
+        self._drive_later(snap.run_id)
+        return {"run_id": run_id, "accepted": True}
+
+    async def cancel(self, run_id: str, reason: str | None) -> Json:
+        request = CancellationRequest(reason)
+        snap = await self._engine.record_cancellation_request(run_id, request)
+        self._drive_later(snap.run_id)
+        return {"run_id": run_id, "status": snap.status.value}
+
+    async def resume_hook(self, token: str, payload: object) -> Json:
+        engine = self._engine
+        run_id, hook_id, digest = await engine.find_hook_by_token(
+            token, payload=payload, resume=True
+        )
+        snap, _ = await engine.receive_hook(run_id, hook_id, payload, token_digest=digest)
+        self._drive_later(snap.run_id)
+        return {"run_id": run_id, "hook_id": hook_id}
+
+    async def dispose_hook(self, token: str) -> Json:
+        run_id, hook_id, digest = await self._engine.find_hook_by_token(token)
+        snap, _ = await self._engine.revoke_hook(run_id, hook_id, token_digest=digest)
+        self._drive_later(snap.run_id)
+        return {"run_id": run_id, "hook_id": hook_id}
+
+    async def _drive(self, run_id: str) -> None:
+        try:
+            await self._engine.drive(run_id)
+        except Exception as exc:  # the engine records an incident; recovery retries
+            log.warning("driving workflow run %s failed: %s", run_id, type(exc).__name__)
+
+    async def aclose(self) -> None:
+        """Wait for the drives this control started (call before closing the engine)."""
+        while self._driving:
+            await asyncio.gather(*list(self._driving), return_exceptions=True)

@@ -1,0 +1,122 @@
+"""The HTTP API's own errors and the mapping of every error to an HTTP status.
+
+::
+
+    ApiError                 a request the API refuses before it reaches a backend
+    ├── Unauthorized         401: a keyed route without the right bearer key
+    ├── UnknownParameter     400: a query parameter the route does not take
+    ├── InvalidParameter     400: a query parameter with a value the route cannot read
+    ├── InvalidCursor        400: a ``cursor`` this API did not hand out
+    ├── InvalidRequest       400: a body that is not the JSON object the route takes
+    ├── IncidentNotFound     404: the run has no incident
+    ├── ReadOnlyServer       403: a mutation sent to a server that takes none
+    ├── InvalidWorkflowInput 422 ``InvalidInputError``: the workflow's annotation refuses it
+    └── PayloadTooLargeBody  413 ``PayloadTooLarge``: a body too large to read at all
+
+``FlowError`` subclasses keep their class name as the ``error`` of the answer; anything else is
+a 500 ``InternalError`` whose details stay in the server's log (its type only: never a payload).
+"""
+
+from __future__ import annotations
+
+from streamflow.core.errors import (
+    ConflictError,
+    FlowError,
+    HookAlreadyResolved,
+    InfrastructureError,
+    InvalidInputError,
+    InvalidRunId,
+    NotFoundError,
+    PayloadTooLarge,
+    UnknownWorkflow,
+)
+
+
+class ApiError(Exception):
+    """A request the API refuses itself; ``status`` is its HTTP status."""
+
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Unauthorized(ApiError):
+    """Raised when a keyed route is called without ``Authorization: Bearer <key>`` or with
+    another key. Send the key the server was started with."""
+
+    status = 401
+
+
+class UnknownParameter(ApiError):
+    """Raised for a query parameter the route does not take (never silently ignored)."""
+
+
+class InvalidParameter(ApiError):
+    """Raised for a query parameter whose value cannot be read (a time that is not ISO-8601,
+    a ``limit`` outside 1..500, a ``wait`` that is not a duration up to 60s, ...)."""
+
+
+class InvalidCursor(ApiError):
+    """Raised for a ``cursor`` that is not one a listing answered with."""
+
+
+class InvalidRequest(ApiError):
+    """Raised for a body that is not valid JSON or not the object the route takes."""
+
+
+class IncidentNotFound(ApiError):
+    """Raised by ``GET /v1/runs/{run_id}/incident`` when the run has no incident."""
+
+    status = 404
+
+
+class ReadOnlyServer(ApiError):
+    """Raised for a mutation sent to a server that takes none (an observers instance without
+    an API key): send it to one that does."""
+
+    status = 403
+
+
+class InvalidWorkflowInput(ApiError):
+    """A start whose input the workflow's annotation refuses: answered as 422
+    ``InvalidInputError``."""
+
+    status = 422
+    name = "InvalidInputError"
+
+
+class PayloadTooLargeBody(ApiError):
+    """A request body larger than the API reads at all: answered as 413 ``PayloadTooLarge``,
+    like a payload over the record-size limit."""
+
+    status = 413
+    name = "PayloadTooLarge"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"request body of {size} bytes exceeds the limit of {limit} bytes")
+
+
+def status_of(exc: BaseException) -> tuple[int, str]:
+    """The HTTP status and ``error`` name an exception is answered with."""
+    if isinstance(exc, InvalidWorkflowInput | PayloadTooLargeBody):
+        return exc.status, exc.name
+    if isinstance(exc, ApiError):
+        return exc.status, type(exc).__name__
+    if not isinstance(exc, FlowError):
+        return 500, "InternalError"
+    name = type(exc).__name__
+    if isinstance(exc, HookAlreadyResolved | ConflictError):
+        return 409, name
+    if isinstance(exc, UnknownWorkflow | NotFoundError):
+        return 404, name
+    if isinstance(exc, PayloadTooLarge):
+        return 413, name
+    if isinstance(exc, InvalidRunId):
+        return 400, name
+    if isinstance(exc, InvalidInputError):
+        return 422, name
+    if isinstance(exc, InfrastructureError):
+        return 503, name
+    return 500, name

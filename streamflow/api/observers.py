@@ -1,0 +1,236 @@
+"""``ObserversApi``: the observers topology's HTTP endpoint, serving the HTTP API.
+
+It serves :func:`~streamflow.api.create_app` over a :class:`~streamflow.api.KafkaControl`
+whose reads come from the observers' index (the namespace: this instance's partitions and,
+through the group, the others'), with ``/metrics`` from the topology and the console when the
+package ships it. Mutations go through a ``FlowClient`` when one is given (an instance started
+with an API key); without one the endpoint answers reads only (403 ``ReadOnlyServer``).
+
+The instances' own protocol stays as it was: ``GET /v1/...?scope=local`` answers from this
+instance's partitions, in the inspection shapes (lists of rows, envelopes) with the
+``Streamflow-Partitions`` header, which is how one instance asks another for its part (an
+older instance in the same group asks the same way). ``?scope=all`` answers the whole
+namespace in those shapes (what ``streamflow runs|show|builds --url`` read), and so does
+``/v1/retention`` (what ``streamflow prune --url`` plans from).
+
+The socket is bound on construction, so :attr:`url` is known before :meth:`start` (an instance
+advertises it to the group); the server runs on a daemon thread with an event loop of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from streamflow.api.app import create_app
+from streamflow.api.kafka import KafkaControl
+from streamflow.core.errors import FlowError, InspectionUnavailable, RunNotFound
+from streamflow.observe.http import (
+    PARTITIONS_HEADER,
+    BadRequest,
+    Covered,
+    Inspector,
+    inspection_route,
+)
+from streamflow.observe.metrics import FlowMetrics
+from streamflow.workflow.runtime import FlowRuntime
+
+if TYPE_CHECKING:
+    from streamflow.kafka.client import FlowClient
+
+log = logging.getLogger("streamflow.api")
+STOP_TIMEOUT = 10.0
+START_TIMEOUT = 30.0
+
+
+class _Inspection:
+    """Answers ``/v1/...?scope=local|all`` in the inspection shapes; passes everything else
+    on to the API."""
+
+    def __init__(
+        self, api: ASGIApp, *, local: Any, namespace: Inspector, api_key: str | None
+    ) -> None:
+        self._api = api
+        self._local = local
+        self._namespace = namespace
+        self._key = None if api_key is None else api_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET":
+            await self._api(scope, receive, send)
+            return
+        query = parse_qs(scope.get("query_string", b"").decode())
+        kind = query.get("scope")
+        if kind is None and scope["path"].rstrip("/") == "/v1/retention":
+            kind = query["scope"] = ["all"]  # retention facts: only in the inspection shapes
+        if kind not in (["local"], ["all"]):
+            await self._api(scope, receive, send)
+            return
+        if not self._authorised(scope):
+            await _reply(send, 401, {"error": "Unauthorized", "message": "a valid bearer key"})
+            return
+        inspector = self._local if kind == ["local"] else self._namespace
+        path = scope["path"].rstrip("/") or "/"
+        query.pop("scope")
+        status, body, headers = await asyncio.to_thread(_answer, inspector, path, query)
+        await _reply(send, status, body, headers)
+
+    def _authorised(self, scope: Scope) -> bool:
+        if self._key is None:
+            return True
+        given = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization" and value.startswith(b"Bearer "):
+                given = value[len(b"Bearer ") :]
+        return hmac.compare_digest(given, self._key)
+
+
+def _answer(
+    inspector: Any, path: str, query: dict[str, list[str]]
+) -> tuple[int, Any, dict[str, str]]:
+    unknown = sorted(set(query) - {"status"})
+    if unknown:
+        return 400, {"error": "UnknownParameter", "message": f"unknown {unknown[0]!r}"}, {}
+    try:
+        handler = inspection_route(inspector, path, query)
+        if handler is None:
+            return 404, {"error": "NotFound", "message": f"no inspection route {path}"}, {}
+        answer = handler()
+    except BadRequest as exc:
+        return 400, {"error": "InvalidParameter", "message": str(exc)}, {}
+    except (RunNotFound, InspectionUnavailable) as exc:
+        return (404 if isinstance(exc, RunNotFound) else 503), _error(exc), {}
+    except FlowError as exc:
+        return 500, _error(exc), {}
+    except Exception as exc:  # the type only: messages may quote payloads
+        log.error("inspection of %s failed: %s", path, type(exc).__name__)
+        return 500, {"error": "InternalError", "message": "see the server log"}, {}
+    if isinstance(answer, Covered):
+        covered = ",".join(str(p) for p in sorted(answer.partitions))
+        return 200, answer.value, {PARTITIONS_HEADER: covered}
+    return 200, answer, {}
+
+
+def _error(exc: Exception) -> dict[str, str]:
+    return {"error": type(exc).__name__, "message": str(exc)}
+
+
+async def _reply(send: Send, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+    data = json.dumps(body, separators=(",", ":")).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
+
+
+class ObserversApi:
+    """The HTTP API of an observers instance on ``host:port`` (0: any free port)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        metrics: FlowMetrics | None = None,
+        inspector: Inspector | None = None,
+        local: Any = None,
+        client: FlowClient | None = None,
+        app: FlowRuntime | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        """``inspector`` answers for the namespace, ``local`` (default: ``inspector``) for
+        ``?scope=local``. ``client`` takes the mutations (``None``: reads only); ``app`` names
+        the workflows a start may name; ``api_key`` guards the keyed routes."""
+        self._metrics = metrics
+        self._inspector = inspector
+        self._local = local
+        self._client = client
+        self._app = app
+        self._key = api_key
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        self._address = self._socket.getsockname()[:2]
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def set_metrics(self, metrics: FlowMetrics) -> None:
+        """Serve ``metrics`` on ``/metrics`` (set before :meth:`start`)."""
+        self._metrics = metrics
+
+    def set_inspector(self, inspector: Inspector, *, local: Any = None) -> None:
+        """Answer from ``inspector`` (and ``local`` for ``?scope=local``; set before
+        :meth:`start`)."""
+        self._inspector = inspector
+        self._local = local
+
+    def set_client(self, client: FlowClient) -> None:
+        """Take mutations through ``client`` (set before :meth:`start`)."""
+        self._client = client
+
+    @property
+    def port(self) -> int:
+        """The port the socket is bound to."""
+        return int(self._address[1])
+
+    @property
+    def url(self) -> str:
+        """The base URL of this server (``http://host:port``)."""
+        name = str(self._address[0])
+        return f"http://[{name}]:{self.port}" if ":" in name else f"http://{name}:{self.port}"
+
+    def start(self) -> ObserversApi:
+        """Serve on a daemon thread; returns ``self`` once the server accepts connections."""
+        if self._inspector is None:
+            raise ValueError("ObserversApi needs an inspector before start")
+        control = KafkaControl(self._client, self._inspector, self._app)
+        api = create_app(control, api_key=self._key, metrics=self._metrics)
+        served = _Inspection(
+            api,
+            local=self._local if self._local is not None else self._inspector,
+            namespace=self._inspector,
+            api_key=self._key,
+        )
+        config = uvicorn.Config(
+            served, access_log=False, log_level="warning", lifespan="off", log_config=None
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(server.serve(sockets=[self._socket]))
+            except BaseException as exc:  # reported by start, or logged once serving
+                failed.append(exc)
+                log.error("the observers' HTTP API stopped: %s", type(exc).__name__)
+
+        self._thread = threading.Thread(target=run, name="streamflow-api", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not server.started:
+            if failed or not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the observers' HTTP API did not start: {failed!r}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (also for a server never started; twice is
+        fine)."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=STOP_TIMEOUT)
+            self._thread = None
+        self._socket.close()

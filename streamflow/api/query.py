@@ -1,0 +1,199 @@
+"""Query parameters: each route's allowed names, and readers for times, durations, flags,
+limits and listing cursors. Every reader raises an :mod:`streamflow.api.errors` error
+(400) for a value it cannot read."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from streamflow.api.errors import InvalidCursor, InvalidParameter, UnknownParameter
+from streamflow.core.snapshot import WorkflowRunStatus
+
+MAX_WAIT_SECONDS = 60.0
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+_DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m)?")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
+LIST_PARAMETERS = frozenset(
+    {
+        "workflow",
+        "status",
+        "build",
+        "parent",
+        "created_after",
+        "created_before",
+        "ended_after",
+        "ended_before",
+        "has_incident",
+        "limit",
+        "cursor",
+    }
+)
+
+
+def check_names(query: Iterable[str], allowed: frozenset[str]) -> None:
+    """Refuse (``UnknownParameter``) any name outside ``allowed``."""
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        raise UnknownParameter(f"unknown query parameter {unknown[0]!r}")
+
+
+def parse_time(name: str, text: str) -> datetime:
+    """An ISO-8601 time (a naive one is UTC)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidParameter(f"{name} must be an ISO-8601 time, got {text!r}") from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def parse_wait(text: str | None) -> float:
+    """``wait`` as seconds: ``30s``, ``500ms``, ``1m``, or bare seconds; at most 60s."""
+    if text is None:
+        return 0.0
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise InvalidParameter(f"wait must be a duration such as 30s or 500ms, got {text!r}")
+    seconds = float(match["n"]) * _UNIT[match["unit"]]
+    if seconds > MAX_WAIT_SECONDS:
+        raise InvalidParameter(f"wait must be at most {MAX_WAIT_SECONDS:g}s, got {text!r}")
+    return seconds
+
+
+def parse_flag(name: str, text: str) -> bool:
+    """``true`` or ``false``."""
+    if text not in ("true", "false"):
+        raise InvalidParameter(f"{name} must be true or false, got {text!r}")
+    return text == "true"
+
+
+def parse_limit(text: str | None) -> int:
+    """``limit``: 1..500, default 50."""
+    if text is None:
+        return DEFAULT_LIMIT
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise InvalidParameter(f"limit must be an integer from 1 to {MAX_LIMIT}, got {text!r}")
+    return int(text)
+
+
+def parse_status(text: str) -> WorkflowRunStatus:
+    try:
+        return WorkflowRunStatus(text)
+    except ValueError:
+        known = ", ".join(s.value for s in WorkflowRunStatus)
+        raise InvalidParameter(f"status must be one of {known}, got {text!r}") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFilter:
+    """What ``GET /v1/runs`` keeps (every field ``None``: no condition)."""
+
+    workflow: str | None = None
+    status: WorkflowRunStatus | None = None
+    build: str | None = None
+    parent: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    ended_after: datetime | None = None
+    ended_before: datetime | None = None
+    has_incident: bool | None = None
+
+    @staticmethod
+    def of(query: Mapping[str, str]) -> RunFilter:
+        """The filter named by a listing's query parameters."""
+
+        def time(name: str) -> datetime | None:
+            text = query.get(name)
+            return None if text is None else parse_time(name, text)
+
+        flag = query.get("has_incident")
+        status = query.get("status")
+        return RunFilter(
+            workflow=query.get("workflow"),
+            status=None if status is None else parse_status(status),
+            build=query.get("build"),
+            parent=query.get("parent"),
+            created_after=time("created_after"),
+            created_before=time("created_before"),
+            ended_after=time("ended_after"),
+            ended_before=time("ended_before"),
+            has_incident=None if flag is None else parse_flag("has_incident", flag),
+        )
+
+    def keeps(self, row: Mapping[str, Any]) -> bool:
+        """Whether a listing row (``/v1/runs`` shape) passes every condition."""
+        if self.workflow is not None and row["workflow"] != self.workflow:
+            return False
+        if self.status is not None and row["status"] != self.status.value:
+            return False
+        if self.build is not None and row["build"] != self.build:
+            return False
+        if self.parent is not None and row["parent_run_id"] != self.parent:
+            return False
+        if self.has_incident is not None and row["has_incident"] != self.has_incident:
+            return False
+        return _within(row["created_at"], self.created_after, self.created_before) and _within(
+            row["ended_at"], self.ended_after, self.ended_before
+        )
+
+
+def _within(text: str | None, after: datetime | None, before: datetime | None) -> bool:
+    if after is None and before is None:
+        return True
+    if text is None:
+        return False
+    value = datetime.fromisoformat(text)
+    return (after is None or value > after) and (before is None or value < before)
+
+
+def encode_cursor(created_at: str | None, run_id: str) -> str:
+    """An opaque cursor naming the last row of a page (its creation time and run id)."""
+    raw = json.dumps([created_at, run_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(text: str) -> tuple[str, str]:
+    """The ``(created_at, run_id)`` a cursor names (``created_at`` ``""`` for none)."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        created_at, run_id = json.loads(raw)
+    except (binascii.Error, ValueError, TypeError):
+        raise InvalidCursor("cursor is not one a listing answered with") from None
+    if not isinstance(run_id, str) or not isinstance(created_at, str | None):
+        raise InvalidCursor("cursor is not one a listing answered with")
+    return created_at or "", run_id
+
+
+def page(
+    rows: list[dict[str, Any]], *, limit: int, cursor: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Newest first by ``(created_at, run_id)``; the rows after ``cursor``, at most ``limit``,
+    and the cursor of the next page (``None`` on the last). Runs created after a cursor was
+    handed out sort before it, so paging on never repeats or skips a row."""
+
+    def key(row: Mapping[str, Any]) -> tuple[str, str]:
+        return (_sortable(row["created_at"]), row["run_id"])
+
+    ordered = sorted(rows, key=key, reverse=True)
+    if cursor is not None:
+        last = decode_cursor(cursor)
+        ordered = [row for row in ordered if key(row) < last]
+    chosen = ordered[:limit]
+    if len(ordered) <= limit:
+        return chosen, None
+    return chosen, encode_cursor(*key(chosen[-1]))
+
+
+def _sortable(text: str | None) -> str:
+    """A creation time as fixed-width text (RFC 3339 text varies in its fractional digits, so
+    it does not sort as text)."""
+    if not text:
+        return ""
+    return datetime.fromisoformat(text).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

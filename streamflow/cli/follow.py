@@ -1,0 +1,126 @@
+"""``--follow``: a run's durable progress records and step states, live, until the run ends.
+
+In a terminal they are drawn as progress bars (``rich``); otherwise each change is one plain
+line (``progress ID 2/3 message``, ``step ID completed attempt 1``, ``run ID running``), so a
+log or a pipe reads them. The run is polled from its :class:`~streamflow.cli.sources.Source`
+until its chain ends or the deadline passes (``FlowTimeout``); a continued run is followed to
+its successor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
+
+from streamflow.cli.sources import Json, Source, is_terminal
+from streamflow.core.errors import FlowTimeout
+
+POLL_SECONDS = 0.2
+
+
+class Display(Protocol):
+    """Where a followed run's state is drawn."""
+
+    def update(self, view: Mapping[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+def _ratio(completed: object, total: object) -> str:
+    return f"{completed}/{total}" if total is not None else f"{completed}"
+
+
+class PlainLines:
+    """One line per change of a progress record, a step or the run's status."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._seen: dict[str, str] = {}
+
+    def _emit(self, key: str, line: str) -> None:
+        if self._seen.get(key) != line:
+            self._seen[key] = line
+            print(line, file=self._out, flush=True)
+
+    def update(self, view: Mapping[str, Any]) -> None:
+        run_id = view["run_id"]
+        self._emit(f"run {run_id}", f"run {run_id} {view['status']}")
+        for p in view.get("progress", []):
+            message = f" {p['message']}" if p.get("message") else ""
+            line = f"progress {p['progress_id']} {_ratio(p['completed'], p['total'])}{message}"
+            self._emit(f"progress {run_id} {p['progress_id']}", line)
+        for s in view.get("steps", []):
+            error = f": {s['last_error']}" if s.get("last_error") else ""
+            line = f"step {s['step_id']} {s['status']} attempt {s['attempts']}{error}"
+            self._emit(f"step {run_id} {s['step_id']}", line)
+
+    def close(self) -> None:
+        return None
+
+
+class Bars:
+    """Live progress bars: one per progress record (completed of total), one per step."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[note]}"),
+            console=Console(file=out),
+        )
+        self._tasks: dict[str, TaskID] = {}
+        self._progress.start()
+
+    def _task(self, key: str, description: str) -> TaskID:
+        if key not in self._tasks:
+            self._tasks[key] = self._progress.add_task(description, total=None, note="")
+        return self._tasks[key]
+
+    def update(self, view: Mapping[str, Any]) -> None:
+        run = self._task("run", "")
+        self._progress.update(run, description=f"run {view['run_id']}", note=view["status"])
+        for p in view.get("progress", []):
+            task = self._task(f"progress {p['progress_id']}", f"  {p['progress_id']}")
+            self._progress.update(
+                task, completed=p["completed"], total=p["total"], note=p.get("message") or ""
+            )
+        for s in view.get("steps", []):
+            task = self._task(f"step {s['step_id']}", f"  step {s['step_id']}")
+            done = 1 if s["status"] == "completed" else 0
+            note = f"{s['status']} (attempt {s['attempts']})"
+            self._progress.update(task, completed=done, total=1, note=note)
+        if is_terminal(view):
+            self._progress.update(run, completed=1, total=1)
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+def display(out: TextIO) -> Display:
+    """Bars when ``out`` is a terminal, plain lines otherwise."""
+    return Bars(out) if out.isatty() else PlainLines(out)
+
+
+async def follow(source: Source, run_id: str, draw: Display, timeout: float | None) -> Json:
+    """Poll ``run_id`` (and its successors) and draw each state until the chain ends; the
+    last run's detail. ``FlowTimeout`` when ``timeout`` seconds pass first."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            view = await source.run(run_id)
+            draw.update(view)
+            if view.get("continued_to") and view.get("ended_at"):
+                run_id = str(view["continued_to"])
+                continue
+            if is_terminal(view):
+                return view
+            if deadline is not None and time.monotonic() >= deadline:
+                raise FlowTimeout(f"run {run_id} to end (it is {view['status']})", timeout or 0)
+            await asyncio.sleep(POLL_SECONDS)
+    finally:
+        draw.close()

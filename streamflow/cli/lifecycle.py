@@ -1,0 +1,178 @@
+"""Owns the lifecycle commands: ``start``, ``signal``, ``resume``, ``dispose``, ``cancel``,
+``force-cancel``, ``terminate`` and ``result``, against ``--dir``, ``--kafka`` or ``--url``
+(:mod:`streamflow.cli.sources`).
+
+Exit codes: 0 done (``result``: the run completed); 1 refused, with one line
+``error: <TypeName>: <message>`` on stderr (``result``: the run ended failed, cancelled or
+timed out, or ``--timeout`` passed); 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeAlias
+
+from streamflow.cli.follow import display, follow
+from streamflow.cli.sources import (
+    Json,
+    RunEnded,
+    Source,
+    add_source_options,
+    error_name,
+    open_source,
+    read_json_argument,
+)
+from streamflow.core.errors import FlowTimeout
+
+COMMANDS = frozenset(
+    {"start", "signal", "resume", "dispose", "cancel", "force-cancel", "terminate", "result"}
+)
+RESULT_POLL_SECONDS = 0.2
+Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _command(sub: Sub, name: str, summary: str, *, app: bool = False) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=summary, description=summary)
+    add_source_options(parser, app=app)
+    parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+    return parser
+
+
+def _reason(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("--reason", help="why (recorded in the run's history)")
+
+
+def register(sub: Sub) -> None:
+    """Add the lifecycle commands to ``streamflow``."""
+    start = _command(sub, "start", "start a run (idempotent by run id)", app=True)
+    start.add_argument("workflow", metavar="WORKFLOW")
+    start.add_argument("run_id", metavar="RUN_ID")
+    start.add_argument(
+        "--input", type=read_json_argument, default=None, help="JSON, or @file holding it"
+    )
+    signal = _command(sub, "signal", "send a signal to a run")
+    signal.add_argument("run_id", metavar="RUN_ID")
+    signal.add_argument("name", metavar="NAME")
+    signal.add_argument("--payload", type=read_json_argument, help="JSON, or @file holding it")
+    signal.add_argument("--signal-id", help="idempotency id (a fresh one by default)")
+    resume = _command(sub, "resume", "resume a hook by its token")
+    _token(resume)
+    resume.add_argument("--payload", type=read_json_argument, help="JSON, or @file holding it")
+    dispose = _command(sub, "dispose", "dispose of a hook by its token")
+    _token(dispose)
+    _reason(_command(sub, "cancel", "request a run's cancellation (its code cleans up)"))
+    _reason(_command(sub, "force-cancel", "end a run cancelled now, running no code"))
+    _reason(_command(sub, "terminate", "end a run timed out now"))
+    result = _command(sub, "result", "wait for a run's result")
+    result.add_argument("run_id", metavar="RUN_ID")
+    result.add_argument("--follow", action="store_true", help="draw its progress while waiting")
+    result.add_argument("--timeout", type=float, help="give up after this many seconds")
+
+
+def _token(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("token", metavar="TOKEN", nargs="?")
+    group.add_argument(
+        "--token-file", type=Path, help="read the token from FILE (keeps it out of shell history)"
+    )
+
+
+def _read_token(args: argparse.Namespace) -> str:
+    if args.token is not None:
+        return str(args.token)
+    return Path(args.token_file).read_text().strip()
+
+
+def _print(args: argparse.Namespace, answer: Json, line: str) -> None:
+    print(json.dumps(answer, sort_keys=True) if args.json else line, flush=True)
+
+
+async def await_result(source: Source, run_id: str, timeout: float | None) -> Json:
+    """The run's result once its chain ends (``FlowTimeout`` after ``timeout`` seconds)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = 30.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        ended, answer = await source.result(run_id, left)
+        if ended:
+            return answer
+        if deadline is not None and time.monotonic() >= deadline:
+            status = answer.get("status")
+            raise FlowTimeout(f"run {run_id} to end (it is {status})", timeout or 0)
+        await asyncio.sleep(RESULT_POLL_SECONDS)
+
+
+async def _result(args: argparse.Namespace, source: Source) -> int:
+    if args.follow:
+        view = await follow(source, args.run_id, display(sys.stdout), args.timeout)
+        answer = {k: view.get(k) for k in ("status", "output", "error")}
+        answer["run_id"] = args.run_id
+    else:
+        answer = await await_result(source, args.run_id, args.timeout)
+    output = json.dumps(answer.get("output"), sort_keys=True)
+    _print(args, answer, f"run {args.run_id} {answer['status']}: {output}")
+    if answer["status"] != "completed":
+        raise RunEnded(args.run_id, str(answer["status"]), answer.get("error"))
+    return 0
+
+
+async def _dispatch(args: argparse.Namespace, source: Source) -> int:
+    command = args.command
+    if command == "result":
+        return await _result(args, source)
+    if command == "start":
+        answer = await source.start(args.workflow, args.run_id, args.input)
+        how = "started" if answer["created"] else "already started (same workflow and input)"
+        _print(args, answer, f"run {answer['run_id']} {how}")
+        return 0
+    if command == "signal":
+        answer = await source.signal(args.run_id, args.name, args.payload, args.signal_id)
+        _print(args, answer, f"signal {args.name} sent to run {args.run_id}")
+        return 0
+    if command in ("resume", "dispose"):
+        token = _read_token(args)
+        if command == "resume":
+            answer = await source.resume(token, args.payload)
+        else:
+            answer = await source.dispose(token)
+        verb = "resumed" if command == "resume" else "disposed of"
+        _print(args, answer, f"{verb} hook {answer['hook_id']} of run {answer['run_id']}")
+        return 0
+    calls: dict[str, Callable[[str, str | None], Awaitable[Json]]] = {
+        "cancel": source.cancel,
+        "force-cancel": source.force_cancel,
+        "terminate": source.terminate,
+    }
+    answer = await calls[command](args.run_id, args.reason)
+    _print(args, answer, f"run {args.run_id} {answer['status']}")
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    source = open_source(args)
+    try:
+        return await _dispatch(args, source)
+    finally:
+        await source.aclose()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one lifecycle command; the exit status."""
+    return guarded(lambda: asyncio.run(_run(args)))
+
+
+def guarded(command: Callable[[], int]) -> int:
+    """Run ``command``; any refusal becomes one line ``error: <TypeName>: <message>`` on stderr
+    and exit status 1."""
+    try:
+        return command()
+    except Exception as exc:
+        message = " ".join(str(exc).split()) or "(no message)"
+        print(f"error: {error_name(exc)}: {message}", file=sys.stderr, flush=True)
+        return 1

@@ -1,0 +1,194 @@
+"""Owns ``streamflow serve``: hosts an App (the bundled examples unless ``--app``) on the
+embedded engine with the HTTP API and the console, or, with ``--kafka``, serves the same API in
+front of a Kafka deployment. SIGTERM or SIGINT stops it gracefully (exit 0); every open run
+resumes on the next start."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from streamflow.core.errors import FlowError
+from streamflow.core.tokens import HookSecret
+from streamflow.host import DEFAULT_HOST, DEFAULT_PORT, ensure_secret_file, read_secret_file
+from streamflow.workflow.runtime import FlowRuntime
+
+DEFAULT_DIR = Path(".streamflow")
+DEFAULT_STEP_THREADS = 16
+log = logging.getLogger("streamflow.cli")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``streamflow serve`` to the command line."""
+    serve = subparsers.add_parser(
+        "serve", help="host an app with the HTTP API and the console (embedded, or --kafka)"
+    )
+    serve.add_argument(
+        "--app", metavar="MODULE:APP", help="the App to host (default: the bundled examples)"
+    )
+    serve.add_argument(
+        "--dir",
+        type=Path,
+        default=DEFAULT_DIR,
+        help="the host's directory: the store, the API key, the hook secret, the outbox",
+    )
+    serve.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default loopback)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (0: a free one)")
+    serve.add_argument(
+        "--api-key-file", type=Path, help="the bearer key (default: <dir>/api-key, created once)"
+    )
+    serve.add_argument(
+        "--hook-secret-file",
+        type=Path,
+        help="the secret hook tokens derive from (default: <dir>/hook-secret, created once)",
+    )
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a graceful stop waits for requests and steps in flight",
+    )
+    serve.add_argument(
+        "--step-threads",
+        type=int,
+        default=DEFAULT_STEP_THREADS,
+        help="how many plain-def step attempts may run at once, each on its own thread",
+    )
+    serve.add_argument(
+        "--kafka", action="store_true", help="serve the API in front of a Kafka deployment"
+    )
+    serve.add_argument(
+        "--bootstrap", help="with --kafka: host:port (default $STREAMFLOW_BOOTSTRAP)"
+    )
+    serve.add_argument(
+        "--namespace", help="with --kafka: topic prefix (default $STREAMFLOW_NAMESPACE)"
+    )
+    serve.add_argument(
+        "--observers",
+        action="append",
+        metavar="URL",
+        help="with --kafka: an observers instance's inspection API the reads come from, e.g. "
+        "http://127.0.0.1:9464 (repeatable; without it reads scan the history topic)",
+    )
+    serve.add_argument(
+        "--observers-key-file",
+        type=Path,
+        help="with --observers: a file holding the observers' API key (when they run with "
+        "--api-key-file)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT; the exit status (2 when it cannot start)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `--app mymod:app` names a module of this directory
+    try:
+        return asyncio.run(_serve(args))
+    except (FlowError, OSError, ValueError) as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _api_key(args: argparse.Namespace) -> tuple[str, Path]:
+    if args.api_key_file is not None:
+        return read_secret_file(args.api_key_file), args.api_key_file
+    path = args.dir / "api-key"
+    return ensure_secret_file(path), path
+
+
+def _hook_secret(args: argparse.Namespace) -> HookSecret:
+    path = args.hook_secret_file or args.dir / "hook-secret"
+    value = read_secret_file(path) if args.hook_secret_file else ensure_secret_file(path)
+    return HookSecret(value.encode())
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def _announce(url: str, key_file: Path) -> None:
+    print(
+        f"streamflow serve: API {url}  console {url}/console/  API key file {key_file}",
+        flush=True,
+    )
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from streamflow.cli.run import load_runtime
+    from streamflow.examples import bundle
+
+    key, key_file = _api_key(args)
+    stop = _stop_on_signals()
+    app = load_runtime(args.app) if args.app else bundle.app
+    if args.kafka:
+        return await _serve_kafka(args, app, key, key_file, stop)
+    from streamflow.host import serve
+    from streamflow.observe.metrics import FlowMetrics
+
+    threads = max(1, args.step_threads)
+    # An App runs its `def` steps on the loop's default executor: this loop is ours to size.
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sf-step")
+    asyncio.get_running_loop().set_default_executor(pool)
+    configure = None
+    if not args.app:
+        outbox = args.dir / "outbox"
+
+        def configure(url: str) -> None:
+            bundle.configure(outbox=outbox, url=url)
+            log.info("approval links of the example app go to %s", outbox)
+
+    args.dir.mkdir(parents=True, exist_ok=True)
+    async with serve(
+        app,
+        store=args.dir / "store",
+        host=args.host,
+        port=args.port,
+        api_key=key,
+        hook_secret=_hook_secret(args),
+        metrics=FlowMetrics(),
+        shutdown_timeout=args.shutdown_timeout,
+        step_threads=threads,
+        on_bind=configure,
+    ) as served:
+        _announce(served.url, key_file)
+        await stop.wait()
+        log.info("stopping: open runs resume on the next start")
+    log.info("stopped")
+    return 0
+
+
+async def _serve_kafka(
+    args: argparse.Namespace, app: FlowRuntime, key: str, key_file: Path, stop: asyncio.Event
+) -> int:
+    from streamflow.api import KafkaControl, ObserversIndex, create_app
+    from streamflow.host.http import bind, serve_http
+    from streamflow.kafka.client import FlowClient
+    from streamflow.kafka.config import KafkaSettings
+
+    settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
+    client = await asyncio.to_thread(FlowClient, settings)
+    try:
+        sock, url = bind(args.host, args.port)
+        observers_key = (
+            args.observers_key_file.read_text().strip() if args.observers_key_file else None
+        )
+        index = ObserversIndex(args.observers, api_key=observers_key) if args.observers else None
+        api = create_app(KafkaControl(client, index, app), api_key=key)
+        async with serve_http(api, sock, shutdown_timeout=args.shutdown_timeout):
+            _announce(url, key_file)
+            await stop.wait()
+    finally:
+        client.close()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,155 @@
+"""Expense approval: validate, three checks at once, a manager's approval link that expires after
+three days, an optional amount change, then payment as a child workflow whose flaky bank call is
+retried. Host it like any App: ``FlowEngine.builder(app)``, ``streamflow serve`` (in the bundled
+example app), or ``streamflow run ... --app``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from streamflow.core.errors import NonRetryable
+from streamflow.core.retry import RetryPolicy
+from streamflow.workflow.app import App, step_info
+from streamflow.workflow.durable import DurableContext
+from streamflow.workflow.errors import StepFailedError, WaitTimedOut, WorkflowFailure
+
+APPROVAL_WINDOW = timedelta(days=3)
+LIMIT_CENTS = 5_000_00
+OUTBOX: list[str] = []
+"""Stands in for the e-mail service: the approval links sent (only a step ever sees a token)."""
+
+
+@dataclass
+class LinkDelivery:
+    """Where approval links go: :data:`OUTBOX` by default; once a host calls
+    :func:`deliver_links`, one file per run, ``<directory>/<run_id>.link`` (mode 0600), holding
+    a link to that host's hook route."""
+
+    directory: Path | None = None
+    """The outbox directory, or ``None`` for the in-memory :data:`OUTBOX`."""
+    base_url: str = "http://127.0.0.1:8233"
+    """The host's API, in front of ``/v1/hooks/<token>/resume``."""
+
+
+LINKS = LinkDelivery()
+
+
+def deliver_links(directory: Path, base_url: str) -> None:
+    """Send approval links as files in ``directory``, pointing at the API at ``base_url``
+    (``streamflow serve`` sets this for the bundled example app)."""
+    LINKS.directory, LINKS.base_url = directory, base_url.rstrip("/")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only, whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text + "\n")
+    os.replace(partial, path)
+
+
+app = App()
+
+
+class Expense(BaseModel):
+    expense_id: str
+    employee: str
+    amount_cents: int
+    category: str
+
+
+class Check(BaseModel):
+    name: str
+    passed: bool
+
+
+class Decision(BaseModel):
+    approved: bool
+    approver: str
+
+
+class Payment(BaseModel):
+    expense_id: str
+    employee: str
+    amount_cents: int
+
+
+@app.step
+def validate(expense: Expense) -> Expense:
+    if expense.amount_cents <= 0 or not expense.employee:
+        raise NonRetryable(f"expense {expense.expense_id} is not valid")
+    return expense
+
+
+@app.step
+def check_budget(expense: Expense) -> Check:
+    return Check(name="budget", passed=expense.amount_cents <= LIMIT_CENTS)
+
+
+@app.step
+def check_duplicate(expense: Expense) -> Check:
+    return Check(name="duplicate", passed=not expense.expense_id.endswith("-dup"))
+
+
+@app.step
+def check_policy(expense: Expense) -> Check:
+    return Check(name="policy", passed=expense.category in ("travel", "meals", "equipment"))
+
+
+@app.step
+def send_approval_link(expense: Expense) -> str:
+    info = step_info()
+    token = info.hook_token("approval")  # the workflow derives the same token
+    if LINKS.directory is None:
+        OUTBOX.append(f"https://expenses.example.com/approve?token={token}")
+    else:
+        link = f"{LINKS.base_url}/v1/hooks/{token}/resume"
+        _write_private(LINKS.directory / f"{info.run_id}.link", link)
+    return f"approval requested for {expense.expense_id}"
+
+
+@app.step(retry=RetryPolicy.exponential(5, timedelta(milliseconds=50), timedelta(seconds=2)))
+def transfer(payment: Payment) -> str:
+    if step_info().attempt < 3:
+        raise ConnectionError("bank gateway timed out")  # flaky: retried with backoff
+    return f"pay-{payment.expense_id}"
+
+
+@app.workflow(name="expenses.pay")
+async def pay(ctx: DurableContext, payment: Payment) -> str:
+    return await ctx.step("transfer", transfer, payment)
+
+
+@app.workflow(name="expenses.approve", signals=("amount-changed",))
+async def approve(ctx: DurableContext, expense: Expense) -> dict[str, object]:
+    try:
+        expense = await ctx.step("validate", validate, expense, handle_failure=True)
+    except StepFailedError as invalid:
+        raise WorkflowFailure(invalid.error) from None
+    checks = await ctx.all(
+        ctx.step("budget", check_budget, expense),
+        ctx.step("duplicate", check_duplicate, expense),
+        ctx.step("policy", check_policy, expense),
+    )
+    failed = [check.name for check in checks if not check.passed]
+    if failed:
+        return {"status": "rejected", "failed_checks": failed}
+    await ctx.step("notify", send_approval_link, expense)
+    try:
+        decision = await ctx.hook("approval", timeout=APPROVAL_WINDOW, as_type=Decision)
+    except WaitTimedOut:
+        return {"status": "expired"}
+    if not decision.approved:
+        return {"status": "declined", "by": decision.approver}
+    changes = [c for c in ctx.signals("amount-changed") if isinstance(c, int)]  # before approval
+    amount = changes[-1] if changes else expense.amount_cents
+    payment = Payment(expense_id=expense.expense_id, employee=expense.employee, amount_cents=amount)
+    payment_id = await ctx.child("payment", pay, payment)
+    return {"status": "paid", "by": decision.approver, "amount_cents": amount, "id": payment_id}

@@ -1,0 +1,133 @@
+"""``serve``: hosts an App on the embedded engine beside the HTTP API, in one event loop —
+recovery at start, the scheduler (woken on every new wake-up), the API on uvicorn, and a
+graceful stop that leaves every open run resumable."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamflow.api import EmbeddedControl, create_app
+from streamflow.core.tokens import HookSecret
+from streamflow.engine.engine import FlowEngine
+from streamflow.engine.scheduler import FlowScheduler
+from streamflow.engine.tasks import InProcessTaskRunner
+from streamflow.host.http import bind, serve_http
+from streamflow.observe.metrics import FlowMetrics
+from streamflow.stores.base import FlowEventStore
+from streamflow.stores.rocksdb import RocksDBEventStore
+from streamflow.workflow.runtime import FlowRuntime
+
+log = logging.getLogger("streamflow.host")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8233
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Served:
+    """What :func:`serve` yields while the app is being served."""
+
+    url: str
+    """The API's base URL, e.g. ``http://127.0.0.1:8233`` (the routes are under ``/v1``)."""
+    engine: FlowEngine
+    """The engine the host runs: start and await runs on it directly, in process."""
+    api_key: str
+    """The bearer key of the API's keyed routes."""
+
+    @property
+    def console_url(self) -> str:
+        """The web console's address."""
+        return f"{self.url}/console/"
+
+
+def _open_store(
+    store: FlowEventStore | str | os.PathLike[str],
+) -> tuple[FlowEventStore, RocksDBEventStore | None]:
+    """The store to host on, and the one this host opened (and must close), if any."""
+    if isinstance(store, (str, os.PathLike)):
+        rocks = RocksDBEventStore(Path(store))
+        return rocks, rocks
+    return store, None
+
+
+@asynccontextmanager
+async def serve(
+    app: FlowRuntime,
+    *,
+    store: FlowEventStore | str | os.PathLike[str],
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    api_key: str | None = None,
+    hook_secret: bytes | HookSecret | None = None,
+    metrics: FlowMetrics | None = None,
+    shutdown_timeout: float = 10.0,
+    step_threads: int | None = None,
+    on_bind: Callable[[str], None] | None = None,
+) -> AsyncIterator[Served]:
+    """Host ``app`` and serve the HTTP API until the block exits.
+
+    ``store``: a directory (a RocksDB store is opened there and closed on the way out) or an
+    open :class:`FlowEventStore` (left open). ``port=0`` picks a free port (see ``.url``).
+    ``api_key``: the bearer key of the keyed routes; a fresh random one when not given
+    (``.api_key``). ``hook_secret``: derives hook tokens (``ctx.hook_token``); give the same
+    one on every start or earlier tokens stop resolving. ``step_threads``: the engine's pool
+    for a plain-``def`` runtime's steps (an App's ``def`` steps run on the event loop's
+    default executor, which the owner of the loop sizes). ``on_bind(url)`` is called once the
+    port is bound, before recovery or the first request (e.g. to tell the app its own URL).
+
+    On start the scheduler recovers the runs a previous process left open, then fires timers
+    and delayed retries as they fall due. On exit the server stops accepting, lets requests
+    in flight finish (up to ``shutdown_timeout`` seconds), stops the scheduler and waits as
+    long again for the work in flight; what is still unfinished then is cancelled and resumes
+    on the next start, as after a crash.
+    """
+    key = api_key if api_key is not None else secrets.token_urlsafe(32)
+    opened, owned = _open_store(store)
+    sock = None
+    try:
+        sock, url = bind(host, port)
+        if on_bind is not None:
+            on_bind(url)
+        builder = FlowEngine.builder(app).with_store(opened)
+        if hook_secret is not None:
+            builder = builder.with_hook_secret(hook_secret)
+        if metrics is not None:
+            builder = builder.with_metrics(metrics)
+        if step_threads is not None:
+            builder = builder.with_step_threads(step_threads)
+        engine = builder.build()
+        control = EmbeddedControl(engine, app)
+        stop = asyncio.Event()
+        scheduler = FlowScheduler(engine, InProcessTaskRunner(engine))
+        hosted = asyncio.create_task(
+            scheduler.run(stop, drain_timeout=shutdown_timeout), name="sf-host-scheduler"
+        )
+        try:
+            api = create_app(control, api_key=key, metrics=metrics)
+            async with serve_http(api, sock, shutdown_timeout=shutdown_timeout):
+                log.info("serving on %s", url)
+                yield Served(url=url, engine=engine, api_key=key)
+        finally:
+            stop.set()
+            await asyncio.gather(hosted, _settle(control, shutdown_timeout))
+    finally:
+        if sock is not None:
+            sock.close()
+        if owned is not None:
+            owned.close()
+
+
+async def _settle(control: EmbeddedControl, timeout: float) -> None:
+    """Let the runs the API started driving finish their step in flight, for up to
+    ``timeout`` seconds; the rest are cancelled (recovery drives them on the next start)."""
+    try:
+        await asyncio.wait_for(control.aclose(), timeout)
+    except TimeoutError:
+        log.warning("stopping with runs in flight; they resume on the next start")

@@ -1,0 +1,50 @@
+"""The App the HTTP API tests serve: a one-step echo with a typed input, an approval hook
+whose token a step hands to the test (as an approval e-mail would), and a signal wait."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel
+
+from streamflow import App, DurableContext, step_info
+
+app = App()
+links: dict[str, str] = {}
+"""Run id → the approval token its ``send_link`` step handed out."""
+
+
+class Order(BaseModel):
+    n: int
+
+
+@app.step
+def double(order: Order) -> int:
+    return order.n * 2
+
+
+@app.step
+def send_link() -> None:
+    info = step_info()
+    links[info.run_id] = info.hook_token("approval")
+
+
+@app.workflow(name="api.echo")
+async def echo(ctx: DurableContext, order: Order) -> int:
+    return await ctx.step("double", double, order)
+
+
+@app.workflow(name="api.approve")
+async def approve(ctx: DurableContext) -> object:
+    await ctx.step("link", send_link)
+    return await ctx.hook("approval")
+
+
+@app.workflow(name="api.wait", signals=("go",))
+async def wait_for_go(ctx: DurableContext) -> object:
+    return await ctx.signal("go", "go")
+
+
+@app.workflow(name="api.broken")
+async def broken(ctx: DurableContext) -> None:
+    await asyncio.sleep(0)  # not a durable await: the run gets an incident

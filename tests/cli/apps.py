@@ -1,0 +1,58 @@
+"""The App the CLI tests run: a workflow that records progress around a signal wait (so a
+follower sees it half way), an approval hook whose token a step hands to the test, and one
+that fails."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from streamflow import App, DurableContext, step_info
+from streamflow.core.errors import NonRetryable
+
+app = App()
+links: dict[str, str] = {}
+"""Run id → the approval token its ``send_link`` step handed out (in the hosting process)."""
+
+
+class Job(BaseModel):
+    n: int
+
+
+@app.step
+def double(job: Job) -> int:
+    return job.n * 2
+
+
+@app.step
+def send_link() -> None:
+    info = step_info()
+    links[info.run_id] = info.hook_token("approval")
+
+
+@app.step
+def explode() -> None:
+    raise NonRetryable("the printer is on fire")
+
+
+@app.workflow(name="cli.progress", signals=("go",))
+async def progress(ctx: DurableContext, job: Job) -> int:
+    await ctx.progress("started", 1, total=2, message="half way")
+    await ctx.signal("go", "go")
+    await ctx.progress("finished", 2, total=2, message="all done")
+    return await ctx.step("double", double, job)
+
+
+@app.workflow(name="cli.echo")
+async def echo(ctx: DurableContext, job: Job) -> int:
+    return await ctx.step("double", double, job)
+
+
+@app.workflow(name="cli.approve")
+async def approve(ctx: DurableContext) -> object:
+    await ctx.step("link", send_link)
+    return await ctx.hook("approval")
+
+
+@app.workflow(name="cli.fails")
+async def fails(ctx: DurableContext) -> None:
+    await ctx.step("explode", explode)

@@ -1,0 +1,86 @@
+"""``streamflow serve --kafka``: the same API in front of a Kafka deployment (the topologies of
+the test's namespace on the real broker), from a real subprocess that runs no topology."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from streamflow import InMemoryFlowEventObserver
+from streamflow.api import ObserversApi
+from streamflow.kafka.config import KafkaSettings
+from streamflow.stores.inspect import StoreInspector
+from streamflow.testing.kafka_harness import KafkaDriver
+from tests.host.apps import app
+from tests.host.support import ServeProcess, wait_until
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+
+@pytest.mark.parametrize("reads", ["history", "observers"])
+def test_serve_kafka_starts_and_lists_runs_of_the_deployment(
+    reads: str, kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    """Reads scan the history topic, or (``--observers URL``) come from an observers
+    instance's inspection API."""
+    driver = KafkaDriver(
+        kafka, app, state_root=tmp_path / "state", observers=[InMemoryFlowEventObserver()]
+    )
+    observers = None
+    extra: list[str] = []
+    if reads == "observers":
+        topology = driver.observers_topology
+        assert topology is not None
+        index = StoreInspector(topology.index, owns=topology.owns)
+        observers = ObserversApi("127.0.0.1", 0, inspector=index, api_key="observers-key").start()
+        (tmp_path / "observers-key").write_text("observers-key\n")
+        extra = [
+            "--observers",
+            observers.url,
+            "--observers-key-file",
+            str(tmp_path / "observers-key"),
+        ]
+    try:
+        serve = ServeProcess(
+            tmp_path / ".streamflow",
+            "--kafka",
+            "--app",
+            "tests.host.apps:app",
+            "--bootstrap",
+            kafka.bootstrap,
+            "--namespace",
+            kafka.namespace,
+            *extra,
+            name=f"kafka-{reads}",
+        )
+        key = (tmp_path / ".streamflow" / "api-key").read_text().strip()
+        try:
+            with serve.client(key) as api:
+                body = {"workflow": "host.quick", "run_id": "kq-1", "input": 4}
+                started = api.post("/v1/runs", json=body)
+                assert (started.status_code, started.json()) == (
+                    201,
+                    {"run_id": "kq-1", "created": True},
+                )
+                assert api.post("/v1/runs", json=body).json()["created"] is False
+                result = api.get("/v1/runs/kq-1/result", params={"wait": "60s"})
+                assert result.status_code == 200, result.text
+                assert (result.json()["status"], result.json()["output"]) == ("completed", 5)
+
+                def listed() -> list[tuple[str, str]]:
+                    runs = api.get("/v1/runs").json()["runs"]
+                    return [(r["run_id"], r["status"]) for r in runs]
+
+                wait_until(lambda: listed() == [("kq-1", "completed")], "the listing")
+                assert api.get("/v1/runs", params={"nope": "1"}).status_code == 400
+            assert serve.stop() == 0
+        finally:
+            serve.kill()
+        assert key not in serve.output()
+        assert not (tmp_path / ".streamflow" / "store").exists()  # no embedded engine
+    finally:
+        if observers is not None:
+            observers.stop()
+        asyncio.run(driver.close())
