@@ -32,6 +32,13 @@ async def sent_link(ledger, run_id: str, timeout: float = 60.0) -> str:
         await asyncio.sleep(0.1)
 
 
+async def hook_active(client: FlowClient, run_id: str, hook_id: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while hook_id not in (await client.snapshot(run_id)).active_hooks:
+        assert time.monotonic() < deadline, f"{run_id} never created hook {hook_id}"
+        await asyncio.sleep(0.1)
+
+
 @pytest.mark.slow
 async def test_processes_given_a_secret_file_derive_the_same_token(kafka, tmp_path):
     admin.apply(kafka, load_manifest(), profile="dev", partitions=2)
@@ -55,6 +62,9 @@ async def test_processes_given_a_secret_file_derive_the_same_token(kafka, tmp_pa
         link = await sent_link(ledger, "approve-1")
         token = link.partition("token=")[2]
         assert token == HookSecret(SECRET).token("approve-1", "approval")
+        # The step sends the link before the workflow creates the hook: a click that quick is
+        # told HookTokenNotFound. Resume once the run holds the hook, as the approver would.
+        await hook_active(client, "approve-1", "approval")
         assert await client.resume_hook_by_token(token, {"ok": True}) == ("approve-1", "approval")
         done = await client.result("approve-1", timeout=120)
         assert done.status is WorkflowRunStatus.COMPLETED
