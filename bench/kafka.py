@@ -206,6 +206,7 @@ async def main(
     w3_steps: int = 500,
     idle_seconds: float = 10.0,
     brokers: int = 1,
+    decide: bool = True,
 ) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="streamflow-kbench-"))
     if brokers > 1:
@@ -220,13 +221,17 @@ async def main(
     settings = KafkaSettings(bootstrap=bootstrap, namespace=f"bench-{uuid.uuid4().hex[:6]}")
     profile = "dev" if brokers == 1 else "production"
     admin.apply(settings, load_manifest(), profile=profile, partitions=PARTITIONS)
-    env = {"STREAMFLOW_LOG_LEVEL": "WARNING"}
+    env = {"STREAMFLOW_LOG_LEVEL": "WARNING", "STREAMFLOW_JOURNAL_DECIDES": "1" if decide else "0"}
     if os.environ.get("STREAMFLOW_PROFILE_DIR"):
         env["STREAMFLOW_PROFILE_DIR"] = os.environ["STREAMFLOW_PROFILE_DIR"]
     cluster = Cluster(settings, root, app="bench.apps:NoopSteps", env=env)
     cluster.start()
     client = FlowClient(settings, request_timeout=300)
-    results: dict[str, object] = {"partitions": PARTITIONS, "brokers": brokers}
+    results: dict[str, object] = {
+        "partitions": PARTITIONS,
+        "brokers": brokers,
+        "journal_decides": decide,
+    }
     try:
         await asyncio.to_thread(cluster.wait_for_route)
         await run_batch(client, 50, 3)  # warm-up: group joins, caches, JIT of the broker
@@ -289,6 +294,12 @@ if __name__ == "__main__":
     parser.add_argument("--w3-steps", type=int, default=500)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--brokers", type=int, default=1, help="3: a replicated KRaft cluster")
+    parser.add_argument(
+        "--no-decide",
+        dest="decide",
+        action="store_false",
+        help="the journal decides nothing itself: every decision is a processor's proposal",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     figures = asyncio.run(
@@ -299,6 +310,7 @@ if __name__ == "__main__":
             args.w3_steps,
             args.idle_seconds,
             args.brokers,
+            args.decide,
         )
     )
     text = json.dumps(figures, indent=2)

@@ -99,7 +99,16 @@ def register(subparsers: Any) -> None:
         default=int(
             os.environ.get("STREAMFLOW_MAX_CONTINUE_AS_NEW_HOPS", DEFAULT_MAX_CONTINUE_AS_NEW_HOPS)
         ),
-        help="processor: continue-as-new hops a chain may take (0 disables continue-as-new)",
+        help="processor, journal --decide: continue-as-new hops a chain may take (0 disables "
+        "continue-as-new)",
+    )
+    run.add_argument(
+        "--decide",
+        action="store_true",
+        default=os.environ.get("STREAMFLOW_JOURNAL_DECIDES", "") not in ("", "0"),
+        help="journal: also decide the runs of --app's builds in this process, in the "
+        "transaction of the event that made them decidable (two hops fewer per step; the "
+        "build's processors still run and decide everything else)",
     )
     run.add_argument(
         "--observer",
@@ -143,15 +152,16 @@ def register(subparsers: Any) -> None:
         "--hook-secret-file",
         type=Path,
         default=os.environ.get("STREAMFLOW_HOOK_SECRET_FILE"),
-        help="processor, worker: a file holding the secret hook tokens are derived from "
-        "(ctx.hook_token, StepInvocation.hook_token; at least 32 bytes, surrounding whitespace "
-        "ignored); every processor and worker of a namespace needs the same one",
+        help="journal --decide, processor, worker: a file holding the secret hook tokens are "
+        "derived from (ctx.hook_token, StepInvocation.hook_token; at least 32 bytes, "
+        "surrounding whitespace ignored); every processor and worker of a namespace needs the "
+        "same one",
     )
     run.add_argument(
         "--max-child-workflow-depth",
         type=int,
         default=int(os.environ.get("STREAMFLOW_MAX_CHILD_WORKFLOW_DEPTH", "32")),
-        help="processor: how deeply child workflows may nest (0 disables them)",
+        help="processor, journal --decide: how deeply child workflows may nest (0 disables them)",
     )
 
 
@@ -213,6 +223,27 @@ def compatibility(args: argparse.Namespace) -> RuntimeBuildCompatibility | None:
     return compat.accept_unpinned() if args.accept_unpinned else compat
 
 
+def limits(args: argparse.Namespace) -> Limits:
+    """The decision limits of ``--max-continue-as-new-hops`` and ``--max-child-workflow-depth``."""
+    return Limits(
+        max_continue_as_new_hops=max(0, args.max_continue_as_new_hops),
+        max_child_workflow_depth=max(0, args.max_child_workflow_depth),
+    )
+
+
+def hosted_decisions(args: argparse.Namespace) -> Any:
+    """What ``journal --decide`` decides in its own process: the runs of ``--app``'s builds
+    (``--build``, ``--compatible-build``, ``--accept-unpinned``, as a processor's)."""
+    from streamflow.topologies.journal_decisions import HostedDecisions
+
+    return HostedDecisions(
+        load_runtime(args.app),
+        compatibility=compatibility(args),
+        limits=limits(args),
+        hook_secret=load_hook_secret(args.hook_secret_file),
+    )
+
+
 def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
     """The topology object and its ``run(stop)`` callable for ``args.role``."""
     properties = dict(p.split("=", 1) for p in args.properties)
@@ -230,6 +261,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
         journal = Journal(
             settings,
             state_dir=state,
+            decisions=hosted_decisions(args) if args.decide else None,
             instance=args.instance,
             session_timeout_ms=args.session_timeout_ms,
             **static,
@@ -271,10 +303,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             state_dir=state,
             compatibility=compatibility(args),
             instance=args.instance,
-            limits=Limits(
-                max_continue_as_new_hops=max(0, args.max_continue_as_new_hops),
-                max_child_workflow_depth=max(0, args.max_child_workflow_depth),
-            ),
+            limits=limits(args),
             topic_profile=args.topic_profile,
             session_timeout_ms=args.session_timeout_ms,
             **static,

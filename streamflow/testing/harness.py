@@ -196,6 +196,10 @@ class FlowDriver:
     name: str
     settles_after: frozenset[str] = frozenset()
     """The changes after which :meth:`_after_change` runs."""
+    deciders: int = 1
+    """How many deciders try a run's decision that fails: one, or on Kafka with the journal
+    deciding, two (the journal leaves a failing decision to the processor, which tries it
+    again and reports the incident)."""
 
     @property
     def flow(self) -> Flow:

@@ -37,6 +37,7 @@ from streamflow.testing.harness import CHANGES, FlowDriver
 from streamflow.topologies.common import utc_now
 from streamflow.topologies.hooks import Hooks
 from streamflow.topologies.journal import Journal
+from streamflow.topologies.journal_decisions import HostedDecisions
 from streamflow.topologies.observers import Observers
 from streamflow.topologies.processor import Processor
 from streamflow.topologies.runner import TopologyThread
@@ -54,6 +55,10 @@ class KafkaDriver(FlowDriver):
     Every :class:`~streamflow.Flow` call goes to the :class:`FlowClient`; after one that sets
     the run in motion, the driver waits until the topologies have done all they will do
     without outside input (host progress and links set nothing in motion).
+
+    The journal decides the runs of ``runtime`` in its own thread (``journal --decide``), with
+    the processor deciding what it leaves; ``journal_decides=False`` leaves every decision to
+    the processor.
     """
 
     name = "kafka"
@@ -70,8 +75,11 @@ class KafkaDriver(FlowDriver):
         observers: Sequence[FlowEventObserver] = (),
         partitions: int = 2,
         hook_secret: bytes | None = None,
+        journal_decides: bool = True,
     ) -> None:
         self._settings = settings
+        self._journal_decides = journal_decides
+        self.deciders = 2 if journal_decides else 1
         self._runtime = runtime
         self._hook_secret = None if hook_secret is None else HookSecret(hook_secret)
         self._root = state_root
@@ -100,7 +108,21 @@ class KafkaDriver(FlowDriver):
     def _start_topologies(self) -> None:
         self._generation += 1
         root, s = self._root, self._settings
-        journal = Journal(s, state_dir=root / "journal", commit_interval=0.02, on_hang=log_hang)
+        decisions = None
+        if self._journal_decides:
+            decisions = HostedDecisions(
+                self._runtime,
+                compatibility=self._compatibility,
+                limits=d.Limits(),
+                hook_secret=self._hook_secret,
+            )
+        journal = Journal(
+            s,
+            state_dir=root / "journal",
+            decisions=decisions,
+            commit_interval=0.02,
+            on_hang=log_hang,
+        )
         processor = Processor(
             s,
             self._runtime,

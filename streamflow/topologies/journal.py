@@ -6,10 +6,12 @@ of the run id). For each request it runs the pure core — code-free transitions
 step results, timer wake-ups, cancellation, termination and host progress, and validation for
 processor proposals — and writes the resulting history events, their effects (a step task per
 ``step_started``, a ``run_finished`` notice per terminal event), replies and its consumer
-offsets in ONE Kafka transaction. It never runs user code and admits any build that has a live
-route in the build registry. The records are written by ``journal_output``; retention
-requests (history holds, the prune of terminal components, forgetting pruned runs) are handled
-by ``journal_retention``, in the same transactions.
+offsets in ONE Kafka transaction. It admits any build that has a live route in the build
+registry, and runs no user code unless it is given builds to decide (``journal_decisions``:
+then a run's next decision is appended in the transaction of the event that prompted it). The
+records are written by ``journal_output``; retention requests (history holds, the prune of
+terminal components, forgetting pruned runs) are handled by ``journal_retention``, in the same
+transactions.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from streamflow.topologies.common import (
     send_dead_letter,
 )
 from streamflow.topologies.eos import TransactionalTopology
+from streamflow.topologies.journal_decisions import MAX_ROUNDS, HostedDecisions
 from streamflow.topologies.journal_output import (
     CALLBACK_CONFLICTS,
     SEQUENCE_CONFLICTS,
@@ -123,16 +126,19 @@ class Journal(TransactionalTopology):
         *,
         state_dir: Path,
         cache_runs: int = 4096,
+        decisions: HostedDecisions | None = None,
         **options: Unpack[TransactionalOptions],
     ) -> None:
-        """``cache_runs``: run snapshots kept in memory; ``options``: the instance name, clock,
-        group membership and transaction tuning (:class:`~streamflow.topologies.options.Tuning`,
-        whose defaults the journal keeps)."""
+        """``cache_runs``: run snapshots kept in memory; ``decisions``: decide the runs of
+        these builds in this process (``journal_decisions``); ``options``: the instance name,
+        clock, group membership and transaction tuning
+        (:class:`~streamflow.topologies.options.Tuning`, whose defaults the journal keeps)."""
         names = Names(settings.namespace)
         fitted = [names.requests, names.history, names.replies, names.retention]
         super().__init__(settings, options, input_topic=names.requests, fitted_to=fitted)
         self._limits = self._wire.limits
         self._cache_runs = cache_runs
+        self._decisions = decisions
         self._counts = RefusalCounts(
             self._settings, names=names, wire=self._wire, clock=self._clock, source=self._source
         )
@@ -239,17 +245,23 @@ class Journal(TransactionalTopology):
         if self._txn is not None:
             for run_id in self._txn.touched:
                 self._cache.pop(run_id, None)
+                if self._decisions is not None:
+                    self._decisions.forget(run_id)
         self._txn = None
 
     def forget(self) -> None:
         """Drop every cached snapshot (partitions may have moved)."""
         self._cache.clear()
+        if self._decisions is not None:
+            self._decisions.clear()
 
     def close_state(self) -> None:
         """Close the route table, local state and the counts producer."""
         self._routes.close()
         self._state.close()
         self._counts.close()
+        if self._decisions is not None:
+            self._decisions.close()
 
     # -- one request ------------------------------------------------------------------------
 
@@ -329,6 +341,7 @@ class Journal(TransactionalTopology):
             else:
                 for effect in (*effects, *outcome.effects):
                     self._output.effect(txn, run_id, effect, now)
+                self._decide_here(txn, run_id, now)
         elif outcome.effects:
             for effect in outcome.effects:
                 self._output.effect(txn, run_id, effect, now)
@@ -345,6 +358,44 @@ class Journal(TransactionalTopology):
                 now=now,
                 subject=outcome.subject,
             )
+
+    def _decide_here(self, txn: _Transaction, run_id: str, now: datetime) -> None:
+        """Decide the run in this process when its build is one the journal was given, and
+        append the decision in the open transaction (``journal_decisions``), checked as a
+        processor's proposal at the run's current sequence would be."""
+        if self._decisions is None:
+            return
+        for _ in range(MAX_ROUNDS):
+            snap = self.snapshot(run_id)
+            if snap is None:
+                return
+            events = self._decisions.decide(
+                snap, txn.staged.get(run_id, ()), lambda: self.stored(run_id), now
+            )
+            if events is None:
+                return
+            proposal = m.Proposal(
+                expected_sequence=snap.last_sequence,
+                events=events,
+                build=self._decisions.build,
+                processor=f"journal/{self._instance}",
+            )
+            outcome = rq.decide_request(
+                snap, proposal, rq.Facts(), run_id=run_id, now=now, reply=False
+            )
+            if not isinstance(outcome, rq.Append):
+                return  # the build's processors decide it (and report why it was refused)
+            try:
+                effects = self._output.append(txn, snap, outcome.events, now)
+            except FlowError as exc:
+                self._rebuild(txn, run_id)
+                self._decisions.forget(run_id)
+                log.debug("run %s: decision not appended here (%s)", run_id, exc)
+                return
+            for effect in (*effects, *outcome.effects):
+                self._output.effect(txn, run_id, effect, now)
+            # The prompting event and the decision are produced, not committed.
+            faults.hit("journal.after_hosted_decision")
 
     def _fitted_result(
         self,

@@ -20,9 +20,7 @@ the processor's job. Its retry timers are rebuilt from local state on restart.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
-import inspect
 import json
 import logging
 import threading
@@ -39,8 +37,7 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import incidents
 from streamflow.core.builds import admits
-from streamflow.core.commands import RuntimeCommand
-from streamflow.core.errors import FlowError, PayloadTooLarge, ReplayLimitExceeded
+from streamflow.core.errors import FlowError, PayloadTooLarge
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.limits import check_events
 from streamflow.core.projection import ProjectedRun
@@ -64,14 +61,10 @@ from streamflow.topologies.common import (
     encode_offset,
     valued_records,
 )
+from streamflow.topologies.deciding import Fail, Propose, RunDecider, Wait
 from streamflow.topologies.options import ServingOptions
 from streamflow.topologies.serving import BuildServer
-from streamflow.workflow.runtime import (
-    FlowRuntime,
-    checked_command,
-    workflow_failures,
-    workflow_invocation,
-)
+from streamflow.workflow.runtime import FlowRuntime
 
 log = logging.getLogger("streamflow.processor")
 COMPONENT = "processor"
@@ -101,8 +94,13 @@ class Processor(BuildServer):
         """``options``: the builds it serves, its instance name, clock, group membership, tasks
         topic profile and hook secret (:class:`~streamflow.topologies.options.Serving`)."""
         super().__init__(settings, runtime, options, Names.processor_group)
-        self._max_iterations = max_replay_iterations
-        self._limits = limits
+        self._decider = RunDecider(
+            runtime,
+            compatibility=self._compat,
+            limits=limits,
+            hook_secret=self._hook_secret,
+            max_replay_iterations=max_replay_iterations,
+        )
         self._state = LocalState(state_dir, ("events", "meta", "incidents"))
         self._reset_if_identity_changed()
         membership = self._serving.consumer_config(COMPONENT)
@@ -118,7 +116,6 @@ class Processor(BuildServer):
         history moves)."""
         self._timers: list[tuple[float, str]] = []
         self._pending: set[str] = set()
-        self._loop = asyncio.new_event_loop()
 
     def _reset_if_identity_changed(self) -> None:
         """Local state reflects what the *previous* configuration admitted. A processor that
@@ -222,44 +219,15 @@ class Processor(BuildServer):
         if proposed is not None and proposed[0] == snap.last_sequence and not retry_proposal:
             return
         now = self._clock()
-        outcome = d.prepare(snap, now, self._compat)
-        if outcome is d.FINISHED or isinstance(outcome, d.Rejected):
-            return
-        if outcome is d.SUSPENDED:
+        verdict = self._decider.decide(cached, now)
+        if isinstance(verdict, Propose):
+            self._propose(cached, verdict.events, now)
+        elif isinstance(verdict, Fail):
+            self._incident(cached, verdict.error, now)
+        elif isinstance(verdict, Wait):
+            if verdict.decided:
+                self._heal_now(run_id)
             self._schedule_retry(cached, now)
-            return
-        if isinstance(outcome, d.Decision):
-            self._propose(cached, outcome.events, now)
-            return
-        if snap.running_steps and not snap.due_retries(now):
-            return  # a step result is on its way; deciding now could only redeliver it
-        try:
-            command = self._invoke(cached)
-        except FlowError as exc:
-            self._incident(cached, exc, now)
-            return
-        decision = d.decide_command(
-            snap, command, now, new_run_id=lambda: str(uuid.uuid4()), limits=self._limits
-        )
-        if isinstance(decision, d.Rejected):
-            self._incident(cached, decision.error, now)
-        elif decision.events:
-            self._propose(cached, decision.events, now)
-        elif not decision.effects and not decision.suspend:
-            # The command changes nothing (e.g. an already-completed wait): replaying again
-            # would return it forever. The embedded engine spends its budget and fails the
-            # same way.
-            self._incident(cached, ReplayLimitExceeded(self._max_iterations), now)
-        else:
-            self._heal_now(run_id)
-            self._schedule_retry(cached, now)
-
-    def _invoke(self, cached: ProjectedRun) -> RuntimeCommand:
-        with workflow_failures():
-            result = self._runtime.run_workflow(workflow_invocation(cached, self._hook_secret))
-            if inspect.isawaitable(result):
-                result = self._loop.run_until_complete(result)
-        return checked_command(result)
 
     def _propose(
         self, cached: ProjectedRun, events: tuple[ev.FlowEvent, ...], now: datetime
@@ -438,7 +406,7 @@ class Processor(BuildServer):
             # Proposals not delivered are decided again by the next owner.
             close_producer(self._producer, budget.left())
             self._state.close()
-            self._loop.close()
+            self._decider.close()
 
 
 def _offset_key(partition: int) -> bytes:

@@ -48,6 +48,16 @@ FAULT_POINTS = [
     ("worker", "worker.after_result_before_commit:kill@2"),
     ("timer", "timer.after_wakeup:kill@2"),
 ]
+DECIDING = [
+    # The journal decides in its own process (``--decide``): a decision is produced in the
+    # transaction of the event that prompted it, and dies with it.
+    ("journal", "journal.after_hosted_decision:kill@5"),
+    ("journal", "journal.after_produce_before_commit:kill@6"),
+    # Fewer transactions than without it: a run's decisions ride along with its requests.
+    ("journal", "journal.after_commit_before_state:kill@3"),
+    ("worker", "worker.after_effect_before_result:kill@6"),
+]
+CASES = [(*case, False) for case in FAULT_POINTS] + [(*case, True) for case in DECIDING]
 
 
 def committed_history(kafka) -> dict[str, list]:
@@ -91,8 +101,14 @@ def ledger_lines(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("role", "fault"), FAULT_POINTS, ids=[f for _, f in FAULT_POINTS])
-async def test_kill_9_at_a_fault_point_loses_and_duplicates_nothing(kafka, tmp_path, role, fault):
+@pytest.mark.parametrize(
+    ("role", "fault", "decide"),
+    CASES,
+    ids=[f + ("-journal-decides" if decide else "") for _, f, decide in CASES],
+)
+async def test_kill_9_at_a_fault_point_loses_and_duplicates_nothing(
+    kafka, tmp_path, role, fault, decide
+):
     admin.apply(kafka, load_manifest(), profile="dev", partitions=2)
     ledger = tmp_path / "ledger"
     cluster = Cluster(
@@ -100,6 +116,7 @@ async def test_kill_9_at_a_fault_point_loses_and_duplicates_nothing(kafka, tmp_p
         tmp_path,
         app=APP,
         faults={role: fault},
+        args={"journal": ("--decide",)} if decide else None,
         env={"STREAMFLOW_TEST_LEDGER": str(ledger), "STREAMFLOW_LOG_LEVEL": "WARNING"},
     ).start()
     client = FlowClient(kafka, request_timeout=120)
