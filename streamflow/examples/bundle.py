@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from streamflow.examples import expenses, orders
+from streamflow.examples.outbox import deliver_links
 from streamflow.workflow.app import App
 
 app = App().include(orders.app).include(expenses.app)
@@ -15,4 +16,4 @@ app = App().include(orders.app).include(expenses.app)
 def configure(*, outbox: Path, url: str) -> None:
     """What the host tells the examples: approval links are written to ``outbox`` and point at
     the API at ``url``."""
-    expenses.deliver_links(outbox, url)
+    deliver_links(outbox, url)

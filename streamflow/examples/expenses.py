@@ -1,60 +1,24 @@
 """Expense approval: validate, three checks at once, a manager's approval link that expires after
 three days, an optional amount change, then payment as a child workflow whose flaky bank call is
 retried. Host it like any App: ``FlowEngine.builder(app)``, ``streamflow serve`` (in the bundled
-example app), or ``streamflow run ... --app``."""
+example app), or ``streamflow run ... --app``. Approval links go to
+:mod:`~streamflow.examples.outbox`, which stands in for an e-mail service."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from pydantic import BaseModel
 
 from streamflow.core.errors import NonRetryable
 from streamflow.core.retry import RetryPolicy
+from streamflow.examples.outbox import send_link
 from streamflow.workflow.app import App, step_info
 from streamflow.workflow.durable import DurableContext
 from streamflow.workflow.errors import StepFailedError, WaitTimedOut, WorkflowFailure
 
 APPROVAL_WINDOW = timedelta(days=3)
 LIMIT_CENTS = 5_000_00
-OUTBOX: list[str] = []
-"""Stands in for the e-mail service: the approval links sent (only a step ever sees a token)."""
-
-
-@dataclass
-class LinkDelivery:
-    """Where approval links go: :data:`OUTBOX` by default; once a host calls
-    :func:`deliver_links`, one file per run, ``<directory>/<run_id>.link`` (mode 0600), holding
-    a link to that host's hook route."""
-
-    directory: Path | None = None
-    """The outbox directory, or ``None`` for the in-memory :data:`OUTBOX`."""
-    base_url: str = "http://127.0.0.1:8233"
-    """The host's API, in front of ``/v1/hooks/<token>/resume``."""
-
-
-LINKS = LinkDelivery()
-
-
-def deliver_links(directory: Path, base_url: str) -> None:
-    """Send approval links as files in ``directory``, pointing at the API at ``base_url``
-    (``streamflow serve`` sets this for the bundled example app)."""
-    LINKS.directory, LINKS.base_url = directory, base_url.rstrip("/")
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only, whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text + "\n")
-    os.replace(partial, path)
-
-
 app = App()
 
 
@@ -106,12 +70,7 @@ def check_policy(expense: Expense) -> Check:
 @app.step
 def send_approval_link(expense: Expense) -> str:
     info = step_info()
-    token = info.hook_token("approval")  # the workflow derives the same token
-    if LINKS.directory is None:
-        OUTBOX.append(f"https://expenses.example.com/approve?token={token}")
-    else:
-        link = f"{LINKS.base_url}/v1/hooks/{token}/resume"
-        _write_private(LINKS.directory / f"{info.run_id}.link", link)
+    send_link(info.run_id, info.hook_token("approval"))  # the workflow derives the same token
     return f"approval requested for {expense.expense_id}"
 
 

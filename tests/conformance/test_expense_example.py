@@ -13,6 +13,7 @@ import pytest
 from streamflow import HookAlreadyResolved, HookStatus, WorkflowRunStatus, WorkflowSignal
 from streamflow.engine.exchange import write_jsonl
 from streamflow.examples import expenses
+from streamflow.examples.outbox import OUTBOX
 
 SECRET = b"the expense app's hook secret!!!"
 
@@ -23,8 +24,8 @@ def ended(snapshot) -> bool:
 
 def link_token() -> str:
     """The token of the approval link last sent (what the approver clicks)."""
-    assert expenses.OUTBOX, "no approval link was sent"
-    return expenses.OUTBOX[-1].rpartition("token=")[2]
+    assert OUTBOX, "no approval link was sent"
+    return OUTBOX[-1].rpartition("token=")[2]
 
 
 def expense(expense_id: str, amount_cents: int = 120_00, category: str = "travel") -> dict:
@@ -47,7 +48,7 @@ async def awaiting_approval(driver, run_id: str):
 
 
 async def test_an_approved_expense_with_a_changed_amount_is_paid_after_retries(make_driver):
-    expenses.OUTBOX.clear()
+    OUTBOX.clear()
     driver = await make_driver(expenses.app, hook_secret=SECRET)
     await start(driver, "exp-1")
     snap = await awaiting_approval(driver, "exp-1")
@@ -69,7 +70,7 @@ async def test_an_approved_expense_with_a_changed_amount_is_paid_after_retries(m
 
 
 async def test_a_declined_expense_is_not_paid_and_a_second_click_changes_nothing(make_driver):
-    expenses.OUTBOX.clear()
+    OUTBOX.clear()
     driver = await make_driver(expenses.app, hook_secret=SECRET)
     await start(driver, "exp-2")
     await awaiting_approval(driver, "exp-2")
@@ -83,7 +84,7 @@ async def test_a_declined_expense_is_not_paid_and_a_second_click_changes_nothing
 
 
 async def test_an_expense_nobody_approves_in_three_days_expires(make_driver):
-    expenses.OUTBOX.clear()
+    OUTBOX.clear()
     driver = await make_driver(expenses.app, hook_secret=SECRET)
     await start(driver, "exp-3")
     snap = await awaiting_approval(driver, "exp-3")
@@ -100,7 +101,7 @@ async def test_an_expense_nobody_approves_in_three_days_expires(make_driver):
 
 
 async def test_a_failed_check_or_an_invalid_expense_never_asks_for_approval(make_driver):
-    expenses.OUTBOX.clear()
+    OUTBOX.clear()
     driver = await make_driver(expenses.app, hook_secret=SECRET)
     await start(driver, "exp-4", amount_cents=9_000_00, category="yacht")
     await start(driver, "exp-5", amount_cents=0)
@@ -109,11 +110,11 @@ async def test_a_failed_check_or_an_invalid_expense_never_asks_for_approval(make
     invalid = await driver.wait_for("exp-5", ended, timeout=60)
     assert invalid.status is WorkflowRunStatus.FAILED
     assert "exp-5 is not valid" in (invalid.error or "")
-    assert not expenses.OUTBOX
+    assert not OUTBOX
 
 
 async def test_recorded_expense_runs_replay_cleanly_with_the_cli(make_driver, tmp_path):
-    expenses.OUTBOX.clear()
+    OUTBOX.clear()
     driver = await make_driver(expenses.app, hook_secret=SECRET)
     await start(driver, "exp-6")
     await awaiting_approval(driver, "exp-6")
