@@ -10,8 +10,9 @@ a duplicate or late proposal is harmless. A decision that cannot be made (drift,
 an invalid command) becomes an incident on ``{ns}.incidents``, never a crash: the processor
 tries the run again with capped exponential backoff (``streamflow.core.incidents``; at once
 after a restart, which may carry a fix) and clears the incident with a tombstone when a
-decision succeeds or the run ends. Incidents are kept in local state too, so a restarted
-instance goes on counting attempts.
+decision succeeds, the run's history moves on past it (a journal deciding the build decided
+it) or the run ends. Incidents are kept in local state too, so a restarted instance goes on
+counting attempts.
 
 Delayed retries are woken here, not by the timer: the retry attempt must go through a replay
 (so code that changed while the step waited is caught as ``NonDeterministic``), and replay is
@@ -222,11 +223,16 @@ class Processor(BuildServer):
         verdict = self._decider.decide(cached, now)
         if isinstance(verdict, Propose):
             self._propose(cached, verdict.events, now)
-        elif isinstance(verdict, Fail):
+            return
+        if isinstance(verdict, Fail):
             self._incident(cached, verdict.error, now)
-        elif isinstance(verdict, Wait):
-            if verdict.decided:
-                self._heal_now(run_id)
+            return
+        moved_on = incident is not None and incident.sequence < snap.last_sequence
+        if moved_on or (isinstance(verdict, Wait) and verdict.decided):
+            # The code decided, here or in a journal deciding this build (the run's history
+            # went on past the incident's sequence without failing here again).
+            self._heal_now(run_id)
+        if isinstance(verdict, Wait):
             self._schedule_retry(cached, now)
 
     def _propose(

@@ -1,22 +1,25 @@
-"""A journal that decides in its own process (``streamflow run journal --decide``), with every
-topology a real process on the broker: each decision is appended in the transaction of the
-event that prompted it, so a run's history holds one commit time per request the journal took
-(the start, each step result, the timer's wake-up) and none per decision; and what the journal
-leaves to the build's processor (a new hook, whose token is claimed through the hooks topology)
-is still decided there."""
+"""A journal that decides in its own process (``streamflow run journal --decide``) on the real
+broker: each decision is appended in the transaction of the event that prompted it, so a run's
+history holds one commit time per request the journal took (the start, each step result, the
+timer's wake-up) and none per decision; what the journal leaves to the build's processor (a new
+hook, whose token is claimed through the hooks topology) is still decided there; and a run the
+journal decides once its code is fixed loses the incident the processor recorded."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from streamflow import HookSecret, WorkflowRunStatus, WorkflowSpec
+from streamflow import HookSecret, RuntimeFailure, WorkflowRunStatus, WorkflowSignal, WorkflowSpec
 from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
 from streamflow.kafka.manifest import load_manifest
+from streamflow.testing.kafka_harness import KafkaDriver
 from streamflow.testing.processes import Cluster
 from tests.kafka.test_hook_secret_file import SECRET, hook_active, sent_link
+from tests.support import Routed, spec
 
 LEDGERED = WorkflowSpec.python("drills.ledgered", "1", "tests.kafka.apps", "Ledgered")
 APPROVAL = WorkflowSpec.python("drills.approval", "1", "tests.kafka.apps", "Approval")
@@ -94,3 +97,55 @@ async def test_a_hook_the_journal_leaves_is_created_by_the_processor(kafka, tmp_
     finally:
         client.close()
         cluster.stop()
+
+
+class FixedLater:
+    """Workflow code with a bug, then (``fixed``) a charge step and a wait for ``ship``."""
+
+    def __init__(self) -> None:
+        self.fixed = False
+
+    def __call__(self, ctx):
+        if not self.fixed:
+            raise RuntimeFailure("order total is not a number")
+        if not ctx.step_completed("charge"):
+            return ctx.schedule_step("charge", "charge", {})
+        return ctx.wait_for_signal("shipped", "ship")
+
+
+async def until(check, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while not (found := await check()):
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
+        await asyncio.sleep(0.05)
+    return found
+
+
+async def test_a_run_the_journal_decides_after_a_fix_loses_the_processors_incident(kafka, tmp_path):
+    code = FixedLater()
+    driver = await asyncio.to_thread(
+        KafkaDriver, kafka, Routed({"pay": code}), state_root=tmp_path / "state"
+    )
+    client = driver.client
+    try:
+        await client.start_with_id("pay-1", spec("pay").with_signal("nudge").with_signal("ship"))
+        recorded = await until(lambda: client.incident_record("pay-1"), "the incident")
+        assert recorded.sequence == 2
+        code.fixed = True
+        # A signal wakes the run before the processor's backoff ends: the journal decides it
+        # with the fixed code, and the processor is left with nothing to decide.
+        await client.send_signal("pay-1", WorkflowSignal.new("nudge-1", "nudge", None))
+
+        async def waiting():
+            snap = await client.snapshot("pay-1")
+            return "shipped" in snap.open_signal_waits
+
+        await until(waiting, "the fixed run to wait for its shipment")
+        assert await client.incident("pay-1") is None  # not current: history moved past it
+
+        async def cleared():
+            return await client.incident_record("pay-1") is None
+
+        await until(cleared, "the processor to clear its incident record")
+    finally:
+        await driver.close()
