@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
@@ -34,6 +34,9 @@ from streamflow.kafka.config import KafkaSettings
 from streamflow.observe.observers import FlowEventObserver
 from streamflow.topologies.runner import TopologyThread
 from streamflow.workflow.runtime import FlowRuntime
+
+if TYPE_CHECKING:
+    from streamflow.topologies.journal_decisions import HostedDecisions
 
 ROLES = ("journal", "processor", "worker", "timer", "hooks", "observers")
 log = logging.getLogger("streamflow.cli")
@@ -231,16 +234,19 @@ def limits(args: argparse.Namespace) -> Limits:
     )
 
 
-def hosted_decisions(args: argparse.Namespace) -> Any:
+def hosted_decisions(args: argparse.Namespace) -> HostedDecisions:
     """What ``journal --decide`` decides in its own process: the runs of ``--app``'s builds
     (``--build``, ``--compatible-build``, ``--accept-unpinned``, as a processor's)."""
+    from streamflow.topologies.deciding import RunDecider
     from streamflow.topologies.journal_decisions import HostedDecisions
 
     return HostedDecisions(
-        load_runtime(args.app),
-        compatibility=compatibility(args),
-        limits=limits(args),
-        hook_secret=load_hook_secret(args.hook_secret_file),
+        RunDecider(
+            load_runtime(args.app),
+            compatibility=compatibility(args),
+            limits=limits(args),
+            hook_secret=load_hook_secret(args.hook_secret_file),
+        )
     )
 
 

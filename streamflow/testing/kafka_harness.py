@@ -35,6 +35,7 @@ from streamflow.observe.observers import FlowEventObserver
 from streamflow.serde.errors import to_error
 from streamflow.testing.harness import CHANGES, FlowDriver
 from streamflow.topologies.common import utc_now
+from streamflow.topologies.deciding import RunDecider
 from streamflow.topologies.hooks import Hooks
 from streamflow.topologies.journal import Journal
 from streamflow.topologies.journal_decisions import HostedDecisions
@@ -111,10 +112,13 @@ class KafkaDriver(FlowDriver):
         decisions = None
         if self._journal_decides:
             decisions = HostedDecisions(
-                self._runtime,
-                compatibility=self._compatibility,
-                limits=d.Limits(),
-                hook_secret=self._hook_secret,
+                RunDecider(
+                    self._runtime,
+                    compatibility=self._compatibility,
+                    limits=d.Limits(),
+                    hook_secret=self._hook_secret,
+                    max_replay_iterations=self._max,
+                )
             )
         journal = Journal(
             s,

@@ -18,11 +18,11 @@ from datetime import datetime
 
 from streamflow.core import decide as d
 from streamflow.core import events as ev
-from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import FlowError, ReplayLimitExceeded
 from streamflow.core.projection import ProjectedRun
-from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.tokens import HookSecret
 from streamflow.workflow.runtime import (
     FlowRuntime,
@@ -72,10 +72,16 @@ class RunDecider:
     ) -> None:
         self._runtime = runtime
         self._compat = compatibility
+        self.build = None if compatibility is None else str(compatibility.current)
+        """The current build of ``compatibility`` (``None``: unpinned runs only)."""
         self._limits = limits
         self._hook_secret = hook_secret
         self._max_iterations = max_replay_iterations
         self._loop = asyncio.new_event_loop()
+
+    def admits(self, snap: WorkflowRunSnapshot) -> bool:
+        """Whether the run is one of the builds this decider serves."""
+        return snap.spec is not None and admits(self._compat, snap.spec.runtime_build_id)
 
     def decide(self, run: ProjectedRun, now: datetime) -> Verdict:
         """What ``run`` (its history and snapshot, advanced together) needs next at ``now``."""

@@ -31,14 +31,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from streamflow.core import decide as d
 from streamflow.core import events as ev
-from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.core.tokens import HookSecret
 from streamflow.topologies.deciding import Fail, Propose, RunDecider
-from streamflow.workflow.runtime import FlowRuntime
 
 log = logging.getLogger("streamflow.journal")
 
@@ -48,25 +44,13 @@ such as progress, is followed by the run's next decision)."""
 
 
 class HostedDecisions:
-    """The journal's decider for the builds ``compatibility`` admits (``None``: unpinned runs),
-    with the histories of the runs it decided last (at most ``cache_runs``), so that a decision
-    costs the events that are new since the previous one rather than a read of the whole
-    history."""
+    """The journal's decisions, made by ``decider`` for the builds it serves, with the
+    histories of the runs it decided last (at most ``cache_runs``), so that a decision costs the
+    events that are new since the previous one rather than a read of the whole history."""
 
-    def __init__(
-        self,
-        runtime: FlowRuntime,
-        *,
-        compatibility: RuntimeBuildCompatibility | None,
-        limits: d.Limits,
-        hook_secret: HookSecret | None,
-        cache_runs: int = 4096,
-    ) -> None:
-        self._compat = compatibility
-        self.build = None if compatibility is None else str(compatibility.current)
-        self._decider = RunDecider(
-            runtime, compatibility=compatibility, limits=limits, hook_secret=hook_secret
-        )
+    def __init__(self, decider: RunDecider, *, cache_runs: int = 4096) -> None:
+        self._decider = decider
+        self.build = decider.build
         self._cache_runs = cache_runs
         self._histories: OrderedDict[str, list[ev.FlowEventEnvelope]] = OrderedDict()
 
@@ -83,7 +67,7 @@ class HostedDecisions:
         if snap.spec is None or snap.is_terminal:
             self.forget(snap.run_id)
             return None
-        if not admits(self._compat, snap.spec.runtime_build_id):
+        if not self._decider.admits(snap):
             return None
         history = self._history(snap, staged, stored)
         if history is None:
