@@ -192,6 +192,85 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# What a broker JVM's threads do, by the name Linux keeps for them (15 characters): Kafka's
+# request handler and network threads share the "data-plane-kafk" prefix.
+THREAD_GROUPS = (
+    ("requests", ("data-plane-kafk",)),
+    ("jit", ("C1 CompilerThre", "C2 CompilerThre")),
+    ("gc", ("GC Thread", "G1 ", "VM Thread")),
+    ("coordinators", ("group-coordinat", "transaction", "TxnMarkerSender", "AddPartitionsTo")),
+    ("log cleaner", ("kafka-log-clean",)),
+)
+
+
+def thread_cpu(pids: list[int]) -> dict[str, float]:
+    """CPU seconds used so far by the threads of ``pids``, summed by :data:`THREAD_GROUPS`
+    (the rest under "other"). A thread that ended since is not counted."""
+    out = dict.fromkeys([g for g, _ in THREAD_GROUPS] + ["other"], 0.0)
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                name = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            group = next((g for g, prefixes in THREAD_GROUPS if name.startswith(prefixes)), "other")
+            out[group] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+class BrokerThreads:
+    """The brokers' CPU between ``start`` and ``stop``, by thread group."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self._before: dict[str, float] = {}
+
+    def start(self) -> BrokerThreads:
+        self._before = thread_cpu(self.pids)
+        return self
+
+    def stop(self, per: float = 1.0) -> dict[str, float]:
+        now = thread_cpu(self.pids)
+        return {g: round((now[g] - self._before[g]) / per, 4) for g in now}
+
+
+async def settle(threads: BrokerThreads, *, window: float = 2.0, limit: float = 60.0) -> float:
+    """Wait, the deployment idle, until a ``window`` passes in which the brokers' JIT compiler
+    used under 0.5 % of a core (at most ``limit`` seconds); how long that took. After a load
+    the JVM goes on compiling the paths it now takes idle for a while."""
+    began = time.perf_counter()
+    while time.perf_counter() - began < limit:
+        threads.start()
+        await asyncio.sleep(window)
+        if threads.stop(per=window)["jit"] < 0.005:
+            break
+    return round(time.perf_counter() - began, 1)
+
+
+async def warm_up(
+    client: FlowClient, broker_pids: list[int], *, limit: float = 120.0
+) -> dict[str, float]:
+    """Load the deployment until the brokers' JIT compiler has settled: batches of 300
+    three-step runs and 50 sequential one-step runs, until a round's JIT CPU is under 2 % of
+    the brokers' CPU (or ``limit`` seconds pass). A broker runs for weeks; what its JVM spends
+    compiling in its first minute is no cost of a workflow run. Returns how long it took and
+    the last round's JIT share."""
+    began = time.perf_counter()
+    share = 1.0
+    while time.perf_counter() - began < limit:
+        meter = BrokerThreads(broker_pids).start()
+        await run_batch(client, 300, 3)
+        await w2(client, 50)
+        used = meter.stop()
+        total = sum(used.values())
+        share = used["jit"] / total if total else 0.0
+        if share < 0.02:
+            break
+    return {"seconds": round(time.perf_counter() - began, 1), "jit_share_last_round": share}
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -207,6 +286,7 @@ async def main(
     idle_seconds: float = 10.0,
     brokers: int = 1,
     decide: bool = True,
+    warm: bool = True,
 ) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="streamflow-kbench-"))
     if brokers > 1:
@@ -234,15 +314,21 @@ async def main(
     }
     try:
         await asyncio.to_thread(cluster.wait_for_route)
-        await run_batch(client, 50, 3)  # warm-up: group joins, caches, JIT of the broker
+        await run_batch(client, 50, 3)  # warm-up: group joins, caches
+        jvms = [pid for pid in broker_pids.values() if pid is not None]
+        if warm and jvms:
+            results["warm_up"] = await warm_up(client, jvms)
         pids = {name: p.pid for name, p in cluster.processes.items()}
         pids["bench-client"] = os.getpid()
         pids.update({name: pid for name, pid in broker_pids.items() if pid is not None})
+        threads = BrokerThreads(jvms)
         meter = CpuMeter(pids).start()
+        threads.start()
         # Three repetitions; the median is reported (one batch lasts only seconds on 2 cores).
         repetitions = sorted([await run_batch(client, runs, 3) for _ in range(3)])
         seconds = repetitions[1]
         cpu = meter.stop(per=3)
+        broker_threads = threads.stop(per=3 * runs / 1000)
         events = runs * 12
         results["W1"] = {
             "runs": runs,
@@ -253,19 +339,28 @@ async def main(
             "repetitions_s": [round(r, 3) for r in repetitions],
             "cpu_seconds_per_repetition": {n: round(v, 2) for n, v in cpu.items()},
             "cpu_ms_per_run": ms({n: v / runs for n, v in cpu.items()}),
+            "broker_threads_ms_per_run": broker_threads,
         }
         meter.start()
+        threads.start()
         results["W2"] = await w2(client, latency_runs)
         results["W2"]["cpu_ms_per_run"] = ms(meter.stop(per=latency_runs))  # type: ignore[index]
+        results["W2"]["broker_threads_ms_per_run"] = threads.stop(per=latency_runs / 1000)  # type: ignore[index]
         meter.start()
+        threads.start()
         results["W3"] = await w3(client, w3_steps)
         results["W3"]["cpu_ms_per_step"] = ms(meter.stop(per=w3_steps))  # type: ignore[index]
+        results["W3"]["broker_threads_ms_per_step"] = threads.stop(per=w3_steps / 1000)  # type: ignore[index]
         # Idle: the deployment up, nothing to do; what polling costs every process.
         await asyncio.sleep(2.0)
+        if warm and jvms:
+            results["idle_settle_s"] = await settle(threads)
         meter.start()
+        threads.start()
         await asyncio.sleep(idle_seconds)
         idle = meter.stop(per=idle_seconds)
         results["idle_cores"] = {name: round(v, 4) for name, v in idle.items()}
+        results["idle_broker_threads_cores"] = threads.stop(per=idle_seconds)
         completed = 50 + 3 * runs + latency_runs + 1
         while completed < rss_runs:
             batch = min(1000, rss_runs - completed)
@@ -300,6 +395,12 @@ if __name__ == "__main__":
         action="store_false",
         help="the journal decides nothing itself: every decision is a processor's proposal",
     )
+    parser.add_argument(
+        "--no-warm-up",
+        dest="warm",
+        action="store_false",
+        help="measure a broker whose JIT compiler has not settled (its first minute)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     figures = asyncio.run(
@@ -311,6 +412,7 @@ if __name__ == "__main__":
             args.idle_seconds,
             args.brokers,
             args.decide,
+            args.warm,
         )
     )
     text = json.dumps(figures, indent=2)
