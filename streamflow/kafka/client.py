@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -50,7 +50,7 @@ from streamflow.core.retention import (
     FlowHistoryTombstone,
     HistoryHold,
 )
-from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
+from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
 from streamflow.core.tokens import token_digest
@@ -94,6 +94,12 @@ from streamflow.serde.errors import to_error
 log = logging.getLogger("streamflow.client")
 
 
+NOTICES_KEPT = 10_000
+"""How many runs this client started it remembers the end of (``run_finished`` notices read
+while nobody waited yet), and how many started runs it follows that way (see
+:meth:`FlowClient.result`)."""
+
+
 class FlowClient:
     """Talks to streamflow's Kafka topologies. Methods are ``async``; one client may be shared
     by many coroutines of one event loop.
@@ -130,6 +136,10 @@ class FlowClient:
             str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[m.Reply]]]
         ] = defaultdict(list)
         self._lock = threading.Lock()
+        # Runs this client started that had not ended when the journal recorded the start, and
+        # the run_finished notices read for them: their end is known without reading history.
+        self._fresh: OrderedDict[str, None] = OrderedDict()
+        self._noticed: OrderedDict[str, m.Reply] = OrderedDict()
         self._replies = reader(settings)
         count = partition_count(self._replies, self._names.replies)
         # Start at the current end, resolved now: a reply produced after this point is seen.
@@ -162,8 +172,28 @@ class FlowClient:
         validate_run_id(run_id)
         spec.validate()
         body = m.StartRun(spec=spec, input=self._payload(input, "workflow input"))
-        await self._request(run_id, body)
+        # Followed before the request is sent: its run_finished notice may be read before
+        # the reply to the start is.
+        self._follow(run_id)
+        try:
+            reply = await self._request(run_id, body)
+        except BaseException:
+            self._unfollow(run_id)
+            raise
+        if not _running(reply.status):
+            self._unfollow(run_id)  # it had ended before: its notice went by unread
         return run_id
+
+    def _follow(self, run_id: str) -> None:
+        with self._lock:
+            self._fresh[run_id] = None
+            self._fresh.move_to_end(run_id)
+            while len(self._fresh) > NOTICES_KEPT:
+                self._fresh.popitem(last=False)
+
+    def _unfollow(self, run_id: str) -> None:
+        with self._lock:
+            self._fresh.pop(run_id, None)
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
@@ -480,16 +510,26 @@ class FlowClient:
             await asyncio.sleep(0.02)
 
     async def _segment_result(self, run_id: str) -> WorkflowRunSnapshot:
-        """Wait for ``run_id`` (one run of a chain) to end; its terminal snapshot."""
+        """Wait for ``run_id`` (one run of a chain) to end; its terminal snapshot.
+
+        A run this client started, not ended when the start was recorded, ends after this
+        client began reading ``{ns}.replies``: its ``run_finished`` notice (kept if it came
+        before anyone asked) says when, and the history is read once, up to the notice's
+        sequence. Any other run's history is read first, in case it has already ended."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[m.Reply] = loop.create_future()
         with self._lock:
-            self._finished[run_id].append((loop, future))
+            notice = self._noticed.get(run_id)
+            fresh = run_id in self._fresh
+            if notice is None:
+                self._finished[run_id].append((loop, future))
         try:
-            snap = await self.snapshot(run_id)
-            if snap.is_terminal:
-                return snap
-            notice = await future
+            if notice is None and not fresh:
+                snap = await self.snapshot(run_id)
+                if snap.is_terminal:
+                    return snap
+            if notice is None:
+                notice = await future
             events = await asyncio.to_thread(
                 self._history.history_through, run_id, notice.last_sequence, 60.0
             )
@@ -540,8 +580,20 @@ class FlowClient:
                         targets = [] if waiter is None else [waiter]
                     else:
                         targets = self._finished.pop(reply.run_id, [])
+                        self._notice(reply)
                 for loop, future in targets:
                     loop.call_soon_threadsafe(_resolve, future, reply)
+
+    def _notice(self, reply: m.Reply) -> None:
+        """Keep the run_finished notice of a run this client follows (under ``_lock``). A run
+        whose notice is dropped to make room is no longer followed: :meth:`result` reads its
+        history instead."""
+        if reply.run_id not in self._fresh:
+            return
+        self._noticed[reply.run_id] = reply
+        while len(self._noticed) > NOTICES_KEPT:
+            dropped, _ = self._noticed.popitem(last=False)
+            self._fresh.pop(dropped, None)
 
     @property
     def schedules(self) -> KafkaSchedules:
@@ -562,6 +614,14 @@ class FlowClient:
         self._incidents.close()
         self._producer.flush(10)
         self._producer.close()
+
+
+def _running(status: str | None) -> bool:
+    """Whether a reply's run status says the run had not ended (unknown: it may have)."""
+    try:
+        return status is not None and not WorkflowRunStatus(status).is_terminal
+    except ValueError:
+        return False
 
 
 def _resolve(future: asyncio.Future[m.Reply], reply: m.Reply) -> None:

@@ -1,6 +1,7 @@
 """FlowClient under concurrency: many results awaited at once all arrive, complete and equal
-to what a fresh reader sees (this once hung: concurrent reads were absorbed out of order); and
-its waits that give up."""
+to what a fresh reader sees (this once hung: concurrent reads were absorbed out of order); the
+result of a run it started, known from the run's end notice without reading history first, and
+of a run that ended before the client existed; and its waits that give up."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from streamflow import (
     ContinueAsNewLimitExceeded,
     FlowTimeout,
     InfrastructureError,
+    WorkflowRunSnapshot,
     WorkflowRunStatus,
 )
 from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
 from streamflow.kafka.manifest import load_manifest
 from streamflow.testing.kafka_harness import KafkaDriver
+from tests.kafka.deploys import until
 from tests.support import FAR, Scripted, sequential, spec
 
 RUNS = 60
@@ -42,6 +45,75 @@ async def test_many_concurrent_results_all_arrive_with_their_whole_history(kafka
             fresh.close()
     finally:
         await driver.close()
+
+
+class CatchUps:
+    """Counts the client's whole-history reads (the catch-up that asks the broker for the
+    partition's end first), wrapping the real reader's method."""
+
+    def __init__(self, client: FlowClient) -> None:
+        self.calls = 0
+        reader = client._history
+        original = reader.history
+
+        def counted(run_id: str):
+            self.calls += 1
+            return original(run_id)
+
+        reader.history = counted  # type: ignore[method-assign]
+
+
+async def test_the_result_of_a_run_it_started_comes_from_its_end_notice(kafka, tmp_path):
+    """A run this client started ends after the client began reading replies: ``result`` waits
+    for its run_finished notice (kept when it came before anyone asked) and reads the history
+    once, up to the notice's sequence, with no catch-up read of the partition first. A run
+    that had ended before this client existed is read from history, and an idempotent start
+    of it does not leave ``result`` waiting for a notice that went by long ago."""
+    driver = KafkaDriver(kafka, Scripted(sequential("a", "b")), state_root=tmp_path)
+    late = FlowClient(kafka)
+    try:
+        client = driver.client
+        await client.start_with_id("early", spec(), {"k": 1})
+        done = await client.result("early", timeout=60)
+        assert done.status is WorkflowRunStatus.COMPLETED
+
+        catch_ups = CatchUps(client)
+        await client.start_with_id("awaited", spec(), {"k": 2})
+        awaited = await client.result("awaited", timeout=60)
+        # Ended before anyone asked: the notice was kept.
+        await client.start_with_id("unasked", spec(), {"k": 3})
+        await until(
+            lambda: _ended(late, "unasked"), "the unasked run to end, as another client sees"
+        )
+        unasked = await asyncio.wait_for(client.result("unasked"), 10)
+        assert catch_ups.calls == 0
+        for snap in (awaited, unasked):
+            assert snap.status is WorkflowRunStatus.COMPLETED
+            assert snap.last_sequence == len(await late.history(snap.run_id))
+            assert _facts(snap) == _facts(await late.snapshot(snap.run_id))
+
+        # "early" ended before ``late`` existed: its start again is idempotent, and its result
+        # comes from history.
+        late_catch_ups = CatchUps(late)
+        await late.start_with_id("early", spec(), {"k": 1})
+        again = await asyncio.wait_for(late.result("early"), 10)
+        assert _facts(again) == _facts(done)
+        assert late_catch_ups.calls >= 1
+    finally:
+        late.close()
+        await driver.close()
+
+
+def _facts(snap: WorkflowRunSnapshot) -> tuple[object, ...]:
+    steps = {step_id: step.status for step_id, step in snap.steps.items()}
+    return snap.status, snap.output, snap.last_sequence, steps
+
+
+async def _ended(client: FlowClient, run_id: str) -> bool:
+    try:
+        return (await client.snapshot(run_id)).is_terminal
+    except Exception:  # not visible yet
+        return False
 
 
 def rounds(ctx):
