@@ -113,8 +113,9 @@ class Timer:
         self._consumer = consumer(
             settings,
             group or self._names.timer_group,
-            # Indexing a new wait a little late only matters if it is due within that time.
-            {"fetch.wait.max.ms": 100},
+            # The shared 500 ms long-poll: a commit marker wakes a parked fetch, so a new wait
+            # is indexed as soon as it is readable; the wait only bounds an idle poll.
+            None,
             **membership.consumer_config(COMPONENT),
         )
         self._producer = producer(settings)
