@@ -13,7 +13,8 @@ history events (same machine, same clock), and prints the median of each gap:
 * ``step_completed`` → ``run_completed`` (the last decision);
 * ``run_completed`` → ``result`` returns in the client.
 
-Run: ``.venv/bin/python -m bench.hops [--runs 100] [--no-decide]``.
+A broker it starts itself is first loaded until its JIT compiler settles (``bench.kafka``'s
+warm-up). Run: ``.venv/bin/python -m bench.hops [--runs 100] [--no-decide]``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from streamflow.kafka.manifest import load_manifest
 from streamflow.testing.broker import broker_from_environment
 from streamflow.testing.processes import Cluster
 
-from .kafka import PARTITIONS, SPEC
+from .kafka import PARTITIONS, SPEC, warm_up
 
 GAPS = (
     "start sent -> journal",
@@ -64,6 +65,9 @@ async def profile(runs: int, decide: bool) -> dict[str, float]:
     gaps: dict[str, list[float]] = {g: [] for g in GAPS}
     try:
         await asyncio.to_thread(cluster.wait_for_route)
+        pid = getattr(broker, "pid", None)
+        if pid is not None:  # a broker started here: measured once its JIT has settled
+            await warm_up(client, [pid])
         for i in range(runs + 10):  # the first ten warm up
             run_id = f"hop-{uuid.uuid4().hex[:12]}"
             sent = wall()
