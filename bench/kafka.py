@@ -11,7 +11,9 @@
   reported as a fraction of its records/s;
 * RSS — resident memory of each topology process after ``--rss-runs`` completed runs.
 
-The topologies run as separate processes (``streamflow run <role>``), as in a deployment.
+The topologies run as separate processes (``streamflow run <role>``), as in a deployment. A
+broker this command starts is loaded until its JIT compiler settles before anything is measured
+(``--no-warm-up``: measure it cold), and its CPU is also reported by thread group.
 Run: ``.venv/bin/python -m bench.kafka [--runs 1000] [--latency-runs 200] [--w3-steps 500]
 [--rss-runs 10000] [--brokers 3]``. The broker's CPU is measured when this process starts it
 (no ``STREAMFLOW_BOOTSTRAP``). ``--brokers 3`` runs on a 3-node KRaft cluster on loopback with the
