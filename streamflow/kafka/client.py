@@ -95,8 +95,8 @@ log = logging.getLogger("streamflow.client")
 
 
 NOTICES_KEPT = 10_000
-"""How many runs this client started it remembers the end of (``run_finished`` notices read
-while nobody waited yet), and how many started runs it follows that way (see
+"""How many runs this client started it follows until their result is returned once, and how
+many ``run_finished`` notices of them read while nobody waited yet it keeps (see
 :meth:`FlowClient.result`)."""
 
 
@@ -194,6 +194,7 @@ class FlowClient:
     def _unfollow(self, run_id: str) -> None:
         with self._lock:
             self._fresh.pop(run_id, None)
+            self._noticed.pop(run_id, None)
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
@@ -533,6 +534,8 @@ class FlowClient:
             events = await asyncio.to_thread(
                 self._history.history_through, run_id, notice.last_sequence, 60.0
             )
+            # Answered: a later call reads history (which a prune may have emptied since).
+            self._unfollow(run_id)
             return project(run_id, events)
         finally:
             with self._lock:

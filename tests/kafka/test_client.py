@@ -66,9 +66,10 @@ class CatchUps:
 async def test_the_result_of_a_run_it_started_comes_from_its_end_notice(kafka, tmp_path):
     """A run this client started ends after the client began reading replies: ``result`` waits
     for its run_finished notice (kept when it came before anyone asked) and reads the history
-    once, up to the notice's sequence, with no catch-up read of the partition first. A run
-    that had ended before this client existed is read from history, and an idempotent start
-    of it does not leave ``result`` waiting for a notice that went by long ago."""
+    once, up to the notice's sequence, with no catch-up read of the partition first; asked
+    again, it reads the history. A run that had ended before this client existed is read from
+    history, and an idempotent start of it does not leave ``result`` waiting for a notice that
+    went by long ago."""
     driver = KafkaDriver(kafka, Scripted(sequential("a", "b")), state_root=tmp_path)
     late = FlowClient(kafka)
     try:
@@ -87,6 +88,9 @@ async def test_the_result_of_a_run_it_started_comes_from_its_end_notice(kafka, t
         )
         unasked = await asyncio.wait_for(client.result("unasked"), 10)
         assert catch_ups.calls == 0
+        # Once answered, a run is no longer followed: asked again, its history is read.
+        assert _facts(await client.result("awaited", timeout=10)) == _facts(awaited)
+        assert catch_ups.calls == 1
         for snap in (awaited, unasked):
             assert snap.status is WorkflowRunStatus.COMPLETED
             assert snap.last_sequence == len(await late.history(snap.run_id))
