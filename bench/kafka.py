@@ -257,20 +257,26 @@ async def warm_up(
     """Load the deployment until the brokers' JIT compiler has settled: batches of 300
     three-step runs and 50 sequential one-step runs, until a round's JIT CPU is under 2 % of
     the brokers' CPU (or ``limit`` seconds pass). A broker runs for weeks; what its JVM spends
-    compiling in its first minute is no cost of a workflow run. Returns how long it took and
-    the last round's JIT share."""
+    compiling in its first minute is no cost of a workflow run. Returns how long it took, how
+    many runs it completed and the last round's JIT share."""
     began = time.perf_counter()
     share = 1.0
+    runs = 0
     while time.perf_counter() - began < limit:
         meter = BrokerThreads(broker_pids).start()
         await run_batch(client, 300, 3)
         await w2(client, 50)
+        runs += 350
         used = meter.stop()
         total = sum(used.values())
         share = used["jit"] / total if total else 0.0
         if share < 0.02:
             break
-    return {"seconds": round(time.perf_counter() - began, 1), "jit_share_last_round": share}
+    return {
+        "seconds": round(time.perf_counter() - began, 1),
+        "runs": runs,
+        "jit_share_last_round": share,
+    }
 
 
 def rss_mb(pid: int) -> float:
@@ -363,7 +369,8 @@ async def main(
         idle = meter.stop(per=idle_seconds)
         results["idle_cores"] = {name: round(v, 4) for name, v in idle.items()}
         results["idle_broker_threads_cores"] = threads.stop(per=idle_seconds)
-        completed = 50 + 3 * runs + latency_runs + 1
+        warmed = results.get("warm_up", {})
+        completed = 50 + 3 * runs + latency_runs + 1 + int(warmed.get("runs", 0))  # type: ignore[union-attr]
         while completed < rss_runs:
             batch = min(1000, rss_runs - completed)
             await run_batch(client, batch, 3)
