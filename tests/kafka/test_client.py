@@ -96,13 +96,17 @@ async def test_the_result_of_a_run_it_started_comes_from_its_end_notice(kafka, t
             assert snap.last_sequence == len(await late.history(snap.run_id))
             assert _facts(snap) == _facts(await late.snapshot(snap.run_id))
 
-        # "early" ended before ``late`` existed: its start again is idempotent, and its result
-        # comes from history.
-        late_catch_ups = CatchUps(late)
-        await late.start_with_id("early", spec(), {"k": 1})
-        again = await asyncio.wait_for(late.result("early"), 10)
-        assert _facts(again) == _facts(done)
-        assert late_catch_ups.calls >= 1
+        # "early" ended before ``newcomer`` existed: its start again is idempotent (the reply
+        # says the run ended), and its result comes from history.
+        newcomer = FlowClient(kafka)
+        try:
+            newcomer_catch_ups = CatchUps(newcomer)
+            await newcomer.start_with_id("early", spec(), {"k": 1})
+            again = await asyncio.wait_for(newcomer.result("early"), 10)
+            assert _facts(again) == _facts(done)
+            assert newcomer_catch_ups.calls >= 1
+        finally:
+            newcomer.close()
     finally:
         late.close()
         await driver.close()
