@@ -94,9 +94,9 @@ from streamflow.serde.errors import to_error
 log = logging.getLogger("streamflow.client")
 
 
-NOTICES_KEPT = 10_000
-"""How many runs this client started it follows until their result is returned once, and how
-many ``run_finished`` notices of them read while nobody waited yet it keeps (see
+FOLLOWED = 10_000
+"""How many runs this client started it follows until their result is returned once, keeping
+the ``run_finished`` notice of one that ended before anyone asked (see
 :meth:`FlowClient.result`)."""
 
 
@@ -136,10 +136,10 @@ class FlowClient:
             str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[m.Reply]]]
         ] = defaultdict(list)
         self._lock = threading.Lock()
-        # Runs this client started that had not ended when the journal recorded the start, and
-        # the run_finished notices read for them: their end is known without reading history.
-        self._fresh: OrderedDict[str, None] = OrderedDict()
-        self._noticed: OrderedDict[str, m.Reply] = OrderedDict()
+        # Runs this client started that had not ended when the journal recorded the start,
+        # oldest first, with their run_finished notice once read (None until then): their end
+        # is known without reading history.
+        self._followed: OrderedDict[str, m.Reply | None] = OrderedDict()
         self._replies = reader(settings)
         count = partition_count(self._replies, self._names.replies)
         # Start at the current end, resolved now: a reply produced after this point is seen.
@@ -185,16 +185,17 @@ class FlowClient:
         return run_id
 
     def _follow(self, run_id: str) -> None:
+        """Follow ``run_id``; the oldest followed run is dropped past :data:`FOLLOWED` (its
+        ``result`` reads history instead)."""
         with self._lock:
-            self._fresh[run_id] = None
-            self._fresh.move_to_end(run_id)
-            while len(self._fresh) > NOTICES_KEPT:
-                self._fresh.popitem(last=False)
+            self._followed[run_id] = None
+            self._followed.move_to_end(run_id)
+            while len(self._followed) > FOLLOWED:
+                self._followed.popitem(last=False)
 
     def _unfollow(self, run_id: str) -> None:
         with self._lock:
-            self._fresh.pop(run_id, None)
-            self._noticed.pop(run_id, None)
+            self._followed.pop(run_id, None)
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
@@ -520,8 +521,8 @@ class FlowClient:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[m.Reply] = loop.create_future()
         with self._lock:
-            notice = self._noticed.get(run_id)
-            fresh = run_id in self._fresh
+            fresh = run_id in self._followed
+            notice = self._followed.get(run_id)
             if notice is None:
                 self._finished[run_id].append((loop, future))
         try:
@@ -583,20 +584,10 @@ class FlowClient:
                         targets = [] if waiter is None else [waiter]
                     else:
                         targets = self._finished.pop(reply.run_id, [])
-                        self._notice(reply)
+                        if reply.run_id in self._followed:  # kept for a later result()
+                            self._followed[reply.run_id] = reply
                 for loop, future in targets:
                     loop.call_soon_threadsafe(_resolve, future, reply)
-
-    def _notice(self, reply: m.Reply) -> None:
-        """Keep the run_finished notice of a run this client follows (under ``_lock``). A run
-        whose notice is dropped to make room is no longer followed: :meth:`result` reads its
-        history instead."""
-        if reply.run_id not in self._fresh:
-            return
-        self._noticed[reply.run_id] = reply
-        while len(self._noticed) > NOTICES_KEPT:
-            dropped, _ = self._noticed.popitem(last=False)
-            self._fresh.pop(dropped, None)
 
     @property
     def schedules(self) -> KafkaSchedules:
