@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import threading
 import time
@@ -207,22 +208,22 @@ def digest(history: list[FlowEventEnvelope]) -> str:
 
 
 async def until(
-    condition: Callable[[], Awaitable[bool] | bool],
+    condition: Callable[[], Awaitable[Any] | Any],
     what: str,
     *,
     timeout: float = DEADLINE,
     failures: Callable[[], list[BaseException]] = list,
-) -> None:
-    """Wait for ``condition`` (checked every 50 ms) with a deadline; fail at once if a topology
-    thread died."""
+) -> Any:
+    """Wait for ``condition`` (checked every 50 ms) with a deadline, and return what it gave
+    once truthy; fail at once if a topology thread died."""
     deadline = time.monotonic() + timeout
     while True:
         dead = failures()
         assert not dead, f"a topology failed while waiting for {what}: {dead!r}"
         reached: Any = condition()
-        if not isinstance(reached, bool):
+        if inspect.isawaitable(reached):
             reached = await reached
         if reached:
-            return
+            return reached
         assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
         await asyncio.sleep(0.05)

@@ -8,7 +8,6 @@ journal decides once its code is fixed loses the incident the processor recorded
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -19,6 +18,7 @@ from streamflow.kafka.manifest import load_manifest
 from streamflow.testing.kafka_harness import KafkaDriver
 from streamflow.testing.processes import Cluster
 from tests.conformance.test_incidents import Deployable
+from tests.kafka.deploys import until
 from tests.kafka.test_hook_secret_file import SECRET, hook_active, sent_link
 from tests.support import Routed, spec
 
@@ -107,14 +107,6 @@ class FixedLater(Deployable):
         if self.fixed and ctx.step_completed("charge"):
             return ctx.wait_for_signal("shipped", "ship")
         return super().__call__(ctx)
-
-
-async def until(check, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not (found := await check()):
-        assert time.monotonic() < deadline, f"{what} within {timeout} s"
-        await asyncio.sleep(0.05)
-    return found
 
 
 async def test_a_run_the_journal_decides_after_a_fix_loses_the_processors_incident(kafka, tmp_path):
