@@ -1,5 +1,6 @@
 """The App the console test serves: a run that prepares (one step), records durable progress,
-then waits for a ``go`` signal, so it stays open for the browser to look at and cancel."""
+then waits for a ``go`` signal, so it stays open for the browser to look at and cancel; and a run
+that takes any JSON input and waits for ``go``."""
 
 from __future__ import annotations
 
@@ -23,4 +24,10 @@ def prepare(batch: Batch) -> int:
 async def batch(ctx: DurableContext, batch: Batch) -> object:
     items = await ctx.step("prepare", prepare, batch)
     await ctx.progress("items", 3, total=items, message="three done")
+    return await ctx.signal("go", "go")
+
+
+@app.workflow(name="console.echo", signals=("go",))
+async def echo(ctx: DurableContext, note: object) -> object:
+    """Takes any JSON input and waits for ``go``: a run whose data the test chooses."""
     return await ctx.signal("go", "go")

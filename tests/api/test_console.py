@@ -3,8 +3,11 @@ against a real uvicorn server over the embedded engine on RocksDB, with the host
 
 The browser enters the API key, loads the runs list, opens a run, sees its timeline and its
 progress bar, and cancels it from the page; the API confirms the run ended ``cancelled``. A
-screenshot of the run page is kept in ``test-artifacts/console-run.png``. Without Chromium
-this test fails: it is never skipped.
+screenshot of the run page is kept in ``test-artifacts/console-run.png``. Hostile input: malformed
+run links leave the console usable, direction controls and markup in run data are shown as marked
+text, JSON nested too deeply is cut, and nothing the console does violates its
+Content-Security-Policy (read from the browser's console log). Without Chromium these tests fail:
+they are never skipped.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ def chromium() -> Iterator[WebDriver]:
     for argument in ("--headless=new", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(argument)
     options.add_argument("--window-size=1280,1600")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # for get_log("browser")
     if os.geteuid() == 0:
         options.add_argument("--no-sandbox")  # Chromium refuses to sandbox as root
     try:
@@ -104,9 +108,34 @@ def text_of(driver: WebDriver, css: str) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
 
+def page_errors(driver: WebDriver) -> list[str]:
+    """The browser log's Content-Security-Policy violations and uncaught script errors since
+    the last call (reading the log empties it). Failed API calls (the 401 before the key is
+    entered, a refused signal) are logged too; they are not errors of the page."""
+    return [
+        str(entry["message"])
+        for entry in driver.get_log("browser")
+        if entry["source"] in ("security", "javascript")
+        or "Content Security Policy" in entry["message"]
+        or "Uncaught" in entry["message"]
+    ]
+
+
+def enter_key(driver: WebDriver, url: str) -> None:
+    driver.get(url + "/")
+    field = WebDriverWait(driver, WAIT).until(ec.presence_of_element_located((By.ID, "api-key")))
+    field.send_keys(API_KEY)
+    driver.find_element(By.ID, "key-save").click()
+    WebDriverWait(driver, WAIT).until(
+        ec.text_to_be_present_in_element((By.ID, "key-state"), "key set")
+    )
+
+
 def test_console_lists_opens_watches_and_cancels_a_run(console: tuple[str, httpx.Client]) -> None:
     with chromium() as browser:
         drive(browser, *console)
+        # All of it under the Content-Security-Policy: no violation, no uncaught error.
+        assert page_errors(browser) == []
 
 
 def drive(browser: WebDriver, url: str, client: httpx.Client) -> None:
@@ -185,3 +214,154 @@ def drive(browser: WebDriver, url: str, client: httpx.Client) -> None:
     assert '"approved": true' in text_of(browser, "#run-output")
     done = client.get("/v1/runs/batch-keep/result").json()
     assert (done["status"], done["output"]) == ("completed", {"approved": True})
+
+
+MALFORMED_LINKS = [
+    "%E0%A4%A",  # a cut UTF-8 escape: decodeURIComponent throws
+    "%",
+    "%E2%80%AEexe.txt",  # a direction control, then text: not a run id
+    "a/b/c",
+    "%3Cimg%20src%3Dx%20id%3Dinjected%3E",
+    "a" * 10_000,
+]
+
+
+def test_malformed_run_links_say_so_and_keep_the_console_usable(
+    console: tuple[str, httpx.Client],
+) -> None:
+    url, client = console
+    start(client, "batch-links", 10)
+    with chromium() as browser:
+        wait = WebDriverWait(browser, WAIT)
+        enter_key(browser, url)
+        rows = (By.CSS_SELECTOR, 'tr.run-row[data-run-id="batch-links"]')
+        wait.until(ec.presence_of_element_located(rows))
+        for number, link in enumerate(MALFORMED_LINKS):
+            if number == 0:
+                browser.get("about:blank")  # the first one opens the console afresh
+            browser.get(f"{url}/console/#/runs/{link}")
+            wait.until(ec.text_to_be_present_in_element((By.ID, "message"), "not a valid run link"))
+            assert text_of(browser, "h1") == "Not a valid run link"
+            assert len(text_of(browser, "#message")) < 300  # a 10,000-character id is cut
+            assert browser.find_elements(By.ID, "injected") == []
+            # The header's navigation still works: back to the runs list, message gone.
+            browser.find_element(By.CSS_SELECTOR, 'header nav a[href="#/runs"]').click()
+            wait.until(ec.presence_of_element_located(rows))
+            wait.until(ec.invisibility_of_element_located((By.ID, "message")))
+        # The link holding U+202E shows it marked; a valid link still opens its run.
+        browser.get(f"{url}/console/#/runs/%E2%80%AEexe.txt")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "bad-link"), "⟨U+202E⟩exe.txt"))
+        assert "\u202e" not in text_of(browser, "#bad-link")
+        browser.get(f"{url}/console/#/runs/batch-links")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-id"), "batch-links"))
+        wait.until(ec.text_to_be_present_in_element((By.ID, "live"), "live"))
+        assert page_errors(browser) == []
+
+
+def nested(levels: int) -> object:
+    value: object = "bottom"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_direction_controls_and_markup_in_run_data_are_shown_marked_as_text(
+    console: tuple[str, httpx.Client],
+) -> None:
+    url, client = console
+    note = {"file": "invoice\u202egpj.exe", "markup": "<img src=x id=injected>", "iso": "a\u2066b"}
+    started = client.post(
+        "/v1/runs", json={"workflow": "console.echo", "run_id": "echo-marks", "input": note}
+    )
+    assert started.status_code == 201, started.text
+    progress = {"progress_id": "review", "completed": 1, "total": 2, "message": "by \u202bops"}
+    answer = client.post("/v1/runs/echo-marks/progress", json=progress)
+    assert answer.status_code == 202, answer.text
+    with chromium() as browser:
+        wait = WebDriverWait(browser, WAIT)
+        enter_key(browser, url)
+        browser.get(f"{url}/console/#/runs/echo-marks")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-input"), "invoice"))
+        shown = text_of(browser, "#run-input")
+        assert '"file": "invoice⟨U+202E⟩gpj.exe"' in shown
+        assert '"iso": "a⟨U+2066⟩b"' in shown
+        assert '"markup": "<img src=x id=injected>"' in shown  # text, not an element
+        assert browser.find_elements(By.ID, "injected") == []
+        markers = browser.find_elements(By.CSS_SELECTOR, "#run-input span.bidi-control")
+        assert [m.text for m in markers] == ["⟨U+202E⟩", "⟨U+2066⟩"]
+        assert "by ⟨U+202B⟩ops" in text_of(browser, ".progress")
+        # A typed error quoting the operator's own input is marked too.
+        browser.find_element(By.ID, "signal-name").send_keys("ap\u202eproved")
+        browser.find_element(By.ID, "signal-send").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "message"), "InvalidTransition"))
+        assert "does not declare signal ap⟨U+202E⟩proved" in text_of(browser, "#message")
+        # The reason a run was ended for, in its error.
+        ended = client.post("/v1/runs/echo-marks/terminate", json={"reason": "fraud\u202edetected"})
+        assert ended.status_code == 200, ended.text
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-status"), "failed"))
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-error"), "fraud⟨U+202E⟩detected"))
+        for section in ("#run-body", "#message", "h1"):
+            assert not {"\u202e", "\u202b", "\u2066"} & set(text_of(browser, section))
+        assert page_errors(browser) == []
+
+
+def test_json_nested_too_deeply_is_cut_and_the_page_still_works(
+    console: tuple[str, httpx.Client],
+) -> None:
+    """An input as deep as the API accepts (64 levels) is shown whole; the timeline's
+    ``run_created`` body holds it one level deeper, and the console cuts that level."""
+    url, client = console
+    started = client.post(
+        "/v1/runs", json={"workflow": "console.echo", "run_id": "echo-deep", "input": nested(64)}
+    )
+    assert started.status_code == 201, started.text
+    with chromium() as browser:
+        wait = WebDriverWait(browser, WAIT)
+        enter_key(browser, url)
+        browser.get(f"{url}/console/#/runs/echo-deep")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-input"), '"bottom"'))
+        shown = text_of(browser, "#run-input")
+        assert (shown.count("["), "nested too deeply" in shown) == (64, False)
+        browser.find_element(By.CSS_SELECTOR, '#timeline tr[data-sequence="1"] summary').click()
+        body = (By.CSS_SELECTOR, '#timeline tr[data-sequence="1"] pre')
+        created = wait.until(ec.visibility_of_element_located(body)).text
+        assert "… nested too deeply" in created
+        assert '"bottom"' not in created
+        # The page keeps working: a signal ends the run and live refresh shows it.
+        wait.until(ec.text_to_be_present_in_element((By.ID, "live"), "live"))
+        browser.find_element(By.ID, "signal-name").send_keys("go")
+        browser.find_element(By.ID, "signal-send").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-status"), "completed"))
+        assert page_errors(browser) == []
+
+
+def test_the_console_runs_under_its_content_security_policy(
+    console: tuple[str, httpx.Client],
+) -> None:
+    url, client = console
+    start(client, "batch-csp", 4)
+    with chromium() as browser:
+        wait = WebDriverWait(browser, WAIT)
+        enter_key(browser, url)
+        # Every view and control: the list with filters, a run, its timeline, a signal.
+        browser.get(f"{url}/console/#/runs?status=suspended")
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "tr.run-row")))
+        browser.find_element(By.ID, "apply-filters").click()
+        browser.get(f"{url}/console/#/runs/batch-csp")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "suspensions"), "go"))
+        browser.find_element(By.CSS_SELECTOR, "#timeline summary").click()
+        browser.find_element(By.ID, "signal-name").send_keys("go")
+        browser.find_element(By.ID, "signal-send").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-status"), "completed"))
+        assert page_errors(browser) == []
+        # The policy is in force, and a violation would be seen: an inline style is refused
+        # and reported in the log this test reads.
+        browser.execute_script(
+            "const probe = document.createElement('p');"
+            "probe.id = 'csp-probe'; probe.setAttribute('style', 'color: rgb(1, 2, 3)');"
+            "probe.textContent = 'probe'; document.body.append(probe);"
+        )
+        probe = browser.find_element(By.ID, "csp-probe")
+        assert probe.value_of_css_property("color") != "rgba(1, 2, 3, 1)"
+        violations = WebDriverWait(browser, WAIT).until(lambda d: page_errors(d))
+        assert any("Content Security Policy" in v and "style" in v for v in violations)

@@ -2,6 +2,12 @@
 // Plain browser JavaScript, no framework, no build step, nothing fetched but the API itself.
 // The view lives in the URL hash (#/runs?status=running, #/runs/<run id>) so links and the
 // back button work; the API key lives in sessionStorage and goes out as a bearer token.
+//
+// Everything the API returns is untrusted text. It only ever reaches the page as text nodes
+// (h() below; never innerHTML), with invisible direction controls shown as visible markers, and
+// JSON is rendered by a depth-limited printer. The page runs under a strict Content-Security-Policy
+// (index.html): no inline script or style, no eval, no style attributes; listeners are attached
+// from this file.
 "use strict";
 
 (() => {
@@ -22,15 +28,75 @@
     ["ended_before", "Ended before", "ISO-8601"],
   ];
 
+  // A run id as the API accepts it (streamflow.core.ids): anything else is not a run link.
+  const RUN_ID = /^[A-Za-z0-9_-]{1,256}$/;
+  // JSON nested deeper than this is shown as NESTED_TOO_DEEPLY instead of being rendered.
+  const MAX_DEPTH = 64;
+  const NESTED_TOO_DEEPLY = "… nested too deeply";
+  // Invisible characters that reorder the text around them: shown as ⟨U+XXXX⟩ markers.
+  const BIDI_CONTROLS = new Map([
+    [0x061c, "ARABIC LETTER MARK"],
+    [0x200e, "LEFT-TO-RIGHT MARK"],
+    [0x200f, "RIGHT-TO-LEFT MARK"],
+    [0x202a, "LEFT-TO-RIGHT EMBEDDING"],
+    [0x202b, "RIGHT-TO-LEFT EMBEDDING"],
+    [0x202c, "POP DIRECTIONAL FORMATTING"],
+    [0x202d, "LEFT-TO-RIGHT OVERRIDE"],
+    [0x202e, "RIGHT-TO-LEFT OVERRIDE"],
+    [0x2066, "LEFT-TO-RIGHT ISOLATE"],
+    [0x2067, "RIGHT-TO-LEFT ISOLATE"],
+    [0x2068, "FIRST STRONG ISOLATE"],
+    [0x2069, "POP DIRECTIONAL ISOLATE"],
+  ]);
+  const BIDI_PATTERN = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/g;
+  const MARKER_PATTERN = /⟨U\+(061C|200E|200F|202[A-E]|206[6-9])⟩/g;
+
   const view = document.getElementById("view");
   const message = document.getElementById("message");
   // Each render bumps the generation: answers and timers of a view left behind are dropped.
   let generation = 0;
   let pollTimer = null;
 
+  // -- untrusted text --------------------------------------------------------------------------
+
+  const codeOf = (char) => "U+" + char.codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+
+  // `text` as nodes to append: text nodes, with each direction control replaced by a visible
+  // marker element (<span class="bidi-control">⟨U+202E⟩</span>). Never parsed as HTML.
+  function marked(text) {
+    const nodes = [];
+    let last = 0;
+    for (const found of text.matchAll(BIDI_PATTERN)) {
+      if (found.index > last) nodes.push(document.createTextNode(text.slice(last, found.index)));
+      const code = codeOf(found[0]);
+      const marker = document.createElement("span");
+      marker.className = "bidi-control";
+      marker.title = code + " " + BIDI_CONTROLS.get(found[0].codePointAt(0)) + " (not applied)";
+      marker.textContent = "⟨" + code + "⟩";
+      nodes.push(marker);
+      last = found.index + found[0].length;
+    }
+    if (last < text.length) nodes.push(document.createTextNode(text.slice(last)));
+    return nodes;
+  }
+
+  // The same markers in a plain string: for form fields and the confirmation dialog.
+  const markedString = (text) => String(text).replace(BIDI_PATTERN, (char) => "⟨" + codeOf(char) + "⟩");
+  // A field's text as it was before markedString (what the operator sees is what is sent).
+  const unmarkedString = (text) =>
+    text.replace(MARKER_PATTERN, (_, hex) => String.fromCodePoint(parseInt(hex, 16)));
+
+  // At most `limit` characters of `text`, saying how long it was when cut.
+  function shortened(text, limit) {
+    const chars = Array.from(text);
+    if (chars.length <= limit) return text;
+    return chars.slice(0, limit).join("") + "… (" + chars.length + " characters)";
+  }
+
   // -- small helpers ---------------------------------------------------------------------------
 
-  // Builds an element; children are nodes or text (never parsed as HTML: run data is untrusted).
+  // Builds an element; children are nodes or text (never parsed as HTML: run data is untrusted,
+  // and its direction controls are marked). No style attribute: the CSP forbids them.
   function h(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [name, value] of Object.entries(attrs || {})) {
@@ -41,12 +107,46 @@
     }
     for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined || child === false) continue;
-      node.append(child instanceof Node ? child : String(child));
+      if (child instanceof Node) node.append(child);
+      else node.append(...marked(String(child)));
     }
     return node;
   }
 
-  const pretty = (value) => JSON.stringify(value, null, 2);
+  // JSON.stringify(value, null, 2), but containers nested deeper than maxDepth are shown as
+  // NESTED_TOO_DEEPLY, so that no value the API returns can exhaust the stack. Strings go through
+  // JSON.stringify, which escapes lone surrogates.
+  function pretty(value, maxDepth = MAX_DEPTH) {
+    const out = [];
+    const write = (item, depth, indent) => {
+      if (item === null || typeof item !== "object") {
+        const text = JSON.stringify(item);
+        out.push(text === undefined ? "null" : text);
+        return;
+      }
+      if (depth >= maxDepth) {
+        out.push(NESTED_TOO_DEEPLY);
+        return;
+      }
+      const isArray = Array.isArray(item);
+      const entries = isArray ? item.map((v) => [null, v]) : Object.entries(item);
+      if (!entries.length) {
+        out.push(isArray ? "[]" : "{}");
+        return;
+      }
+      const inner = indent + "  ";
+      out.push(isArray ? "[" : "{");
+      entries.forEach(([key, v], i) => {
+        out.push(i ? ",\n" : "\n", inner);
+        if (key !== null) out.push(JSON.stringify(key), ": ");
+        write(v, depth + 1, inner);
+      });
+      out.push("\n", indent, isArray ? "]" : "}");
+    };
+    write(value, 0, "");
+    return out.join("");
+  }
+
   const runHref = (runId) => "#/runs/" + encodeURIComponent(runId);
   const runLink = (runId) => (runId ? h("a", { href: runHref(runId), className: "run-link" }, runId) : "—");
   const status = (value) => h("span", { className: "status status-" + value }, value || "—");
@@ -55,8 +155,10 @@
   function showMessage(text, kind) {
     message.hidden = !text;
     message.className = kind || "error";
-    message.textContent = text || "";
+    message.replaceChildren(...marked(text ? String(text) : ""));
   }
+
+  const describe = (err) => (err && err.message ? err.message : String(err));
 
   // -- the API ---------------------------------------------------------------------------------
 
@@ -125,12 +227,24 @@
 
   // -- routing ---------------------------------------------------------------------------------
 
+  // Where the hash points: the runs list, a run, or a run link that is not valid (bad percent
+  // escapes, or anything but a run id after #/runs/). Never throws.
   function parseHash() {
     const hash = location.hash.replace(/^#/, "") || "/runs";
-    const [path, query] = hash.split("?", 2);
-    const params = new URLSearchParams(query || "");
-    const match = /^\/runs\/(.+)$/.exec(path);
-    if (match) return { page: "run", runId: decodeURIComponent(match[1]), params };
+    const cut = hash.indexOf("?");
+    const path = cut < 0 ? hash : hash.slice(0, cut);
+    const params = new URLSearchParams(cut < 0 ? "" : hash.slice(cut + 1));
+    if (path.startsWith("/runs/") && path.length > "/runs/".length) {
+      const raw = path.slice("/runs/".length);
+      let runId;
+      try {
+        runId = decodeURIComponent(raw);
+      } catch (_) {
+        return { page: "bad-link", shown: raw };
+      }
+      if (!RUN_ID.test(runId)) return { page: "bad-link", shown: runId };
+      return { page: "run", runId, params };
+    }
     return { page: "runs", params };
   }
 
@@ -139,16 +253,41 @@
     if (pollTimer !== null) clearTimeout(pollTimer);
     pollTimer = null;
     showMessage("");
-    const where = parseHash();
-    if (where.page === "run") renderRun(where.runId, generation);
-    else renderRuns(where.params, generation);
+    const gen = generation;
+    try {
+      const where = parseHash();
+      let rendered;
+      if (where.page === "run") rendered = renderRun(where.runId, gen);
+      else if (where.page === "bad-link") rendered = renderBadLink(where.shown);
+      else rendered = renderRuns(where.params, gen);
+      Promise.resolve(rendered).catch((err) => failed(err, gen));
+    } catch (err) {
+      failed(err, gen);
+    }
+  }
+
+  // A view that broke: say so, and leave the header's navigation working.
+  function failed(err, gen) {
+    if (gen === generation) showMessage("The console could not show this page: " + describe(err));
+  }
+
+  function renderBadLink(shown) {
+    const text = shortened(shown, 80);
+    view.replaceChildren(
+      h("p", {}, h("a", { href: "#/runs", id: "back-to-runs" }, "← Runs")),
+      h("h1", {}, "Not a valid run link"),
+      h("p", { id: "bad-link" },
+        "A run link is #/runs/ followed by a run id: 1 to 256 characters of A-Z, a-z, 0-9, _ and -. "
+        + "This link holds ", h("span", { className: "mono" }, text), " instead."),
+    );
+    showMessage("This is not a valid run link: #/runs/" + text);
   }
 
   // -- the runs list ---------------------------------------------------------------------------
 
   function filterForm(params) {
     const fields = TEXT_FILTERS.map(([name, label, placeholder]) =>
-      h("label", {}, label, h("input", { name, placeholder, value: params.get(name) || "" })),
+      h("label", {}, label, h("input", { name, placeholder, value: markedString(params.get(name) || "") })),
     );
     const statusSelect = h("select", { name: "status" }, h("option", { value: "" }, "any"),
       STATUSES.map((s) => h("option", { value: s, selected: params.get("status") === s }, s)));
@@ -157,7 +296,7 @@
       h("option", { value: "" }, "any"),
       h("option", { value: "true", selected: incident === "true" }, "with an incident"),
       h("option", { value: "false", selected: incident === "false" }, "without"));
-    const limit = h("input", { name: "limit", type: "number", min: 1, max: 500, value: params.get("limit") || "" , placeholder: "50" });
+    const limit = h("input", { name: "limit", type: "number", min: 1, max: 500, value: params.get("limit") || "", placeholder: "50" });
     const form = h("form", { className: "filters", id: "filters" },
       fields.slice(0, 1), h("label", {}, "Status", statusSelect), fields.slice(1),
       h("label", {}, "Incident", incidentSelect), h("label", {}, "Page size", limit),
@@ -168,7 +307,7 @@
       event.preventDefault();
       const chosen = new URLSearchParams();
       for (const [name, value] of new FormData(form)) {
-        if (String(value).trim() !== "") chosen.set(name, String(value).trim());
+        if (String(value).trim() !== "") chosen.set(name, unmarkedString(String(value).trim()));
       }
       const query = chosen.toString();
       location.hash = "#/runs" + (query ? "?" + query : "");
@@ -192,7 +331,7 @@
     try {
       page = await api("GET", "/v1/runs?" + params.toString());
     } catch (err) {
-      if (gen === generation) showMessage(err.message);
+      if (gen === generation) showMessage(describe(err));
       return;
     }
     if (gen !== generation) return;
@@ -339,18 +478,18 @@
         showMessage("Signal " + body.name + " accepted.", "info");
         refresh();
       } catch (err) {
-        showMessage(err.message);
+        showMessage(describe(err));
       }
     });
     const cancel = h("button", { type: "button", className: "danger", id: "cancel-run" }, "Cancel run");
     cancel.addEventListener("click", async () => {
-      if (!window.confirm("Cancel run " + runId + "? Its workflow code runs its cleanup and the run ends cancelled.")) return;
+      if (!window.confirm("Cancel run " + markedString(runId) + "? Its workflow code runs its cleanup and the run ends cancelled.")) return;
       try {
         const answer = await api("POST", "/v1/runs/" + encodeURIComponent(runId) + "/cancel", {});
         showMessage("Cancellation requested (status " + answer.status + ").", "info");
         refresh();
       } catch (err) {
-        showMessage(err.message);
+        showMessage(describe(err));
       }
     });
     return h("section", { className: "panel actions", id: "actions" }, signalForm, cancel);
@@ -384,19 +523,28 @@
       } catch (err) {
         inFlight = false;
         if (gen !== generation) return;
-        showMessage(err.message);
+        showMessage(describe(err));
         live.textContent = "";
         return;
       }
       inFlight = false;
       if (gen !== generation) return;
-      // Redraw only what changed: an unchanged page keeps its selection and scroll position.
-      const seen = JSON.stringify([run, history, suspensions]);
-      if (seen !== shown) {
-        shown = seen;
-        body.replaceChildren(...runBody(run, history.events, suspensions.suspensions).filter(Boolean));
+      let terminal;
+      try {
+        // Redraw only what changed: an unchanged page keeps its selection and scroll position.
+        // (The depth-limited text, not JSON.stringify: no answer can overflow the stack. Its
+        // limit leaves room for where the values shown sit in it: an event body is 4 levels in.)
+        const seen = pretty([run, history, suspensions], MAX_DEPTH + 8);
+        if (seen !== shown) {
+          body.replaceChildren(...runBody(run, history.events, suspensions.suspensions).filter(Boolean));
+          shown = seen;
+        }
+        terminal = TERMINAL.has(run.status);
+      } catch (err) {
+        failed(err, gen);
+        live.textContent = "";
+        return;
       }
-      const terminal = TERMINAL.has(run.status);
       live.textContent = terminal ? "ended" : "live";
       for (const control of document.querySelectorAll("#actions button, #actions input, #actions textarea")) {
         control.disabled = terminal;
@@ -405,6 +553,10 @@
     }
     load();
   }
+
+  // Whatever escapes a handler is reported on the page instead of leaving it half drawn.
+  window.addEventListener("error", (event) => showMessage("The console failed: " + describe(event.error || event.message)));
+  window.addEventListener("unhandledrejection", (event) => showMessage("The console failed: " + describe(event.reason)));
 
   window.addEventListener("hashchange", route);
   showKeyState();
