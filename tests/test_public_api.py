@@ -57,7 +57,7 @@ PINNED = {
     "InvalidTransition", "InvalidWorkerConfiguration", "TaskManagement", "StoreError",
     "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
     "PayloadTooLarge", "RequestDeadLettered", "NonRetryable", "HookAlreadyResolved",
-    "HookTokenTooShort",
+    "HookTokenTooShort", "InvalidPayload",
     # the families under FlowError (caught, never raised)
     "ConflictError", "NotFoundError", "InvalidInputError", "InfrastructureError",
     # errors of timeouts and of Kafka deployments

@@ -32,7 +32,9 @@ class for each thing that can go wrong.
     │   ├── ChildWorkflowCycle             a child is already in the active ancestry
     │   ├── ChildWorkflowDepthExceeded     child nesting beyond the configured depth
     │   ├── SerializationError             a value could not be encoded or decoded
-    │   │   └── PayloadTooLarge            a record or payload exceeds the record-size limit
+    │   │   ├── PayloadTooLarge            a record or payload exceeds the record-size limit
+    │   │   └── InvalidPayload             a value no store could read back: too deep, a lone
+    │   │                                  surrogate, NaN or Infinity
     │   └── ManifestError                  a topic manifest is malformed (also a ValueError)
     ├── InfrastructureError                a part streamflow relies on failed or is missing
     │   ├── StoreError                     the event store failed (also how tests inject crashes)
@@ -78,10 +80,19 @@ def _short(digest: str) -> str:
     return f"sha256:{digest[:12]}…"
 
 
+def _printable(text: str) -> str:
+    """``text`` with any lone surrogate escaped (``\\ud800``): an error's text can always be
+    encoded, logged, stored and sent."""
+    if not isinstance(text, str) or text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class FlowError(Exception):
     """Root of every error streamflow raises on purpose."""
 
     def __init__(self, message: str) -> None:
+        message = _printable(message)
         super().__init__(message)
         self.message = message
 
@@ -472,6 +483,33 @@ class PayloadTooLarge(SerializationError):
         self.subject = subject
         self.size = size
         self.limit = limit
+
+
+class InvalidPayload(SerializationError):
+    """Raised when a value could not be read back once stored; nothing is written.
+
+    Three things are refused, on every backend and at every entry point: JSON nested more
+    than ``MAX_JSON_DEPTH`` (64) levels deep (``streamflow.core.jsonvalue``), a lone surrogate
+    (``"\\ud800"``: a string that is not Unicode text, in a value, a dict key or a free string
+    such as a reason) and a non-finite number (NaN, Infinity). ``subject`` says what was
+    refused (``"signal payload"``, ``"workflow input"``, ``"cancellation reason"``, …),
+    ``reason`` why (``"is nested more than 64 levels deep"``, ``"contains a lone surrogate
+    (U+D800) at $.a.b"``, …) and ``path`` where, as a JSON path (``None`` for the depth and for
+    a free string). Neither quotes the value. Operator action: fix the code or client that
+    produced the value.
+    """
+
+    def __init__(self, subject: str, reason: str, path: str | None = None) -> None:
+        subject, reason = _printable(subject), _printable(reason)
+        super().__init__(f"{subject} {reason}" if subject else reason)
+        self.subject = subject
+        self.reason = reason
+        self.path = path
+
+    def within(self, outer: str) -> InvalidPayload:
+        """The same refusal, its subject prefixed by ``outer`` (the record field that held it)."""
+        subject = f"{outer}: {self.subject}" if self.subject else outer
+        return InvalidPayload(subject, self.reason, self.path)
 
 
 class IoError(InfrastructureError):

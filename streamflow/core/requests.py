@@ -44,7 +44,7 @@ from streamflow.core.decisions import (
 )
 from streamflow.core.errors import FlowError, InvalidTransition, RunNotFound
 from streamflow.core.events import FlowEvent
-from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.jsonvalue import JsonValue, check_json, check_text
 from streamflow.core.retention import pruned_run
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
@@ -81,6 +81,7 @@ __all__ = [
     "TerminateRun",
     "TerminationKind",
     "WakeUp",
+    "check_request",
     "concerned_build",
     "decide_request",
     "needs_route",
@@ -326,6 +327,55 @@ class Nothing:
 
 
 RequestOutcome: TypeAlias = Append | Refuse | Forward | Nothing
+
+
+# -- what a request may carry -------------------------------------------------------------------
+
+
+def check_request(body: object) -> None:
+    """Raise :class:`~streamflow.core.errors.InvalidPayload` when a request from outside the
+    run (a caller's, a client's, a record another tool produced) carries a value no store could
+    give back: JSON nested more than ``MAX_JSON_DEPTH`` levels deep, a lone surrogate in a
+    value, a key or a free text (a reason, a message, an id), a non-finite number. Every
+    backend checks before it decides, so nothing of such a request is written anywhere.
+
+    The requests the system sends itself (step results, proposals, child resolutions) are
+    checked with the events they lead to (``streamflow.core.limits.check_events``), and any
+    other ``body`` passes.
+    """
+    if isinstance(body, StartRun):
+        check_json(body.spec.to_json(), "workflow spec")
+        check_json(body.input, "workflow input")
+    elif isinstance(body, CancelRun):
+        check_text(body.request.reason, "cancellation reason")
+    elif isinstance(body, ForceCancelRun):
+        check_text(body.reason, "cancellation reason")
+    elif isinstance(body, TerminateRun):
+        check_text(body.reason, "termination reason")
+    elif isinstance(body, RecordProgress):
+        progress = body.progress
+        check_text(progress.progress_id, "progress id")
+        check_text(progress.message, "progress message")
+        check_json(progress.details, "progress details")
+    elif isinstance(body, LinkChild):
+        child = body.child
+        check_text(child.reference_id, "child operation reference id")
+        check_text(child.kind, "child operation kind")
+        check_text(child.operation_id, "child operation id")
+        check_text(child.flow_run_id, "child operation flow run id")
+        check_json(child.metadata, "child operation metadata")
+    elif isinstance(body, SendSignal):
+        signal = body.signal
+        check_text(signal.signal_id, "signal id")
+        check_text(signal.name, "signal name")
+        check_json(signal.payload, "signal payload")
+    elif isinstance(body, ResumeHook):
+        check_text(body.hook_id, "hook id")
+        check_json(body.payload, "hook payload")
+    elif isinstance(body, DisposeHook):
+        check_text(body.hook_id, "hook id")
+    elif isinstance(body, WakeUp):
+        check_text(body.wait_id, "wait id")
 
 
 # -- the decider ---------------------------------------------------------------------------------

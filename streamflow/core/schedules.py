@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from streamflow.core.errors import InvalidInputError, NotFoundError, SerializationError
-from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.jsonvalue import JsonValue, check_json
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import format_utc, parse_utc, require_utc
 
@@ -128,13 +128,16 @@ class Schedule:
 
     def validate(self) -> Schedule:
         """``self``, or ``InvalidSchedule`` (the expression and timezone are checked by
-        :func:`streamflow.cron.validate`)."""
+        :func:`streamflow.cron.validate`); ``InvalidPayload`` for an input no store could give
+        back (``streamflow.core.jsonvalue``)."""
         validate_schedule_id(self.schedule_id)
         self.spec.validate()
         if not isinstance(self.cron, str) or not self.cron.strip():
             raise InvalidSchedule(f"schedule {self.schedule_id}: cron expression is blank")
         if not isinstance(self.timezone, str) or not self.timezone.strip():
             raise InvalidSchedule(f"schedule {self.schedule_id}: timezone is blank")
+        # The input every run it starts records: refused now rather than at each fire time.
+        check_json(self.input, f"schedule {self.schedule_id} input")
         Overlap(self.overlap)
         CatchUp(self.catch_up)
         if self.created_at is not None:

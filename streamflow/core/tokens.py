@@ -23,19 +23,24 @@ from dataclasses import dataclass
 from streamflow.core.errors import (
     HookAlreadyResolved,
     HookTokenTooShort,
+    InvalidPayload,
     InvalidTransition,
     InvalidWorkerConfiguration,
 )
-from streamflow.core.jsonvalue import JsonValue, canonical
+from streamflow.core.jsonvalue import JsonValue, canonical, lone_surrogate
 from streamflow.core.snapshot import HookStatus, WorkflowRunSnapshot
 
 _DIGEST = re.compile(r"\A[0-9a-f]{64}\Z")
 
 
 def token_digest(token: str) -> str:
-    """The SHA-256 digest of ``token`` (UTF-8), as 64 lowercase hex characters."""
+    """The SHA-256 digest of ``token`` (UTF-8), as 64 lowercase hex characters;
+    ``InvalidPayload`` for a token that is not Unicode text (a lone surrogate: no hook can hold
+    it), which the error never quotes."""
     if not isinstance(token, str) or not token.strip():
         raise InvalidTransition("hook token must not be empty")
+    if lone_surrogate(token) is not None:
+        raise InvalidPayload("hook token", "contains a lone surrogate")
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
@@ -172,8 +177,10 @@ class ResolvedHook:
 
 def payload_digest(payload: JsonValue) -> str:
     """SHA-256 of ``payload``'s canonical JSON: equal exactly when the payloads are equal as
-    history compares them."""
-    return hashlib.sha256(canonical(payload).encode("utf-8")).hexdigest()
+    history compares them. A payload recorded before lone surrogates were refused is digested
+    all the same (its surrogates encoded as they stand), so that a late callback to its hook
+    is still answered."""
+    return hashlib.sha256(canonical(payload).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def resolution_of(snapshot: WorkflowRunSnapshot, hook_id: str) -> tuple[str, str | None]:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from streamflow.core.errors import InvalidTransition, SerializationError
 from streamflow.core.ids import is_valid_run_id
-from streamflow.core.jsonvalue import JsonValue, normalize
+from streamflow.core.jsonvalue import JsonValue, check_text, normalize
 from streamflow.core.timeutil import format_utc, parse_utc
 
 
@@ -237,6 +237,8 @@ class WorkflowSignal:
     """JSON payload."""
 
     def __post_init__(self) -> None:
+        check_text(self.signal_id, "signal id")
+        check_text(self.name, "signal name")
         object.__setattr__(self, "payload", normalize(self.payload, "signal payload"))
 
     @staticmethod
@@ -253,11 +255,13 @@ class WorkflowSignal:
     def from_json(data: object) -> WorkflowSignal:
         """Parse the JSON form (``SerializationError`` for a malformed one)."""
         obj = _obj(data, "signal")
-        return WorkflowSignal(
-            signal_id=_str(obj, "signal_id", "signal"),
-            name=_str(obj, "name", "signal"),
-            payload=obj.get("payload"),
-        )
+        # Read back as recorded, not normalised again: a JSON form holds JSON already, and a
+        # delivery recorded before a rule existed must stay readable (the edges check new ones).
+        signal = object.__new__(WorkflowSignal)
+        object.__setattr__(signal, "signal_id", _str(obj, "signal_id", "signal"))
+        object.__setattr__(signal, "name", _str(obj, "name", "signal"))
+        object.__setattr__(signal, "payload", obj.get("payload"))
+        return signal
 
 
 @dataclass(frozen=True, slots=True)

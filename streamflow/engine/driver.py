@@ -100,6 +100,7 @@ class Driver:
         """Append what starting ``run_id`` takes (nothing for an exact retry; drift raises
         ``RunConflict``, a build this engine does not run ``RuntimeBuildUnavailable``).
         Returns the engine's own snapshot: copy it before handing it out."""
+        rq.check_request(request)  # a value no store could give back is refused here
         route_error = self._route_error(run_id, rq.concerned_build(None, request))
         return await self._create(run_id, request, rq.Facts(route_error=route_error))
 
@@ -509,6 +510,7 @@ class Driver:
         decision's effects, and whether the request belongs to the run's successor. Takes no
         run lock: a drive running a step sees these events on its next commit."""
         validate_run_id(run_id)
+        rq.check_request(request)  # a value no store could give back is refused here
         for _ in range(self._s.max_replay_iterations):
             snap = await self.load(run_id)
             route_error = (

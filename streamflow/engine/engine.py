@@ -36,7 +36,7 @@ from streamflow.core.inspect import (
     open_suspensions,
     summarize,
 )
-from streamflow.core.jsonvalue import JsonValue, normalize
+from streamflow.core.jsonvalue import JsonValue, check_text, normalize
 from streamflow.core.limits import check_payload
 from streamflow.core.obligations import child_start
 from streamflow.core.retention import (
@@ -622,6 +622,8 @@ class FlowEngine:
 
     async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
         validate_run_id(run_id)
+        check_text(hold_id, "history hold id")
+        check_text(reason, "history hold reason")
         return await self._store.hold_history(run_id, hold_id, reason)
 
     async def history_holds(self, run_id: str) -> list[HistoryHold]:

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from confluent_kafka import TopicPartition
 
 from streamflow.core import decide as d
+from streamflow.core import requests as rq
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
 from streamflow.core.errors import (
     FlowError,
@@ -41,7 +42,7 @@ from streamflow.core.inspect import (
     open_suspensions,
     summarize,
 )
-from streamflow.core.jsonvalue import JsonValue, normalize
+from streamflow.core.jsonvalue import JsonValue, check_text, normalize
 from streamflow.core.limits import check_payload
 from streamflow.core.projection import project
 from streamflow.core.retention import (
@@ -331,6 +332,7 @@ class FlowClient:
 
     async def _request(self, run_id: str, body: m.RequestBody) -> m.Reply:
         validate_run_id(run_id)
+        rq.check_request(body)  # what the journal would refuse is refused before it is sent
         request_id = str(uuid.uuid4())
         request = m.Request(
             request_id=request_id,
@@ -469,6 +471,8 @@ class FlowClient:
         Idempotent for the same ``(hold_id, reason)``; ``RunConflict`` for another reason, or
         while a prune has sealed the run (retry once it ended); ``RunNotFound`` for a run
         that does not exist (or was pruned)."""
+        check_text(hold_id, "history hold id")
+        check_text(reason, "history hold reason")
         return await self._retention.hold_history(run_id, hold_id, reason)
 
     async def release_history_hold(self, run_id: str, hold_id: str) -> bool:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from fastavro import schemaless_reader, schemaless_writer
 
-from streamflow.core.errors import PayloadTooLarge, SerializationError
+from streamflow.core.errors import InvalidPayload, PayloadTooLarge, SerializationError
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.limits import RecordLimits
 from streamflow.serde import records
@@ -202,6 +202,10 @@ class WireCodec:
         failure: SerializationError
         try:
             return records.from_avro(shipped.name, record)
+        except InvalidPayload as exc:  # keeps its type: the sender is told exactly why
+            failure = exc.within(f"invalid {shipped.name}")
+            if shipped.name not in SECRET_BEARING:
+                failure.__cause__ = exc
         except SerializationError as exc:
             failure = _failure(f"invalid {shipped.name}: {exc}", exc, shipped.name)
         except Exception as exc:  # core validators raise their own FlowErrors and ValueErrors

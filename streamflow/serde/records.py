@@ -30,9 +30,9 @@ from enum import Enum
 from typing import Any, TypeAlias, cast
 
 import streamflow.core.events as ev
-from streamflow.core.errors import SerializationError
+from streamflow.core.errors import InvalidPayload, SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
-from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.jsonvalue import JsonValue, deeper_than_allowed
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.schedules import CatchUp, Overlap, Schedule, ScheduleState
@@ -126,10 +126,16 @@ LONG_MAX = 2**63 - 1
 
 def json_to_bytes(value: JsonValue) -> bytes:
     """Compact UTF-8 JSON text of ``value`` (``docs/wire-format.md``)."""
+    failure: SerializationError | None = None
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        failure = deeper_than_allowed("")
     except (TypeError, ValueError) as exc:
-        raise SerializationError(f"not valid JSON: {exc}") from exc
+        failure = SerializationError(f"not valid JSON: {exc}")
+        failure.__cause__ = exc
+    if failure is not None:
+        raise failure
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
@@ -138,16 +144,35 @@ def json_to_bytes(value: JsonValue) -> bytes:
 
 
 def json_from_bytes(data: bytes) -> JsonValue:
-    """The JSON value carried by ``data``; non-UTF-8, invalid JSON and NaN/Infinity are rejected."""
+    """The JSON value carried by ``data``; non-UTF-8, invalid JSON and NaN/Infinity are rejected,
+    and so is JSON nested too deeply for the parser (``InvalidPayload``, never a
+    ``RecursionError``). What is read back is what was written: the entry points that take a
+    value from outside refuse what ``MAX_JSON_DEPTH`` and the other rules of
+    ``streamflow.core.jsonvalue`` do not allow (``check_request``), while a record written
+    before those rules stays readable."""
+    failure: SerializationError | None = None
     try:
         value: JsonValue = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except RecursionError:
+        failure = deeper_than_allowed("")
+    except _NonFinite as exc:
+        failure = InvalidPayload("", f"contains a non-finite number ({exc.name})")
     except (UnicodeDecodeError, ValueError) as exc:
-        raise SerializationError(f"not UTF-8 JSON: {exc}") from exc
+        failure = SerializationError(f"not UTF-8 JSON: {exc}")
+        failure.__cause__ = exc
+    if failure is not None:
+        raise failure
     return value
 
 
+class _NonFinite(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"non-finite number {name} is not JSON")
+        self.name = name
+
+
 def _reject_constant(name: str) -> JsonValue:
-    raise ValueError(f"non-finite number {name} is not JSON")
+    raise _NonFinite(name)
 
 
 def _instant_to(value: datetime) -> datetime:
@@ -282,6 +307,8 @@ class RecordMap:
         for name, conv in self.fields:
             try:
                 attributes[name] = conv.back(record[name])
+            except InvalidPayload as exc:  # keeps its type: the sender is told exactly why
+                raise exc.within(f"{self.name}.{name}") from exc
             except SerializationError as exc:
                 raise SerializationError(f"{self.name}.{name}: {exc}") from exc
             except (KeyError, TypeError, ValueError) as exc:

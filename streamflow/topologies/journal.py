@@ -33,6 +33,7 @@ from streamflow.core import requests as rq
 from streamflow.core.errors import (
     FlowError,
     HookConflict,
+    InvalidPayload,
     InvalidTransition,
     PayloadTooLarge,
     RequestDeadLettered,
@@ -289,6 +290,9 @@ class Journal(TransactionalTopology):
         now = self._clock()
         try:
             request = self._wire.decode_value(msg.value(), m.Request)
+            # A value no store could give back (too deep, a lone surrogate, NaN) is refused
+            # like a body that does not decode: parked, and its sender told why.
+            rq.check_request(request.body)
         except FlowError as exc:
             self._letter(msg, str(exc), now)
             # The header may still say who asked (an empty record has none): answer with the
@@ -327,8 +331,9 @@ class Journal(TransactionalTopology):
             snap = self._ensure_snapshot(run_id, snap)
             try:
                 effects = self._output.append(txn, snap, outcome.events, now)
-            except PayloadTooLarge as exc:
-                # Nothing was produced: the events are refused whole, with the typed reason.
+            except (PayloadTooLarge, InvalidPayload) as exc:
+                # Nothing was produced: the events are refused whole, with the typed reason
+                # (InvalidPayload: a value no store could give back).
                 self._rebuild(txn, run_id)
                 outcome = _Outcome(error=exc, incident=isinstance(request.body, m.Proposal))
             except FlowError as exc:
@@ -410,7 +415,7 @@ class Journal(TransactionalTopology):
         assert snap is not None
         try:
             check_events(outcome.events, self._limits, snap.run_id)
-        except PayloadTooLarge as exc:
+        except (PayloadTooLarge, InvalidPayload) as exc:
             error = f"{type(exc).__name__}: {exc}"
             return _from(
                 d.decide_step_result(

@@ -38,7 +38,7 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import incidents
 from streamflow.core.builds import admits
-from streamflow.core.errors import FlowError, PayloadTooLarge
+from streamflow.core.errors import FlowError, InvalidPayload, PayloadTooLarge
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.limits import check_events
 from streamflow.core.projection import ProjectedRun
@@ -243,7 +243,7 @@ class Processor(BuildServer):
             # The embedded engine refuses the same decision: a typed incident, not a record
             # the journal could never accept.
             check_events(events, self._wire.limits, snap.run_id)
-        except PayloadTooLarge as exc:
+        except (PayloadTooLarge, InvalidPayload) as exc:
             self._incident(cached, exc, now)
             return
         self._heal_now(snap.run_id)  # the run's code decided: whatever failed before is gone

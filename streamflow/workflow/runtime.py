@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import FlowError, NonRetryable, RuntimeFailure
 from streamflow.core.events import FlowEventEnvelope
-from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.jsonvalue import JsonValue, printable
 from streamflow.core.projection import ProjectedRun, project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
@@ -222,8 +222,10 @@ def retryable(exc: BaseException) -> bool:
 def step_error(exc: Exception) -> str:
     """The recorded error text of a failed step attempt (``runtime error: …`` for
     ``RuntimeFailure``; ``Type: message`` for any other exception), at most
-    :data:`MAX_ERROR_TEXT` characters."""
+    :data:`MAX_ERROR_TEXT` characters. A lone surrogate in the exception's text is recorded
+    escaped (``\\ud800``): the failure is recorded, as readable text, rather than refused."""
     text = str(exc) if isinstance(exc, FlowError) else f"{type(exc).__name__}: {exc}"
+    text = printable(text)
     if len(text) <= MAX_ERROR_TEXT:
         return text
     cut = len(text) - MAX_ERROR_TEXT

@@ -162,7 +162,7 @@ def _start_record(**body_fields: Any) -> dict[str, Any]:
     [
         (b"{not json", "not UTF-8 JSON"),
         (b"\xff\xfe", "not UTF-8 JSON"),
-        (b"NaN", "non-finite number NaN"),
+        (b"NaN", r"StartRun.input contains a non-finite number \(NaN\)"),
         (b"", "not UTF-8 JSON"),
     ],
 )
@@ -355,7 +355,7 @@ def _callback_record(**fields: Any) -> dict[str, Any]:
         ({"payload": b"{not json"}, "HookCallback.payload: not UTF-8 JSON"),
         ({"payload": b"\xff" + ex.TOKEN.encode()}, "HookCallback.payload: not UTF-8 JSON"),
         ({"payload": ex.TOKEN.encode()}, "HookCallback.payload: not UTF-8 JSON"),
-        ({"payload": b"NaN"}, "non-finite number NaN"),
+        ({"payload": b"NaN"}, r"HookCallback.payload contains a non-finite number \(NaN\)"),
     ],
 )
 def test_an_invalid_hook_callback_is_rejected_without_its_token(

@@ -39,9 +39,9 @@ def test_every_raised_error_is_a_flow_error_and_exported():
     # FlowTimeout (every wait that gives up) and the five errors of Kafka deployments that
     # joined the tree: Fenced, InspectionUnavailable, TopicsRefused, ClusterUnavailable and
     # ManifestError; then the three of durable functions (streamflow.App): UnknownWorkflow,
-    # UnsupportedAwait and NotAStep. The families (and AdminError) are caught, never raised:
-    # not in the list.
-    assert len(errors.ALL_ERRORS) == 42
+    # UnsupportedAwait and NotAStep; then InvalidPayload (a value no store could read back).
+    # The families (and AdminError) are caught, never raised: not in the list.
+    assert len(errors.ALL_ERRORS) == 43
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
@@ -94,6 +94,7 @@ FAMILY_OF = {
         errors.ChildWorkflowDepthExceeded,
         errors.SerializationError,
         errors.PayloadTooLarge,
+        errors.InvalidPayload,
         errors.ManifestError,
         errors.UnknownWorkflow,
         errors.NotAStep,
@@ -139,6 +140,7 @@ def test_classes_that_joined_the_tree_keep_their_builtin_base():
     # ... and the bases that were there before the families stay.
     assert issubclass(errors.HookAlreadyResolved, errors.HookTokenNotFound)
     assert issubclass(errors.PayloadTooLarge, errors.SerializationError)
+    assert issubclass(errors.InvalidPayload, errors.SerializationError)
     assert issubclass(errors.NonRetryable, errors.RuntimeFailure)
     # Their old import paths still work.
     from streamflow.kafka.admin import AdminError, ClusterUnavailable, TopicsRefused
@@ -189,6 +191,7 @@ ONE_OF_EACH_ERROR = [
     errors.NonRetryable("card declined"),
     errors.SerializationError("not JSON"),
     errors.PayloadTooLarge("workflow input", 2048, 1024),
+    errors.InvalidPayload("signal payload", "contains a lone surrogate (U+D800) at $.a", "$.a"),
     errors.IoError("no such file"),
     errors.ReplayLimitExceeded(100),
     errors.FlowTimeout("a reply to StartRun for run run-1", 30.0, "are the topologies running?"),
