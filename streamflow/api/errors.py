@@ -25,6 +25,7 @@ from streamflow.core.errors import (
     HookAlreadyResolved,
     InfrastructureError,
     InvalidInputError,
+    InvalidPayload,
     InvalidRunId,
     NotFoundError,
     PayloadTooLarge,
@@ -113,7 +114,7 @@ def status_of(exc: BaseException) -> tuple[int, str]:
         return 404, name
     if isinstance(exc, PayloadTooLarge):
         return 413, name
-    if isinstance(exc, InvalidRunId):
+    if isinstance(exc, InvalidRunId | InvalidPayload):
         return 400, name
     if isinstance(exc, InvalidInputError):
         return 422, name

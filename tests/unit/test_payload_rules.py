@@ -19,6 +19,7 @@ from streamflow import (
     WorkflowProgress,
     WorkflowSignal,
 )
+from streamflow.api.errors import status_of
 from streamflow.core import events as ev
 from streamflow.core import requests as rq
 from streamflow.core.jsonvalue import MAX_JSON_DEPTH, check_json, check_text, normalize
@@ -281,12 +282,13 @@ def test_what_was_recorded_before_the_rule_still_reads_back():
     assert again.event == envelope.event
 
 
-def test_the_error_crosses_processes_intact():
+def test_the_error_crosses_processes_and_answers_http_400():
     error = InvalidPayload("signal payload", "contains a lone surrogate (U+D800) at $.a", "$.a")
     clone = to_error(error_info(error))
     assert type(clone) is InvalidPayload
     assert (clone.subject, clone.reason, clone.path) == (error.subject, error.reason, error.path)
     assert isinstance(clone, SerializationError)
+    assert status_of(error) == (400, "InvalidPayload")
     # Its text is printable even when a subject it was given was not.
     odd = InvalidPayload("step s\ud800 output", "is nested more than 64 levels deep")
     assert str(odd) == "step s\\ud800 output is nested more than 64 levels deep"
