@@ -8,24 +8,23 @@ authorised by the token they carry. Unknown query parameters are refused (400).
 
 from __future__ import annotations
 
-import hmac
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.responses import PlainTextResponse, RedirectResponse
 from fastapi.routing import APIRoute
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamflow.api.control import ControlPlane
-from streamflow.api.errors import InvalidRequest, PayloadTooLargeBody, Unauthorized, status_of
+from streamflow.api.edge import EdgeGuard, HttpLimits
+from streamflow.api.errors import InvalidRequest, status_of
 from streamflow.api.query import (
     LIST_PARAMETERS,
     RunFilter,
@@ -33,14 +32,15 @@ from streamflow.api.query import (
     parse_limit,
     parse_wait,
 )
+from streamflow.api.render import json_response
 from streamflow.core.values import WorkflowProgress
 from streamflow.observe.metrics import FlowMetrics
 
 log = logging.getLogger("streamflow.api")
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 CONSOLE_DIR = Path(__file__).parent / "console"
-MAX_BODY_BYTES = 8 * 1024 * 1024
-"""Bodies larger than this are refused unread (413); the record-size limit applies below it."""
+MAX_BODY_BYTES = HttpLimits().max_body_bytes
+"""Keyed bodies larger than this are refused (413) as they arrive (``HttpLimits``)."""
 
 
 class _Route(APIRoute):
@@ -60,32 +60,7 @@ class _Route(APIRoute):
         return answer
 
 
-class _BodyLimit:
-    """Refuses (413 ``PayloadTooLarge``) a request whose ``Content-Length`` is over
-    :data:`MAX_BODY_BYTES`, before reading it, and reads every ``/v1`` body as JSON whatever
-    its ``Content-Type`` says (``curl -d`` sends a form type; webhook senders often send
-    none). That opens no cross-site hole: every mutation needs a bearer header or a hook
-    token. Plain ASGI: no per-request task."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self._app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for name, value in scope["headers"]:
-                if name == b"content-length" and value.isdigit() and int(value) > MAX_BODY_BYTES:
-                    refusal = _error_response(
-                        PayloadTooLargeBody(int(value), MAX_BODY_BYTES), "", ""
-                    )
-                    await refusal(scope, receive, send)
-                    return
-            if str(scope.get("path", "")).startswith("/v1/"):
-                headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
-        await self._app(scope, receive, send)
-
-
-def _error_response(exc: Exception, method: str, path: str) -> JSONResponse:
+def _error_response(exc: Exception, method: str, path: str) -> Response:
     if isinstance(exc, RequestValidationError):
         exc = InvalidRequest(_validation_message(exc))
     status, name = status_of(exc)
@@ -93,8 +68,8 @@ def _error_response(exc: Exception, method: str, path: str) -> JSONResponse:
         # The route template, never the request's path (it may carry a hook token), and the
         # error's type only (its text may quote payloads).
         log.error("%s %s failed: %s", method, path, type(exc).__name__)
-        return JSONResponse({"error": name, "message": "internal error; see the server log"}, 500)
-    return JSONResponse({"error": name, "message": str(exc)}, status)
+        return json_response({"error": name, "message": "internal error; see the server log"}, 500)
+    return json_response({"error": name, "message": str(exc)}, status)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -142,12 +117,41 @@ class TokenBody(_Body):
     payload: Any = None
 
 
+MIN_API_KEY_CHARS = 16
+"""The shortest API key accepted anywhere: an empty or short key would open the keyed routes
+to whoever guesses it."""
+
+
+def check_api_key(api_key: str | None) -> None:
+    """Refuse (``ValueError``) an API key that is empty or shorter than
+    :data:`MIN_API_KEY_CHARS`; ``None`` (no key) passes."""
+    if api_key is not None and len(api_key.strip()) < MIN_API_KEY_CHARS:
+        raise ValueError(
+            f"an API key must have at least {MIN_API_KEY_CHARS} characters "
+            f"(got {len(api_key.strip())})"
+        )
+
+
 def create_app(
-    control: ControlPlane, *, api_key: str | None, metrics: FlowMetrics | None = None
+    control: ControlPlane,
+    *,
+    api_key: str | None,
+    metrics: FlowMetrics | None = None,
+    limits: HttpLimits | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> FastAPI:
-    """The API over ``control``. ``api_key``: the bearer key of the keyed routes (``None``
-    leaves them open: only for a server no one else can reach). ``metrics``: what
-    ``/metrics`` exposes (an empty exposition without)."""
+    """The API over ``control``.
+
+    Args:
+        control: the backend the routes act on.
+        api_key: the bearer key of the keyed routes, at least 16 characters (``ValueError``
+            otherwise). ``None`` leaves them open: only for a server no one else can reach.
+        metrics: what ``/metrics`` exposes (an empty exposition without).
+        limits: the edge's limits (:class:`HttpLimits`; its defaults without).
+        allowed_hosts: host names the ``Host`` header may name besides address literals and
+            loopback names.
+    """
+    check_api_key(api_key)
     app = FastAPI(
         title="streamflow",
         summary="Control and query API of a streamflow deployment",
@@ -155,17 +159,9 @@ def create_app(
         redoc_url=None,
     )
     app.router.route_class = _Route
+    # The key itself is checked by EdgeGuard, before a body is read; the dependency only
+    # declares the scheme in the OpenAPI document.
     bearer = HTTPBearer(auto_error=False, description="the server's API key")
-    expected = None if api_key is None else api_key.encode()
-
-    async def keyed(
-        credentials: HTTPAuthorizationCredentials | None = Depends(bearer),  # noqa: B008
-    ) -> None:
-        if expected is None:
-            return
-        given = b"" if credentials is None else credentials.credentials.encode()
-        if not hmac.compare_digest(given, expected):
-            raise Unauthorized("a valid bearer API key is required")
 
     def only(*names: str) -> Callable[[Request], None]:
         allowed = frozenset(names)
@@ -176,14 +172,16 @@ def create_app(
         return check
 
     none = Depends(only())
-    key = Depends(keyed)
+    key = Depends(bearer)
 
-    app.add_middleware(_BodyLimit)
+    app.add_middleware(
+        EdgeGuard, api_key=api_key, limits=limits or HttpLimits(), allowed_hosts=allowed_hosts
+    )
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         name = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HttpError")
-        return JSONResponse({"error": name, "message": str(exc.detail)}, exc.status_code)
+        return json_response({"error": name, "message": str(exc.detail)}, exc.status_code)
 
     @app.get("/healthz", response_class=PlainTextResponse, dependencies=[none])
     async def healthz() -> str:
@@ -195,59 +193,62 @@ def create_app(
         return Response(body, media_type=PROMETHEUS_TEXT)
 
     @app.post("/v1/runs", status_code=201, dependencies=[key, none])
-    async def start(body: StartBody) -> JSONResponse:
+    async def start(body: StartBody) -> Response:
         run_id, created = await control.start(body.workflow, body.run_id, body.input)
-        return JSONResponse({"run_id": run_id, "created": created}, 201 if created else 200)
+        return json_response({"run_id": run_id, "created": created}, 201 if created else 200)
 
     @app.get("/v1/runs", dependencies=[key, Depends(only(*LIST_PARAMETERS))])
-    async def list_runs(request: Request) -> dict[str, Any]:
+    async def list_runs(request: Request) -> Response:
         query = dict(request.query_params)
         where = RunFilter.of(query)
         limit = parse_limit(query.get("limit"))
-        return await control.list_runs(where, limit=limit, cursor=query.get("cursor"))
+        return json_response(
+            await control.list_runs(where, limit=limit, cursor=query.get("cursor"))
+        )
 
     @app.get("/v1/runs/{run_id}", dependencies=[key, none])
-    async def run(run_id: str) -> dict[str, Any]:
-        return await control.run(run_id)
+    async def run(run_id: str) -> Response:
+        return json_response(await control.run(run_id))
 
     @app.get("/v1/runs/{run_id}/history", dependencies=[key, none])
-    async def history(run_id: str) -> dict[str, Any]:
-        return await control.history(run_id)
+    async def history(run_id: str) -> Response:
+        return json_response(await control.history(run_id))
 
     @app.get("/v1/runs/{run_id}/result", dependencies=[key, Depends(only("wait"))])
-    async def result(run_id: str, request: Request) -> JSONResponse:
+    async def result(run_id: str, request: Request) -> Response:
         wait = parse_wait(request.query_params.get("wait"))
         ended, answer = await control.result(run_id, wait)
-        return JSONResponse(answer, 200 if ended else 202)
+        return json_response(answer, 200 if ended else 202)
 
     @app.get("/v1/runs/{run_id}/incident", dependencies=[key, none])
-    async def incident(run_id: str) -> dict[str, Any]:
-        return await control.incident(run_id)
+    async def incident(run_id: str) -> Response:
+        return json_response(await control.incident(run_id))
 
     @app.get("/v1/runs/{run_id}/suspensions", dependencies=[key, none])
-    async def run_suspensions(run_id: str) -> dict[str, Any]:
-        return await control.run_suspensions(run_id)
+    async def run_suspensions(run_id: str) -> Response:
+        return json_response(await control.run_suspensions(run_id))
 
     @app.post("/v1/runs/{run_id}/signals", status_code=202, dependencies=[key, none])
-    async def signal(run_id: str, body: SignalBody) -> JSONResponse:
+    async def signal(run_id: str, body: SignalBody) -> Response:
         answer = await control.signal(run_id, body.name, body.payload, body.signal_id)
-        return JSONResponse(answer, 202)
+        return json_response(answer, 202)
 
     @app.post("/v1/runs/{run_id}/cancel", status_code=202, dependencies=[key, none])
-    async def cancel(run_id: str, body: ReasonBody | None = None) -> JSONResponse:
+    async def cancel(run_id: str, body: ReasonBody | None = None) -> Response:
         answer = await control.cancel(run_id, None if body is None else body.reason)
-        return JSONResponse(answer, 202)
+        return json_response(answer, 202)
 
     @app.post("/v1/runs/{run_id}/force-cancel", dependencies=[key, none])
-    async def force_cancel(run_id: str, body: ReasonBody | None = None) -> dict[str, Any]:
-        return await control.force_cancel(run_id, None if body is None else body.reason)
+    async def force_cancel(run_id: str, body: ReasonBody | None = None) -> Response:
+        reason = None if body is None else body.reason
+        return json_response(await control.force_cancel(run_id, reason))
 
     @app.post("/v1/runs/{run_id}/terminate", dependencies=[key, none])
-    async def terminate(run_id: str, body: ReasonBody | None = None) -> dict[str, Any]:
-        return await control.terminate(run_id, None if body is None else body.reason)
+    async def terminate(run_id: str, body: ReasonBody | None = None) -> Response:
+        return json_response(await control.terminate(run_id, None if body is None else body.reason))
 
     @app.post("/v1/runs/{run_id}/progress", status_code=202, dependencies=[key, none])
-    async def progress(run_id: str, body: ProgressBody) -> JSONResponse:
+    async def progress(run_id: str, body: ProgressBody) -> Response:
         record = WorkflowProgress(
             progress_id=body.progress_id,
             completed=body.completed,
@@ -255,39 +256,40 @@ def create_app(
             message=body.message,
             details=body.details,
         )
-        return JSONResponse(await control.progress(run_id, record), 202)
+        return json_response(await control.progress(run_id, record), 202)
 
     @app.post("/v1/hooks/resume", dependencies=[none])
-    async def resume_by_body(body: TokenBody) -> dict[str, Any]:
-        return await control.resume_hook(body.token, body.payload)
+    async def resume_by_body(body: TokenBody) -> Response:
+        return json_response(await control.resume_hook(body.token, body.payload))
 
     @app.post("/v1/hooks/{token}/resume", dependencies=[none])
-    async def resume(token: str, body: PayloadBody | None = None) -> dict[str, Any]:
-        return await control.resume_hook(token, None if body is None else body.payload)
+    async def resume(token: str, body: PayloadBody | None = None) -> Response:
+        payload = None if body is None else body.payload
+        return json_response(await control.resume_hook(token, payload))
 
     @app.post("/v1/hooks/{token}/dispose", dependencies=[none])
-    async def dispose(token: str) -> dict[str, Any]:
-        return await control.dispose_hook(token)
+    async def dispose(token: str) -> Response:
+        return json_response(await control.dispose_hook(token))
 
     @app.get("/v1/hooks", dependencies=[key, none])
-    async def hooks() -> dict[str, Any]:
-        return await control.hooks()
+    async def hooks() -> Response:
+        return json_response(await control.hooks())
 
     @app.get("/v1/suspensions", dependencies=[key, none])
-    async def suspensions() -> dict[str, Any]:
-        return await control.suspensions()
+    async def suspensions() -> Response:
+        return json_response(await control.suspensions())
 
     @app.get("/v1/incidents", dependencies=[key, none])
-    async def incidents() -> dict[str, Any]:
-        return await control.incidents()
+    async def incidents() -> Response:
+        return json_response(await control.incidents())
 
     @app.get("/v1/builds", dependencies=[key, none])
-    async def builds() -> dict[str, Any]:
-        return await control.builds()
+    async def builds() -> Response:
+        return json_response(await control.builds())
 
     @app.get("/v1/summary", dependencies=[none])
-    async def summary() -> dict[str, Any]:
-        return await control.summary()
+    async def summary() -> Response:
+        return json_response(await control.summary())
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:

@@ -29,7 +29,7 @@ from streamflow.core.errors import (
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import open_suspensions, summarize
-from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.jsonvalue import JsonValue, check_json
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import CancellationRequest, WorkflowProgress, WorkflowSignal
@@ -155,6 +155,9 @@ class FlowControl:
     async def start(self, workflow: str, run_id: str | None, input: object) -> tuple[str, bool]:
         spec = self._spec(workflow)
         run_id = validate_run_id(str(uuid.uuid4()) if run_id is None else run_id)
+        # A value no store could give back is refused as such (400 InvalidPayload), before
+        # the annotation looks at it.
+        check_json(cast("JsonValue", input), "workflow input")
         try:
             if self._app is not None:  # the input against the annotation, before any write
                 self._app.check_start(spec, cast("JsonValue", input))

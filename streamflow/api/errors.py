@@ -11,13 +11,21 @@
     ├── IncidentNotFound     404: the run has no incident
     ├── ReadOnlyServer       403: a mutation sent to a server that takes none
     ├── InvalidWorkflowInput 422 ``InvalidInputError``: the workflow's annotation refuses it
-    └── PayloadTooLargeBody  413 ``PayloadTooLarge``: a body too large to read at all
+    ├── PayloadTooLargeBody  413 ``PayloadTooLarge``: a body too large to read at all
+    ├── InvalidPayloadBody   400 ``InvalidPayload``: a body nested too deeply to parse
+    ├── HostNotAllowed       400: a ``Host`` header that does not name this server
+    ├── CrossSiteRequest     403: a hook callback sent by another site's page
+    ├── RequestTimeout       408: a body that did not arrive in time
+    ├── UnsupportedMediaType 415: a hook callback whose body is not declared JSON
+    └── TooManyRequests      429: an unkeyed route called too often from one address
 
 ``FlowError`` subclasses keep their class name as the ``error`` of the answer; anything else is
 a 500 ``InternalError`` whose details stay in the server's log (its type only: never a payload).
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from streamflow.core.errors import (
     ConflictError,
@@ -37,6 +45,8 @@ class ApiError(Exception):
     """A request the API refuses itself; ``status`` is its HTTP status."""
 
     status = 400
+    name: ClassVar[str | None] = None
+    """The ``error`` of the answer, when it is not the class's own name."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -99,12 +109,47 @@ class PayloadTooLargeBody(ApiError):
         super().__init__(f"request body of {size} bytes exceeds the limit of {limit} bytes")
 
 
+class InvalidPayloadBody(ApiError):
+    """A body nested too deeply to be parsed at all: answered as 400 ``InvalidPayload``, like a
+    payload that cannot be stored."""
+
+    name = "InvalidPayload"
+
+
+class HostNotAllowed(ApiError):
+    """Raised for a request whose ``Host`` header names neither this server's address nor
+    one of its allowed host names (``--allowed-host``): the defence against DNS rebinding."""
+
+
+class CrossSiteRequest(ApiError):
+    """Raised for a hook callback that a browser sent from another site's page."""
+
+    status = 403
+
+
+class RequestTimeout(ApiError):
+    """Raised when a request's body does not arrive in full within the body time limit."""
+
+    status = 408
+
+
+class UnsupportedMediaType(ApiError):
+    """Raised for a hook callback whose body is not declared ``application/json``."""
+
+    status = 415
+
+
+class TooManyRequests(ApiError):
+    """Raised when one client address calls the unkeyed routes faster than their rate limit;
+    the answer's ``Retry-After`` says when to try again."""
+
+    status = 429
+
+
 def status_of(exc: BaseException) -> tuple[int, str]:
     """The HTTP status and ``error`` name an exception is answered with."""
-    if isinstance(exc, InvalidWorkflowInput | PayloadTooLargeBody):
-        return exc.status, exc.name
     if isinstance(exc, ApiError):
-        return exc.status, type(exc).__name__
+        return exc.status, exc.name or type(exc).__name__
     if not isinstance(exc, FlowError):
         return 500, "InternalError"
     name = type(exc).__name__

@@ -33,6 +33,7 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamflow.api.app import create_app
+from streamflow.api.edge import HttpLimits, server_config
 from streamflow.api.kafka import KafkaControl
 from streamflow.core.errors import FlowError, InspectionUnavailable, RunNotFound
 from streamflow.observe.http import (
@@ -202,8 +203,13 @@ class ObserversApi:
             namespace=self._inspector,
             api_key=self._key,
         )
-        config = uvicorn.Config(
-            served, access_log=False, log_level="warning", lifespan="off", log_config=None
+        config = server_config(
+            served,
+            HttpLimits(),
+            access_log=False,
+            log_level="warning",
+            lifespan="off",
+            log_config=None,
         )
         server = uvicorn.Server(config)
         self._server = server

@@ -19,7 +19,7 @@ from streamflow.core.snapshot import WorkflowRunStatus
 MAX_WAIT_SECONDS = 60.0
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
-_DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m)?")
+_DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m)?", re.ASCII)
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 LIST_PARAMETERS = frozenset(
     {
@@ -78,7 +78,8 @@ def parse_limit(text: str | None) -> int:
     """``limit``: 1..500, default 50."""
     if text is None:
         return DEFAULT_LIMIT
-    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+    # ASCII digits only: str.isdigit also takes a superscript two, which int() refuses.
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_LIMIT:
         raise InvalidParameter(f"limit must be an integer from 1 to {MAX_LIMIT}, got {text!r}")
     return int(text)
 
@@ -164,7 +165,7 @@ def decode_cursor(text: str) -> tuple[str, str]:
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         created_at, run_id = json.loads(raw)
-    except (binascii.Error, ValueError, TypeError):
+    except (binascii.Error, ValueError, TypeError, RecursionError):
         raise InvalidCursor("cursor is not one a listing answered with") from None
     if not isinstance(run_id, str) or not isinstance(created_at, str | None):
         raise InvalidCursor("cursor is not one a listing answered with")

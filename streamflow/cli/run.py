@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import ipaddress
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -30,6 +28,8 @@ from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.decide import Limits
 from streamflow.core.errors import FlowError
 from streamflow.core.tokens import HookSecret
+from streamflow.host.http import advertised_url
+from streamflow.host.keys import MIN_SECRET_CHARS
 from streamflow.kafka.config import KafkaSettings
 from streamflow.observe.observers import FlowEventObserver
 from streamflow.topologies.runner import TopologyThread
@@ -196,8 +196,11 @@ def load_api_key(path: Path | None) -> str | None:
         key = Path(path).read_text().strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise SystemExit(f"--api-key-file {path}: cannot read it ({type(exc).__name__})") from None
-    if not key:
-        raise SystemExit(f"--api-key-file {path}: the file is empty")
+    if len(key) < MIN_SECRET_CHARS:
+        raise SystemExit(
+            f"--api-key-file {path}: holds {len(key)} characters; a key needs at least "
+            f"{MIN_SECRET_CHARS}"
+        )
     return key
 
 
@@ -394,33 +397,6 @@ def observers_main(
                 client.close()
 
     return main
-
-
-def advertised_url(host: str, port: int) -> str:
-    """How other observers instances reach this one: the bound address, or this machine's name
-    when bound to every interface."""
-    if _every_interface(host):
-        host = _machine_name()
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
-
-
-def _every_interface(host: str) -> bool:
-    """Whether ``host`` is a wildcard bind (``0.0.0.0``, ``::`` or another spelling of them)."""
-    try:
-        return host == "" or ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        return False  # a name
-
-
-def _machine_name() -> str:
-    """This machine's fully qualified name; its host name when the resolver only knows it as
-    ``localhost`` (a name that takes every peer to itself)."""
-    name = socket.getfqdn()
-    if name.split(".")[0].lower() in ("localhost", "ip6-localhost", "ip6-loopback"):
-        return socket.gethostname()
-    return name
 
 
 def run(args: argparse.Namespace) -> int:

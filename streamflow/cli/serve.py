@@ -14,6 +14,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from streamflow.api.edge import HttpLimits
 from streamflow.core.errors import FlowError
 from streamflow.core.tokens import HookSecret
 from streamflow.host import DEFAULT_HOST, DEFAULT_PORT, ensure_secret_file, read_secret_file
@@ -40,6 +41,46 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     serve.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default loopback)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (0: a free one)")
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow --host to name an address other machines reach (the API speaks plain HTTP)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients reach the server by, besides its addresses and the name it "
+        "advertises (repeatable); requests naming another host are refused",
+    )
+    limits = HttpLimits()
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=limits.max_connections,
+        help=f"open connections at most (default {limits.max_connections})",
+    )
+    serve.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=limits.max_connections_per_client,
+        help="open connections from one client address at most "
+        f"(default {limits.max_connections_per_client})",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=limits.header_timeout,
+        help=f"seconds a request's headers may take (default {limits.header_timeout:g})",
+    )
+    serve.add_argument(
+        "--unkeyed-rate",
+        type=float,
+        default=limits.unkeyed_rate,
+        help="requests per second one address may make to the unkeyed routes that do work "
+        f"(default {limits.unkeyed_rate:g}; bursts of {limits.unkeyed_burst})",
+    )
     serve.add_argument(
         "--api-key-file", type=Path, help="the bearer key (default: <dir>/api-key, created once)"
     )
@@ -87,6 +128,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT; the exit status (2 when it cannot start)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    os.umask(0o077)  # the store, keys and outbox: readable by this user only
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--app mymod:app` names a module of this directory
     try:
@@ -94,6 +136,15 @@ def run(args: argparse.Namespace) -> int:
     except (FlowError, OSError, ValueError) as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+
+
+def _limits(args: argparse.Namespace) -> HttpLimits:
+    return HttpLimits(
+        max_connections=args.max_connections,
+        max_connections_per_client=args.max_connections_per_client,
+        header_timeout=args.header_timeout,
+        unkeyed_rate=args.unkeyed_rate,
+    )
 
 
 def _api_key(args: argparse.Namespace) -> tuple[str, Path]:
@@ -129,10 +180,11 @@ async def _serve(args: argparse.Namespace) -> int:
     from streamflow.examples import bundle
 
     key, key_file = _api_key(args)
+    limits = _limits(args)
     stop = _stop_on_signals()
     app = load_runtime(args.app) if args.app else bundle.app
     if args.kafka:
-        return await _serve_kafka(args, app, key, key_file, stop)
+        return await _serve_kafka(args, app, key, key_file, stop, limits)
     from streamflow.host import serve
     from streamflow.observe.metrics import FlowMetrics
 
@@ -160,6 +212,9 @@ async def _serve(args: argparse.Namespace) -> int:
         shutdown_timeout=args.shutdown_timeout,
         step_threads=threads,
         on_bind=configure,
+        insecure=args.insecure,
+        allowed_hosts=args.allowed_host,
+        limits=limits,
     ) as served:
         _announce(served.url, key_file)
         await stop.wait()
@@ -169,23 +224,33 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 async def _serve_kafka(
-    args: argparse.Namespace, app: FlowRuntime, key: str, key_file: Path, stop: asyncio.Event
+    args: argparse.Namespace,
+    app: FlowRuntime,
+    key: str,
+    key_file: Path,
+    stop: asyncio.Event,
+    limits: HttpLimits,
 ) -> int:
     from streamflow.api import KafkaControl, ObserversIndex, create_app
-    from streamflow.host.http import bind, serve_http
+    from streamflow.host.http import bind, serve_http, url_host
     from streamflow.kafka.client import FlowClient
     from streamflow.kafka.config import KafkaSettings
 
     settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
     client = await asyncio.to_thread(FlowClient, settings)
     try:
-        sock, url = bind(args.host, args.port)
+        sock, url = bind(args.host, args.port, insecure=args.insecure)
         observers_key = (
-            args.observers_key_file.read_text().strip() if args.observers_key_file else None
+            read_secret_file(args.observers_key_file) if args.observers_key_file else None
         )
         index = ObserversIndex(args.observers, api_key=observers_key) if args.observers else None
-        api = create_app(KafkaControl(client, index, app), api_key=key)
-        async with serve_http(api, sock, shutdown_timeout=args.shutdown_timeout):
+        api = create_app(
+            KafkaControl(client, index, app),
+            api_key=key,
+            limits=limits,
+            allowed_hosts=[url_host(url), args.host, *args.allowed_host],
+        )
+        async with serve_http(api, sock, shutdown_timeout=args.shutdown_timeout, limits=limits):
             _announce(url, key_file)
             await stop.wait()
     finally:

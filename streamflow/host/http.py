@@ -1,10 +1,16 @@
 """``serve_http``: uvicorn inside the caller's event loop, on a socket bound before the URL is
 handed out, without uvicorn's signal handling and without an access log (request paths carry
-hook tokens)."""
+hook tokens), within the edge's limits (:class:`~streamflow.api.edge.HttpLimits`).
+
+:func:`bind` binds loopback addresses freely; any other address reaches beyond this machine
+with plain HTTP, so it needs ``insecure=True`` (``--insecure``) and is logged as a warning. A
+wildcard bind (``0.0.0.0``, ``::``) is advertised by this machine's name, never as
+``http://0.0.0.0:...``."""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import socket
 import time
@@ -14,6 +20,7 @@ from contextlib import asynccontextmanager, contextmanager
 import uvicorn
 from fastapi import FastAPI
 
+from streamflow.api.edge import HttpLimits, server_config
 from streamflow.api.logs import redact_access_log
 
 log = logging.getLogger("streamflow.host")
@@ -31,28 +38,101 @@ class _Server(uvicorn.Server):
         yield
 
 
-def bind(host: str, port: int) -> tuple[socket.socket, str]:
+class InsecureBind(ValueError):
+    """Raised by :func:`bind` for an address beyond loopback without ``insecure=True``."""
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether ``host`` is a wildcard bind (``0.0.0.0``, ``::`` or another spelling of them)."""
+    try:
+        return host == "" or ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False  # a name
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps a server on this machine: a loopback address, or a name
+    that resolves to loopback addresses only."""
+    if host.lower() in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(f[4][0]).is_loopback for f in found)
+
+
+def machine_name() -> str:
+    """This machine's fully qualified name; its host name when the resolver only knows it as
+    ``localhost`` (a name that takes every peer to itself)."""
+    name = socket.getfqdn()
+    if name.split(".")[0].lower() in ("localhost", "ip6-localhost", "ip6-loopback"):
+        return socket.gethostname()
+    return name
+
+
+def advertised_url(host: str, port: int) -> str:
+    """How others reach a server bound to ``host``: the bound address, or this machine's name
+    when bound to every interface."""
+    if is_wildcard(host):
+        host = machine_name()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def bind(host: str, port: int, *, insecure: bool = False) -> tuple[socket.socket, str]:
     """A listening socket (bound before the URL is handed out, so a client that connects at
-    once is queued, never refused) and the base URL it answers on."""
+    once is queued, never refused) and the base URL it is advertised at.
+
+    A ``host`` beyond loopback raises :class:`InsecureBind` unless ``insecure`` is true (then
+    it is logged as a warning): the API would answer anyone on the network over plain HTTP."""
+    if not is_loopback(host):
+        if not insecure:
+            raise InsecureBind(
+                f"{host or '0.0.0.0'} is reachable from other machines and the API speaks plain "
+                "HTTP: bind 127.0.0.1, or pass --insecure (insecure=True) to serve it there anyway"
+            )
+        log.warning(
+            "serving plain HTTP on %s, reachable from other machines: anyone who can reach it "
+            "reads the open routes and can try keys and hook tokens",
+            host or "0.0.0.0",
+        )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    return sock, f"http://{shown}:{bound}"
+    return sock, advertised_url(host, sock.getsockname()[1])
+
+
+def url_host(url: str) -> str:
+    """The host name of a base URL from :func:`bind`."""
+    rest = url.split("://", 1)[-1]
+    if rest.startswith("["):
+        return rest[1 : rest.index("]")]
+    return rest.rsplit(":", 1)[0]
 
 
 @asynccontextmanager
 async def serve_http(
-    app: FastAPI, sock: socket.socket, *, shutdown_timeout: float = 10.0
+    app: FastAPI,
+    sock: socket.socket,
+    *,
+    shutdown_timeout: float = 10.0,
+    limits: HttpLimits | None = None,
 ) -> AsyncIterator[None]:
-    """Serve ``app`` on ``sock`` (from :func:`bind`) while the block runs. On exit the server
-    stops accepting and lets requests in flight finish, for up to ``shutdown_timeout``
-    seconds; the socket is closed."""
+    """Serve ``app`` on ``sock`` (from :func:`bind`) while the block runs, within ``limits``
+    (connections, header time, keep-alive; :class:`HttpLimits`' defaults without). On exit
+    the server stops accepting and lets requests in flight finish, for up to
+    ``shutdown_timeout`` seconds; the socket is closed."""
     try:
         for logger in ("uvicorn.error", "uvicorn.access"):
             redact_access_log(logger)
-        config = uvicorn.Config(
+        config = server_config(
             app,
+            limits or HttpLimits(),
             access_log=False,
             log_config=None,  # leave the embedding program's logging alone
             lifespan="off",

@@ -9,13 +9,18 @@ import secrets
 from pathlib import Path
 
 KEY_BYTES = 32
+MIN_SECRET_CHARS = 16
+"""The shortest secret a file may hold: a shorter key or hook secret is guessed too easily."""
 
 
 def read_secret_file(path: Path) -> str:
-    """The secret in ``path`` (surrounding whitespace dropped); ``ValueError`` when empty."""
+    """The secret in ``path`` (surrounding whitespace dropped); ``ValueError`` when it is
+    shorter than :data:`MIN_SECRET_CHARS` (empty included)."""
     value = path.read_text(encoding="utf-8").strip()
-    if not value:
-        raise ValueError(f"{path} is empty")
+    if len(value) < MIN_SECRET_CHARS:
+        raise ValueError(
+            f"{path} holds {len(value)} characters: a secret needs at least {MIN_SECRET_CHARS}"
+        )
     return value
 
 

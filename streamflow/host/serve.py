@@ -8,17 +8,19 @@ import asyncio
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from streamflow.api import EmbeddedControl, create_app
+from streamflow.api.app import check_api_key
+from streamflow.api.edge import HttpLimits
 from streamflow.core.tokens import HookSecret
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.scheduler import FlowScheduler
 from streamflow.engine.tasks import InProcessTaskRunner
-from streamflow.host.http import bind, serve_http
+from streamflow.host.http import bind, serve_http, url_host
 from streamflow.observe.metrics import FlowMetrics
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.rocksdb import RocksDBEventStore
@@ -70,6 +72,9 @@ async def serve(
     shutdown_timeout: float = 10.0,
     step_threads: int | None = None,
     on_bind: Callable[[str], None] | None = None,
+    insecure: bool = False,
+    allowed_hosts: Iterable[str] = (),
+    limits: HttpLimits | None = None,
 ) -> AsyncIterator[Served]:
     """Host ``app`` and serve the HTTP API until the block exits.
 
@@ -82,6 +87,12 @@ async def serve(
     default executor, which the owner of the loop sizes). ``on_bind(url)`` is called once the
     port is bound, before recovery or the first request (e.g. to tell the app its own URL).
 
+    ``api_key`` must have at least 16 characters (``ValueError``). ``host`` beyond loopback
+    needs ``insecure=True`` (``InsecureBind`` otherwise; a warning is logged): plain HTTP on a
+    network. The ``Host`` header of a request must name the server (an address, a loopback
+    name, the advertised name, or one of ``allowed_hosts``). ``limits``: the edge's limits on
+    bodies, connections and unkeyed requests (``docs/http-api.md``, "Limits").
+
     On start the scheduler recovers the runs a previous process left open, then fires timers
     and delayed retries as they fall due. On exit the server stops accepting, lets requests
     in flight finish (up to ``shutdown_timeout`` seconds), stops the scheduler and waits as
@@ -89,10 +100,11 @@ async def serve(
     on the next start, as after a crash.
     """
     key = api_key if api_key is not None else secrets.token_urlsafe(32)
+    check_api_key(key)
     opened, owned = _open_store(store)
     sock = None
     try:
-        sock, url = bind(host, port)
+        sock, url = bind(host, port, insecure=insecure)
         if on_bind is not None:
             on_bind(url)
         builder = FlowEngine.builder(app).with_store(opened)
@@ -110,8 +122,14 @@ async def serve(
             scheduler.run(stop, drain_timeout=shutdown_timeout), name="sf-host-scheduler"
         )
         try:
-            api = create_app(control, api_key=key, metrics=metrics)
-            async with serve_http(api, sock, shutdown_timeout=shutdown_timeout):
+            api = create_app(
+                control,
+                api_key=key,
+                metrics=metrics,
+                limits=limits,
+                allowed_hosts=[url_host(url), host, *allowed_hosts],
+            )
+            async with serve_http(api, sock, shutdown_timeout=shutdown_timeout, limits=limits):
                 log.info("serving on %s", url)
                 yield Served(url=url, engine=engine, api_key=key)
         finally:

@@ -57,23 +57,66 @@ def test_resume_by_token_in_the_path_without_an_api_key(api_stack: ApiStack) -> 
     assert (result["status"], result["output"]) == ("completed", "yes")
 
 
-@pytest.mark.parametrize(
-    "content_type",
-    ["application/x-www-form-urlencoded", None],
-    ids=["curl -d (a form type)", "no content type"],
-)
-def test_a_json_body_is_read_as_json_whatever_its_content_type(
-    api_stack: ApiStack, content_type: str | None
-) -> None:
-    run_id = f"hook-ct-{content_type is None}"
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8"])
+def test_a_hook_callback_declared_json_is_taken(api_stack: ApiStack, content_type: str) -> None:
+    run_id = f"hook-ct-{len(content_type)}"
     token = approval_token(api_stack, run_id)
-    headers = {} if content_type is None else {"content-type": content_type}
     resumed = httpx.post(
-        f"{api_stack.url}/v1/hooks/{token}/resume", content=b'{"payload": "ok"}', headers=headers
+        f"{api_stack.url}/v1/hooks/{token}/resume",
+        content=b'{"payload": "ok"}',
+        headers={"content-type": content_type},
     )
     assert resumed.status_code == 200, resumed.text
     result = api_stack.client.get(f"/v1/runs/{run_id}/result", params={"wait": "20s"}).json()
     assert (result["status"], result["output"]) == ("completed", "ok")
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/x-www-form-urlencoded", "text/plain", "multipart/form-data; boundary=x", None],
+    ids=["an HTML form", "text/plain", "multipart", "no content type"],
+)
+def test_a_hook_callback_not_declared_json_is_refused_and_leaves_the_hook_open(
+    api_stack: ApiStack, content_type: str | None
+) -> None:
+    """What another site's page can send without a preflight (a form, a text/plain or untyped
+    fetch) never resumes a hook, even with the right token."""
+    run_id = f"hook-form-{(content_type or 'none')[:4]}"
+    token = approval_token(api_stack, run_id)
+    headers = {} if content_type is None else {"content-type": content_type}
+    refused = httpx.post(
+        f"{api_stack.url}/v1/hooks/{token}/resume", content=b'{"payload": "ok"}', headers=headers
+    )
+    assert (refused.status_code, refused.json()["error"]) == (415, "UnsupportedMediaType")
+    listed = api_stack.client.get("/v1/hooks").json()["hooks"]
+    assert [h["run_id"] for h in listed if h["run_id"] == run_id] == [run_id]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "https://evil.example"},
+        {"origin": "null"},
+        {"sec-fetch-site": "cross-site"},
+    ],
+    ids=["another origin", "an opaque origin", "a cross-site fetch"],
+)
+def test_a_hook_callback_from_another_sites_page_is_refused(
+    api_stack: ApiStack, headers: dict[str, str]
+) -> None:
+    run_id = f"hook-xsite-{len(str(headers))}"
+    token = approval_token(api_stack, run_id)
+    refused = httpx.post(
+        f"{api_stack.url}/v1/hooks/{token}/resume", json={"payload": "ok"}, headers=headers
+    )
+    assert (refused.status_code, refused.json()["error"]) == (403, "CrossSiteRequest")
+    assert token not in refused.text
+    same_site = httpx.post(
+        f"{api_stack.url}/v1/hooks/{token}/resume",
+        json={"payload": "ok"},
+        headers={"origin": api_stack.url, "sec-fetch-site": "same-origin"},
+    )
+    assert same_site.status_code == 200, same_site.text
 
 
 def test_resume_by_token_without_a_body(api_stack: ApiStack) -> None:

@@ -27,8 +27,15 @@ def test_racing_creators_all_read_the_one_secret_written(tmp_path: Path) -> None
     assert seen == {read_secret_file(path)}
 
 
-def test_an_empty_key_file_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", ["\n", "k\n", "fifteen-chars-k\n"])
+def test_an_empty_or_short_key_file_is_refused(tmp_path: Path, text: str) -> None:
     path = tmp_path / "api-key"
-    path.write_text("\n")
-    with pytest.raises(ValueError, match="empty"):
+    path.write_text(text)
+    with pytest.raises(ValueError, match="at least 16"):
         read_secret_file(path)
+
+
+def test_a_key_file_of_sixteen_characters_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "api-key"
+    path.write_text("sixteen-chars-ok\n")
+    assert read_secret_file(path) == "sixteen-chars-ok"

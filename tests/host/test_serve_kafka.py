@@ -34,8 +34,10 @@ def test_serve_kafka_starts_and_lists_runs_of_the_deployment(
         topology = driver.observers_topology
         assert topology is not None
         index = StoreInspector(topology.index, owns=topology.owns)
-        observers = ObserversApi("127.0.0.1", 0, inspector=index, api_key="observers-key").start()
-        (tmp_path / "observers-key").write_text("observers-key\n")
+        observers = ObserversApi(
+            "127.0.0.1", 0, inspector=index, api_key="observers-key-0123456789"
+        ).start()
+        (tmp_path / "observers-key").write_text("observers-key-0123456789\n")
         extra = [
             "--observers",
             observers.url,

@@ -13,8 +13,8 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import ConsumerGroupDescription, MemberAssignment, MemberDescription
 
 from streamflow.api import ObserversApi
-from streamflow.cli import run
 from streamflow.cli.run import advertised_url
+from streamflow.host import http
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.observe.http import fetch_json
@@ -100,8 +100,8 @@ def test_a_wildcard_bind_is_advertised_by_a_connectable_name(host):
 
 @pytest.mark.parametrize("host", WILDCARDS)
 def test_a_wildcard_bind_is_advertised_by_the_machines_name(monkeypatch, host):
-    monkeypatch.setattr(run.socket, "getfqdn", lambda name="": "observers-2.cluster.internal")
-    monkeypatch.setattr(run.socket, "gethostname", lambda: "observers-2")
+    monkeypatch.setattr(http.socket, "getfqdn", lambda name="": "observers-2.cluster.internal")
+    monkeypatch.setattr(http.socket, "gethostname", lambda: "observers-2")
     assert advertised_url(host, 9464) == "http://observers-2.cluster.internal:9464"
 
 
@@ -109,8 +109,8 @@ def test_a_wildcard_bind_is_advertised_by_the_machines_name(monkeypatch, host):
 def test_a_machine_known_to_itself_as_localhost_advertises_its_host_name(monkeypatch, fqdn):
     # A resolver that maps the host name to 127.0.0.1 makes getfqdn() say "localhost": a
     # peer on another machine would connect to itself.
-    monkeypatch.setattr(run.socket, "getfqdn", lambda name="": fqdn)
-    monkeypatch.setattr(run.socket, "gethostname", lambda: "observers-2")
+    monkeypatch.setattr(http.socket, "getfqdn", lambda name="": fqdn)
+    monkeypatch.setattr(http.socket, "gethostname", lambda: "observers-2")
     assert advertised_url("0.0.0.0", 9464) == "http://observers-2:9464"
 
 
