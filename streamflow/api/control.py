@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol, cast, runtime_checkable
 
-from streamflow.api.errors import IncidentNotFound, InvalidWorkflowInput
-from streamflow.api.query import RunFilter, page
+from streamflow.api.errors import IncidentNotFound, InvalidCursor, InvalidWorkflowInput
+from streamflow.api.query import RunFilter, decode_cursor, encode_cursor
 from streamflow.core.errors import (
     FlowTimeout,
     PayloadTooLarge,
@@ -26,23 +26,24 @@ from streamflow.core.errors import (
     SerializationError,
     UnknownWorkflow,
 )
-from streamflow.core.ids import validate_run_id
-from streamflow.core.incidents import FlowIncident
-from streamflow.core.inspect import open_suspensions, summarize
+from streamflow.core.ids import is_valid_run_id, validate_run_id
+from streamflow.core.inspect import WorkflowRunRow, builds_of, count_rows, open_suspensions
 from streamflow.core.jsonvalue import JsonValue, check_json
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.timeutil import parse_utc
 from streamflow.core.values import CancellationRequest, WorkflowProgress, WorkflowSignal
 from streamflow.core.views import (
     event_view,
     hook_view,
-    run_row,
+    row_view,
     run_view,
     summary_view,
     suspension_view,
 )
 from streamflow.engine.engine import FlowEngine
 from streamflow.flow import Flow
+from streamflow.stores.rows import RunRowPage, RunRowQuery, SnapshotRows, page_rows
 from streamflow.workflow.app import App
 from streamflow.workflow.runtime import FlowRuntime
 
@@ -124,7 +125,11 @@ def _now() -> datetime:
 class FlowControl:
     """:class:`ControlPlane` over any :class:`streamflow.Flow`: mutations through its calls,
     reads from its snapshots. ``app`` names the workflows a start may name (its registered
-    workflows when it is a ``streamflow.App``, plus ``specs``)."""
+    workflows when it is a ``streamflow.App``, plus ``specs``).
+
+    Over a :class:`FlowEngine`, a listing page, the summary and ``/v1/builds`` come from the
+    rows and counts its store keeps (no run is projected); over any other ``Flow`` they are
+    computed from every snapshot, in a worker thread."""
 
     def __init__(
         self, flow: Flow, app: FlowRuntime | None = None, *, specs: Iterable[WorkflowSpec] = ()
@@ -209,17 +214,13 @@ class FlowControl:
 
     # -- reads --------------------------------------------------------------------------------
 
-    async def _incident_map(self) -> Mapping[str, FlowIncident]:
-        return {i.run_id: i for i in await self._flow.list_incidents()}
-
     async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
-        known = await self._incident_map()
-        rows = [
-            {**run_row(s), "has_incident": s.run_id in known}
-            for s in await self._flow.list_snapshots()
-        ]
-        chosen, following = page([r for r in rows if where.keeps(r)], limit=limit, cursor=cursor)
-        return {"runs": chosen, "next_cursor": following}
+        query = row_query(where, limit=limit, cursor=cursor)
+        if isinstance(self._flow, FlowEngine):
+            return page_view(await self._flow.list_run_rows(query))
+        snapshots = await self._flow.list_snapshots()
+        incidents = [i.run_id for i in await self._flow.list_incidents()]
+        return page_view(await asyncio.to_thread(_page_snapshots, snapshots, incidents, query))
 
     async def run(self, run_id: str) -> Json:
         validate_run_id(run_id)
@@ -269,10 +270,13 @@ class FlowControl:
         return {"incidents": [i.to_json() for i in await self._flow.list_incidents()]}
 
     async def builds(self) -> Json:
-        return builds_view(run_row(s) for s in await self._flow.list_snapshots())
+        if isinstance(self._flow, FlowEngine):
+            return builds_view_of(await self._flow.runs_per_build())
+        snapshots = await self._flow.list_snapshots()
+        return await asyncio.to_thread(_builds_of_snapshots, snapshots)
 
     async def summary(self) -> Json:
-        return summary_view(summarize(await self._flow.list_snapshots()))
+        return summary_view(await self._flow.run_summary())
 
 
 def _result(run_id: str, snap: WorkflowRunSnapshot) -> Json:
@@ -291,8 +295,70 @@ def builds_view(rows: Iterable[Mapping[str, Any]]) -> Json:
         seen = counts.setdefault(row["build"], [0, 0])
         seen[0] += 1
         seen[1] += row["ended_at"] is None
+    return builds_view_of({build: (n, o) for build, (n, o) in counts.items()})
+
+
+def builds_view_of(counts: Mapping[str | None, tuple[int, int]]) -> Json:
+    """``/v1/builds`` from per-build ``(runs, open runs)``, unpinned runs (``None``) last."""
     ordered = sorted(counts.items(), key=lambda item: (item[0] is None, item[0] or ""))
     return {"builds": [{"build": b, "runs": n, "open": o} for b, (n, o) in ordered]}
+
+
+def row_query(where: RunFilter, *, limit: int, cursor: str | None) -> RunRowQuery:
+    """The page of rows a listing's filter, limit and cursor name (``InvalidCursor`` for a
+    cursor no listing answered with)."""
+    return RunRowQuery(
+        workflow=where.workflow,
+        status=where.status,
+        build=where.build,
+        parent=where.parent,
+        created_after=where.created_after,
+        created_before=where.created_before,
+        ended_after=where.ended_after,
+        ended_before=where.ended_before,
+        has_incident=where.has_incident,
+        before=None if cursor is None else _cursor_place(cursor),
+        limit=limit,
+    )
+
+
+def _cursor_place(cursor: str) -> tuple[datetime | None, str]:
+    created, run_id = decode_cursor(cursor)
+    if not is_valid_run_id(run_id):
+        raise InvalidCursor("cursor is not one a listing answered with")
+    if not created:
+        return None, run_id
+    try:
+        return parse_utc(created), run_id
+    except (SerializationError, ValueError):
+        raise InvalidCursor("cursor is not one a listing answered with") from None
+
+
+def _cursor_time(created_at: datetime | None) -> str:
+    """A creation time as a cursor names it: fixed-width UTC text (``""``: none)."""
+    if created_at is None:
+        return ""
+    return created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def page_view(found: RunRowPage) -> Json:
+    """``GET /v1/runs``: the page's rows and the cursor of the next page (``None``: the last)."""
+    runs = [{**row_view(row), "has_incident": flagged} for row, flagged in found.rows]
+    following = None
+    if found.more and found.rows:
+        last = found.rows[-1][0]
+        following = encode_cursor(_cursor_time(last.created_at), last.run_id)
+    return {"runs": runs, "next_cursor": following}
+
+
+def _page_snapshots(
+    snapshots: list[WorkflowRunSnapshot], incidents: list[str], query: RunRowQuery
+) -> RunRowPage:
+    return page_rows(SnapshotRows((WorkflowRunRow.of(s) for s in snapshots), incidents), query)
+
+
+def _builds_of_snapshots(snapshots: list[WorkflowRunSnapshot]) -> Json:
+    return builds_view_of(builds_of(count_rows(WorkflowRunRow.of(s) for s in snapshots)))
 
 
 class EmbeddedControl(FlowControl):

@@ -5,7 +5,8 @@ journal recorded it); reads come from the observers' run index (an
 :class:`~streamflow.observe.http.Inspector`: a ``NamespaceInspector`` answers for every
 history partition, a ``StoreInspector`` over one index for the partitions it holds). Without
 an index, reads go through the client (it reads every history: fine for development). The
-index's calls block, so each runs in a worker thread.
+index's calls block, and listings go over every row of the index, so each read runs in a worker
+thread, the filtering and paging included, never on the event loop.
 """
 
 from __future__ import annotations
@@ -67,17 +68,18 @@ class KafkaControl(FlowControl):
         self._client = client
         self._index = index
 
-    async def _rows(self) -> list[dict[str, Any]]:
-        assert self._index is not None
-        return [_row(r) for r in await asyncio.to_thread(self._index.runs, None)]
-
     async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
         if self._index is None:
             return await super().list_runs(where, limit=limit, cursor=cursor)
         index = self._index
-        rows = [_row(r) for r in await asyncio.to_thread(index.runs, where.status)]
-        chosen, following = page([r for r in rows if where.keeps(r)], limit=limit, cursor=cursor)
-        return {"runs": chosen, "next_cursor": following}
+
+        def listing() -> Json:
+            rows = [_row(r) for r in index.runs(where.status)]
+            kept = [r for r in rows if where.keeps(r)]
+            chosen, following = page(kept, limit=limit, cursor=cursor)
+            return {"runs": chosen, "next_cursor": following}
+
+        return await asyncio.to_thread(listing)
 
     async def run(self, run_id: str) -> Json:
         if self._index is None:
@@ -139,14 +141,18 @@ class KafkaControl(FlowControl):
         if self._index is None:
             return await super().incidents()
         index = self._index
-        rows = await asyncio.to_thread(index.runs, None)
-        found = [r["incident"] for r in rows if r.get("incident") is not None]
-        return {"incidents": sorted(found, key=lambda i: i["run_id"])}
+
+        def incidents() -> Json:
+            found = [r["incident"] for r in index.runs(None) if r.get("incident") is not None]
+            return {"incidents": sorted(found, key=lambda i: i["run_id"])}
+
+        return await asyncio.to_thread(incidents)
 
     async def builds(self) -> Json:
         if self._index is None:
             return await super().builds()
-        return builds_view(await self._rows())
+        index = self._index
+        return await asyncio.to_thread(lambda: builds_view(_row(r) for r in index.runs(None)))
 
     async def summary(self) -> Json:
         if self._index is None:

@@ -101,7 +101,15 @@ def record(
 def current(incident: FlowIncident | None, snapshot: WorkflowRunSnapshot) -> FlowIncident | None:
     """``incident`` if it still explains ``snapshot``: a reader of ``{ns}.incidents`` that holds
     a record whose run has moved on since (or ended) holds history, not a current incident."""
-    if incident is None or snapshot.is_terminal or incident.sequence != snapshot.last_sequence:
+    return current_at(incident, terminal=snapshot.is_terminal, last_sequence=snapshot.last_sequence)
+
+
+def current_at(
+    incident: FlowIncident | None, *, terminal: bool, last_sequence: int
+) -> FlowIncident | None:
+    """:func:`current` for a run known by whether it ended and its last sequence (a listing
+    row) rather than by its snapshot."""
+    if incident is None or terminal or incident.sequence != last_sequence:
         return None
     return incident
 

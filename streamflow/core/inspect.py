@@ -1,15 +1,17 @@
-"""Read-only aggregates over snapshots: run summaries and open suspensions."""
+"""Read-only aggregates over snapshots: run summaries, listing rows and open suspensions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any, NamedTuple
 
 from streamflow.core.errors import FlowError, RunConflict
 from streamflow.core.jsonvalue import json_equal
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
+from streamflow.core.timeutil import EPOCH, to_micros
 from streamflow.core.values import ContinuationLink
 from streamflow.core.wakeups import timed_suspensions
 
@@ -60,6 +62,257 @@ def summarize(snapshots: Iterable[WorkflowRunSnapshot]) -> WorkflowRunSummary:
         counts["open_child_workflows"] += len(snap.open_children)
         counts["open_signal_waits"] += len(snap.open_signal_waits)
     return WorkflowRunSummary(**counts)
+
+
+# -- listing rows and the counts kept from them ------------------------------------------------
+
+OPEN_WORK = (
+    "open_waits",
+    "active_hooks",
+    "pending_retries",
+    "open_child_workflows",
+    "open_signal_waits",
+)
+"""The summary's counts of open work (counted for non-terminal runs only)."""
+
+
+ROW_HEAD = 11
+"""How many items of a stored row (:meth:`WorkflowRunRow.to_json`) most appends leave alone."""
+
+
+class WorkflowRunRow(NamedTuple):
+    """What a listing shows of one run and what the run adds to the summary: the stores keep
+    one per run, rewritten with each append, so that neither a listing nor the summary projects
+    a history. (A named tuple: one is built per append.)"""
+
+    run_id: str
+    status: WorkflowRunStatus
+    workflow: str | None
+    version: str | None
+    build: str | None
+    parent_run_id: str | None
+    last_sequence: int
+    created_at: datetime | None
+    updated_at: datetime | None
+    ended_at: datetime | None
+    """The time of the terminal event (``None`` while the run has not ended)."""
+    open_waits: int = 0
+    active_hooks: int = 0
+    pending_retries: int = 0
+    open_child_workflows: int = 0
+    open_signal_waits: int = 0
+
+    @staticmethod
+    def of(snap: WorkflowRunSnapshot) -> WorkflowRunRow:
+        """The row of a projected run."""
+        spec = snap.spec
+        return WorkflowRunRow(
+            snap.run_id,
+            snap.status,
+            None if spec is None else spec.name,
+            None if spec is None else spec.version,
+            snap.runtime_build_id,
+            None if snap.parent is None else snap.parent.run_id,
+            snap.last_sequence,
+            snap.created_at,
+            snap.updated_at,
+            snap.updated_at if snap.is_terminal else None,
+            len(snap.open_waits),
+            len(snap.active_hooks),
+            len(snap.retry_steps),
+            len(snap.open_children),
+            len(snap.open_signal_waits),
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the run has ended."""
+        return self.status.is_terminal
+
+    def to_json(self) -> list[Any]:
+        """The stored form, one written with every append, so kept short: a list of the fields
+        after the run id (the key it is stored under), the status as its value and times as
+        microseconds since the Unix epoch. Those that most appends leave alone come first
+        (:data:`ROW_HEAD` of them), the last sequence and the update and end times last."""
+        return [*self.head_json(), *self.tail_json()]
+
+    def head_json(self) -> list[Any]:
+        """The first :data:`ROW_HEAD` items of :meth:`to_json`: status, workflow, version,
+        build, parent, creation time and open work (what :meth:`same_place` compares, and
+        what never changes)."""
+        return [
+            self.status.value,
+            self.workflow,
+            self.version,
+            self.build,
+            self.parent_run_id,
+            _micros(self.created_at),
+            *self[10:],
+        ]
+
+    def tail_json(self) -> list[Any]:
+        """The rest of :meth:`to_json`: last sequence, update and end times."""
+        return [self.last_sequence, _micros(self.updated_at), _micros(self.ended_at)]
+
+    @staticmethod
+    def from_json(run_id: str, data: Sequence[Any]) -> WorkflowRunRow:
+        """The row :meth:`to_json` stored for ``run_id`` (``ValueError`` for anything else)."""
+        if not isinstance(data, list) or len(data) != len(WorkflowRunRow._fields) - 1:
+            raise ValueError(f"a stored row is a list of {len(WorkflowRunRow._fields) - 1} items")
+        status, workflow, version, build, parent, created, *work, last, updated, ended = data
+        waits, hooks, retries, children, signals = (int(n) for n in work)
+        return WorkflowRunRow(
+            run_id,
+            WorkflowRunStatus(status),
+            workflow,
+            version,
+            build,
+            parent,
+            int(last),
+            _time(created),
+            _time(updated),
+            _time(ended),
+            waits,
+            hooks,
+            retries,
+            children,
+            signals,
+        )
+
+    def same_place(self, other: WorkflowRunRow) -> bool:
+        """Whether ``other`` (a later row of the same run) changes neither an index entry nor
+        a count: what most appends leave alone (only the last sequence and times move)."""
+        return (
+            self.status is other.status
+            and self[10:] == other[10:]
+            and self.created_at == other.created_at
+            and self.workflow == other.workflow
+            and self.build == other.build
+        )
+
+    def counted(self) -> tuple[object, ...]:
+        """What :func:`row_counts` depends on: two rows equal in it count the same."""
+        return (self.status, self.build, *self[10:])
+
+
+def _micros(value: datetime | None) -> int | None:
+    return None if value is None else to_micros(value)
+
+
+def _time(micros: int | None) -> datetime | None:
+    return None if micros is None else EPOCH + timedelta(microseconds=int(micros))
+
+
+RUNS_OF_BUILD = "runs:"
+"""Prefix of the count of runs pinned to a build (the build id follows; none: unpinned)."""
+OPEN_OF_BUILD = "open:"
+"""Prefix of the count of a build's runs that have not ended."""
+
+
+def row_counts(row: WorkflowRunRow) -> dict[str, int]:
+    """What one run adds to the kept counts: the summary's fields (those that are not zero) and
+    the per-build counts of ``/v1/builds`` (keys :data:`RUNS_OF_BUILD` and
+    :data:`OPEN_OF_BUILD` followed by the build id, empty for an unpinned run)."""
+    build = row.build or ""
+    counts = {"total": 1, row.status.value: 1, RUNS_OF_BUILD + build: 1}
+    if row.status.is_terminal:
+        counts["terminal"] = 1
+        return counts
+    counts["non_terminal"] = 1
+    counts[OPEN_OF_BUILD + build] = 1
+    for name, value in zip(OPEN_WORK, row[10:], strict=True):
+        if value:
+            counts[name] = value
+    return counts
+
+
+def add_counts(counts: dict[str, int], row: WorkflowRunRow, sign: int) -> None:
+    """Add (``sign`` 1) or take away (-1) ``row``'s counts, dropping those that reach zero."""
+    for key, value in row_counts(row).items():
+        total = counts.get(key, 0) + sign * value
+        if total:
+            counts[key] = total
+        else:
+            counts.pop(key, None)
+
+
+def count_delta(old: WorkflowRunRow | None, new: WorkflowRunRow | None) -> dict[str, int]:
+    """How the kept counts move when a run's row goes from ``old`` to ``new`` (``None``: no
+    row): the counts that change, and by how much (empty when none does)."""
+    if old is not None and new is not None and old.build == new.build:
+        return _moved(old, new)  # the common case, without building both rows' counts
+    delta = {} if new is None else row_counts(new)
+    if old is not None:
+        for key, value in row_counts(old).items():
+            moved = delta.get(key, 0) - value
+            if moved:
+                delta[key] = moved
+            else:
+                del delta[key]
+    return delta
+
+
+_NO_WORK = (0,) * len(OPEN_WORK)
+
+
+def _moved(old: WorkflowRunRow, new: WorkflowRunRow) -> dict[str, int]:
+    """:func:`count_delta` of two rows of one run with the same build."""
+    delta: dict[str, int] = {}
+    was, now = old.status, new.status
+    ended, ends = was.is_terminal, now.is_terminal
+    if was is not now:
+        delta[was.value] = -1
+        delta[now.value] = 1
+        if ended != ends:
+            sign = 1 if ends else -1
+            delta["terminal"] = sign
+            delta["non_terminal"] = -sign
+            delta[OPEN_OF_BUILD + (new.build or "")] = -sign
+    before = _NO_WORK if ended else old[10:]
+    after = _NO_WORK if ends else new[10:]
+    if before != after:
+        for name, a, b in zip(OPEN_WORK, before, after, strict=True):
+            if a != b:
+                delta[name] = b - a
+    return delta
+
+
+def apply_delta(counts: dict[str, int], delta: Mapping[str, int]) -> None:
+    """Move ``counts`` by ``delta`` in place, dropping those that reach zero."""
+    for key, moved in delta.items():
+        total = counts.get(key, 0) + moved
+        if total:
+            counts[key] = total
+        else:
+            counts.pop(key, None)
+
+
+def count_rows(rows: Iterable[WorkflowRunRow]) -> dict[str, int]:
+    """The counts of ``rows`` (what a store keeps as its runs change)."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        add_counts(counts, row, 1)
+    return counts
+
+
+SUMMARY_FIELDS: tuple[str, ...] = tuple(WorkflowRunSummary.__dataclass_fields__)
+"""The summary's counts, in the order of its fields."""
+
+
+def summary_of(counts: Mapping[str, int]) -> WorkflowRunSummary:
+    """The summary that kept counts describe."""
+    fields = WorkflowRunSummary.__dataclass_fields__
+    return WorkflowRunSummary(**{name: counts.get(name, 0) for name in fields})
+
+
+def builds_of(counts: Mapping[str, int]) -> dict[str | None, tuple[int, int]]:
+    """Per runtime build (``None``: unpinned runs), its runs and how many have not ended."""
+    out: dict[str | None, tuple[int, int]] = {}
+    for key, value in counts.items():
+        if key.startswith(RUNS_OF_BUILD) and value:
+            build = key[len(RUNS_OF_BUILD) :]
+            out[build or None] = (value, counts.get(OPEN_OF_BUILD + build, 0))
+    return out
 
 
 class SuspensionKind(StrEnum):

@@ -9,7 +9,7 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
+from streamflow.core.inspect import WorkflowRunRow, WorkflowRunSummary, WorkflowRunSuspension
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.timeutil import format_utc
 
@@ -20,18 +20,23 @@ def _when(value: datetime | None) -> str | None:
 
 def run_row(snap: WorkflowRunSnapshot) -> dict[str, Any]:
     """One line of ``/v1/runs``."""
-    spec = snap.spec
+    return row_view(WorkflowRunRow.of(snap))
+
+
+def row_view(row: WorkflowRunRow) -> dict[str, Any]:
+    """One line of ``/v1/runs`` from the row a store keeps (:func:`run_row` without a
+    projection)."""
     return {
-        "run_id": snap.run_id,
-        "status": snap.status.value,
-        "workflow": None if spec is None else spec.name,
-        "version": None if spec is None else spec.version,
-        "build": snap.runtime_build_id,
-        "parent_run_id": None if snap.parent is None else snap.parent.run_id,
-        "last_sequence": snap.last_sequence,
-        "created_at": _when(snap.created_at),
-        "updated_at": _when(snap.updated_at),
-        "ended_at": _when(snap.updated_at) if snap.is_terminal else None,
+        "run_id": row.run_id,
+        "status": row.status.value,
+        "workflow": row.workflow,
+        "version": row.version,
+        "build": row.build,
+        "parent_run_id": row.parent_run_id,
+        "last_sequence": row.last_sequence,
+        "created_at": _when(row.created_at),
+        "updated_at": _when(row.updated_at),
+        "ended_at": _when(row.ended_at),
     }
 
 

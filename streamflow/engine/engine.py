@@ -30,11 +30,15 @@ from streamflow.core.errors import (
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import (
+    WorkflowRunRow,
     WorkflowRunSummary,
     WorkflowRunSuspension,
+    builds_of,
     continuation_error,
+    count_rows,
     open_suspensions,
     summarize,
+    summary_of,
 )
 from streamflow.core.jsonvalue import JsonValue, check_text, normalize
 from streamflow.core.limits import check_payload
@@ -62,6 +66,14 @@ from streamflow.engine.driver import Driver
 from streamflow.engine.settings import EngineSettings, FlowEngineBuilder
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
+from streamflow.stores.rows import (
+    OPEN_STATUSES,
+    RunCatalog,
+    RunRowPage,
+    RunRowQuery,
+    SnapshotRows,
+    page_rows,
+)
 from streamflow.workflow.runtime import FlowRuntime
 
 if TYPE_CHECKING:
@@ -98,6 +110,8 @@ class FlowEngine:
         self._runtime = runtime
         self._s = settings if settings is not None else EngineSettings()
         self._driver = Driver(store, runtime, self._s)
+        self._catalog = store if isinstance(store, RunCatalog) else None
+        """The store's listing rows and counts (the built-in stores keep them), if it has any."""
 
     @staticmethod
     def builder(runtime: FlowRuntime) -> FlowEngineBuilder:
@@ -215,7 +229,10 @@ class FlowEngine:
         return await self._driver.incident(run_id)
 
     async def list_incidents(self) -> list[FlowIncident]:
-        return await self._driver.list_incidents()
+        """Every current incident, by run id (read in a worker thread from a built-in store)."""
+        if self._catalog is None:
+            return await self._driver.list_incidents()
+        return await asyncio.to_thread(self._catalog.incidents)
 
     # -- wake-ups -------------------------------------------------------------------------------
 
@@ -455,8 +472,10 @@ class FlowEngine:
 
     async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
         """Active hooks of non-terminal runs, sorted by (run, hook). Hooks carry their token's
-        SHA-256 digest, never the token."""
-        return await self._store.list_active_hooks()
+        SHA-256 digest, never the token. (Read in a worker thread from a built-in store.)"""
+        if self._catalog is None:
+            return await self._store.list_active_hooks()
+        return await asyncio.to_thread(self._catalog.active_hooks)
 
     # -- timers ---------------------------------------------------------------------------------
 
@@ -599,13 +618,49 @@ class FlowEngine:
         return await self._store.list_run_ids()
 
     async def list_snapshots(self) -> list[WorkflowRunSnapshot]:
+        """Every run's snapshot, by run id: reads every run (a listing, the summary and
+        ``/v1/builds`` have cheaper calls: :meth:`list_run_rows`, :meth:`run_summary`,
+        :meth:`runs_per_build`)."""
         return [await self._driver.load(run_id) for run_id in await self.list_run_ids()]
 
     async def run_summary(self) -> WorkflowRunSummary:
-        return summarize(await self.list_snapshots())
+        """Runs counted per status, with the open work of the non-terminal ones: from the
+        counts the store keeps with every append (no run is read), or over a store without
+        them, from every snapshot."""
+        if self._catalog is None:
+            return summarize(await self.list_snapshots())
+        return summary_of(self._catalog.run_counts())
+
+    async def runs_per_build(self) -> dict[str | None, tuple[int, int]]:
+        """Per runtime build (``None``: unpinned runs), how many runs it has and how many of
+        them have not ended (kept counts, like :meth:`run_summary`)."""
+        if self._catalog is None:
+            return builds_of(count_rows(WorkflowRunRow.of(s) for s in await self.list_snapshots()))
+        return builds_of(self._catalog.run_counts())
+
+    async def list_run_rows(self, query: RunRowQuery) -> RunRowPage:
+        """One page of runs, newest first by ``(created_at, run_id)``, each with whether it has
+        an incident. Read in a worker thread from the store's creation-ordered indexes (per
+        workflow and status): about ``query.limit`` rows, more only while a filter the indexes
+        do not cover rejects them. Over a store without them, from every snapshot."""
+        if self._catalog is None:
+            rows = [WorkflowRunRow.of(s) for s in await self.list_snapshots()]
+            incidents = [i.run_id for i in await self.list_incidents()]
+            return page_rows(SnapshotRows(rows, incidents), query)
+        return await asyncio.to_thread(page_rows, self._catalog, query)
 
     async def list_open_suspensions(self, now: datetime) -> list[WorkflowRunSuspension]:
-        return open_suspensions(await self.list_snapshots(), require_utc(now, "now"))
+        """What every started, non-terminal run waits on at ``now``. It reads those runs only
+        (through the store's status indexes, in a worker thread)."""
+        now = require_utc(now, "now")
+        if self._catalog is None:
+            return open_suspensions(await self.list_snapshots(), now)
+
+        def suspensions(snap: WorkflowRunSnapshot) -> list[WorkflowRunSuspension]:
+            return open_suspensions([snap], now)
+
+        found = await asyncio.to_thread(self._catalog.visit_runs, OPEN_STATUSES, suspensions)
+        return sorted(found, key=lambda s: (s.run_id, s.kind.value, s.subject_id))
 
     # -- retention (docs/semantics.md, section 15) -------------------------------------------
 

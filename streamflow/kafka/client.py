@@ -391,16 +391,23 @@ class FlowClient:
         """Every run's snapshot, by run id. Reads every history of the namespace (like
         :meth:`list_run_ids`): fine for development and tests; in production the observers'
         run index answers queries across runs (docs/observability.md, *Inspection*)."""
-        histories = await asyncio.to_thread(self._history.histories)
+        return await asyncio.to_thread(self._snapshots)
+
+    def _snapshots(self) -> list[WorkflowRunSnapshot]:
+        """Every run's snapshot, read and projected in the calling (worker) thread: off the
+        event loop, which a namespace of histories would hold up."""
+        histories = self._history.histories()
         return [project(run_id, events) for run_id, events in histories.items()]
 
     async def run_summary(self) -> WorkflowRunSummary:
-        """Runs counted per status (from :meth:`list_snapshots`)."""
-        return summarize(await self.list_snapshots())
+        """Runs counted per status (from :meth:`list_snapshots`, in a worker thread)."""
+        return await asyncio.to_thread(lambda: summarize(self._snapshots()))
 
     async def list_open_suspensions(self, now: datetime) -> list[WorkflowRunSuspension]:
-        """What every non-terminal run waits on at ``now`` (from :meth:`list_snapshots`)."""
-        return open_suspensions(await self.list_snapshots(), require_utc(now, "now"))
+        """What every non-terminal run waits on at ``now`` (from :meth:`list_snapshots`, in a
+        worker thread)."""
+        now = require_utc(now, "now")
+        return await asyncio.to_thread(lambda: open_suspensions(self._snapshots(), now))
 
     @property
     def max_continue_as_new_hops(self) -> int:

@@ -13,6 +13,7 @@ from streamflow.core import events as ev
 from streamflow.core.errors import EventConflict, HookTokenConflict, InvalidTransition
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
+from streamflow.core.inspect import WorkflowRunRow
 from streamflow.core.projection import evolve
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -154,6 +155,11 @@ class StoreRun:
     """Its scheduled wake-ups (none once terminal)."""
     hooks: frozenset[ActiveHook] = frozenset()
     """Its active hooks (none once terminal)."""
+    row: WorkflowRunRow | None = None
+    """Its listing row (``None`` before its first event)."""
+    row_head: str = ""
+    """A store's encoding of the part of the row most appends leave alone, kept while it
+    holds (empty: none yet)."""
 
 
 _NONE: frozenset[Any] = frozenset()
@@ -173,12 +179,16 @@ def active_hooks(snapshot: WorkflowRunSnapshot) -> frozenset[ActiveHook]:
 def store_run(snapshot: WorkflowRunSnapshot) -> StoreRun:
     """A store's view of a projected run: the snapshot and the indexes derived from it."""
     return StoreRun(
-        snapshot=snapshot, wakeups=scheduled_wakeups(snapshot), hooks=active_hooks(snapshot)
+        snapshot=snapshot,
+        wakeups=scheduled_wakeups(snapshot),
+        hooks=active_hooks(snapshot),
+        row=WorkflowRunRow.of(snapshot),
     )
 
 
 class PreparedAppend(NamedTuple):
-    """What one append writes beside its envelope: the wake-up and active-hook deltas.
+    """What one append writes beside its envelope: the wake-up and active-hook deltas, and the
+    run's listing row before and after.
 
     A named tuple, not a frozen dataclass: one is built per append, and a frozen dataclass's
     ``__init__`` costs several times as much.
@@ -196,6 +206,10 @@ class PreparedAppend(NamedTuple):
     """Active hooks to add to it."""
     resolved: tuple[ResolvedHook, ...] = ()
     """The hooks this event resolved, for the index of resolved tokens."""
+    row: WorkflowRunRow | None = None
+    """The run's listing row after the event."""
+    row_before: WorkflowRunRow | None = None
+    """Its row before (``None``: the event starts the run's history)."""
 
 
 def prepare_append(
@@ -216,7 +230,8 @@ def prepare_append(
     changed. A ``hook_created`` whose token an active hook of another (non-terminal) run holds
     raises ``HookTokenConflict``: checked here, under the store's append lock, the claim is
     atomic. The caller persists the returned envelope, wake-up and active-hook deltas
-    atomically, and must drop ``run`` from any cache if persisting fails.
+    atomically (with the listing row, its index entries and the counts it moves), and must drop
+    ``run`` from any cache if persisting fails.
     """
     validate_run_id(run_id)
     actual = 0 if run is None else run.snapshot.last_sequence
@@ -239,9 +254,10 @@ def prepare_append(
         run_id=run_id, sequence=actual + 1, event_id=event_id, timestamp=timestamp, event=event
     )
     evolve(run.snapshot, envelope)
-    before, hooks_before = run.wakeups, run.hooks
+    before, hooks_before, row_before = run.wakeups, run.hooks, run.row
     after, hooks_after = scheduled_wakeups(run.snapshot), active_hooks(run.snapshot)
-    run.wakeups, run.hooks = after, hooks_after
+    row = WorkflowRunRow.of(run.snapshot)
+    run.wakeups, run.hooks, run.row = after, hooks_after, row
     # Most appends leave both indexes empty: no set differences to build then.
     hooks_removed = hooks_before - hooks_after if hooks_before else _NONE
     return run, PreparedAppend(
@@ -256,6 +272,8 @@ def prepare_append(
         )
         if hooks_removed
         else (),
+        row,
+        row_before,
     )
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import bisect
 import builtins
 import threading
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import TypeVar
 
 from streamflow.core import events as ev
 from streamflow.core.errors import RunNotFound
 from streamflow.core.incidents import FlowIncident
+from streamflow.core.inspect import WorkflowRunRow
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
     FlowHistoryRetentionReport,
@@ -20,7 +23,7 @@ from streamflow.core.retention import (
     pruned_run,
     tombstone,
 )
-from streamflow.core.snapshot import ActiveHookSnapshot
+from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.tokens import ResolvedHook
 from streamflow.core.wakeups import ScheduledWakeup, sort_key
 from streamflow.stores.base import (
@@ -32,7 +35,9 @@ from streamflow.stores.base import (
     retention_report,
     utc_now,
 )
+from streamflow.stores.rows import ROW_CHUNK, IndexName, Order, RowIndex
 
+T = TypeVar("T")
 _WakeKey = tuple[datetime, str, str, str]
 
 
@@ -41,8 +46,9 @@ def _wake_key(w: ScheduledWakeup) -> _WakeKey:
 
 
 class InMemoryEventStore:
-    """Atomic expected-sequence appends, an ordered wake-up index and an active-hook index by
-    token digest, all in memory."""
+    """Atomic expected-sequence appends, an ordered wake-up index, an active-hook index by
+    token digest, and listing rows, counts and creation-ordered indexes
+    (:mod:`streamflow.stores.rows`), all in memory."""
 
     def __init__(self, *, clock: Clock = utc_now) -> None:
         self._clock = clock
@@ -56,6 +62,7 @@ class InMemoryEventStore:
         self._holds: dict[str, dict[str, HistoryHold]] = {}
         self._tombstones: dict[str, FlowHistoryTombstone] = {}
         self._incidents: dict[str, FlowIncident] = {}
+        self._rows = RowIndex()
 
     async def append_if_sequence(
         self, run_id: str, expected_sequence: int, event: ev.FlowEvent
@@ -101,6 +108,8 @@ class InMemoryEventStore:
                 self._hooks.setdefault(digest, set()).add((owner_run, hook_id))
             for resolved in prepared.resolved:
                 self._resolved[resolved.token_digest] = resolved
+            assert prepared.row is not None
+            self._rows.put(prepared.row)
             return prepared.envelope
 
     def _unschedule(self, wakeup: ScheduledWakeup) -> None:
@@ -163,6 +172,7 @@ class InMemoryEventStore:
                     del self._runs[run_id]
                     del self._histories[run_id]
                     self._incidents.pop(run_id, None)
+                    self._rows.drop(run_id)
                     self._tombstones[run_id] = stone
                 stones.extend(made)
             return retention_report(plan, stones)
@@ -185,6 +195,10 @@ class InMemoryEventStore:
 
     async def list_active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
         """Active hooks of non-terminal runs, sorted by (run, hook)."""
+        return self.active_hooks()
+
+    def active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
+        """:meth:`list_active_hooks` without an event loop (safe from any thread)."""
         with self._lock:
             found = [
                 ActiveHookSnapshot(run_id=run_id, hook=self._runs[run_id].snapshot.hooks[hook_id])
@@ -247,6 +261,10 @@ class InMemoryEventStore:
 
     async def list_incidents(self) -> builtins.list[FlowIncident]:
         """Every current incident, by run id."""
+        return self.incidents()
+
+    def incidents(self) -> builtins.list[FlowIncident]:
+        """:meth:`list_incidents` without an event loop (safe from any thread)."""
         with self._lock:
             return [self._incidents[r] for r in sorted(self._incidents)]
 
@@ -261,6 +279,43 @@ class InMemoryEventStore:
         """The earliest scheduled wake-up, due or not; ``None`` if there is none."""
         with self._lock:
             return self._wakeups[self._due[0]] if self._due else None
+
+    # -- listing rows and counts (:class:`streamflow.stores.rows.RunCatalog`) --------------------
+
+    def run_counts(self) -> dict[str, int]:
+        """The kept counts of every run (the summary's and the per-build ones)."""
+        with self._lock:
+            return dict(self._rows.counts)
+
+    def row_chunk(
+        self, index: IndexName, before: Order | None, count: int
+    ) -> builtins.list[WorkflowRunRow]:
+        """Up to ``count`` rows of ``index`` sorting before ``before``, newest first."""
+        with self._lock:
+            return self._rows.chunk(index, before, count)
+
+    def incident_run_ids(self, run_ids: Iterable[str]) -> set[str]:
+        """Those of ``run_ids`` that have an incident."""
+        with self._lock:
+            return {r for r in run_ids if r in self._incidents}
+
+    def visit_runs(
+        self,
+        statuses: Iterable[WorkflowRunStatus],
+        visit: Callable[[WorkflowRunSnapshot], Iterable[T]],
+    ) -> builtins.list[T]:
+        """``visit`` of the snapshot of each run of ``statuses``, the lock taken a chunk of runs
+        at a time."""
+        with self._lock:
+            run_ids = [r for status in statuses for r in self._rows.run_ids(status)]
+        out: builtins.list[T] = []
+        for start in range(0, len(run_ids), ROW_CHUNK):
+            with self._lock:
+                for run_id in run_ids[start : start + ROW_CHUNK]:
+                    run = self._runs.get(run_id)
+                    if run is not None:
+                        out.extend(visit(run.snapshot))
+        return out
 
     def close(self) -> None:
         """Nothing to release; present so every store can be closed the same way."""

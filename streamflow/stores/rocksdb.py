@@ -1,7 +1,8 @@
 """``RocksDBEventStore``: a durable single-process event store on RocksDB (rocksdict).
 
 What goes where (keys, values, column families) is ``stores.rocksdb_layout``; every append is
-one atomic ``WriteBatch``.
+one atomic ``WriteBatch``, with the run's listing row, its index entries and the counts it
+moves (:mod:`streamflow.stores.rows`).
 
 Writes go to RocksDB's write-ahead log before ``append`` returns, so they survive the death of
 the process; pass ``sync=True`` to also fsync them before ``append`` returns (power-loss
@@ -19,16 +20,19 @@ import builtins
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound, StoreError
 from streamflow.core.incidents import FlowIncident
+from streamflow.core.inspect import WorkflowRunRow, apply_delta, count_delta, count_rows
 from streamflow.core.projection import project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -40,7 +44,7 @@ from streamflow.core.retention import (
     pruned_run,
     tombstone,
 )
-from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
+from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.tokens import ResolvedHook
 from streamflow.core.wakeups import ScheduledWakeup, sort_key
 from streamflow.stores.base import (
@@ -54,10 +58,19 @@ from streamflow.stores.base import (
     utc_now,
 )
 from streamflow.stores.rocksdb_layout import (
+    BUILD_PREFIX,
     HOOK_INDEX_READY,
+    LISTING_READY,
+    LISTING_VERSION,
+    SUMMARY_KEY,
+    build_key,
+    build_value,
     closed_run_value,
     damaged,
+    decode_counts,
     decode_envelope,
+    decode_place,
+    decode_row,
     due_limit,
     envelope_value,
     event_key,
@@ -67,16 +80,29 @@ from streamflow.stores.rocksdb_layout import (
     hold_prefix,
     hook_key,
     hook_prefix,
+    listing_key,
+    listing_place,
+    listing_prefix,
     open_db,
     record_value,
+    row_head,
     run_is_open,
     run_value,
     scan,
     scan_prefix,
+    summary_value,
     tomb_key,
     wake_decode,
     wake_key,
     wake_value,
+    with_row,
+)
+from streamflow.stores.rows import (
+    ROW_CHUNK,
+    IndexName,
+    Order,
+    RowIndex,
+    index_changes,
 )
 
 __all__ = ["RocksDBEventStore", "damaged", "decode_envelope", "event_prefix", "get", "scan"]
@@ -84,6 +110,11 @@ __all__ = ["RocksDBEventStore", "damaged", "decode_envelope", "event_prefix", "g
 
 
 log = logging.getLogger("streamflow.stores")
+T = TypeVar("T")
+_UNMOVED: dict[str, int] = {}
+"""The counts' move of an append that moves none (never written to)."""
+REBUILD_BATCH = 4096
+"""Runs per write batch when the listing family is rebuilt."""
 
 
 class RocksDBEventStore:
@@ -126,6 +157,9 @@ class RocksDBEventStore:
             self._resolved: Rdict | None = (
                 self._db.get_column_family("resolved") if "resolved" in families else None
             )
+            self._listing: Rdict | None = (
+                self._db.get_column_family("listing") if "listing" in families else None
+            )
             self._handles = {name: self._db.get_column_family_handle(name) for name in families}
         except Exception as exc:
             raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
@@ -145,6 +179,18 @@ class RocksDBEventStore:
             and get(self._hooks, HOOK_INDEX_READY, self._where("the hook index")) is None
         ):
             self._rebuild_hook_index()
+        self._counts: dict[str, int] = {}
+        """The kept counts (the owner's copy of what the ``listing`` family holds, moved once
+        each batch that moves them is written)."""
+        self._memory_rows: RowIndex | None = None
+        """The rows of a read-only store whose directory predates the listing family."""
+        self._listing_ready = self._listing is not None and (
+            get(self._listing, LISTING_READY, self._where("the listing index")) == LISTING_VERSION
+        )
+        if not read_only and not self._listing_ready:
+            self._rebuild_listing()
+        if self._owner:
+            self._counts = self._stored_counts()
 
     def _rebuild_hook_index(self) -> None:
         """Index the active hooks of every stored run (a directory from before the index)."""
@@ -156,6 +202,51 @@ class RocksDBEventStore:
                 batch.put(hook_key(hook), b"", self._handles["hooks"])
         batch.put(HOOK_INDEX_READY, b"", self._handles["hooks"])
         self._write(db, batch)
+
+    def _rebuild_listing(self) -> None:
+        """Write every run's listing row, index entries and the counts from the histories (a
+        directory from before the listing family, or one whose family was lost), replacing
+        whatever the family held. Written :data:`REBUILD_BATCH` runs a batch; the ``ready``
+        key goes in the last, so a rebuild cut short starts again at the next open."""
+        db = self._require_open()
+        assert self._listing is not None
+        handle = self._handles["listing"]
+        batch = WriteBatch(raw_mode=True)
+        for key, _ in scan(self._listing, self._where("the listing index")):
+            batch.delete(key, handle)
+        self._write(db, batch)
+        rows: builtins.list[WorkflowRunRow] = []
+        batch = WriteBatch(raw_mode=True)
+        for key, raw in scan(self._runs, self._where("the run index")):
+            run = self._load(key.decode())
+            if run is None or run.row is None:
+                continue
+            rows.append(run.row)
+            batch.put(key, with_row(raw, run.row), self._handles["runs"])
+            for index, order in index_changes(None, run.row)[1]:
+                batch.put(listing_key(index, order), key, handle)
+            if len(rows) % REBUILD_BATCH == 0:
+                self._write(db, batch)
+                batch = WriteBatch(raw_mode=True)
+        counts = count_rows(rows)
+        batch.put(SUMMARY_KEY, summary_value(counts), handle)
+        for build in {r.build or "" for r in rows}:
+            value = build_value(counts, build)
+            if value is not None:
+                batch.put(build_key(build), value, handle)
+        batch.put(LISTING_READY, LISTING_VERSION, handle)
+        self._write(db, batch)
+        self._listing_ready = True
+        if rows:  # (a new store has nothing to tell)
+            log.info("RocksDB store at %s: listing index built for %d runs", self.path, len(rows))
+
+    def _stored_counts(self) -> dict[str, int]:
+        """The counts as stored (a read-only store reads them at each call: a few dozen keys)."""
+        if self._listing is None:
+            return {}
+        where = self._where("the kept counts")
+        summary = get(self._listing, SUMMARY_KEY, where)
+        return decode_counts(summary, scan_prefix(self._listing, where, BUILD_PREFIX), where)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -256,11 +347,13 @@ class RocksDBEventStore:
             batch.delete(run_id.encode(), self._handles["runs"])
             for wakeup in run.wakeups:
                 batch.delete(wake_key(wakeup), self._handles["wakeups"])
+            moved = self._listing_changes(batch, run_id, run.row, None)
             if history and history[-1].event.is_terminal():
                 stone = tombstone(history, self._clock())
                 batch.put(tomb_key(run_id), record_value(stone), self._handles["retention"])
             self._write(db, batch)
             self._cache.pop(run_id, None)
+            apply_delta(self._counts, moved)
             return True
 
     def is_pruned(self, run_id: str) -> bool:
@@ -305,6 +398,8 @@ class RocksDBEventStore:
         says which fsync covers it."""
         with self._lock:
             db = self._require_open()
+            if not self._owner:
+                raise StoreError(f"RocksDB store at {self.path} is opened read only")
             known = self._load(run_id)
             # A tombstone is written in the batch that deletes the run's events, and the run
             # leaves the cache with it: a run with a history here has none. So only a run
@@ -329,7 +424,11 @@ class RocksDBEventStore:
             batch = WriteBatch(raw_mode=True)
             key = event_key(run_id, envelope.sequence)
             batch.put(key, envelope_value(envelope), self._handles["events"])
-            entry = run_value(envelope.sequence, run.snapshot)
+            row, before = prepared.row, prepared.row_before
+            assert row is not None
+            if not run.row_head or before is None or not before.same_place(row):
+                run.row_head = row_head(row)  # (a run's first event, or its place moved)
+            entry = run_value(envelope.sequence, run.snapshot, row, run.row_head)
             batch.put(run_id.encode(), entry, self._handles["runs"])
             predecessor = event.predecessor if isinstance(event, ev.RunCreated) else None
             if predecessor is not None and copy_of is None:
@@ -349,6 +448,10 @@ class RocksDBEventStore:
             for resolved in prepared.resolved:
                 digest = resolved.token_digest.encode()
                 batch.put(digest, record_value(resolved), self._handles["resolved"])
+            if before is None or not before.same_place(row):
+                moved = self._listing_changes(batch, run_id, before, row)
+            else:
+                moved = _UNMOVED  # most appends: no index entry or count changes
             try:
                 ticket = self._write(db, batch, defer_sync=True)
             except StoreError:
@@ -358,7 +461,46 @@ class RocksDBEventStore:
                 self._cache.pop(run_id, None)
                 raise StoreError(f"RocksDB append failed for run {run_id}: {exc}") from exc
             self._remember(run_id, run)
+            apply_delta(self._counts, moved)
             return envelope, ticket
+
+    def _listing_changes(
+        self,
+        batch: WriteBatch,
+        run_id: str,
+        old: WorkflowRunRow | None,
+        new: WorkflowRunRow | None,
+        pending: dict[str, int] | None = None,
+    ) -> dict[str, int]:
+        """Put into ``batch`` the index entries and counts that change when the run's row goes
+        from ``old`` to ``new`` (``None``: no row). Returns how the counts move, to apply to
+        the kept ones once the batch is written; ``pending``: how earlier changes in the same
+        batch moved them (added to, and returned)."""
+        moved = {} if pending is None else pending
+        if old is not None and new is not None and old.same_place(new):
+            return moved
+        handle = self._handles["listing"]
+        removed, added = index_changes(old, new)
+        if removed or added:
+            places = {order: listing_place(order) for order in {o for _, o in removed + added}}
+            for index, order in removed:
+                batch.delete(listing_prefix(index) + places[order], handle)
+            key = run_id.encode()
+            for index, order in added:
+                batch.put(listing_prefix(index) + places[order], key, handle)
+        delta = count_delta(old, new)
+        if not delta:
+            return moved
+        for name, by in delta.items():
+            moved[name] = moved.get(name, 0) + by
+        batch.put(SUMMARY_KEY, summary_value(self._counts, moved), handle)
+        for build in {r.build or "" for r in (old, new) if r is not None}:
+            value = build_value(self._counts, build, moved)
+            if value is None:
+                batch.delete(build_key(build), handle)
+            else:
+                batch.put(build_key(build), value, handle)
+        return moved
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -471,14 +613,44 @@ class RocksDBEventStore:
             return True
 
     async def list_incidents(self) -> builtins.list[FlowIncident]:
-        with self._lock:
-            self._require_open()
-            if self._incidents is None:
-                return []
-            return [
-                FlowIncident.from_json(json.loads(value))
-                for _key, value in scan(self._incidents, self._where("the incidents"))
-            ]
+        return self.incidents()
+
+    def incidents(self) -> builtins.list[FlowIncident]:
+        """:meth:`list_incidents` without an event loop: safe from any thread, taking the lock
+        a chunk of incidents at a time."""
+        found: builtins.list[FlowIncident] = []
+
+        def each(_key: bytes, value: bytes) -> None:
+            found.append(FlowIncident.from_json(json.loads(value)))
+
+        self._each_chunk(lambda: self._incidents, self._where("the incidents"), each)
+        return found
+
+    def _each_chunk(
+        self, family: Callable[[], Rdict | None], where: str, each: Callable[[bytes, bytes], None]
+    ) -> None:
+        """Call ``each`` (under the lock) with every entry of ``family`` in key order, taking
+        the lock :data:`~streamflow.stores.rows.ROW_CHUNK` entries at a time, so that a scan in
+        a worker thread lets appends on the event loop in between."""
+        start: bytes | None = None
+        while True:
+            seen = 0
+            with self._lock:
+                self._require_open()
+                source = family()
+                if source is None:
+                    return
+                for key, value in scan(source, where, start):
+                    if key == start:
+                        continue
+                    seen += 1
+                    start = key
+                    each(key, value)
+                    if seen == ROW_CHUNK:
+                        break
+            if seen < ROW_CHUNK:
+                return
+            time.sleep(0)  # let a writer waiting for the lock take it between chunks
 
     def read(self, run_id: str) -> ev.History:
         """The run's stored history without an event loop (empty for an unknown run)."""
@@ -536,18 +708,128 @@ class RocksDBEventStore:
             return self._resolved_entry(token_digest)
 
     async def list_active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
+        return self.active_hooks()
+
+    def active_hooks(self) -> builtins.list[ActiveHookSnapshot]:
+        """:meth:`list_active_hooks` without an event loop: safe from any thread, taking the
+        lock a chunk of the hook index at a time."""
         found = []
+
+        def each(key: bytes, _value: bytes) -> None:
+            if key == HOOK_INDEX_READY:
+                return
+            _, run_id, hook_id = key.decode().split("\x00")
+            run = self._load(run_id)
+            hook = None if run is None else run.snapshot.hooks.get(hook_id)
+            if hook is not None:
+                found.append(ActiveHookSnapshot(run_id=run_id, hook=hook))
+
+        self._each_chunk(lambda: self._hooks, self._where("the hook-token index"), each)
+        return sorted(found, key=lambda a: (a.run_id, a.hook.hook_id))
+
+    # -- listing rows and counts (:class:`streamflow.stores.rows.RunCatalog`) ------------------
+
+    def _fallback_rows(self) -> RowIndex | None:
+        """The rows of a read-only store whose directory has no listing index, projected once
+        (a read-only store sees the directory as it was when opened); ``None`` when the index is
+        there. Under the lock."""
+        if self._listing_ready:
+            return None
+        if self._memory_rows is None:
+            rows = RowIndex()
+            for key, _ in scan(self._runs, self._where("the run index")):
+                run = self._load(key.decode())
+                if run is not None and run.row is not None:
+                    rows.put(run.row)
+            self._memory_rows = rows
+        return self._memory_rows
+
+    def run_counts(self) -> dict[str, int]:
+        """The kept counts of every run (the summary's and the per-build ones): no run is read."""
         with self._lock:
             self._require_open()
-            for key, _ in scan(self._hooks, self._where("the hook-token index")):
-                if key == HOOK_INDEX_READY:
-                    continue
-                _, run_id, hook_id = key.decode().split("\x00")
-                run = self._load(run_id)
-                hook = None if run is None else run.snapshot.hooks.get(hook_id)
-                if hook is not None:
-                    found.append(ActiveHookSnapshot(run_id=run_id, hook=hook))
-        return sorted(found, key=lambda a: (a.run_id, a.hook.hook_id))
+            memory = self._fallback_rows()
+            if memory is not None:
+                return dict(memory.counts)
+            return dict(self._counts) if self._owner else self._stored_counts()
+
+    def _entries(self, index: IndexName, before: Order | None, count: int) -> builtins.list[Order]:
+        """Up to ``count`` places of ``index`` sorting before ``before``, newest first. Under
+        the lock."""
+        memory = self._fallback_rows()
+        if memory is not None:
+            return memory.entries(index, before, count)
+        assert self._listing is not None
+        prefix = listing_prefix(index)
+        start = None if before is None else prefix + listing_place(before)
+        found: builtins.list[Order] = []
+        if count <= 0:
+            return found
+        for key, _ in scan_prefix(self._listing, self._where("the listing index"), prefix, start):
+            if key != start:
+                found.append(decode_place(key[len(prefix) :]))
+                if len(found) == count:
+                    break
+        return found
+
+    def _row(self, run_id: str) -> WorkflowRunRow:
+        """The run's listing row (under the lock)."""
+        memory = self._fallback_rows()
+        if memory is not None:
+            return memory.rows[run_id]
+        where = self._where(f"the run index entry of {run_id}")
+        raw = get(self._runs, run_id.encode(), where)
+        row = None if raw is None else decode_row(run_id, raw, where)
+        if row is None:
+            run = self._load(run_id)
+            if run is None or run.row is None:
+                raise StoreError(f"{where}: the listing index names it, but it has no history")
+            row = run.row
+        return row
+
+    def row_chunk(
+        self, index: IndexName, before: Order | None, count: int
+    ) -> builtins.list[WorkflowRunRow]:
+        """Up to ``count`` rows of ``index`` sorting before ``before``, newest first: ``count``
+        index entries and ``count`` point reads, whatever the number of runs."""
+        with self._lock:
+            self._require_open()
+            return [self._row(run_id) for _, run_id in self._entries(index, before, count)]
+
+    def incident_run_ids(self, run_ids: Iterable[str]) -> set[str]:
+        """Those of ``run_ids`` that have an incident (one point read each)."""
+        with self._lock:
+            self._require_open()
+            family = self._incidents
+            if family is None:
+                return set()
+            where = self._where("the incidents")
+            return {r for r in run_ids if get(family, r.encode(), where) is not None}
+
+    def visit_runs(
+        self,
+        statuses: Iterable[WorkflowRunStatus],
+        visit: Callable[[WorkflowRunSnapshot], Iterable[T]],
+    ) -> builtins.list[T]:
+        """``visit`` of the snapshot of each run of ``statuses``, through the status indexes,
+        the lock taken a chunk of runs at a time."""
+        out: builtins.list[T] = []
+        for status in statuses:
+            index: IndexName = ("status", status.value)
+            before: Order | None = None
+            while True:
+                with self._lock:
+                    self._require_open()
+                    chunk = self._entries(index, before, ROW_CHUNK)
+                    for _, run_id in chunk:
+                        run = self._load(run_id)
+                        if run is not None:
+                            out.extend(visit(run.snapshot))
+                if len(chunk) < ROW_CHUNK:
+                    break
+                before = chunk[-1]
+                time.sleep(0)  # let a writer waiting for the lock take it between chunks
+        return out
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -627,6 +909,7 @@ class RocksDBEventStore:
             for component in plan.components:
                 batch = WriteBatch(raw_mode=True)
                 made = []
+                moved: dict[str, int] = {}
                 for run_id in component:
                     history = self._read(run_id)
                     stone = tombstone(history, now)
@@ -640,6 +923,8 @@ class RocksDBEventStore:
                     for digest in forgotten_hooks(runs[run_id].snapshot, self._resolved_entry):
                         batch.delete(digest.encode(), self._handles["resolved"])
                     batch.put(tomb_key(run_id), record_value(stone), self._handles["retention"])
+                    row = runs[run_id].row
+                    self._listing_changes(batch, run_id, row, None, moved)
                 try:
                     self._write(db, batch)
                 except Exception as exc:
@@ -648,6 +933,7 @@ class RocksDBEventStore:
                     ) from exc
                 for run_id in component:
                     self._cache.pop(run_id, None)
+                apply_delta(self._counts, moved)
                 stones.extend(made)
             return retention_report(plan, stones)
 
@@ -718,7 +1004,7 @@ class RocksDBEventStore:
             self._db = None
             # Column-family objects keep the database alive; drop them before closing.
             self._events = self._runs = self._wakeups = self._hooks = None  # type: ignore[assignment]
-            self._retention = self._incidents = self._resolved = None
+            self._retention = self._incidents = self._resolved = self._listing = None
             self._handles.clear()
             self._cache.clear()
             db.close()

@@ -1,10 +1,14 @@
 """How ``RocksDBEventStore`` lays its data out in RocksDB, and the checked reads it makes.
 
-Layout (raw bytes, eight column families, every append one atomic ``WriteBatch``):
+Layout (raw bytes, nine column families, every append one atomic ``WriteBatch``):
 
 * ``events``  ``run_id 0x00 u64be(sequence)`` → envelope JSON
-* ``runs``    ``run_id`` → ``{"last_sequence": n, "open": bool}`` (``open``: not ended yet; a
-  directory written before the flag existed has entries without it, read as open)
+* ``runs``    ``run_id`` → ``{"last_sequence": n, "open": bool, "row": [...]}`` (``open``: not
+  ended yet; a directory written before the flag existed has entries without it, read as open.
+  ``row``: the run's listing row, :meth:`~streamflow.core.inspect.WorkflowRunRow.to_json`: status,
+  workflow, version, build, parent, creation time, open waits, hooks, retries, children and
+  signal waits, then last sequence, update and end times (times in µs since the epoch, or
+  null); rewritten with each append, and missing from entries written before rows existed)
 * ``wakeups`` ``u64be(due µs) kind 0x00 run_id 0x00 subject`` → wake-up JSON, so a scheduler tick
   reads only the due prefix instead of replaying histories.
 * ``hooks``   ``token_digest 0x00 run_id 0x00 hook_id`` → empty: the active hooks of non-terminal
@@ -18,6 +22,20 @@ Layout (raw bytes, eight column families, every append one atomic ``WriteBatch``
   JSON of a pruned (or discarded) run.
 * ``schedules`` ``d 0x00 schedule_id`` → schedule JSON; ``s 0x00 schedule_id`` → how far it has
   fired (:mod:`streamflow.stores.schedules`).
+* ``listing`` the creation-ordered indexes of listings and the kept counts
+  (:mod:`streamflow.stores.rows`), each entry written in the batch of the append (or prune) that
+  changes it. Index keys are an index prefix followed by the run's place, newest first:
+  ``u64be(2^64-1 - created key)`` then the run id with every byte inverted (``255 - b``) and a
+  closing ``0xff`` (so a forward scan reads ``(created_at, run_id)`` descending); the value is
+  the run id. Prefixes: ``a 0x00`` every run; ``s 0x00 status 0x00`` per status;
+  ``w u32be(len) workflow`` per workflow; ``x u32be(len) workflow status 0x00`` per workflow
+  and status. ``m 0x00 summary`` → the summary's counts, ``i64be`` each in the order of
+  :class:`~streamflow.core.inspect.WorkflowRunSummary`'s fields; ``b 0x00 build`` (empty:
+  unpinned runs) → ``i64be(runs) i64be(open runs)`` of one build, deleted with its last run.
+  ``m 0x00 ready`` → ``1`` (the family's form) once the
+  whole family describes every stored run: a directory written before it existed (no key) has
+  the family, and every ``row``, rebuilt from the histories when it is first opened for
+  writing; opened read-only, its rows are projected in memory instead.
 
 Every read goes through :func:`scan` or :func:`get`, which verify block checksums and turn a
 read RocksDB could not complete into :class:`StoreError` instead of a shorter answer.
@@ -25,8 +43,10 @@ read RocksDB could not complete into :class:`StoreError` instead of a shorter an
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator, Mapping
+import struct
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol, cast
@@ -35,14 +55,37 @@ from rocksdict import AccessType, Options, Rdict, ReadOptions
 
 from streamflow.core import events as ev
 from streamflow.core.errors import SerializationError, StoreError
+from streamflow.core.inspect import OPEN_OF_BUILD, RUNS_OF_BUILD, SUMMARY_FIELDS, WorkflowRunRow
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
 from streamflow.stores.base import ActiveHook
+from streamflow.stores.rows import IndexName, Order
 
-FAMILIES = ("events", "runs", "wakeups", "hooks", "retention", "incidents", "resolved", "schedules")
+FAMILIES = (
+    "events",
+    "runs",
+    "wakeups",
+    "hooks",
+    "retention",
+    "incidents",
+    "resolved",
+    "schedules",
+    "listing",
+)
 HOOK_INDEX_READY = b"\xff/index-ready"
 """The ``hooks`` key whose presence says the hook index is complete (rebuilt on open if not)."""
+LISTING_READY = b"m\x00ready"
+"""The ``listing`` key whose presence says the rows, indexes and counts describe every run."""
+LISTING_VERSION = b"1"
+"""What ``LISTING_READY`` holds: the form of the family it vouches for (another value, an
+older form, is rebuilt like a missing one)."""
+SUMMARY_KEY = b"m\x00summary"
+"""The ``listing`` key of the summary's counts."""
+BUILD_PREFIX = b"b\x00"
+"""The prefix of the ``listing`` keys of the per-build counts (the build id follows)."""
+_SUMMARY = struct.Struct(f">{len(SUMMARY_FIELDS)}q")
+_BUILD = struct.Struct(">qq")
 # Shift so instants before 1970 still sort correctly as unsigned big-endian keys.
 _MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
 
@@ -130,6 +173,91 @@ def tomb_key(run_id: str) -> bytes:
     return b"t\x00" + run_id.encode()
 
 
+_MAX_KEY = (1 << 64) - 1
+
+
+@functools.lru_cache(maxsize=1024)
+def listing_prefix(index: IndexName) -> bytes:
+    """The prefix of the ``listing`` keys of ``index``."""
+    kind = index[0]
+    if kind == "all":
+        return b"a\x00"
+    if kind == "status":
+        return b"s\x00" + index[1].encode() + b"\x00"
+    name = index[1].encode()
+    head = len(name).to_bytes(4, "big") + name
+    if kind == "workflow":
+        return b"w" + head
+    return b"x" + head + index[2].encode() + b"\x00"
+
+
+_INVERT = bytes(range(255, -1, -1))
+"""``bytes.translate`` table of ``255 - b``."""
+
+
+def listing_place(order: Order) -> bytes:
+    """A run's place in an index: newest first in key order. (A run id is ASCII, so no
+    inverted byte of one is ``0xff``, and a longer id sorts before its own prefix, as it does
+    descending.)"""
+    created, run_id = order
+    inverted = run_id.encode().translate(_INVERT)
+    return (_MAX_KEY - created).to_bytes(8, "big") + inverted + b"\xff"
+
+
+def decode_place(place: bytes) -> Order:
+    """The ``(created key, run id)`` of a place :func:`listing_place` wrote."""
+    created = _MAX_KEY - int.from_bytes(place[:8], "big")
+    return created, place[8:-1].translate(_INVERT).decode()
+
+
+def listing_key(index: IndexName, order: Order) -> bytes:
+    return listing_prefix(index) + listing_place(order)
+
+
+def summary_value(counts: Mapping[str, int], moved: Mapping[str, int] | None = None) -> bytes:
+    """The summary's counts among ``counts`` (moved by ``moved``), in the order of its
+    fields."""
+    if moved is None:
+        return _SUMMARY.pack(*[counts.get(name, 0) for name in SUMMARY_FIELDS])
+    return _SUMMARY.pack(*[counts.get(n, 0) + moved.get(n, 0) for n in SUMMARY_FIELDS])
+
+
+def build_key(build: str) -> bytes:
+    """The key of a build's counts (``""``: unpinned runs)."""
+    return BUILD_PREFIX + build.encode()
+
+
+def build_value(
+    counts: Mapping[str, int], build: str, moved: Mapping[str, int] | None = None
+) -> bytes | None:
+    """A build's ``(runs, open)`` among ``counts`` (moved by ``moved``); ``None``: it has no
+    run left."""
+    runs, still_open = RUNS_OF_BUILD + build, OPEN_OF_BUILD + build
+    values = [counts.get(runs, 0), counts.get(still_open, 0)]
+    if moved is not None:
+        values = [values[0] + moved.get(runs, 0), values[1] + moved.get(still_open, 0)]
+    return _BUILD.pack(*values) if values[0] else None
+
+
+def decode_counts(
+    summary: bytes | None, builds: Iterable[tuple[bytes, bytes]], where: str
+) -> dict[str, int]:
+    """The kept counts (as :func:`~streamflow.core.inspect.row_counts` names them) from the
+    summary entry and the per-build entries."""
+    try:
+        values = (0,) * len(SUMMARY_FIELDS) if summary is None else _SUMMARY.unpack(summary)
+        counts = {name: value for name, value in zip(SUMMARY_FIELDS, values, strict=True) if value}
+        for key, raw in builds:
+            build = key[len(BUILD_PREFIX) :].decode()
+            runs, still_open = _BUILD.unpack(raw)
+            counts[RUNS_OF_BUILD + build] = runs
+            if still_open:
+                counts[OPEN_OF_BUILD + build] = still_open
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise StoreError(f"{where}: undecodable counts: {exc}") from exc
+    return counts
+
+
 # -- values --------------------------------------------------------------------------------------
 
 
@@ -153,9 +281,43 @@ def decode_envelope(raw: bytes) -> ev.FlowEventEnvelope:
         raise StoreError(f"corrupt event record in RocksDB store: {exc}") from exc
 
 
-def run_value(last_sequence: int, snapshot: WorkflowRunSnapshot) -> bytes:
-    """The ``runs`` entry of a run whose last event is ``last_sequence``."""
-    return json.dumps({"last_sequence": last_sequence, "open": _still_open(snapshot)}).encode()
+def row_head(row: WorkflowRunRow) -> str:
+    """The JSON text of a stored row up to its tail (the items most appends leave alone,
+    kept by the store while they hold), without the closing bracket."""
+    return json.dumps(row.head_json())[:-1]
+
+
+def _number(value: int | None) -> str:
+    return "null" if value is None else str(value)
+
+
+def run_value(
+    last_sequence: int, snapshot: WorkflowRunSnapshot, row: WorkflowRunRow, head: str
+) -> bytes:
+    """The ``runs`` entry of a run whose last event is ``last_sequence``, its row's ``head``
+    (:func:`row_head`) given. Written with every append: put together from text instead of
+    encoded whole (what :func:`json.dumps` would make of the same entry)."""
+    last, updated, ended = row.tail_json()
+    is_open = "true" if _still_open(snapshot) else "false"
+    tail = f"{last}, {_number(updated)}, {_number(ended)}]"
+    return (
+        f'{{"last_sequence": {last_sequence}, "open": {is_open}, "row": {head}, {tail}}}'.encode()
+    )
+
+
+def with_row(raw: bytes, row: WorkflowRunRow) -> bytes:
+    """The ``runs`` entry ``raw`` with ``row`` as its listing row (the rest kept)."""
+    entry = {**json.loads(raw), "row": row.to_json()}
+    return json.dumps(entry).encode()
+
+
+def decode_row(run_id: str, raw: bytes, where: str) -> WorkflowRunRow | None:
+    """The listing row of a ``runs`` entry (``None``: an entry from before rows existed)."""
+    try:
+        data = json.loads(raw).get("row")
+        return None if data is None else WorkflowRunRow.from_json(run_id, data)
+    except (ValueError, KeyError, TypeError, AttributeError, SerializationError) as exc:
+        raise StoreError(f"{where}: undecodable entry of run {run_id}: {exc}") from exc
 
 
 def closed_run_value(raw: bytes) -> bytes:
