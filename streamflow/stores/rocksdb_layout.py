@@ -39,10 +39,16 @@ Layout (raw bytes, nine column families, every append one atomic ``WriteBatch``)
 
 Every read goes through :func:`scan` or :func:`get`, which verify block checksums and turn a
 read RocksDB could not complete into :class:`StoreError` instead of a shorter answer.
+
+Opened for writing, the directory is made ``0700`` (created so, and an existing one changed)
+and every file in it ``0600``; files RocksDB writes afterwards get the process umask, behind
+the directory only its owner can enter. Opened read-only (possibly as another user), nothing is
+changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import struct
@@ -86,6 +92,11 @@ BUILD_PREFIX = b"b\x00"
 """The prefix of the ``listing`` keys of the per-build counts (the build id follows)."""
 _SUMMARY = struct.Struct(f">{len(SUMMARY_FIELDS)}q")
 _BUILD = struct.Struct(">qq")
+DIRECTORY_MODE = 0o700
+"""A store's directory: its owner only (set at every open for writing)."""
+FILE_MODE = 0o600
+"""The files in it when it is opened for writing (later ones get the process umask, behind the
+0700 directory)."""
 # Shift so instants before 1970 still sort correctly as unsigned big-endian keys.
 _MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
 
@@ -95,12 +106,14 @@ _MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
 
 def open_db(path: Path, *, read_only: bool) -> tuple[Rdict, list[str]]:
     """Open the store at ``path`` (created if missing, unless ``read_only``): the database and
-    the column families it was opened with."""
+    the column families it was opened with. Opened for writing, the directory is made its
+    owner's only (0700) before RocksDB touches it, and every file in it once open (0600)."""
     if read_only:
         if not path.is_dir():
             raise FileNotFoundError(f"no such directory: {path}")
     else:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True, mode=DIRECTORY_MODE)
+        path.chmod(DIRECTORY_MODE)  # mkdir's mode goes through the umask; an old one is widened
     # Read-only, open the families the directory has (an older one may lack some).
     families = (
         [f for f in FAMILIES if f in Rdict.list_cf(str(path))] if read_only else list(FAMILIES)
@@ -111,7 +124,24 @@ def open_db(path: Path, *, read_only: bool) -> tuple[Rdict, list[str]]:
         column_families={name: Options(raw_mode=True) for name in families},
         access_type=AccessType.read_only() if read_only else AccessType.read_write(),
     )
+    if not read_only:
+        try:
+            restrict_files(path)
+        except BaseException:
+            db.close()
+            raise
     return db, families
+
+
+def restrict_files(path: Path) -> None:
+    """Make every file in the store's directory readable and writable by its owner only
+    (histories hold inputs, outputs and hook metadata). Files RocksDB writes later get the
+    process umask: the 0700 directory keeps them from everyone else."""
+    for entry in path.iterdir():
+        if entry.is_symlink() or not entry.is_file():
+            continue
+        with contextlib.suppress(FileNotFoundError):  # RocksDB deleted it meanwhile
+            entry.chmod(FILE_MODE)
 
 
 def _options() -> Options:

@@ -6,7 +6,8 @@ summary, ``/v1/builds``, every page of ``/v1/runs`` under many filters, open sus
 active hooks equal what the full scan they replace computes from projected histories; so they
 do after a RocksDB store is reopened, and after a directory written without them (the layout
 from before) is opened, read-only or for writing (which rebuilds them once). What the summary
-and a page read does not grow with the number of runs.
+and a page read does not grow with the number of runs; and a RocksDB store's directory and
+files are its owner's only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hashlib
 import json
 import logging
 import random
+import stat
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -580,3 +582,36 @@ async def test_the_summary_and_a_page_read_as_much_with_50_runs_as_with_2000(
     for read in ("summary", "builds", "first page", "next page", "filtered page"):
         assert large[read] == small[read], (read, small, large)
         assert large[read] <= 10, (read, large)
+
+
+# -- the directory is its owner's only -------------------------------------------------------
+
+
+def modes(path: Path) -> tuple[int, set[int]]:
+    files = {stat.S_IMODE(f.stat().st_mode) for f in path.iterdir() if f.is_file()}
+    return stat.S_IMODE(path.stat().st_mode), files
+
+
+def test_a_rocksdb_store_directory_and_its_files_are_the_owners_only(tmp_path):
+    path = tmp_path / "deep" / "db"
+    store = RocksDBEventStore(path)
+    try:
+        assert modes(path) == (0o700, {0o600})
+        asyncio.run(store.append("run-1", ev.RunCreated(spec=spec())))
+    finally:
+        store.close()  # writes tables and a new log, with the process umask...
+    assert modes(path)[0] == 0o700  # ...behind a directory only its owner can enter
+    # An existing directory (one an older version left open to others) is closed at open.
+    path.chmod(0o755)
+    for entry in path.iterdir():
+        entry.chmod(0o644)
+    store = RocksDBEventStore(path)
+    try:
+        assert modes(path) == (0o700, {0o600})
+        assert asyncio.run(store.list_run_ids()) == ["run-1"]
+    finally:
+        store.close()
+    # Opened read-only (beside its owner, perhaps as another user), nothing is changed.
+    path.chmod(0o750)
+    RocksDBEventStore(path, read_only=True).close()
+    assert modes(path)[0] == 0o750
