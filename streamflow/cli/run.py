@@ -240,8 +240,8 @@ def limits(args: argparse.Namespace) -> Limits:
 def hosted_decisions(args: argparse.Namespace) -> HostedDecisions:
     """What ``journal --decide`` decides in its own process: the runs of ``--app``'s builds
     (``--build``, ``--compatible-build``, ``--accept-unpinned``, as a processor's)."""
-    from streamflow.topologies.deciding import RunDecider
     from streamflow.topologies.journal_decisions import HostedDecisions
+    from streamflow.workflow.deciding import RunDecider
 
     return HostedDecisions(
         RunDecider(

@@ -46,9 +46,10 @@ from streamflow.core.timeutil import require_utc
 from streamflow.core.values import WorkflowTerminalOutcome
 from streamflow.engine.runs import RunCache
 from streamflow.engine.settings import EngineSettings
-from streamflow.engine.steps import StepRunner, invoke_workflow
+from streamflow.engine.steps import StepRunner
 from streamflow.observe.observers import notify
 from streamflow.stores.base import FlowEventStore
+from streamflow.workflow.deciding import Elsewhere, Idle, Propose, RunDecider, Stuck
 from streamflow.workflow.runtime import FlowRuntime
 
 log = logging.getLogger("streamflow.engine")
@@ -88,6 +89,15 @@ class Driver:
         """Continue-as-new hops and child-workflow depth, as commands are checked against."""
         self._runs = RunCache(store, settings.cache_runs)
         self._steps = StepRunner(runtime, settings, self._runs, self._commit)
+        self._decider = RunDecider(
+            runtime,
+            compatibility=settings.compatibility,
+            limits=settings.limits,
+            hook_secret=settings.hook_secret,
+            new_run_id=settings.new_run_id,
+            max_replay_iterations=settings.max_replay_iterations,
+            await_running_steps=False,  # this engine runs its own steps, interrupted ones too
+        )
         self._ended: dict[str, set[asyncio.Future[None]]] = {}
         """Run id → futures resolved when this engine commits the run's terminal event."""
         self._wakeup_listeners: list[Callable[[datetime], None]] = []
@@ -209,6 +219,9 @@ class Driver:
         return snap
 
     async def _drive_locked(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
+        """The drive loop: start a run created but not started, reconcile open children, then
+        ask the decider (the same one the Kafka processors and journal use) and act on its
+        answer: append, run the steps, stop where the run suspends."""
         budget = self._s.max_replay_iterations
         while True:
             cached = await self._runs.sync(run_id)
@@ -232,27 +245,24 @@ class Driver:
                 and await self._reconcile_children(cached, now)
             ):
                 continue
-            outcome = d.prepare(snap, now, self._s.compatibility)
-            if outcome is d.FINISHED or outcome is d.SUSPENDED:
+            verdict = await self._decider.decide_async(cached, now)
+            if verdict is None:
                 return snap.copy()
-            if isinstance(outcome, d.Rejected):
-                raise outcome.error
-            if isinstance(outcome, d.Decision):
-                await self._commit_tolerant(cached, outcome.events)
+            if isinstance(verdict, Stuck | Elsewhere):
+                raise verdict.error
+            if isinstance(verdict, Propose) and not await self._commit_tolerant(
+                cached, verdict.events
+            ):
                 continue
-            command = await invoke_workflow(self._runtime, cached, self._s.hook_secret)
-            decision = d.decide_command(
-                snap, command, now, new_run_id=self._s.new_run_id, limits=self.limits
-            )
-            if isinstance(decision, d.Rejected):
-                raise decision.error
-            if not await self._commit_tolerant(cached, decision.events):
-                continue
+            if not verdict.decided:
+                if isinstance(verdict, Idle):
+                    return snap.copy()  # suspended: the outside world or a delayed retry
+                continue  # a code-free transition was appended: decide again
             await self._heal(run_id)  # the run's code decided: whatever failed before is gone
-            steps = tuple(e for e in decision.effects if isinstance(e, d.RunStep))
+            steps = tuple(e for e in verdict.effects if isinstance(e, d.RunStep))
             if steps:
                 await self._steps.run(cached, steps, now)
-            elif decision.suspend:
+            elif isinstance(verdict, Idle) or verdict.suspend:
                 return snap.copy()
             # Child requests are created and driven by the reconciliation of the next
             # iteration; a successor by the chain loop once this run returns as terminal.

@@ -17,40 +17,23 @@ from datetime import datetime
 from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
-from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import EventConflict, ReplayLimitExceeded
 from streamflow.core.jsonvalue import normalize
 from streamflow.core.limits import check_payload
 from streamflow.core.projection import ProjectedRun
-from streamflow.core.tokens import HookSecret
 from streamflow.engine.runs import RunCache
 from streamflow.engine.settings import EngineSettings
 from streamflow.workflow.runtime import (
     FlowRuntime,
     HistoryView,
     StepInvocation,
-    checked_command,
     json_copy,
     retryable,
     step_error,
-    workflow_failures,
-    workflow_invocation,
 )
 
 Commit = Callable[[ProjectedRun, tuple[ev.FlowEvent, ...]], Awaitable[None]]
 """Append events to a cached run (raising ``EventConflict`` on a lost race)."""
-
-
-async def invoke_workflow(
-    runtime: FlowRuntime, cached: ProjectedRun, hook_secret: HookSecret | None
-) -> RuntimeCommand:
-    """Replay ``cached`` through ``run_workflow`` once; the command it returns (workflow
-    code's own exceptions raise as ``workflow_failures`` makes them)."""
-    with workflow_failures():
-        result = runtime.run_workflow(workflow_invocation(cached, hook_secret))
-        if inspect.isawaitable(result):
-            result = await result
-    return checked_command(result)
 
 
 class StepRunner:

@@ -35,7 +35,6 @@ from streamflow.observe.observers import FlowEventObserver
 from streamflow.serde.errors import to_error
 from streamflow.testing.harness import CHANGES, FlowDriver
 from streamflow.topologies.common import utc_now
-from streamflow.topologies.deciding import RunDecider
 from streamflow.topologies.hooks import Hooks
 from streamflow.topologies.journal import Journal
 from streamflow.topologies.journal_decisions import HostedDecisions
@@ -45,6 +44,7 @@ from streamflow.topologies.runner import TopologyThread
 from streamflow.topologies.timer import Timer
 from streamflow.topologies.watchdog import log_hang
 from streamflow.topologies.worker import Worker
+from streamflow.workflow.deciding import RunDecider
 from streamflow.workflow.runtime import FlowRuntime
 
 SETTLE_TIMEOUT = 30.0

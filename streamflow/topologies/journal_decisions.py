@@ -34,7 +34,7 @@ from datetime import datetime
 from streamflow.core import events as ev
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.topologies.deciding import Fail, Propose, RunDecider
+from streamflow.workflow.deciding import Propose, RunDecider, Stuck
 
 log = logging.getLogger("streamflow.journal")
 
@@ -75,7 +75,7 @@ class HostedDecisions:
         run = ProjectedRun(snap.run_id)
         run.history, run.snapshot = history, snap
         verdict = self._decider.decide(run, now)
-        if isinstance(verdict, Fail):
+        if isinstance(verdict, Stuck):
             # Reported by the build's processors, which retry it with backoff.
             log.debug("run %s: not decided here (%s)", snap.run_id, verdict.error)
             return None

@@ -62,9 +62,9 @@ from streamflow.topologies.common import (
     encode_offset,
     valued_records,
 )
-from streamflow.topologies.deciding import Fail, Propose, RunDecider, Wait
 from streamflow.topologies.options import ServingOptions
 from streamflow.topologies.serving import BuildServer
+from streamflow.workflow.deciding import Idle, Propose, RunDecider, Stuck
 from streamflow.workflow.runtime import FlowRuntime
 
 log = logging.getLogger("streamflow.processor")
@@ -224,15 +224,15 @@ class Processor(BuildServer):
         if isinstance(verdict, Propose):
             self._propose(cached, verdict.events, now)
             return
-        if isinstance(verdict, Fail):
+        if isinstance(verdict, Stuck):
             self._incident(cached, verdict.error, now)
             return
         moved_on = incident is not None and incident.sequence < snap.last_sequence
-        if moved_on or (isinstance(verdict, Wait) and verdict.decided):
+        if moved_on or (isinstance(verdict, Idle) and verdict.decided):
             # The code decided, here or in a journal deciding this build (the run's history
             # went on past the incident's sequence without failing here again).
             self._heal_now(run_id)
-        if isinstance(verdict, Wait):
+        if isinstance(verdict, Idle):
             self._schedule_retry(cached, now)
 
     def _propose(

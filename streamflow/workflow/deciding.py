@@ -1,0 +1,211 @@
+"""One decision of one run: the one function every backend decides with.
+
+:class:`RunDecider` replays a run's workflow code once and answers with what the run needs
+next. The embedded engine's driver, the Kafka processors and the journal deciding in its own
+process all call it; they differ only in what they do with the answer (the engine appends
+and runs the steps itself, a processor proposes the events to the journal, the journal
+appends them in its open transaction). The answer is the core's (``prepare``,
+``decide_command``); this shell only runs the code:
+
+- :class:`Propose`: append these events (the code decided, or a code-free transition such as
+  pairing a signal with its wait); then run ``effects`` and stop driving when ``suspend``;
+- :class:`Idle`: nothing to append now (the run waits for the outside world or for a delayed
+  retry; ``decided``: the code ran and returned a valid command, so whatever failed before is
+  gone; ``effects``: steps to run again, such as an attempt a crash interrupted);
+- :class:`Stuck`: the run cannot make progress: its incident;
+- :class:`Elsewhere`: the run belongs to a build this decider does not run;
+- ``None``: the run has ended (or was created and not started yet: its host starts it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from streamflow.core import decide as d
+from streamflow.core import events as ev
+from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.commands import RuntimeCommand
+from streamflow.core.errors import FlowError, ReplayLimitExceeded
+from streamflow.core.projection import ProjectedRun
+from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
+from streamflow.core.tokens import HookSecret
+from streamflow.workflow.runtime import (
+    FlowRuntime,
+    checked_command,
+    workflow_failures,
+    workflow_invocation,
+)
+
+DEFAULT_MAX_REPLAY_ITERATIONS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Propose:
+    """Append ``events``; then run the steps of ``effects``, and stop driving when
+    ``suspend``. ``decided``: the run's code made the decision (not a code-free transition)."""
+
+    events: tuple[ev.FlowEvent, ...]
+    effects: tuple[d.Effect, ...] = ()
+    suspend: bool = False
+    decided: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Nothing to append now. ``decided``: the code ran and returned a valid command;
+    ``effects``: steps to run again (already recorded as started)."""
+
+    decided: bool
+    effects: tuple[d.Effect, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    """The run cannot make progress: ``error`` is its incident."""
+
+    error: FlowError
+
+
+@dataclass(frozen=True, slots=True)
+class Elsewhere:
+    """The run's build is not one this decider runs (``error`` says which it is)."""
+
+    error: FlowError
+
+
+NextStep = Propose | Idle | Stuck | Elsewhere | None
+"""What a run needs next (see the module's docstring)."""
+
+
+class _Replay:
+    """The run's code must run (what :meth:`RunDecider._before_code` cannot decide alone)."""
+
+
+_REPLAY = _Replay()
+
+
+class RunDecider:
+    """Decides runs with ``runtime`` for the builds ``compatibility`` admits.
+
+    Args:
+        runtime: the workflow code.
+        compatibility: the builds it runs (``None``: unpinned runs only).
+        limits: continue-as-new hops and child-workflow depth, as commands are checked.
+        hook_secret: what hook tokens derive from.
+        new_run_id: fresh ids for child runs and successors.
+        max_replay_iterations: the replay budget a ``ReplayLimitExceeded`` names.
+        await_running_steps: a run whose step attempt is under way elsewhere (a Kafka worker)
+            is not decided until its result arrives; the embedded engine, which runs its own
+            steps, runs an interrupted attempt again instead.
+
+    The synchronous :meth:`decide` owns an event loop for an ``async`` ``run_workflow``: one
+    decider per deciding thread. :meth:`decide_async` runs the code on the caller's loop.
+    """
+
+    def __init__(
+        self,
+        runtime: FlowRuntime,
+        *,
+        compatibility: RuntimeBuildCompatibility | None,
+        limits: d.Limits,
+        hook_secret: HookSecret | None,
+        new_run_id: Callable[[], str] | None = None,
+        max_replay_iterations: int = DEFAULT_MAX_REPLAY_ITERATIONS,
+        await_running_steps: bool = True,
+    ) -> None:
+        self._runtime = runtime
+        self._compat = compatibility
+        self.build = None if compatibility is None else str(compatibility.current)
+        """The current build of ``compatibility`` (``None``: unpinned runs only)."""
+        self.limits = limits
+        self._hook_secret = hook_secret
+        self._new_run_id = new_run_id or _uuid4
+        self._await_running = await_running_steps
+        self._max_iterations = max_replay_iterations
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def admits(self, snap: WorkflowRunSnapshot) -> bool:
+        """Whether the run is one of the builds this decider serves."""
+        return snap.spec is not None and admits(self._compat, snap.spec.runtime_build_id)
+
+    def decide(self, run: ProjectedRun, now: datetime) -> NextStep:
+        """What ``run`` (its history and snapshot, advanced together) needs next at ``now``;
+        an ``async`` ``run_workflow`` runs on this decider's own event loop."""
+        first = self._before_code(run.snapshot, now)
+        if not isinstance(first, _Replay):
+            return first
+        try:
+            with workflow_failures():
+                result = self._runtime.run_workflow(workflow_invocation(run, self._hook_secret))
+                if inspect.isawaitable(result):
+                    if self._loop is None:
+                        self._loop = asyncio.new_event_loop()
+                    result = self._loop.run_until_complete(result)
+            command = checked_command(result)
+        except FlowError as exc:
+            return Stuck(exc)
+        return self._after_code(run.snapshot, command, now)
+
+    async def decide_async(self, run: ProjectedRun, now: datetime) -> NextStep:
+        """:meth:`decide`, running an ``async`` ``run_workflow`` on the caller's loop."""
+        first = self._before_code(run.snapshot, now)
+        if not isinstance(first, _Replay):
+            return first
+        try:
+            with workflow_failures():
+                result = self._runtime.run_workflow(workflow_invocation(run, self._hook_secret))
+                if inspect.isawaitable(result):
+                    result = await result
+            command = checked_command(result)
+        except FlowError as exc:
+            return Stuck(exc)
+        return self._after_code(run.snapshot, command, now)
+
+    def _before_code(self, snap: WorkflowRunSnapshot, now: datetime) -> NextStep | _Replay:
+        """Everything decided without the run's code; ``_REPLAY`` when the code must run. A
+        run created but not started is its host's to start (``needs_start_repair``)."""
+        if snap.base_status is WorkflowRunStatus.PENDING:
+            return None
+        outcome = d.prepare(snap, now, self._compat)
+        if outcome is d.FINISHED:
+            return None
+        if isinstance(outcome, d.Rejected):
+            return Elsewhere(outcome.error)
+        if outcome is d.SUSPENDED:
+            return Idle(decided=False)
+        if isinstance(outcome, d.Decision):
+            return Propose(outcome.events, outcome.effects)
+        if self._await_running and snap.running_steps and not snap.due_retries(now):
+            return Idle(decided=False)  # a step result is on its way: replaying would redeliver
+        return _REPLAY
+
+    def _after_code(
+        self, snap: WorkflowRunSnapshot, command: RuntimeCommand, now: datetime
+    ) -> NextStep:
+        decision = d.decide_command(
+            snap, command, now, new_run_id=self._new_run_id, limits=self.limits
+        )
+        if isinstance(decision, d.Rejected):
+            return Stuck(decision.error)
+        if decision.events:
+            return Propose(decision.events, decision.effects, decision.suspend, decided=True)
+        if not decision.effects and not decision.suspend:
+            # The command changes nothing (e.g. an already-completed wait): replaying again
+            # would return it forever.
+            return Stuck(ReplayLimitExceeded(self._max_iterations))
+        return Idle(decided=True, effects=decision.effects)
+
+    def close(self) -> None:
+        """Close the event loop :meth:`decide` made, if it made one."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+
+def _uuid4() -> str:
+    return str(uuid.uuid4())
