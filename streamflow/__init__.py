@@ -2,181 +2,436 @@
 
 The names here are the public API; everything else is internal. ``Flow`` is the protocol
 both backends implement: ``FlowEngine`` here, ``streamflow.kafka.client.FlowClient`` on Kafka.
+
+Every name is imported when it is first used (PEP 562): ``import streamflow`` loads nothing
+else, and ``from streamflow import FlowEngine`` loads the embedded engine but no web framework,
+RocksDB, Kafka client, cron parser or Prometheus client; ``RocksDBEventStore``, ``serve`` and
+``FlowMetrics`` bring theirs when they are used.
 """
 
-from streamflow.core.builds import RuntimeBuildCompatibility
-from streamflow.core.commands import (
-    ChildWorkflowCommand,
-    RuntimeCommand,
-    StepCommand,
-)
-from streamflow.core.errors import (
-    AdminError,
-    ChildWorkflowCycle,
-    ChildWorkflowDepthExceeded,
-    ClusterUnavailable,
-    ConflictError,
-    ContinueAsNewCycle,
-    ContinueAsNewLimitExceeded,
-    EventConflict,
-    Fenced,
-    FlowError,
-    FlowTimeout,
-    HookAlreadyResolved,
-    HookConflict,
-    HookTokenConflict,
-    HookTokenNotFound,
-    HookTokenTooShort,
-    InfrastructureError,
-    InspectionUnavailable,
-    InvalidInputError,
-    InvalidPayload,
-    InvalidRunId,
-    InvalidRuntimeBuildId,
-    InvalidTransition,
-    InvalidWorkerConfiguration,
-    InvalidWorkflow,
-    InvalidWorkflowPatchId,
-    IoError,
-    LeaseLost,
-    ManifestError,
-    NonDeterministic,
-    NonRetryable,
-    NotFoundError,
-    PayloadTooLarge,
-    ReplayLimitExceeded,
-    RequestDeadLettered,
-    RunConflict,
-    RunNotFound,
-    RunTerminal,
-    RuntimeBuildRouteNotFound,
-    RuntimeBuildUnavailable,
-    RuntimeFailure,
-    SerializationError,
-    SignalConflict,
-    StoreError,
-    TaskManagement,
-    TopicsRefused,
-)
-from streamflow.core.events import (
-    ChildOperationLinked,
-    ChildWorkflowRequested,
-    ChildWorkflowResolved,
-    FlowEvent,
-    FlowEventEnvelope,
-    HookCreated,
-    HookDisposed,
-    HookReceived,
-    RunCancellationRequested,
-    RunCancelled,
-    RunCompleted,
-    RunContinuedAsNew,
-    RunCreated,
-    RunFailed,
-    RunHostShutdown,
-    RunProgressRecorded,
-    RunRetryExhausted,
-    RunStarted,
-    RunTimedOut,
-    SignalReceived,
-    SignalWaitCompleted,
-    SignalWaitCreated,
-    StepCompleted,
-    StepCreated,
-    StepFailed,
-    StepRetrying,
-    StepStarted,
-    TimeoutArmed,
-    TimeoutDisarmed,
-    TimeoutElapsed,
-    TimeoutSubject,
-    WaitCompleted,
-    WaitCreated,
-)
-from streamflow.core.ids import MAX_WORKFLOW_PATCH_MARKERS, RuntimeBuildId, WorkflowPatchId
-from streamflow.core.incidents import FlowIncident
-from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
-from streamflow.core.retention import (
-    FlowHistoryRetentionPolicy,
-    FlowHistoryRetentionReport,
-    FlowHistoryTombstone,
-    HistoryHold,
-)
-from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
-from streamflow.core.schedules import CatchUp, InvalidSchedule, Overlap, Schedule, ScheduleNotFound
-from streamflow.core.snapshot import (
-    ActiveHookSnapshot,
-    ChildWorkflowSnapshot,
-    HookSnapshot,
-    HookStatus,
-    SignalWaitSnapshot,
-    StepSnapshot,
-    StepStatus,
-    WaitSnapshot,
-    WaitStatus,
-    WorkflowContinuation,
-    WorkflowRunSnapshot,
-    WorkflowRunStatus,
-    WorkflowSignalSnapshot,
-)
-from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
-from streamflow.core.tokens import HookSecret, token_digest
-from streamflow.core.values import (
-    CancellationRequest,
-    ChildOperationReference,
-    ChildWorkflowCancellationPolicy,
-    ContinuationLink,
-    HookCallback,
-    HookMetadata,
-    ParentLink,
-    WorkflowProgress,
-    WorkflowSignal,
-    WorkflowTerminalOutcome,
-)
-from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
-from streamflow.engine.engine import FlowEngine, FlowEngineBuilder
-from streamflow.engine.scheduler import FlowScheduler, FlowSchedulerTick
-from streamflow.engine.schedules import FlowSchedules
-from streamflow.engine.tasks import (
-    FlowTask,
-    FlowTaskDispatcher,
-    FlowTaskKind,
-    FlowTaskLease,
-    FlowTaskOutcome,
-    FlowWorker,
-    InMemoryFlowTaskQueue,
-    InProcessTaskRunner,
-    RuntimeBuildTaskRouter,
-)
-from streamflow.flow import Flow
-from streamflow.host import serve
-from streamflow.observe.metrics import FlowMetrics
-from streamflow.observe.observers import (
-    FanoutFlowEventObserver,
-    FlowEventObserver,
-    InMemoryFlowEventObserver,
-    NoopFlowEventObserver,
-)
-from streamflow.stores.base import FlowEventStore
-from streamflow.stores.memory import InMemoryEventStore
-from streamflow.stores.rocksdb import RocksDBEventStore
-from streamflow.workflow.app import App, Step, StepInfo, Workflow, step_info
-from streamflow.workflow.context import WorkflowContext
-from streamflow.workflow.durable import DurableContext
-from streamflow.workflow.errors import (
-    Cancelled,
-    ChildWorkflowFailed,
-    HookDisposedError,
-    NotAStep,
-    RunNotCompleted,
-    StepFailedError,
-    UnknownWorkflow,
-    UnsupportedAwait,
-    WaitTimedOut,
-    WorkflowFailure,
-    WorkflowTimedOut,
-)
-from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamflow.core.builds import RuntimeBuildCompatibility
+    from streamflow.core.commands import (
+        ChildWorkflowCommand,
+        RuntimeCommand,
+        StepCommand,
+    )
+    from streamflow.core.errors import (
+        AdminError,
+        ChildWorkflowCycle,
+        ChildWorkflowDepthExceeded,
+        ClusterUnavailable,
+        ConflictError,
+        ContinueAsNewCycle,
+        ContinueAsNewLimitExceeded,
+        EventConflict,
+        Fenced,
+        FlowError,
+        FlowTimeout,
+        HookAlreadyResolved,
+        HookConflict,
+        HookTokenConflict,
+        HookTokenNotFound,
+        HookTokenTooShort,
+        InfrastructureError,
+        InspectionUnavailable,
+        InvalidInputError,
+        InvalidPayload,
+        InvalidRunId,
+        InvalidRuntimeBuildId,
+        InvalidTransition,
+        InvalidWorkerConfiguration,
+        InvalidWorkflow,
+        InvalidWorkflowPatchId,
+        IoError,
+        LeaseLost,
+        ManifestError,
+        NonDeterministic,
+        NonRetryable,
+        NotFoundError,
+        PayloadTooLarge,
+        ReplayLimitExceeded,
+        RequestDeadLettered,
+        RunConflict,
+        RunNotFound,
+        RunTerminal,
+        RuntimeBuildRouteNotFound,
+        RuntimeBuildUnavailable,
+        RuntimeFailure,
+        SerializationError,
+        SignalConflict,
+        StoreError,
+        TaskManagement,
+        TopicsRefused,
+    )
+    from streamflow.core.events import (
+        ChildOperationLinked,
+        ChildWorkflowRequested,
+        ChildWorkflowResolved,
+        FlowEvent,
+        FlowEventEnvelope,
+        HookCreated,
+        HookDisposed,
+        HookReceived,
+        RunCancellationRequested,
+        RunCancelled,
+        RunCompleted,
+        RunContinuedAsNew,
+        RunCreated,
+        RunFailed,
+        RunHostShutdown,
+        RunProgressRecorded,
+        RunRetryExhausted,
+        RunStarted,
+        RunTimedOut,
+        SignalReceived,
+        SignalWaitCompleted,
+        SignalWaitCreated,
+        StepCompleted,
+        StepCreated,
+        StepFailed,
+        StepRetrying,
+        StepStarted,
+        TimeoutArmed,
+        TimeoutDisarmed,
+        TimeoutElapsed,
+        TimeoutSubject,
+        WaitCompleted,
+        WaitCreated,
+    )
+    from streamflow.core.ids import MAX_WORKFLOW_PATCH_MARKERS, RuntimeBuildId, WorkflowPatchId
+    from streamflow.core.incidents import FlowIncident
+    from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
+    from streamflow.core.retention import (
+        FlowHistoryRetentionPolicy,
+        FlowHistoryRetentionReport,
+        FlowHistoryTombstone,
+        HistoryHold,
+    )
+    from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
+    from streamflow.core.schedules import (
+        CatchUp,
+        InvalidSchedule,
+        Overlap,
+        Schedule,
+        ScheduleNotFound,
+    )
+    from streamflow.core.snapshot import (
+        ActiveHookSnapshot,
+        ChildWorkflowSnapshot,
+        HookSnapshot,
+        HookStatus,
+        SignalWaitSnapshot,
+        StepSnapshot,
+        StepStatus,
+        WaitSnapshot,
+        WaitStatus,
+        WorkflowContinuation,
+        WorkflowRunSnapshot,
+        WorkflowRunStatus,
+        WorkflowSignalSnapshot,
+    )
+    from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
+    from streamflow.core.tokens import HookSecret, token_digest
+    from streamflow.core.values import (
+        CancellationRequest,
+        ChildOperationReference,
+        ChildWorkflowCancellationPolicy,
+        ContinuationLink,
+        HookCallback,
+        HookMetadata,
+        ParentLink,
+        WorkflowProgress,
+        WorkflowSignal,
+        WorkflowTerminalOutcome,
+    )
+    from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
+    from streamflow.engine.engine import FlowEngine, FlowEngineBuilder
+    from streamflow.engine.scheduler import FlowScheduler, FlowSchedulerTick
+    from streamflow.engine.schedules import FlowSchedules
+    from streamflow.engine.tasks import (
+        FlowTask,
+        FlowTaskDispatcher,
+        FlowTaskKind,
+        FlowTaskLease,
+        FlowTaskOutcome,
+        FlowWorker,
+        InMemoryFlowTaskQueue,
+        InProcessTaskRunner,
+        RuntimeBuildTaskRouter,
+    )
+    from streamflow.flow import Flow
+    from streamflow.host.serve import serve
+    from streamflow.observe.metrics import FlowMetrics
+    from streamflow.observe.observers import (
+        FanoutFlowEventObserver,
+        FlowEventObserver,
+        InMemoryFlowEventObserver,
+        NoopFlowEventObserver,
+    )
+    from streamflow.stores.base import FlowEventStore
+    from streamflow.stores.memory import InMemoryEventStore
+    from streamflow.stores.rocksdb import RocksDBEventStore
+    from streamflow.workflow.app import App, Step, StepInfo, Workflow, step_info
+    from streamflow.workflow.context import WorkflowContext
+    from streamflow.workflow.durable import DurableContext
+    from streamflow.workflow.errors import (
+        Cancelled,
+        ChildWorkflowFailed,
+        HookDisposedError,
+        NotAStep,
+        RunNotCompleted,
+        StepFailedError,
+        UnknownWorkflow,
+        UnsupportedAwait,
+        WaitTimedOut,
+        WorkflowFailure,
+        WorkflowTimedOut,
+    )
+    from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "streamflow.core.builds": ("RuntimeBuildCompatibility",),
+    "streamflow.core.commands": (
+        "ChildWorkflowCommand",
+        "RuntimeCommand",
+        "StepCommand",
+    ),
+    "streamflow.core.errors": (
+        "AdminError",
+        "ChildWorkflowCycle",
+        "ChildWorkflowDepthExceeded",
+        "ClusterUnavailable",
+        "ConflictError",
+        "ContinueAsNewCycle",
+        "ContinueAsNewLimitExceeded",
+        "EventConflict",
+        "Fenced",
+        "FlowError",
+        "FlowTimeout",
+        "HookAlreadyResolved",
+        "HookConflict",
+        "HookTokenConflict",
+        "HookTokenNotFound",
+        "HookTokenTooShort",
+        "InfrastructureError",
+        "InspectionUnavailable",
+        "InvalidInputError",
+        "InvalidPayload",
+        "InvalidRunId",
+        "InvalidRuntimeBuildId",
+        "InvalidTransition",
+        "InvalidWorkerConfiguration",
+        "InvalidWorkflow",
+        "InvalidWorkflowPatchId",
+        "IoError",
+        "LeaseLost",
+        "ManifestError",
+        "NonDeterministic",
+        "NonRetryable",
+        "NotFoundError",
+        "PayloadTooLarge",
+        "ReplayLimitExceeded",
+        "RequestDeadLettered",
+        "RunConflict",
+        "RunNotFound",
+        "RunTerminal",
+        "RuntimeBuildRouteNotFound",
+        "RuntimeBuildUnavailable",
+        "RuntimeFailure",
+        "SerializationError",
+        "SignalConflict",
+        "StoreError",
+        "TaskManagement",
+        "TopicsRefused",
+    ),
+    "streamflow.core.events": (
+        "ChildOperationLinked",
+        "ChildWorkflowRequested",
+        "ChildWorkflowResolved",
+        "FlowEvent",
+        "FlowEventEnvelope",
+        "HookCreated",
+        "HookDisposed",
+        "HookReceived",
+        "RunCancellationRequested",
+        "RunCancelled",
+        "RunCompleted",
+        "RunContinuedAsNew",
+        "RunCreated",
+        "RunFailed",
+        "RunHostShutdown",
+        "RunProgressRecorded",
+        "RunRetryExhausted",
+        "RunStarted",
+        "RunTimedOut",
+        "SignalReceived",
+        "SignalWaitCompleted",
+        "SignalWaitCreated",
+        "StepCompleted",
+        "StepCreated",
+        "StepFailed",
+        "StepRetrying",
+        "StepStarted",
+        "TimeoutArmed",
+        "TimeoutDisarmed",
+        "TimeoutElapsed",
+        "TimeoutSubject",
+        "WaitCompleted",
+        "WaitCreated",
+    ),
+    "streamflow.core.ids": (
+        "MAX_WORKFLOW_PATCH_MARKERS",
+        "RuntimeBuildId",
+        "WorkflowPatchId",
+    ),
+    "streamflow.core.incidents": ("FlowIncident",),
+    "streamflow.core.inspect": (
+        "WorkflowRunSummary",
+        "WorkflowRunSuspension",
+    ),
+    "streamflow.core.retention": (
+        "FlowHistoryRetentionPolicy",
+        "FlowHistoryRetentionReport",
+        "FlowHistoryTombstone",
+        "HistoryHold",
+    ),
+    "streamflow.core.retry": (
+        "RetryBackoff",
+        "RetryPolicy",
+        "StepFailureAction",
+    ),
+    "streamflow.core.schedules": (
+        "CatchUp",
+        "InvalidSchedule",
+        "Overlap",
+        "Schedule",
+        "ScheduleNotFound",
+    ),
+    "streamflow.core.snapshot": (
+        "ActiveHookSnapshot",
+        "ChildWorkflowSnapshot",
+        "HookSnapshot",
+        "HookStatus",
+        "SignalWaitSnapshot",
+        "StepSnapshot",
+        "StepStatus",
+        "WaitSnapshot",
+        "WaitStatus",
+        "WorkflowContinuation",
+        "WorkflowRunSnapshot",
+        "WorkflowRunStatus",
+        "WorkflowSignalSnapshot",
+    ),
+    "streamflow.core.spec": (
+        "WorkflowRuntime",
+        "WorkflowSpec",
+    ),
+    "streamflow.core.tokens": (
+        "HookSecret",
+        "token_digest",
+    ),
+    "streamflow.core.values": (
+        "CancellationRequest",
+        "ChildOperationReference",
+        "ChildWorkflowCancellationPolicy",
+        "ContinuationLink",
+        "HookCallback",
+        "HookMetadata",
+        "ParentLink",
+        "WorkflowProgress",
+        "WorkflowSignal",
+        "WorkflowTerminalOutcome",
+    ),
+    "streamflow.core.wakeups": (
+        "ScheduledWakeup",
+        "WakeupKind",
+    ),
+    "streamflow.engine.engine": (
+        "FlowEngine",
+        "FlowEngineBuilder",
+    ),
+    "streamflow.engine.scheduler": (
+        "FlowScheduler",
+        "FlowSchedulerTick",
+    ),
+    "streamflow.engine.schedules": ("FlowSchedules",),
+    "streamflow.engine.tasks": (
+        "FlowTask",
+        "FlowTaskDispatcher",
+        "FlowTaskKind",
+        "FlowTaskLease",
+        "FlowTaskOutcome",
+        "FlowWorker",
+        "InMemoryFlowTaskQueue",
+        "InProcessTaskRunner",
+        "RuntimeBuildTaskRouter",
+    ),
+    "streamflow.flow": ("Flow",),
+    "streamflow.host.serve": ("serve",),
+    "streamflow.observe.metrics": ("FlowMetrics",),
+    "streamflow.observe.observers": (
+        "FanoutFlowEventObserver",
+        "FlowEventObserver",
+        "InMemoryFlowEventObserver",
+        "NoopFlowEventObserver",
+    ),
+    "streamflow.stores.base": ("FlowEventStore",),
+    "streamflow.stores.memory": ("InMemoryEventStore",),
+    "streamflow.stores.rocksdb": ("RocksDBEventStore",),
+    "streamflow.workflow.app": (
+        "App",
+        "Step",
+        "StepInfo",
+        "Workflow",
+        "step_info",
+    ),
+    "streamflow.workflow.context": ("WorkflowContext",),
+    "streamflow.workflow.durable": ("DurableContext",),
+    "streamflow.workflow.errors": (
+        "Cancelled",
+        "ChildWorkflowFailed",
+        "HookDisposedError",
+        "NotAStep",
+        "RunNotCompleted",
+        "StepFailedError",
+        "UnknownWorkflow",
+        "UnsupportedAwait",
+        "WaitTimedOut",
+        "WorkflowFailure",
+        "WorkflowTimedOut",
+    ),
+    "streamflow.workflow.runtime": (
+        "FlowRuntime",
+        "StepInvocation",
+        "WorkflowInvocation",
+    ),
+}
+"""Each public name by the module it is imported from on first use (the same as the
+``TYPE_CHECKING`` imports above, which are what type checkers read)."""
+
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+if not TYPE_CHECKING:  # hidden from type checkers: an unknown name stays an error to them
+
+    def __getattr__(name: str) -> Any:
+        """Import a public name on first use (PEP 562) and keep it as a module attribute."""
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0"
 
