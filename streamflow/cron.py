@@ -7,15 +7,14 @@ where the system has no database). Daylight-saving transitions, as croniter reso
   after the gap (``30 2 * * *`` in Europe/Berlin fires at 03:00 local that day);
 * a local time that happens twice (repeated by a fall-back) fires at both instants, which are
   two distinct UTC fire times and so two runs.
+
+croniter is imported by the first call that reads an expression, not with this module.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import croniter
-from croniter.croniter import CroniterError
 
 from streamflow.core.schedules import MAX_CATCH_UP, InvalidSchedule, Schedule
 from streamflow.core.timeutil import require_utc
@@ -33,6 +32,8 @@ def zone(name: str) -> ZoneInfo:
 
 def validate(schedule: Schedule) -> Schedule:
     """``schedule`` validated, including its expression (five fields) and its timezone."""
+    from croniter import croniter
+
     schedule.validate()
     zone(schedule.timezone)
     fields = schedule.cron.split()
@@ -46,6 +47,9 @@ def validate(schedule: Schedule) -> Schedule:
 
 def next_fire_time(schedule: Schedule, after: datetime) -> datetime:
     """The first fire time strictly after ``after``, in UTC."""
+    from croniter import croniter
+    from croniter.croniter import CroniterError
+
     start = require_utc(after, "after").astimezone(zone(schedule.timezone))
     try:
         nxt = croniter(schedule.cron, start).get_next(datetime)
@@ -60,6 +64,9 @@ def due_fire_times(
     """Fire times in ``(after, until]``, ascending, in UTC: the most recent ``limit`` of them
     (older ones are not computed, so a long downtime costs ``limit`` steps, not one per
     missed minute)."""
+    from croniter import croniter
+    from croniter.croniter import CroniterError
+
     after = require_utc(after, "after")
     until = require_utc(until, "until")
     if until <= after:

@@ -16,7 +16,6 @@ from streamflow.core import decide as d
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.limits import RecordLimits
 from streamflow.core.tokens import HookSecret
-from streamflow.observe.metrics import FlowMetrics
 from streamflow.observe.observers import FlowEventObserver
 from streamflow.stores.base import Clock, FlowEventStore, utc_now
 from streamflow.stores.memory import InMemoryEventStore
@@ -24,6 +23,7 @@ from streamflow.workflow.runtime import FlowRuntime
 
 if TYPE_CHECKING:
     from streamflow.engine.engine import FlowEngine
+    from streamflow.observe.metrics import FlowMetrics  # prometheus_client: only when used
 
 DEFAULT_MAX_REPLAY_ITERATIONS = 1024
 """Iterations one drive may take before ``ReplayLimitExceeded``."""

@@ -12,19 +12,19 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from streamflow.api import EmbeddedControl, create_app
-from streamflow.api.app import check_api_key
-from streamflow.api.edge import HttpLimits
-from streamflow.core.tokens import HookSecret
-from streamflow.engine.engine import FlowEngine
-from streamflow.engine.scheduler import FlowScheduler
-from streamflow.engine.tasks import InProcessTaskRunner
-from streamflow.host.http import bind, serve_http, url_host
-from streamflow.observe.metrics import FlowMetrics
-from streamflow.stores.base import FlowEventStore
-from streamflow.stores.rocksdb import RocksDBEventStore
-from streamflow.workflow.runtime import FlowRuntime
+if TYPE_CHECKING:
+    # Imported where they are used: ``import streamflow`` and ``streamflow.serve`` load no web
+    # framework, engine, RocksDB or Prometheus client until an app is served.
+    from streamflow.api import EmbeddedControl
+    from streamflow.api.edge import HttpLimits
+    from streamflow.core.tokens import HookSecret
+    from streamflow.engine.engine import FlowEngine
+    from streamflow.observe.metrics import FlowMetrics
+    from streamflow.stores.base import FlowEventStore
+    from streamflow.stores.rocksdb import RocksDBEventStore
+    from streamflow.workflow.runtime import FlowRuntime
 
 log = logging.getLogger("streamflow.host")
 
@@ -53,6 +53,8 @@ def _open_store(
     store: FlowEventStore | str | os.PathLike[str],
 ) -> tuple[FlowEventStore, RocksDBEventStore | None]:
     """The store to host on, and the one this host opened (and must close), if any."""
+    from streamflow.stores.rocksdb import RocksDBEventStore
+
     if isinstance(store, (str, os.PathLike)):
         rocks = RocksDBEventStore(Path(store))
         return rocks, rocks
@@ -99,6 +101,13 @@ async def serve(
     long again for the work in flight; what is still unfinished then is cancelled and resumes
     on the next start, as after a crash.
     """
+    from streamflow.api import EmbeddedControl, create_app
+    from streamflow.api.app import check_api_key
+    from streamflow.engine.engine import FlowEngine
+    from streamflow.engine.scheduler import FlowScheduler
+    from streamflow.engine.tasks import InProcessTaskRunner
+    from streamflow.host.http import bind, serve_http, url_host
+
     key = api_key if api_key is not None else secrets.token_urlsafe(32)
     check_api_key(key)
     opened, owned = _open_store(store)

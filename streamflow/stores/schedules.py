@@ -7,13 +7,15 @@ import builtins
 import json
 import threading
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 from weakref import WeakKeyDictionary
 
 from streamflow.core.errors import SerializationError, StoreError
 from streamflow.core.schedules import Schedule, ScheduleState
 from streamflow.stores.memory import InMemoryEventStore
-from streamflow.stores.rocksdb import RocksDBEventStore
+
+if TYPE_CHECKING:
+    from streamflow.stores.rocksdb import RocksDBEventStore
 
 T = TypeVar("T")
 
@@ -141,11 +143,13 @@ _MEMORY: WeakKeyDictionary[InMemoryEventStore, InMemoryScheduleStore] = WeakKeyD
 def schedule_store_for(store: object) -> ScheduleStore | None:
     """The schedule store beside a built-in event store (the same one for every caller of the
     same event store), or ``None`` for a store that keeps no schedules."""
-    if isinstance(store, RocksDBEventStore):
-        return RocksDBScheduleStore(store)
     if isinstance(store, InMemoryEventStore):
         found = _MEMORY.get(store)
         if found is None:
             found = _MEMORY[store] = InMemoryScheduleStore()
         return found
+    from streamflow.stores.rocksdb import RocksDBEventStore  # rocksdict: not for in-memory
+
+    if isinstance(store, RocksDBEventStore):
+        return RocksDBScheduleStore(store)
     return None

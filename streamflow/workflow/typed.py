@@ -1,14 +1,18 @@
 """Typed edges: decode JSON values into pydantic models (or anything pydantic validates), and
-encode typed values into the JSON history records."""
+encode typed values into the JSON history records.
+
+pydantic is imported by the first conversion that needs it, not with this module: a value
+without a model (``Any``, or no model to encode with) never loads it."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
-
-from pydantic import TypeAdapter, ValidationError
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from streamflow.core.errors import SerializationError
 from streamflow.core.jsonvalue import JsonValue, normalize
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 T = TypeVar("T")
 
@@ -17,6 +21,8 @@ _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 
 
 def _adapter(model: Any) -> TypeAdapter[Any]:
+    from pydantic import TypeAdapter
+
     try:
         return _ADAPTERS[model]
     except KeyError:
@@ -28,6 +34,10 @@ def _adapter(model: Any) -> TypeAdapter[Any]:
 
 def decode(value: object, model: type[T], what: str) -> T:
     """Validate ``value`` as ``model``; failure raises ``SerializationError``, never a default."""
+    if model is Any:  # pydantic would hand ``value`` back as it is
+        return cast(T, value)
+    from pydantic import ValidationError
+
     try:
         result: T = _adapter(model).validate_python(value)
     except ValidationError as exc:
@@ -47,6 +57,8 @@ def encode(value: object, model: Any, what: str) -> JsonValue:
     check), then dumped in JSON mode. A value that does not fit raises ``SerializationError``."""
     if model is None or model is Any:
         return normalize(value, what)
+    from pydantic import ValidationError
+
     adapter = _adapter(model)
     try:
         dumped = adapter.dump_python(adapter.validate_python(value), mode="json")
