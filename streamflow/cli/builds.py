@@ -25,16 +25,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
 
-from confluent_kafka import KafkaException
-
 from streamflow.core.events import FlowEventEnvelope, RunCreated
 from streamflow.core.snapshot import WorkflowRunStatus
-from streamflow.kafka.client import HistoryReader
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from streamflow.observe.http import InspectionUnavailable, fetch_json
 from streamflow.serde.messages import BuildRegistration
-from streamflow.topologies.common import utc_now
-from streamflow.topologies.registry import RouteTable, admitted_by
+
+# The Kafka client and the topologies' modules (RocksDB too) are imported by the functions that
+# use them: ``streamflow --help`` and the other commands load neither.
 
 EXIT_OK = 0
 EXIT_UNAVAILABLE = 1
@@ -118,6 +116,8 @@ def usage(
         builds.update(b for b in (registration.current, *registration.compatible) if b)
         if registration.accepts_unpinned:
             builds.add(None)
+    from streamflow.topologies.registry import admitted_by
+
     rows = []
     for build in builds:
         serving = [r for r in live if admitted_by(r, build)]
@@ -139,6 +139,9 @@ def read_usage(
 ) -> list[BuildUsage]:
     """:func:`usage` for a namespace on a cluster: live routes, and the runs from an observers
     instance's run index (``url``) or else from every committed history."""
+    from streamflow.kafka.client import HistoryReader
+    from streamflow.topologies.registry import RouteTable
+
     routes = RouteTable(settings)
     try:
         registrations = routes.live(now)
@@ -187,6 +190,10 @@ def run(args: argparse.Namespace) -> int:
 def cmd_builds(args: argparse.Namespace) -> int:
     """``streamflow builds``: each build's runs and live routes, as a table or JSON; the exit
     status."""
+    from confluent_kafka import KafkaException
+
+    from streamflow.topologies.common import utc_now
+
     try:
         properties = dict(_property(p) for p in args.properties)
         settings = KafkaSettings.from_env(

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from streamflow.cli.paths import store_path
 from streamflow.core.errors import StoreError
-from streamflow.stores.check import check_store
 
 DEFAULT_DIR = Path(".streamflow/demo")
 
@@ -28,6 +27,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     """Run ``streamflow check``; the exit status: 0 whole, 1 damaged, 2 the store could not be
     opened."""
+    from streamflow.stores.check import check_store  # rocksdict: only for this command
+
     try:
         report = check_store(store_path(args.dir))
     except StoreError as exc:

@@ -33,11 +33,6 @@ from streamflow.cli import run as topology
 from streamflow.cli.render import render_event, render_history
 from streamflow.core.errors import FlowError
 from streamflow.core.events import FlowEventEnvelope, RunProgressRecorded
-from streamflow.engine.engine import FlowEngine
-from streamflow.engine.scheduler import FlowScheduler
-from streamflow.engine.tasks import InProcessTaskRunner
-from streamflow.examples import orders
-from streamflow.stores.rocksdb import RocksDBEventStore
 
 DEFAULT_DEMO_DIR = Path(".streamflow/demo")
 
@@ -58,6 +53,14 @@ class ConsoleObserver:
 async def run_demo(directory: Path, run_id: str, step_delay: float) -> int:
     """Start (or resume) the example order run ``run_id`` on the RocksDB store in ``directory``,
     with a host loop, until it ends; print its history."""
+    # Imported here, as every command imports what only it needs: ``--help`` and the other
+    # commands load neither RocksDB nor pydantic (the example's models) for the demo.
+    from streamflow.engine.engine import FlowEngine
+    from streamflow.engine.scheduler import FlowScheduler
+    from streamflow.engine.tasks import InProcessTaskRunner
+    from streamflow.examples import orders
+    from streamflow.stores.rocksdb import RocksDBEventStore
+
     store = RocksDBEventStore(directory)
     try:
         orders.DEMO.step_delay = step_delay

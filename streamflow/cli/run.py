@@ -28,7 +28,6 @@ from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.decide import Limits
 from streamflow.core.errors import FlowError
 from streamflow.core.tokens import HookSecret
-from streamflow.host.http import advertised_url
 from streamflow.host.keys import MIN_SECRET_CHARS
 from streamflow.kafka.config import KafkaSettings
 from streamflow.observe.observers import FlowEventObserver
@@ -349,6 +348,7 @@ def observers_main(
     """The observers topology's main function, serving the HTTP API (``/metrics``, ``/v1``,
     the console) on ``--http-port`` while it runs (unless the port is negative)."""
     from streamflow.api.observers import ObserversApi
+    from streamflow.host.http import advertised_url
     from streamflow.topologies.observers import Observers
 
     server = None

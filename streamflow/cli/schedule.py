@@ -8,7 +8,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamflow.cli.paths import store_path
 from streamflow.core.errors import InvalidInputError
@@ -17,9 +17,10 @@ from streamflow.core.timeutil import format_utc
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.schedules import FlowSchedules
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
-from streamflow.kafka.schedules import KafkaSchedules
-from streamflow.stores.rocksdb import RocksDBEventStore
 from streamflow.workflow.app import App
+
+if TYPE_CHECKING:
+    from streamflow.kafka.schedules import KafkaSchedules
 
 DEFAULT_DIR = Path(".streamflow/demo")
 DEFAULT_APP = "streamflow.examples.bundle:app"
@@ -63,11 +64,15 @@ async def _run(args: argparse.Namespace) -> int:
             settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
+        from streamflow.kafka.schedules import KafkaSchedules  # the Kafka client: --kafka only
+
         kafka = await asyncio.to_thread(KafkaSchedules, settings)
         try:
             return await _act(args, kafka, schedule)
         finally:
             kafka.close()
+    from streamflow.stores.rocksdb import RocksDBEventStore
+
     store = RocksDBEventStore(store_path(args.dir))
     try:
         engine = FlowEngine.builder(schedule_app(args)).with_store(store).build()

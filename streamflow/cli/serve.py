@@ -14,7 +14,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from streamflow.api.edge import HttpLimits
+from streamflow.api.limits import HttpLimits
 from streamflow.core.errors import FlowError
 from streamflow.core.tokens import HookSecret
 from streamflow.host import DEFAULT_HOST, DEFAULT_PORT, ensure_secret_file, read_secret_file

@@ -11,18 +11,19 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from streamflow.kafka.admin import (
-    DEFAULT_TIMEOUT,
-    ApplyReport,
-    ClusterUnavailable,
-    TopicsRefused,
-    TopicState,
-    apply,
-    describe,
+from streamflow.core.errors import ClusterUnavailable, TopicsRefused
+from streamflow.kafka.config import (
+    DEFAULT_ADMIN_TIMEOUT,
+    ENV_BOOTSTRAP,
+    ENV_MANIFESTS,
+    ENV_NAMESPACE,
+    KafkaSettings,
 )
-from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
-from streamflow.kafka.manifest import ENV_MANIFESTS, load_manifest
+
+if TYPE_CHECKING:
+    from streamflow.kafka.admin import ApplyReport, TopicState
 
 EXIT_OK = 0
 EXIT_UNAVAILABLE = 1
@@ -70,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             help=f"manifest directory (default ${ENV_MANIFESTS}, else the repository's)",
         )
         parser.add_argument(
-            "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per cluster call"
+            "--timeout", type=float, default=DEFAULT_ADMIN_TIMEOUT, help="seconds per cluster call"
         )
         parser.set_defaults(handler=handler)
 
@@ -84,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
 def cmd_apply(args: argparse.Namespace) -> int:
     """``streamflow topics apply``: create the namespace's missing topics and verify the others;
     the exit status."""
+    from streamflow.kafka.admin import apply  # the Kafka client: only for this command
+    from streamflow.kafka.manifest import load_manifest
+
     try:
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
         manifest = load_manifest(args.manifests)
@@ -106,6 +110,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def cmd_describe(args: argparse.Namespace) -> int:
     """``streamflow topics describe``: the declared topics next to what the cluster has; the exit
     status (refused if ``apply`` would refuse)."""
+    from streamflow.kafka.admin import describe  # the Kafka client: only for this command
+    from streamflow.kafka.manifest import load_manifest
+
     try:
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
         manifest = load_manifest(args.manifests)

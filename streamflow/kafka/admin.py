@@ -43,7 +43,7 @@ from streamflow.core.limits import (
     MIN_MAX_RECORD_BYTES,
     RecordLimits,
 )
-from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.config import DEFAULT_ADMIN_TIMEOUT, KafkaSettings
 from streamflow.kafka.manifest import (
     CLEANUP,
     COPARTITIONED,
@@ -57,7 +57,7 @@ from streamflow.kafka.manifest import (
 )
 
 log = logging.getLogger(__name__)
-DEFAULT_TIMEOUT = 30.0
+DEFAULT_TIMEOUT = DEFAULT_ADMIN_TIMEOUT
 _POLL_FIRST, _POLL_MAX = 0.01, 0.2
 # The cluster, not the connection, said no: nothing to retry, something to fix.
 _REFUSALS = frozenset(

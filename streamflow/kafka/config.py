@@ -20,6 +20,10 @@ ENV_BOOTSTRAP = "STREAMFLOW_BOOTSTRAP"
 ENV_NAMESPACE = "STREAMFLOW_NAMESPACE"
 ENV_PREFIX = "STREAMFLOW_KAFKA_"
 ENV_MAX_RECORD_BYTES = "STREAMFLOW_MAX_RECORD_BYTES"
+ENV_MANIFESTS = "STREAMFLOW_MANIFESTS"
+"""The directory of the topology manifests (:mod:`streamflow.kafka.manifest`)."""
+DEFAULT_ADMIN_TIMEOUT = 30.0
+"""Seconds per cluster call of the topic tooling (:mod:`streamflow.kafka.admin`)."""
 DEFAULT_NAMESPACE = "streamflow"
 _LIBRDKAFKA = logging.getLogger("streamflow.librdkafka")
 _SECRET = re.compile(r"password|secret|token|credential|sasl\.jaas|key\.pem|private", re.I)

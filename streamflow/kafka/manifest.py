@@ -21,11 +21,11 @@ from typing import Any
 
 from streamflow.core.errors import ManifestError as ManifestError
 from streamflow.core.limits import RecordLimits
+from streamflow.kafka.config import ENV_MANIFESTS as ENV_MANIFESTS
 from streamflow.kafka.manifest_table import PLACEHOLDERS as PLACEHOLDERS
 from streamflow.kafka.manifest_table import ManifestTable
 from streamflow.kafka.naming import build_slug
 
-ENV_MANIFESTS = "STREAMFLOW_MANIFESTS"
 # The repository's topologies/, reached through the package so an installed wheel has them.
 DEFAULT_DIRECTORY = Path(__file__).resolve().parents[1] / "_contract" / "topologies"
 TOPICS_FILE = "topics.toml"

@@ -13,8 +13,8 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import ConsumerGroupDescription, MemberAssignment, MemberDescription
 
 from streamflow.api import ObserversApi
-from streamflow.cli.run import advertised_url
 from streamflow.host import http
+from streamflow.host.http import advertised_url
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.observe.http import fetch_json
