@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -44,6 +44,7 @@ from streamflow.core.inspect import (
 )
 from streamflow.core.jsonvalue import JsonValue, check_text, normalize
 from streamflow.core.limits import check_payload
+from streamflow.core.lru import LruCache
 from streamflow.core.projection import project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -140,7 +141,7 @@ class FlowClient:
         # Runs this client started that had not ended when the journal recorded the start,
         # oldest first, with their run_finished notice once read (None until then): their end
         # is known without reading history.
-        self._followed: OrderedDict[str, m.Reply | None] = OrderedDict()
+        self._followed: LruCache[str, m.Reply | None] = LruCache(FOLLOWED)
         self._replies = reader(settings)
         count = partition_count(self._replies, self._names.replies)
         # Start at the current end, resolved now: a reply produced after this point is seen.
@@ -189,14 +190,11 @@ class FlowClient:
         """Follow ``run_id``; the oldest followed run is dropped past :data:`FOLLOWED` (its
         ``result`` reads history instead)."""
         with self._lock:
-            self._followed[run_id] = None
-            self._followed.move_to_end(run_id)
-            while len(self._followed) > FOLLOWED:
-                self._followed.popitem(last=False)
+            self._followed.put(run_id, None)
 
     def _unfollow(self, run_id: str) -> None:
         with self._lock:
-            self._followed.pop(run_id, None)
+            self._followed.pop(run_id)
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
@@ -533,7 +531,7 @@ class FlowClient:
         future: asyncio.Future[m.Reply] = loop.create_future()
         with self._lock:
             fresh = run_id in self._followed
-            notice = self._followed.get(run_id)
+            notice = self._followed.peek(run_id)
             if notice is None:
                 self._finished[run_id].append((loop, future))
         try:
@@ -595,8 +593,8 @@ class FlowClient:
                         targets = [] if waiter is None else [waiter]
                     else:
                         targets = self._finished.pop(reply.run_id, [])
-                        if reply.run_id in self._followed:  # kept for a later result()
-                            self._followed[reply.run_id] = reply
+                        # Kept for a later result(); not a use of the followed run.
+                        self._followed.replace(reply.run_id, reply)
                 for loop, future in targets:
                     loop.call_soon_threadsafe(_resolve, future, reply)
 
