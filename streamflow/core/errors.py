@@ -69,84 +69,35 @@ does), ``Fenced`` a ``RuntimeError`` and ``ManifestError`` a ``ValueError``.
 Every error carries its data as attributes. Hook tokens never reach an error at all: the
 token errors carry the token's SHA-256 digest, and their text shows only its first 12 hex
 digits.
+
+Import every class from this module. It defines the errors of runs, hooks, builds, inputs and
+the application's code, and re-exports the rest of the tree from the two modules it builds on:
+``errors_root`` (``FlowError`` and the four families) and ``errors_infra`` (the
+``InfrastructureError`` family and topic administration).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-
-def _short(digest: str) -> str:
-    return f"sha256:{digest[:12]}…"
-
-
-def _printable(text: str) -> str:
-    """``text`` with any lone surrogate escaped (``\\ud800``): an error's text can always be
-    encoded, logged, stored and sent."""
-    if not isinstance(text, str) or text.isascii():
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-class FlowError(Exception):
-    """Root of every error streamflow raises on purpose."""
-
-    def __init__(self, message: str) -> None:
-        message = _printable(message)
-        super().__init__(message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.message!r})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # Subclasses take their fields, not a message; pickling (e.g. across a process pool)
-        # must rebuild them through __init__ with the same fields.
-        return (_rebuild, (type(self), self.__dict__.copy()))
-
-
-def _rebuild(cls: type[FlowError], state: dict[str, object]) -> FlowError:
-    error = cls.__new__(cls)
-    Exception.__init__(error, state.get("message", ""))
-    error.__dict__.update(state)
-    return error
-
-
-# -- the families: never raised themselves, caught to handle every error of one kind ----------
-
-
-class ConflictError(FlowError):
-    """The request disagrees with what is durably recorded, or lost a race to another writer.
-
-    Nothing was written. Read the run again and decide anew: another caller got there first,
-    or the same request was sent before with other content.
-    """
-
-
-class NotFoundError(FlowError):
-    """What the request names (a run, an active hook's token, a route for a build) does not
-    exist, or no longer does. Nothing was written."""
-
-
-class InvalidInputError(FlowError):
-    """The input breaks a rule (an id, a spec, a command, a value, a setting, a manifest).
-
-    Nothing was written, and the same input fails the same way again: fix the input (or the
-    code that produced it).
-    """
-
-
-class InfrastructureError(FlowError):
-    """Something streamflow relies on failed, is missing or did not answer in time: the store,
-    a task queue, Kafka, a deployment that serves the run's build.
-
-    Operator action: fix the part the message names, or wait for it, then retry. A request
-    that timed out may still be applied: send it again with the same ids, which makes it
-    idempotent.
-    """
+from streamflow.core.errors_infra import AdminError as AdminError
+from streamflow.core.errors_infra import ClusterUnavailable as ClusterUnavailable
+from streamflow.core.errors_infra import Fenced as Fenced
+from streamflow.core.errors_infra import FlowTimeout as FlowTimeout
+from streamflow.core.errors_infra import InspectionUnavailable as InspectionUnavailable
+from streamflow.core.errors_infra import IoError as IoError
+from streamflow.core.errors_infra import ManifestError as ManifestError
+from streamflow.core.errors_infra import RequestDeadLettered as RequestDeadLettered
+from streamflow.core.errors_infra import RuntimeBuildUnavailable as RuntimeBuildUnavailable
+from streamflow.core.errors_infra import StoreError as StoreError
+from streamflow.core.errors_infra import TaskManagement as TaskManagement
+from streamflow.core.errors_infra import TopicsRefused as TopicsRefused
+from streamflow.core.errors_root import ConflictError as ConflictError
+from streamflow.core.errors_root import FlowError as FlowError
+from streamflow.core.errors_root import InfrastructureError as InfrastructureError
+from streamflow.core.errors_root import InvalidInputError as InvalidInputError
+from streamflow.core.errors_root import NotFoundError as NotFoundError
+from streamflow.core.errors_root import _printable, _short
 
 
 class RunNotFound(NotFoundError):
@@ -231,40 +182,6 @@ class InvalidRuntimeBuildId(InvalidInputError):
 
 class InvalidWorkflowPatchId(InvalidInputError):
     """Raised when a patch marker id breaks the identifier rules."""
-
-
-class RuntimeBuildUnavailable(InfrastructureError):
-    """Raised when this engine's build compatibility does not admit the run.
-
-    Nothing is written. Operator action: route the work to a compatible build, or deploy one.
-    """
-
-    def __init__(
-        self,
-        run_id: str,
-        required_build_id: str | None,
-        current_build_id: str | None,
-        *,
-        routed: bool = False,
-    ) -> None:
-        """``routed``: raised by a Kafka journal, which admits any build that has a live
-        processor route (it has no build of its own)."""
-        required = required_build_id or "<unpinned>"
-        if routed:
-            message = (
-                f"workflow run {run_id} requires runtime build {required}, but no live "
-                f"processor route admits build {required}"
-            )
-        else:
-            current = current_build_id or "<unconfigured>"
-            message = (
-                f"workflow run {run_id} requires runtime build {required}, "
-                f"which this engine (build {current}) does not admit"
-            )
-        super().__init__(message)
-        self.run_id = run_id
-        self.required_build_id = required_build_id
-        self.current_build_id = current_build_id
 
 
 class RuntimeBuildRouteNotFound(NotFoundError):
@@ -416,37 +333,6 @@ class InvalidWorkerConfiguration(InvalidInputError):
     missing where ``hook_token`` is called)."""
 
 
-class TaskManagement(InfrastructureError):
-    """Raised when a task queue rejects or fails an operation."""
-
-
-class StoreError(InfrastructureError):
-    """Raised when the event store fails. Engines leave the run to be resumed later."""
-
-
-class RequestDeadLettered(InfrastructureError):
-    """A Kafka request could not be processed and was parked in the dead-letter topic.
-
-    ``dead_letters`` names that topic; ``topic``, ``partition`` and ``offset`` say where the
-    request was, ``reason`` why it failed. Nothing of the request was applied. Operator action:
-    read the dead letter (its ``reason`` and the component's log), fix the cause, and send the
-    request again if it still matters.
-    """
-
-    def __init__(
-        self, dead_letters: str, topic: str, partition: int, offset: int, reason: str
-    ) -> None:
-        super().__init__(
-            f"the request at {topic}[{partition}]@{offset} could not be processed and was "
-            f"dead-lettered to {dead_letters}: {reason}"
-        )
-        self.dead_letters = dead_letters
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.reason = reason
-
-
 class RuntimeFailure(FlowError):
     """Workflow or step code failed. Raise it from ``run_step`` to fail the attempt explicitly."""
 
@@ -512,10 +398,6 @@ class InvalidPayload(SerializationError):
         return InvalidPayload(subject, self.reason, self.path)
 
 
-class IoError(InfrastructureError):
-    """Raised when file or process I/O fails."""
-
-
 class ReplayLimitExceeded(FlowError):
     """Raised when a drive loop or a host conflict-retry loop exceeds its iteration budget.
 
@@ -525,94 +407,6 @@ class ReplayLimitExceeded(FlowError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"workflow replay exceeded the limit of {limit} iterations")
         self.limit = limit
-
-
-# -- Kafka deployments: topics, topologies, inspection ----------------------------------------
-# Defined here (they carry only text) so that the whole tree is one module; the Kafka modules
-# that raise them re-export them under their old import paths.
-
-
-class FlowTimeout(InfrastructureError, TimeoutError):
-    """A wait gave up after ``seconds``: ``waiting_for`` says for what, ``hint`` (may be
-    ``None``) what to check.
-
-    Raised by ``FlowEngine.result`` and ``FlowClient.result`` when their ``timeout`` passes, by
-    ``FlowClient`` when a request gets no reply within its request timeout, and by the Kafka
-    topologies when reading a topic to its end takes too long. It is also a ``TimeoutError``,
-    so ``except TimeoutError`` (and code written for ``asyncio.wait_for``) catches it.
-    """
-
-    def __init__(self, waiting_for: str, seconds: float, hint: str | None = None) -> None:
-        super().__init__(
-            f"gave up after {seconds:g}s waiting for {waiting_for}" + (f"; {hint}" if hint else "")
-        )
-        self.waiting_for = waiting_for
-        self.seconds = seconds
-        self.hint = hint
-
-
-class Fenced(InfrastructureError, RuntimeError):
-    """Another instance took over this topology's transactional id or group membership, or a
-    client cannot be kept alive in this process: the topology stops (its process exits with
-    status 1, for its supervisor to start it again). Still a ``RuntimeError``, as it was
-    before it joined this tree."""
-
-
-class InspectionUnavailable(InfrastructureError):
-    """Part of an inspection answer lives with an observers instance that cannot answer now
-    (HTTP 503); the message names the instance or the partitions. Operator action: check that
-    every observers instance is running, then ask again."""
-
-
-class AdminError(InfrastructureError):
-    """Root of the errors of topic administration (``streamflow topics``); never raised
-    itself."""
-
-
-class TopicsRefused(AdminError):
-    """The cluster or the request is unsafe, or the cluster rejected a topic.
-
-    Raised before anything is created when existing topics disagree with the manifest on
-    partitions or cleanup policy, allow unclean leader election, or the profile needs more
-    brokers than the cluster has; also when the cluster rejects a declared topic, and by a
-    topology that will not start on topics that must be co-partitioned and are not. ``problems``
-    lists every reason; ``created`` names topics this call created before a late rejection (a
-    concurrent creator). Operator action: fix the topic or the flags named in each problem.
-    """
-
-    def __init__(self, problems: Sequence[str], *, created: Sequence[str] = ()) -> None:
-        self.problems = tuple(problems)
-        self.created = tuple(created)
-        done = f"created before refusing: {', '.join(created)}" if created else "nothing created"
-        super().__init__(f"refused: {'; '.join(self.problems)} ({done})")
-
-
-class ClusterUnavailable(AdminError):
-    """The cluster did not answer ``operation`` within the timeout, or the transport failed.
-
-    Operator action: check the bootstrap address, network and credentials, then retry; a
-    retried ``apply`` is safe.
-    """
-
-    def __init__(self, operation: str, detail: str) -> None:
-        super().__init__(f"{operation}: {detail}")
-        self.operation = operation
-        self.detail = detail
-
-
-class ManifestError(InvalidInputError, ValueError):
-    """A topic manifest is missing, malformed or unsafe, or an override makes it so.
-
-    Raised by ``load_manifest``, ``parse_manifest`` and the rendering methods of ``Manifest``
-    (``streamflow.kafka.manifest``); nothing has touched a cluster yet. ``source`` names the
-    file (or ``override``), ``reason`` says what is wrong. Operator action: fix that file or
-    flag. Still a ``ValueError``, as it was before it joined this tree.
-    """
-
-    def __init__(self, reason: str, *, source: str | None = None) -> None:
-        super().__init__(f"{source}: {reason}" if source else reason)
-        self.reason = reason
-        self.source = source
 
 
 FAMILIES: tuple[type[FlowError], ...] = (
@@ -654,13 +448,53 @@ class NotAStep(InvalidWorkflow):
     """``ctx.step`` was given a function that is not registered with ``@app.step``."""
 
 
-ALL_ERRORS: tuple[type[FlowError], ...] = tuple(
-    value
-    for value in list(globals().values())
-    if isinstance(value, type)
-    and issubclass(value, FlowError)
-    and value is not FlowError
-    and value not in FAMILIES
+ALL_ERRORS: tuple[type[FlowError], ...] = (
+    RunNotFound,
+    RunTerminal,
+    InvalidRunId,
+    ContinueAsNewCycle,
+    ContinueAsNewLimitExceeded,
+    ChildWorkflowCycle,
+    ChildWorkflowDepthExceeded,
+    RunConflict,
+    InvalidRuntimeBuildId,
+    InvalidWorkflowPatchId,
+    RuntimeBuildUnavailable,
+    RuntimeBuildRouteNotFound,
+    NonDeterministic,
+    EventConflict,
+    HookTokenNotFound,
+    HookAlreadyResolved,
+    LeaseLost,
+    HookTokenTooShort,
+    HookTokenConflict,
+    HookConflict,
+    SignalConflict,
+    InvalidWorkflow,
+    InvalidTransition,
+    InvalidWorkerConfiguration,
+    TaskManagement,
+    StoreError,
+    RequestDeadLettered,
+    RuntimeFailure,
+    NonRetryable,
+    SerializationError,
+    PayloadTooLarge,
+    InvalidPayload,
+    IoError,
+    ReplayLimitExceeded,
+    FlowTimeout,
+    Fenced,
+    InspectionUnavailable,
+    TopicsRefused,
+    ClusterUnavailable,
+    ManifestError,
+    UnknownWorkflow,
+    UnsupportedAwait,
+    NotAStep,
 )
-"""Every class of the tree that is raised, in the order this module defines them: each crosses
-a process boundary by name and fields (``streamflow.serde.errors``)."""
+"""Every class of the tree that is raised, in a fixed order (the order the tree's classes were
+defined in when it was one module): each crosses a process boundary by name and fields
+(``streamflow.serde.errors``). A class the tree gains joins this list or ``FAMILIES``
+(``tests/unit/test_errors_and_typed.py`` checks that every class is in one of them).
+"""
