@@ -21,7 +21,6 @@ import json
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
@@ -33,6 +32,7 @@ from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound, StoreError
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import WorkflowRunRow, apply_delta, count_delta, count_rows
+from streamflow.core.lru import LruCache
 from streamflow.core.projection import project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -138,8 +138,7 @@ class RocksDBEventStore:
         self.path = Path(path)
         self._clock = clock
         self._lock = threading.Lock()
-        self._cache: OrderedDict[str, StoreRun] = OrderedDict()
-        self._cache_runs = max(1, cache_runs)
+        self._cache: LruCache[str, StoreRun] = LruCache(max(1, cache_runs))
         self._owner = not read_only
         try:
             db, families = open_db(self.path, read_only=read_only)
@@ -352,7 +351,7 @@ class RocksDBEventStore:
                 stone = tombstone(history, self._clock())
                 batch.put(tomb_key(run_id), record_value(stone), self._handles["retention"])
             self._write(db, batch)
-            self._cache.pop(run_id, None)
+            self._cache.pop(run_id)
             apply_delta(self._counts, moved)
             return True
 
@@ -455,10 +454,10 @@ class RocksDBEventStore:
             try:
                 ticket = self._write(db, batch, defer_sync=True)
             except StoreError:
-                self._cache.pop(run_id, None)
+                self._cache.pop(run_id)
                 raise
             except Exception as exc:
-                self._cache.pop(run_id, None)
+                self._cache.pop(run_id)
                 raise StoreError(f"RocksDB append failed for run {run_id}: {exc}") from exc
             self._remember(run_id, run)
             apply_delta(self._counts, moved)
@@ -516,7 +515,6 @@ class RocksDBEventStore:
     def _load(self, run_id: str) -> StoreRun | None:
         cached = self._cache.get(run_id)
         if cached is not None:
-            self._cache.move_to_end(run_id)
             return cached
         history = self._read(run_id)
         if not history:
@@ -530,10 +528,7 @@ class RocksDBEventStore:
         return run
 
     def _remember(self, run_id: str, run: StoreRun) -> None:
-        self._cache[run_id] = run
-        self._cache.move_to_end(run_id)
-        while len(self._cache) > self._cache_runs:
-            self._cache.popitem(last=False)
+        self._cache.put(run_id, run)
 
     async def list(self, run_id: str) -> ev.History:
         with self._lock:
@@ -546,7 +541,7 @@ class RocksDBEventStore:
         """Events with sequence > ``after_sequence`` (acceleration for incremental replay)."""
         with self._lock:
             self._require_open()
-            cached = self._cache.get(run_id) if self._owner else None
+            cached = self._cache.peek(run_id) if self._owner else None
             if cached is None:
                 if not self._run_known(run_id):
                     raise RunNotFound(run_id)
@@ -932,7 +927,7 @@ class RocksDBEventStore:
                         f"RocksDB prune of {', '.join(component)} failed: {exc}"
                     ) from exc
                 for run_id in component:
-                    self._cache.pop(run_id, None)
+                    self._cache.pop(run_id)
                 apply_delta(self._counts, moved)
                 stones.extend(made)
             return retention_report(plan, stones)
