@@ -33,7 +33,6 @@ import logging
 import resource
 import socket
 import time
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
@@ -59,6 +58,7 @@ from streamflow.api.errors import (
 from streamflow.api.limits import HttpLimits as HttpLimits
 from streamflow.api.render import json_response
 from streamflow.core.jsonvalue import MAX_JSON_DEPTH
+from streamflow.core.lru import LruCache
 
 log = logging.getLogger("streamflow.api")
 
@@ -138,22 +138,17 @@ class ClientBuckets:
     def __init__(self, rate: float, burst: int, max_clients: int = 10_000) -> None:
         self._rate = rate
         self._burst = float(burst)
-        self._max = max_clients
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._buckets: LruCache[str, tuple[float, float]] = LruCache(max_clients)
 
     def take(self, client: str, now: float) -> float:
         """Spend one token of ``client``'s bucket: 0.0, or the seconds until one is there."""
-        tokens, then = self._buckets.pop(client, (self._burst, now))
+        tokens, then = self._buckets.get(client) or (self._burst, now)
         tokens = min(self._burst, tokens + (now - then) * self._rate)
         if tokens >= 1.0:
-            self._buckets[client] = (tokens - 1.0, now)
-            wait = 0.0
-        else:
-            self._buckets[client] = (tokens, now)
-            wait = (1.0 - tokens) / self._rate
-        while len(self._buckets) > self._max:
-            self._buckets.popitem(last=False)
-        return wait
+            self._buckets.put(client, (tokens - 1.0, now))
+            return 0.0
+        self._buckets.put(client, (tokens, now))
+        return (1.0 - tokens) / self._rate
 
 
 # -- the guard ---------------------------------------------------------------------------------
