@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol, TextIO
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from streamflow.cli.sources import Json, Source, is_terminal
 from streamflow.core.errors import FlowTimeout
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 POLL_SECONDS = 0.2
 
@@ -66,6 +66,9 @@ class Bars:
     """Live progress bars: one per progress record (completed of total), one per step."""
 
     def __init__(self, out: TextIO) -> None:
+        from rich.console import Console  # drawn in a terminal only
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),

@@ -35,8 +35,6 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-import httpx
-
 from streamflow.api.control import ControlPlane, EmbeddedControl, FlowControl
 from streamflow.api.errors import ApiError, status_of
 from streamflow.api.query import LIST_PARAMETERS, RunFilter, check_names, page, parse_limit
@@ -296,6 +294,8 @@ class HttpSource:
     """A :class:`Source` over the HTTP API at ``url``."""
 
     def __init__(self, url: str, api_key: str | None, *, timeout: float = 30.0) -> None:
+        import httpx  # the HTTP client: only for a command given --url
+
         self._url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
@@ -305,6 +305,8 @@ class HttpSource:
     async def _call(
         self, method: str, path: str, body: object = None, query: Mapping[str, str] | None = None
     ) -> tuple[int, Json]:
+        import httpx
+
         try:
             answer = await self._client.request(
                 method, "/v1" + path, json=body, params=dict(query or {})
