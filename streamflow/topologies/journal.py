@@ -17,7 +17,6 @@ transactions.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -43,6 +42,7 @@ from streamflow.core.errors import (
 )
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
+from streamflow.core.lru import LruCache
 from streamflow.core.projection import project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
@@ -138,13 +138,13 @@ class Journal(TransactionalTopology):
         fitted = [names.requests, names.history, names.replies, names.retention]
         super().__init__(settings, options, input_topic=names.requests, fitted_to=fitted)
         self._limits = self._wire.limits
-        self._cache_runs = cache_runs
         self._decisions = decisions
         self._counts = RefusalCounts(
             self._settings, names=names, wire=self._wire, clock=self._clock, source=self._source
         )
         self._state = LocalState(state_dir, ("events", "meta", "retention"))
-        self._cache: OrderedDict[str, WorkflowRunSnapshot] = OrderedDict()
+        # Trimmed when a transaction commits, never in one: what it touched stays cached.
+        self._cache: LruCache[str, WorkflowRunSnapshot] = LruCache(cache_runs, trim_on_put=False)
         self._partitions = copartitioned(
             self._consumer, names.requests, names.history, names.retention
         )
@@ -238,14 +238,13 @@ class Journal(TransactionalTopology):
         self._state.write(txn.batch)
         self._txn = None
         self._counts.committed()
-        while len(self._cache) > self._cache_runs:
-            self._cache.popitem(last=False)
+        self._cache.trim()
 
     def aborted(self) -> None:
         """Drop the staged state and the cached snapshots of the runs the transaction touched."""
         if self._txn is not None:
             for run_id in self._txn.touched:
-                self._cache.pop(run_id, None)
+                self._cache.pop(run_id)
                 if self._decisions is not None:
                     self._decisions.forget(run_id)
         self._txn = None
@@ -533,7 +532,6 @@ class Journal(TransactionalTopology):
             return None
         cached = self._cache.get(run_id)
         if cached is not None:
-            self._cache.move_to_end(run_id)
             return cached
         history = [
             self._wire.decode(v, ev.FlowEventEnvelope)
@@ -561,7 +559,7 @@ class Journal(TransactionalTopology):
 
     def uncache(self, run_id: str) -> None:
         """Drop the run's cached snapshot."""
-        self._cache.pop(run_id, None)
+        self._cache.pop(run_id)
 
     def _ensure_snapshot(
         self, run_id: str, snap: WorkflowRunSnapshot | None
@@ -573,7 +571,7 @@ class Journal(TransactionalTopology):
     def _rebuild(self, txn: _Transaction, run_id: str) -> None:
         """Recompute a run's view from committed state plus the events this transaction has
         already produced for it (a rejected event list mutated the cached view part way)."""
-        self._cache.pop(run_id, None)
+        self._cache.pop(run_id)
         history = [
             self._wire.decode(v, ev.FlowEventEnvelope)
             for _, v in self._state.scan("events", run_id.encode() + b"\x00")

@@ -27,11 +27,11 @@ you would run in a processor, and the same code the build's processors run.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from streamflow.core import events as ev
+from streamflow.core.lru import LruCache
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.workflow.deciding import Propose, RunDecider, Stuck
@@ -51,8 +51,7 @@ class HostedDecisions:
     def __init__(self, decider: RunDecider, *, cache_runs: int = 4096) -> None:
         self._decider = decider
         self.build = decider.build
-        self._cache_runs = cache_runs
-        self._histories: OrderedDict[str, list[ev.FlowEventEnvelope]] = OrderedDict()
+        self._histories: LruCache[str, list[ev.FlowEventEnvelope]] = LruCache(cache_runs)
 
     def decide(
         self,
@@ -103,15 +102,12 @@ class HostedDecisions:
                 log.warning("run %s: local history does not match its projection", run_id)
                 self.forget(run_id)
                 return None
-            self._histories[run_id] = history
-        self._histories.move_to_end(run_id)
-        while len(self._histories) > self._cache_runs:
-            self._histories.popitem(last=False)
+            self._histories.put(run_id, history)
         return history
 
     def forget(self, run_id: str) -> None:
         """Drop the run's history (a transaction that touched it aborted, or it was pruned)."""
-        self._histories.pop(run_id, None)
+        self._histories.pop(run_id)
 
     def clear(self) -> None:
         """Drop every history (partitions may have moved)."""
