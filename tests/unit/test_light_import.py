@@ -34,8 +34,8 @@ HEAVY = frozenset(
 )
 
 
-def heavy_after(code: str) -> set[str]:
-    """The heavy packages a fresh interpreter holds after running ``code`` (from this
+def loaded_after(code: str) -> set[str]:
+    """The top-level packages a fresh interpreter holds after running ``code`` (from this
     checkout: the working directory comes first on its path)."""
     probe = textwrap.dedent(code) + textwrap.dedent(
         """
@@ -47,7 +47,12 @@ def heavy_after(code: str) -> set[str]:
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    return set(json.loads(done.stdout.splitlines()[-1])) & HEAVY
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def heavy_after(code: str) -> set[str]:
+    """The heavy packages a fresh interpreter holds after running ``code``."""
+    return loaded_after(code) & HEAVY
 
 
 IN_MEMORY_RUN = """
@@ -126,6 +131,11 @@ def test_nothing_heavy_is_loaded(code: str) -> None:
 )
 def test_a_name_brings_its_dependency_when_it_is_used(code: str, brings: set[str]) -> None:
     assert heavy_after(code) == brings
+
+
+def test_the_command_line_help_loads_no_http_client_or_terminal_ui() -> None:
+    """httpx (and the rich it imports) serve ``--url`` and progress bars, not ``--help``."""
+    assert loaded_after(CLI_HELP) & {"httpx", "rich"} == set()
 
 
 def test_the_probe_sees_a_heavy_import() -> None:
