@@ -42,6 +42,7 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
+    StartResult,
     WorkflowProgress,
     WorkflowSignal,
 )
@@ -59,12 +60,16 @@ class Flow(Protocol):
 
     # -- starting -----------------------------------------------------------------------------
 
-    async def start(self, spec: WorkflowSpec, input: object = None) -> str:
-        """Start a run under a fresh id; returns the id."""
+    async def start(self, spec: WorkflowSpec, input: object = None) -> StartResult:
+        """Start a run under a fresh id; returns the id (a :class:`StartResult`)."""
         ...
 
-    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
-        """Start ``run_id``; returns it (the chain's root, even if the run continued as new).
+    async def start_with_id(
+        self, run_id: str, spec: WorkflowSpec, input: object = None
+    ) -> StartResult:
+        """Start ``run_id``; returns it (the chain's root, even if the run continued as new)
+        as a :class:`StartResult`, a ``str`` whose ``created`` says whether this call created
+        the run (the backend's single writer decides it: of racing starts exactly one did).
 
         Idempotent: the same spec and input again writes nothing. Another spec or input for an
         existing (or pruned) id is ``RunConflict``; a build no engine or processor admits is

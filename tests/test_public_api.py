@@ -19,7 +19,7 @@ PINNED = {
     "WorkflowSpec", "WorkflowRuntime", "RetryPolicy", "RetryBackoff", "StepFailureAction",
     "WorkflowProgress", "ChildOperationReference", "CancellationRequest", "WorkflowSignal",
     "HookMetadata", "HookCallback", "ChildWorkflowCancellationPolicy", "RuntimeBuildId",
-    "WorkflowPatchId", "RuntimeBuildCompatibility", "MAX_WORKFLOW_PATCH_MARKERS",
+    "WorkflowPatchId", "RuntimeBuildCompatibility", "MAX_WORKFLOW_PATCH_MARKERS", "StartResult",
     # snapshots and inspection
     "WorkflowRunSnapshot", "WorkflowRunStatus", "StepSnapshot", "StepStatus", "WaitSnapshot",
     "WaitStatus", "HookSnapshot", "HookStatus", "SignalWaitSnapshot", "WorkflowSignalSnapshot",

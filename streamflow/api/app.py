@@ -194,8 +194,9 @@ def create_app(
 
     @app.post("/v1/runs", status_code=201, dependencies=[key, none])
     async def start(body: StartBody) -> Response:
-        run_id, created = await control.start(body.workflow, body.run_id, body.input)
-        return json_response({"run_id": run_id, "created": created}, 201 if created else 200)
+        started = await control.start(body.workflow, body.run_id, body.input)
+        answer = {"run_id": started.run_id, "created": started.created}
+        return json_response(answer, 201 if started.created else 200)
 
     @app.get("/v1/runs", dependencies=[key, Depends(only(*LIST_PARAMETERS))])
     async def list_runs(request: Request) -> Response:

@@ -21,8 +21,8 @@ from streamflow.api.errors import IncidentNotFound, InvalidCursor, InvalidWorkfl
 from streamflow.api.query import RunFilter, decode_cursor, encode_cursor
 from streamflow.core.errors import (
     FlowTimeout,
+    InvalidPayload,
     PayloadTooLarge,
-    RunNotFound,
     SerializationError,
     UnknownWorkflow,
 )
@@ -32,7 +32,12 @@ from streamflow.core.jsonvalue import JsonValue, check_json
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import parse_utc
-from streamflow.core.values import CancellationRequest, WorkflowProgress, WorkflowSignal
+from streamflow.core.values import (
+    CancellationRequest,
+    StartResult,
+    WorkflowProgress,
+    WorkflowSignal,
+)
 from streamflow.core.views import (
     event_view,
     hook_view,
@@ -55,9 +60,9 @@ Json = dict[str, Any]
 class ControlPlane(Protocol):
     """What the HTTP API asks of a backend, one method per route."""
 
-    async def start(self, workflow: str, run_id: str | None, input: object) -> tuple[str, bool]:
-        """Start run ``run_id`` (a fresh id for ``None``) of ``workflow``; ``(run_id,
-        created)``, ``created`` false when the same start was already recorded."""
+    async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
+        """Start run ``run_id`` (a fresh id for ``None``) of ``workflow``; the run id, whose
+        ``created`` is false when the same start was already recorded."""
         ...
 
     async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
@@ -136,7 +141,6 @@ class FlowControl:
     ) -> None:
         self._flow = flow
         self._app = app
-        self._starting: dict[str, asyncio.Lock] = {}
         self._specs = _registry(app, specs) if app is not None else {s.name: s for s in specs}
 
     # -- mutations ----------------------------------------------------------------------------
@@ -147,41 +151,29 @@ class FlowControl:
             raise UnknownWorkflow(workflow, sorted(self._specs))
         return spec
 
-    async def _exists(self, run_id: str) -> bool:
-        try:
-            await self._flow.snapshot(run_id)
-        except RunNotFound:
-            return False
-        return True
+    checks_input = True
+    """Whether :meth:`start` checks the input itself, before the flow is called: a Kafka
+    client hands it to a journal that runs no workflow code, so the annotation is checked
+    here; the embedded engine checks (and decodes) it once, itself."""
 
-    async def _record_start(self, run_id: str, spec: WorkflowSpec, input: object) -> None:
-        await self._flow.start_with_id(run_id, spec, input)
+    async def _start(self, run_id: str, spec: WorkflowSpec, input: object) -> StartResult:
+        return await self._flow.start_with_id(run_id, spec, input)
 
-    async def start(self, workflow: str, run_id: str | None, input: object) -> tuple[str, bool]:
+    async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
         spec = self._spec(workflow)
-        run_id = validate_run_id(str(uuid.uuid4()) if run_id is None else run_id)
-        # A value no store could give back is refused as such (400 InvalidPayload), before
-        # the annotation looks at it.
-        check_json(cast("JsonValue", input), "workflow input")
         try:
-            if self._app is not None:  # the input against the annotation, before any write
+            if self.checks_input and self._app is not None:
+                # A value no store could give back is refused as such (400 InvalidPayload),
+                # before the annotation looks at it.
+                check_json(cast("JsonValue", input), "workflow input")
                 self._app.check_start(spec, cast("JsonValue", input))
-        except PayloadTooLarge:
+            # ``created`` is the backend's single writer's word: of racing starts of one id,
+            # here or through another server, exactly one says it created the run.
+            return await self._start(str(uuid.uuid4()) if run_id is None else run_id, spec, input)
+        except (PayloadTooLarge, InvalidPayload):
             raise
-        except SerializationError as exc:
+        except SerializationError as exc:  # the workflow's annotation refused the input
             raise InvalidWorkflowInput(str(exc)) from None
-        # One start of a run id at a time here, so that of two identical requests racing
-        # through this server exactly one answers ``created`` (another server's racing start
-        # converges on the same history; only its ``created`` may then be wrong).
-        lock = self._starting.setdefault(run_id, asyncio.Lock())
-        try:
-            async with lock:
-                existed = await self._exists(run_id)
-                await self._record_start(run_id, spec, input)
-        finally:
-            if not lock.locked() and self._starting.get(run_id) is lock:
-                del self._starting[run_id]
-        return run_id, not existed
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
         delivery = WorkflowSignal.new(signal_id or str(uuid.uuid4()), name, payload)
@@ -379,8 +371,12 @@ class EmbeddedControl(FlowControl):
         self._driving.add(task)
         task.add_done_callback(self._driving.discard)
 
-    async def _record_start(self, run_id: str, spec: WorkflowSpec, input: object) -> None:
-        self._drive_later((await self._engine.record_start(run_id, spec, input)).run_id)
+    checks_input = False  # the engine checks and decodes the input once, itself
+
+    async def _start(self, run_id: str, spec: WorkflowSpec, input: object) -> StartResult:
+        result = await self._engine.start_with_id(run_id, spec, input, drive=False)
+        self._drive_later(run_id)
+        return result
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
         delivery = WorkflowSignal.new(signal_id or str(uuid.uuid4()), name, payload)

@@ -1,5 +1,6 @@
 """Small value types carried by commands and events: progress, child references, cancellation
-requests, signals, hook metadata, child policies and typed terminal outcomes."""
+requests, signals, hook metadata, child policies and typed terminal outcomes; and what a
+start answers (:class:`StartResult`)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,34 @@ def _uint(data: Mapping[str, Any], key: str, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise SerializationError(f"{what}.{key} must be a non-negative integer, got {value!r}")
     return value
+
+
+class StartResult(str):
+    """What a start recorded: the run id, and whether this very call created the run.
+
+    It is the run id itself (a ``str`` subclass), so code that takes the id from
+    ``start``/``start_with_id`` keeps working; ``created`` is the core's answer
+    (``StartKind.NEW``), decided under the run's single writer, so of any number of racing
+    starts of one id exactly one says ``True``.
+    """
+
+    created: bool
+
+    def __new__(cls, run_id: str, created: bool) -> StartResult:
+        result = super().__new__(cls, run_id)
+        result.created = created
+        return result
+
+    @property
+    def run_id(self) -> str:
+        """The run id, as a plain ``str``."""
+        return str(self)
+
+    def __repr__(self) -> str:
+        return f"StartResult({str(self)!r}, created={self.created})"
+
+    def __reduce__(self) -> tuple[type[StartResult], tuple[str, bool]]:
+        return (StartResult, (str(self), self.created))
 
 
 @dataclass(frozen=True, slots=True)

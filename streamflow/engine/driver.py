@@ -106,10 +106,13 @@ class Driver:
 
     # -- starts -------------------------------------------------------------------------------
 
-    async def record_start(self, run_id: str, request: rq.StartRun) -> WorkflowRunSnapshot:
+    async def record_start(
+        self, run_id: str, request: rq.StartRun
+    ) -> tuple[WorkflowRunSnapshot, bool]:
         """Append what starting ``run_id`` takes (nothing for an exact retry; drift raises
         ``RunConflict``, a build this engine does not run ``RuntimeBuildUnavailable``).
-        Returns the engine's own snapshot: copy it before handing it out."""
+        Returns the engine's own snapshot (copy it before handing it out) and whether this
+        call created the run."""
         rq.check_request(request)  # a value no store could give back is refused here
         route_error = self._route_error(run_id, rq.concerned_build(None, request))
         return await self._create(run_id, request, rq.Facts(route_error=route_error))
@@ -127,9 +130,10 @@ class Driver:
 
     async def _create(
         self, run_id: str, request: rq.StartRun, facts: rq.Facts
-    ) -> WorkflowRunSnapshot:
+    ) -> tuple[WorkflowRunSnapshot, bool]:
         """Decide ``request`` on the cached run under its lock and commit (retrying lost
-        races); the cached snapshot after it."""
+        races); the cached snapshot after it, and whether this call created the run (its
+        decision appended ``run_created``)."""
         async with self._runs.locked(run_id):
             for _ in range(self._s.max_replay_iterations):
                 cached = await self._runs.sync(run_id)
@@ -145,7 +149,7 @@ class Driver:
                     await self._commit(target, events)
                 except EventConflict:
                     continue
-                return target.snapshot
+                return target.snapshot, any(isinstance(e, ev.RunCreated) for e in events)
         raise ReplayLimitExceeded(self._s.max_replay_iterations)
 
     # -- drives and chains --------------------------------------------------------------------

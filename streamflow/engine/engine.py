@@ -57,6 +57,7 @@ from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
+    StartResult,
     WorkflowProgress,
     WorkflowSignal,
     WorkflowTerminalOutcome,
@@ -161,34 +162,43 @@ class FlowEngine:
 
     # -- start and drive ----------------------------------------------------------------------
 
-    async def start(self, spec: WorkflowSpec, input: object = None) -> str:
-        """Start a run with a fresh id and drive it; returns the run id."""
+    async def start(self, spec: WorkflowSpec, input: object = None) -> StartResult:
+        """Start a run with a fresh id and drive it; the run id (``created`` true)."""
         return await self.start_with_id(self.new_run_id(), spec, input)
 
-    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
+    async def start_with_id(
+        self, run_id: str, spec: WorkflowSpec, input: object = None, *, drive: bool = True
+    ) -> StartResult:
         """Idempotent start: an exact retry appends nothing; drift raises ``RunConflict``.
 
-        Returns ``run_id`` (the chain's root) even when the run continued as new; the chain is
-        driven to its active leaf.
+        Returns ``run_id`` (the chain's root) even when the run continued as new, as a
+        :class:`StartResult` whose ``created`` says whether this call created the run. The
+        chain is driven to its active leaf; with ``drive=False`` the call returns once the
+        start is durable and the run is left for its host (a scheduler, or the caller) to
+        drive.
         """
-        await self._record_start(run_id, spec, input)
-        # A terminal root is acknowledged without admission; following its continuation links
-        # repairs a missing successor code-free and drives the active leaf (if any is open).
-        await self.drive_at(run_id, self._s.clock())
-        return run_id
+        _, created = await self._record_start(run_id, spec, input)
+        if drive:
+            # A terminal root is acknowledged without admission; following its continuation
+            # links repairs a missing successor code-free and drives the active leaf (if any).
+            await self.drive_at(run_id, self._s.clock())
+        return StartResult(run_id, created)
 
     async def record_start(
         self, run_id: str, spec: WorkflowSpec, input: object = None
     ) -> WorkflowRunSnapshot:
         """The durable half of :meth:`start_with_id`: validate, compare with an existing run,
-        admit and append ``run_created`` + ``run_started`` as needed, without driving."""
-        return (await self._record_start(run_id, spec, input)).copy()
+        admit and append ``run_created`` + ``run_started`` as needed, without driving.
+
+        Kept for callers that want the snapshot; ``start_with_id(..., drive=False)`` is the
+        same start and says whether it created the run."""
+        return (await self._record_start(run_id, spec, input))[0].copy()
 
     async def _record_start(
         self, run_id: str, spec: WorkflowSpec, input: object = None
-    ) -> WorkflowRunSnapshot:
+    ) -> tuple[WorkflowRunSnapshot, bool]:
         """:meth:`record_start` returning the engine's own snapshot (no copy for the caller
-        that goes on to drive the run)."""
+        that goes on to drive the run) and whether it created the run."""
         validate_run_id(run_id)
         spec.validate()
         value = normalize(input, "workflow input")

@@ -59,6 +59,7 @@ from streamflow.core.tokens import token_digest
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
+    StartResult,
     WorkflowProgress,
     WorkflowSignal,
 )
@@ -165,12 +166,15 @@ class FlowClient:
         check_payload(payload, what, self._wire.limits)
         return payload
 
-    async def start(self, spec: WorkflowSpec, input: object = None) -> str:
+    async def start(self, spec: WorkflowSpec, input: object = None) -> StartResult:
         return await self.start_with_id(str(uuid.uuid4()), spec, input)
 
-    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
+    async def start_with_id(
+        self, run_id: str, spec: WorkflowSpec, input: object = None
+    ) -> StartResult:
         """Idempotent start; raises ``RunConflict``, ``RuntimeBuildUnavailable`` … as the
-        embedded engine does. Returns once the journal has recorded (or refused) the start."""
+        embedded engine does. Returns once the journal has recorded (or refused) the start;
+        ``created`` is the journal's word on whether this request created the run."""
         validate_run_id(run_id)
         spec.validate()
         body = m.StartRun(spec=spec, input=self._payload(input, "workflow input"))
@@ -184,7 +188,7 @@ class FlowClient:
             raise
         if not _running(reply.status):
             self._unfollow(run_id)  # it had ended before: its notice went by unread
-        return run_id
+        return StartResult(run_id, reply.created)
 
     def _follow(self, run_id: str) -> None:
         """Follow ``run_id``; the oldest followed run is dropped past :data:`FOLLOWED` (its

@@ -229,6 +229,8 @@ class Reply:
     subject: str | None = None
     """What the request acted on when the caller did not name it: the hook id of a callback
     by token."""
+    created: bool = False
+    """A start that created the run (``false`` for a start of a run that already existed)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -722,6 +722,7 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ("last_sequence", SAME),
             ("at", INSTANT),
             ("subject", SAME),
+            ("created", SAME),
         ),
     ),
     RecordMap(

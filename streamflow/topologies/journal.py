@@ -326,6 +326,7 @@ class Journal(TransactionalTopology):
             return
         if outcome.events and isinstance(request.body, m.StepResult) and request.body.ok:
             outcome = self._fitted_result(snap, request.body, outcome, now)
+        created = False
         if outcome.events:
             snap = self._ensure_snapshot(run_id, snap)
             try:
@@ -343,6 +344,8 @@ class Journal(TransactionalTopology):
                     error=InvalidTransition(f"proposal rejected: {exc}"), incident=True
                 )
             else:
+                # Decided here, by the one writer: of racing starts exactly one creates the run.
+                created = any(isinstance(e, ev.RunCreated) for e in outcome.events)
                 for effect in (*effects, *outcome.effects):
                     self._output.effect(txn, run_id, effect, now)
                 self._decide_here(txn, run_id, now)
@@ -361,6 +364,7 @@ class Journal(TransactionalTopology):
                 snap=self.snapshot(run_id),
                 now=now,
                 subject=outcome.subject,
+                created=created,
             )
 
     def _decide_here(self, txn: _Transaction, run_id: str, now: datetime) -> None:

@@ -315,8 +315,10 @@ class JournalOutput:
         snap: WorkflowRunSnapshot | None,
         now: datetime,
         subject: str | None = None,
+        created: bool = False,
     ) -> None:
-        """Answer ``request`` (in the open transaction)."""
+        """Answer ``request`` (in the open transaction); ``created``: a start that created
+        the run."""
         reply = m.Reply(
             request_id=request.request_id,
             run_id=run_id,
@@ -327,6 +329,7 @@ class JournalOutput:
             last_sequence=0 if snap is None else snap.last_sequence,
             at=now,
             subject=subject,
+            created=created,
         )
         self.produce(self._names.replies, request.request_id.encode(), self._wire.encode(reply))
 

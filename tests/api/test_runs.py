@@ -54,6 +54,42 @@ def test_the_same_start_again_is_acknowledged_without_a_second_run(api_stack: Ap
     assert [r["run_id"] for r in listed] == ["same-1"]
 
 
+def test_of_fifty_concurrent_starts_of_one_id_exactly_one_created_the_run(
+    api_stack: ApiStack,
+) -> None:
+    """Fifty clients start the same run at once, each on its own connection: the engine's one
+    writer decides, so exactly one answer says it created the run (201) and the other 49 that
+    it existed (200), and the run has one history."""
+    barrier = threading.Barrier(50)
+    answers: list[httpx.Response] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        with httpx.Client(
+            base_url=api_stack.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60
+        ) as client:
+            barrier.wait(timeout=30)
+            answer = client.post(
+                "/v1/runs", json={"workflow": "api.echo", "run_id": "racing", "input": {"n": 1}}
+            )
+        with lock:
+            answers.append(answer)
+
+    threads = [threading.Thread(target=one) for _ in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    assert len(answers) == 50
+    created = [a for a in answers if a.json() == {"run_id": "racing", "created": True}]
+    existed = [a for a in answers if a.json() == {"run_id": "racing", "created": False}]
+    assert (len(created), len(existed)) == (1, 49), [a.text for a in answers]
+    assert {a.status_code for a in created} == {201}
+    assert {a.status_code for a in existed} == {200}
+    history = api_stack.client.get("/v1/runs/racing/history").json()["events"]
+    assert [e["type"] for e in history].count("run_created") == 1
+
+
 def test_result_long_polls_202_then_200(api_stack: ApiStack) -> None:
     assert start(api_stack, "poll-1", "api.wait").status_code == 201
     early = api_stack.client.get("/v1/runs/poll-1/result", params={"wait": "200ms"})

@@ -47,6 +47,30 @@ async def test_many_concurrent_results_all_arrive_with_their_whole_history(kafka
         await driver.close()
 
 
+async def test_of_racing_starts_of_one_id_exactly_one_created_the_run(kafka, tmp_path):
+    """Starts of one run id from two clients at once: the journal, the one writer, says which
+    request created the run; every other start is told it existed. The answer is the run id
+    (a str) either way."""
+    driver = KafkaDriver(kafka, Scripted(sequential("a")), state_root=tmp_path)
+    other = FlowClient(kafka)
+    try:
+        clients = [driver.client, other]
+        results = await asyncio.gather(
+            *(clients[i % 2].start_with_id("racing", spec(), {"x": 1}) for i in range(20))
+        )
+        assert results == ["racing"] * 20
+        assert sorted(r.created for r in results) == [False] * 19 + [True]
+        again = await other.start_with_id("racing", spec(), {"x": 1})
+        assert (again, again.created) == ("racing", False)
+        fresh = await driver.client.start(spec(), {"x": 2})
+        assert fresh.created is True
+        history = await other.history("racing")
+        assert [e.event.TYPE for e in history].count("run_created") == 1
+    finally:
+        other.close()
+        await driver.close()
+
+
 class CatchUps:
     """Counts the client's whole-history reads (the catch-up that asks the broker for the
     partition's end first), wrapping the real reader's method."""

@@ -57,7 +57,7 @@ PINNED_FINGERPRINTS = {
     "Request": "32e2c3b21bf35469",
     "HistoryRecord": "7c49784f4c880974",
     "StepTask": "b18216d3ff1d3f24",
-    "Reply": "640cb8b095318ffc",
+    "Reply": "e4595c8a1d35824f",
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "ecde2e2014323af5",
@@ -84,6 +84,7 @@ RETIRED_FINGERPRINTS = {
     "6cfd35d67a15b189": "HookRequest",
     "c24e40eebab4077a": "TokenRecord",
     "d186cdd37e2c5317": "BuildRegistration",
+    "640cb8b095318ffc": "Reply",
     "208fd4879d180d82": "Request",
     "40c805455f1b412b": "HistoryRecord",
     "ff5c4ae72df863df": "HookRequest",
@@ -276,7 +277,7 @@ ADDED_FIELDS: dict[str, dict[str, object]] = {
     "ForceCancelRun": {"propagated": False},
     "Proposal": {"claim_id": None},
     "Request": {"forwarded": 0},
-    "Reply": {"subject": None},
+    "Reply": {"subject": None, "created": False},
 }
 """Fields added to records that had shipped before, with their defaults."""
 ADDED_BODIES = [
@@ -520,6 +521,33 @@ def test_registrations_written_before_workflows_were_advertised_serve_any_workfl
     decoded = codec.decode(data)
     assert decoded == registration
     assert decoded.workflows == ()  # advertises nothing: a processor that runs any workflow
+
+
+def test_a_reply_written_before_created_decodes_as_not_created(tmp_path: Path) -> None:
+    """A journal not yet upgraded answers starts without ``created``: its replies still
+    decode, as starts that created nothing (a client then reports ``created`` false)."""
+    old_dir = _copy_schemas(tmp_path / "reply")
+    schema = json.loads((old_dir / "Reply.avsc").read_text())
+    schema["fields"] = [f for f in schema["fields"] if f["name"] != "created"]
+    (old_dir / "Reply.avsc").write_text(json.dumps(schema))
+    old = WireCodec(build_registry(old_dir))
+    reply = messages.Reply(
+        request_id="r-1", run_id="run-1", kind=messages.ReplyKind.REQUEST, ok=True, at=ex.T0
+    )
+    data = old.encode(reply)
+    assert data[2:10].hex() == "640cb8b095318ffc"
+    decoded = codec.decode(data)
+    assert decoded == reply
+    assert decoded.created is False
+    created = messages.Reply(
+        request_id="r-2",
+        run_id="run-1",
+        kind=messages.ReplyKind.REQUEST,
+        ok=True,
+        at=ex.T0,
+        created=True,
+    )
+    assert codec.decode(codec.encode(created)).created is True
 
 
 def test_an_undefined_reference_fails_loading(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ IMPLEMENTATIONS = [FlowEngine, FlowClient]
 
 BACKEND_OPTIONS: dict[tuple[type, str], set[str]] = {
     (FlowClient, "prune_terminal_history"): {"index"},  # plan from an observers' run index
+    (FlowEngine, "start_with_id"): {"drive"},  # record only; the caller drives (a host)
 }
 """Keyword-only options with defaults that one backend adds to a ``Flow`` call."""
 
