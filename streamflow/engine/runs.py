@@ -7,12 +7,12 @@ only by one coroutine at a time. Everything else reads fresh projections from th
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound
+from streamflow.core.lru import LruCache
 from streamflow.core.projection import ProjectedRun
 from streamflow.stores.base import FlowEventStore
 
@@ -29,12 +29,14 @@ async def read_from(
 
 
 class RunCache:
-    """A bounded LRU of :class:`ProjectedRun` plus per-run asyncio locks."""
+    """A bounded LRU of :class:`ProjectedRun` plus per-run asyncio locks; a run whose lock is
+    held is in use and never evicted (the cache may stay over capacity until it is released)."""
 
     def __init__(self, store: FlowEventStore, capacity: int) -> None:
         self._store = store
-        self._capacity = max(1, capacity)
-        self._runs: OrderedDict[str, ProjectedRun] = OrderedDict()
+        self._runs: LruCache[str, ProjectedRun] = LruCache(
+            max(1, capacity), evictable=lambda run_id, _run: not self.is_locked(run_id)
+        )
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
     @asynccontextmanager
@@ -66,12 +68,12 @@ class RunCache:
 
     async def sync(self, run_id: str) -> ProjectedRun | None:
         """Bring the cached run up to date with the store (``None``: no such run)."""
-        cached = self._runs.get(run_id)
+        cached = self._runs.peek(run_id)
         after = 0 if cached is None else cached.snapshot.last_sequence
         try:
             new = await read_from(self._store, run_id, after)
         except RunNotFound:
-            self._runs.pop(run_id, None)
+            self._runs.pop(run_id)
             return None
         if cached is None:
             cached = ProjectedRun(run_id)
@@ -79,22 +81,14 @@ class RunCache:
             for envelope in new:
                 cached.apply(envelope)
         except FlowError:
-            self._runs.pop(run_id, None)
+            self._runs.pop(run_id)
             raise
         self._remember(run_id, cached)
         return cached
 
     def forget(self, run_id: str) -> None:
         """Drop the cached entry of ``run_id`` (the next sync reads it again)."""
-        self._runs.pop(run_id, None)
+        self._runs.pop(run_id)
 
     def _remember(self, run_id: str, cached: ProjectedRun) -> None:
-        self._runs[run_id] = cached
-        self._runs.move_to_end(run_id)
-        if len(self._runs) <= self._capacity:
-            return
-        # Evict least recently used runs nobody is driving; a locked entry is in use.
-        for candidate in [r for r in self._runs if not self.is_locked(r)]:
-            if len(self._runs) <= self._capacity:
-                break
-            del self._runs[candidate]
+        self._runs.put(run_id, cached)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -166,7 +166,7 @@ class InMemoryFlowTaskQueue(_BuildScopedDispatcher):
     def __init__(self, accepts: RuntimeBuildCompatibility | None = None) -> None:
         super().__init__(accepts)
         self._pending: deque[FlowTask] = deque()
-        self._inflight: OrderedDict[str, FlowTask] = OrderedDict()
+        self._inflight: dict[str, FlowTask] = {}  # by lease id, in lease (or renewal) order
 
     async def dispatch(self, task: FlowTask) -> None:
         """Enqueue ``task`` (no build check: use :meth:`dispatch_for_runtime_build` for pinned

@@ -31,7 +31,6 @@ import hashlib
 import logging
 import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -43,6 +42,7 @@ from streamflow.core import events as ev
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import FlowError, InvalidWorkflow, NonDeterministic, RuntimeFailure
 from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.lru import LruCache
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.tokens import derive_hook_token
@@ -413,15 +413,14 @@ class ParkedRuns:
     same command. At most ``capacity`` runs are kept (least recently used go first)."""
 
     def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._runs: OrderedDict[str, _Parked] = OrderedDict()
+        self._runs: LruCache[str, _Parked] = LruCache(capacity)
         self._lock = threading.Lock()
 
     def take(self, run_id: str, history: Sequence[ev.FlowEventEnvelope]) -> _Parked | None:
         """The run's parked coroutine if ``history`` extends the one it suspended at (it is
         removed either way)."""
         with self._lock:
-            parked = self._runs.pop(run_id, None)
+            parked = self._runs.pop(run_id)
         if parked is None:
             return None
         n = parked.length
@@ -432,12 +431,9 @@ class ParkedRuns:
 
     def park(self, run_id: str, parked: _Parked) -> None:
         """Keep ``parked`` for the run's next decision."""
-        evicted: list[_Parked] = []
         with self._lock:
-            self._runs[run_id] = parked
-            while len(self._runs) > self._capacity:
-                evicted.append(self._runs.popitem(last=False)[1])
-        for old in evicted:
+            evicted = self._runs.put(run_id, parked)
+        for _, old in evicted:  # closed outside the lock: their finally blocks run
             _discard(old)
 
     def __len__(self) -> int:

@@ -462,3 +462,38 @@ async def test_a_parked_coroutine_resumes_and_records_what_a_replay_from_the_top
         assert len(entries) == 1  # every later decision resumed the parked coroutine
     else:
         assert len(entries) == 7  # five steps, the progress record, the completion
+
+
+async def test_past_parked_runs_the_least_recently_parked_coroutine_is_closed_and_replays(
+    make_driver,
+):
+    """With room for one parked coroutine, parking a second run's closes the first's (its
+    ``finally`` runs); that run's next decision runs it from the top, the other resumes."""
+    app = App(parked_runs=1)
+    entries: list[str] = []
+    closed: list[str] = []
+
+    @app.workflow(signals=("go",))
+    async def waiter(ctx: DurableContext, name: str) -> str:
+        entries.append(name)
+        resumed = False
+        try:
+            got = await ctx.signal("go-1", "go", as_type=str)
+            resumed = True
+            return f"{name}:{got}"
+        finally:
+            if not resumed:
+                closed.append(name)
+
+    driver = await make_driver(app)
+    await driver.start_with_id("run-a", waiter.spec, "a")
+    assert (await driver.settle("run-a")).status is WorkflowRunStatus.SUSPENDED
+    await driver.start_with_id("run-b", waiter.spec, "b")
+    assert (await driver.settle("run-b")).status is WorkflowRunStatus.SUSPENDED
+    assert closed == ["a"]
+    await driver.send_signal("run-a", WorkflowSignal.new("sig-a", "go", "now"))
+    assert await waiter.result(driver.flow, "run-a", timeout=30) == "a:now"
+    await driver.send_signal("run-b", WorkflowSignal.new("sig-b", "go", "later"))
+    assert await waiter.result(driver.flow, "run-b", timeout=30) == "b:later"
+    assert entries == ["a", "b", "a"]  # run-a from the top again, run-b resumed
+    assert closed == ["a"]
