@@ -68,6 +68,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Messag
 
 from streamflow import faults
 from streamflow.core.errors import Fenced, FlowError, StoreError
+from streamflow.core.lru import LruCache
 from streamflow.kafka.admin import fit_record_limit
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
@@ -165,9 +166,9 @@ class TransactionalTopology(ClientKeeper):
         self._next_offsets: dict[tuple[str, int], int] = {}
         """Per input partition of the open transaction: the offset after its last handled
         record (what the transaction commits)."""
-        self._poison: dict[tuple[str, int, int], str] = {}
+        self._poison: LruCache[tuple[str, int, int], str] = LruCache(MAX_POISON)
         """Input records whose handler raised, by (topic, partition, offset): dead-letter them
-        with this reason when they come round again."""
+        with this reason when they come round again (the oldest forgotten past MAX_POISON)."""
         self._failures = 0
         """Consecutive recoveries (the backoff grows with them)."""
         self.ready = threading.Event()
@@ -286,7 +287,7 @@ class TransactionalTopology(ClientKeeper):
             self._recover(f"could not begin a transaction: {exc.args[0].str()}", exc.args[0])
             return False
         self._handled += 1
-        poisoned = self._poison.pop((topic, partition, offset), None)
+        poisoned = self._poison.pop((topic, partition, offset))
         try:
             if poisoned is None:
                 self.handle(msg)
@@ -315,9 +316,7 @@ class TransactionalTopology(ClientKeeper):
         return True
 
     def _remember(self, topic: str, partition: int, offset: int, reason: str) -> None:
-        if len(self._poison) >= MAX_POISON:
-            self._poison.pop(next(iter(self._poison)))
-        self._poison[(topic, partition, offset)] = reason
+        self._poison.put((topic, partition, offset), reason)
 
     # -- the commit protocol ------------------------------------------------------------------
 
@@ -527,8 +526,9 @@ class TransactionalTopology(ClientKeeper):
 
     def _forget_poison(self, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
-        for key in [k for k in self._poison if (k[0], k[1]) in gone]:
-            del self._poison[key]
+        for key in self._poison:
+            if (key[0], key[1]) in gone:
+                self._poison.pop(key)
 
     # -- shutdown ---------------------------------------------------------------------------------
 
