@@ -132,8 +132,8 @@ class ControlSource:
         self._close = close
 
     async def start(self, workflow: str, run_id: str, input: object) -> Json:
-        run_id, created = await self._control.start(workflow, run_id, input)
-        return {"run_id": run_id, "created": created}
+        started = await self._control.start(workflow, run_id, input)
+        return {"run_id": started.run_id, "created": started.created}
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
         return await self._control.signal(run_id, name, payload, signal_id)
@@ -231,8 +231,8 @@ class DirSource:
 
     async def start(self, workflow: str, run_id: str, input: object) -> Json:
         async def go(control: ControlPlane) -> Json:
-            run, created = await control.start(workflow, run_id, input)
-            return {"run_id": run, "created": created}
+            started = await control.start(workflow, run_id, input)
+            return {"run_id": started.run_id, "created": started.created}
 
         return await self._mutate(go)
 
