@@ -192,7 +192,7 @@ def cmd_builds(args: argparse.Namespace) -> int:
     status."""
     from confluent_kafka import KafkaException
 
-    from streamflow.topologies.common import utc_now
+    from streamflow.clock import utc_now
 
     try:
         properties = dict(_property(p) for p in args.properties)

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from streamflow.clock import Clock, utc_now
 from streamflow.core import decide as d
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.limits import RecordLimits
 from streamflow.core.tokens import HookSecret
 from streamflow.observe.observers import FlowEventObserver
-from streamflow.stores.base import Clock, FlowEventStore, utc_now
+from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.workflow.runtime import FlowRuntime
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from confluent_kafka import KafkaError, Message
 
 from streamflow import cron
+from streamflow.clock import Clock, utc_now
 from streamflow.core.errors import IoError
 from streamflow.core.schedules import (
     Schedule,
@@ -36,11 +35,6 @@ from streamflow.serde import codec
 from streamflow.serde.messages import ScheduleRecord
 
 FIRED = b"\x00fired"
-
-
-def utc_now() -> datetime:
-    """The current UTC instant (the default clock of ``created_at`` and of a resume)."""
-    return datetime.now(UTC)
 
 
 def definition_key(schedule_id: str) -> bytes:
@@ -119,7 +113,7 @@ class ScheduleWriter:
 class KafkaSchedules:
     """The schedules of one namespace, as the embedded ``FlowSchedules`` offers them."""
 
-    def __init__(self, settings: KafkaSettings, *, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(self, settings: KafkaSettings, *, clock: Clock = utc_now) -> None:
         names = Names(settings.namespace)
         self._clock = clock
         self._reader = TopicReader(settings, names.schedules)

@@ -21,13 +21,14 @@ import threading
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from streamflow.clock import Clock, utc_now
 from streamflow.core import events as ev
 from streamflow.core.projection import evolve
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
@@ -42,13 +43,6 @@ UNPINNED = "unpinned"
 """The ``build`` label of runs without a build pin."""
 
 STEP_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    """The current UTC instant (the default clock)."""
-    return datetime.now(UTC)
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ import builtins
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from streamflow.core import events as ev
@@ -26,14 +26,8 @@ from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.tokens import ResolvedHook, resolved_hook
 from streamflow.core.wakeups import ScheduledWakeup, scheduled_wakeups
 
-Clock = Callable[[], datetime]
 ActiveHook = tuple[str, str, str]
 """(token digest, run id, hook id) of one active hook of a non-terminal run."""
-
-
-def utc_now() -> datetime:
-    """The current UTC instant (the stores' default clock)."""
-    return datetime.now(UTC)
 
 
 def new_event_id() -> str:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
+from streamflow.clock import Clock, utc_now
 from streamflow.core.errors import RunNotFound
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.incidents import FlowIncident, current, current_at
@@ -43,10 +43,6 @@ from streamflow.stores.base import FlowEventStore
 from streamflow.stores.rows import ALL, OPEN_STATUSES, RunCatalog, every_row
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class StoreInspector:
     """Answers inspection queries from ``store``. Safe to call from any thread without an event
     loop (each call runs its own)."""
@@ -55,7 +51,7 @@ class StoreInspector:
         self,
         store: FlowEventStore,
         *,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Clock = utc_now,
         owns: Callable[[str], bool] | None = None,
         incidents: Callable[[], Mapping[str, FlowIncident]] | None = None,
     ) -> None:

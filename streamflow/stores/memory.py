@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TypeVar
 
+from streamflow.clock import Clock, utc_now
 from streamflow.core import events as ev
 from streamflow.core.errors import RunNotFound
 from streamflow.core.incidents import FlowIncident
@@ -27,13 +28,11 @@ from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot, Wo
 from streamflow.core.tokens import ResolvedHook
 from streamflow.core.wakeups import ScheduledWakeup, sort_key
 from streamflow.stores.base import (
-    Clock,
     StoreRun,
     forgotten_hooks,
     new_event_id,
     prepare_append,
     retention_report,
-    utc_now,
 )
 from streamflow.stores.rows import ROW_CHUNK, IndexName, Order, RowIndex
 

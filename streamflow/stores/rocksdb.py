@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from rocksdict import Rdict, WriteBatch, WriteOptions
 
+from streamflow.clock import Clock, utc_now
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound, StoreError
 from streamflow.core.incidents import FlowIncident
@@ -48,14 +49,12 @@ from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot, Wo
 from streamflow.core.tokens import ResolvedHook
 from streamflow.core.wakeups import ScheduledWakeup, sort_key
 from streamflow.stores.base import (
-    Clock,
     StoreRun,
     forgotten_hooks,
     new_event_id,
     prepare_append,
     retention_report,
     store_run,
-    utc_now,
 )
 from streamflow.stores.rocksdb_layout import (
     BUILD_PREFIX,

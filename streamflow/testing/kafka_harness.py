@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from streamflow.clock import utc_now
 from streamflow.core import decide as d
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.chains import ChainWalk
@@ -34,7 +35,6 @@ from streamflow.kafka.manifest import load_manifest
 from streamflow.observe.observers import FlowEventObserver
 from streamflow.serde.errors import to_error
 from streamflow.testing.harness import CHANGES, FlowDriver
-from streamflow.topologies.common import utc_now
 from streamflow.topologies.hooks import Hooks
 from streamflow.topologies.journal import Journal
 from streamflow.topologies.journal_decisions import HostedDecisions

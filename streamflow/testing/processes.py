@@ -15,8 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+from streamflow.clock import utc_now
 from streamflow.kafka.config import KafkaSettings
-from streamflow.topologies.common import utc_now
 from streamflow.topologies.registry import RouteTable
 
 ROOT = Path(__file__).resolve().parents[2]

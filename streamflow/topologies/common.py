@@ -6,7 +6,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -24,11 +24,6 @@ from streamflow.stores.rocksdb import scan as rocks_scan
 
 log = logging.getLogger("streamflow.topologies")
 _T = TypeVar("_T")
-
-
-def utc_now() -> datetime:
-    """The current UTC instant (the topologies' default clock)."""
-    return datetime.now(UTC)
 
 
 class LocalState:

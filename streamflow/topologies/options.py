@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict
 
+from streamflow.clock import utc_now
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.tokens import HookSecret
-from streamflow.topologies.common import utc_now
 from streamflow.topologies.watchdog import HangHandler
 
 

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from streamflow.clock import utc_now
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.errors import FlowTimeout
 from streamflow.kafka.clients import (
@@ -38,9 +39,6 @@ from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.serde import codec
 from streamflow.serde.messages import BuildRegistration, ServedWorkflow
-from streamflow.topologies.common import (
-    utc_now,
-)
 
 log = logging.getLogger("streamflow.registry")
 DEFAULT_HEARTBEAT = timedelta(seconds=5)

@@ -30,9 +30,9 @@ from streamflow import (
     WorkflowContext,
     WorkflowInvocation,
 )
+from streamflow.clock import utc_now
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.kafka.config import KafkaSettings
-from streamflow.topologies.common import utc_now
 from streamflow.topologies.journal import Journal
 from streamflow.topologies.processor import Processor
 from streamflow.topologies.registry import RouteTable

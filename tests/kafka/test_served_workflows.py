@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from streamflow import App, DurableContext, RunNotFound, UnknownWorkflow, WorkflowSpec
+from streamflow.clock import utc_now
 from streamflow.serde.messages import ServedWorkflow
 from streamflow.testing.kafka_harness import KafkaDriver
-from streamflow.topologies.common import utc_now
 from streamflow.topologies.registry import RouteTable
 
 pytestmark = pytest.mark.kafka
