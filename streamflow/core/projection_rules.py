@@ -1,17 +1,18 @@
-"""The checks the projection's handlers (:mod:`streamflow.core.projection`) share.
+"""What the projection's handlers (:mod:`streamflow.core.projection`) share: the table they
+are registered in (:class:`HandlerTable`), the checks they run and the fields a resolution sets.
 
-Each raises ``InvalidTransition``, naming the run, when an event breaks a rule of the history
-contract (``docs/semantics.md``, *History rules*); none changes the snapshot, so a handler runs
-them all before it mutates anything.
+Each check raises ``InvalidTransition``, naming the run, when an event breaks a rule of the
+history contract (``docs/semantics.md``, *History rules*); none changes the snapshot, so a
+handler runs them all before it mutates anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
-from typing import Any, Protocol
+from collections.abc import Callable, Container
+from typing import Any, Protocol, TypeVar
 
 from streamflow.core.errors import InvalidTransition
-from streamflow.core.events import FlowEvent
+from streamflow.core.events import FlowEvent, FlowEventEnvelope
 from streamflow.core.snapshot import (
     HookSnapshot,
     HookStatus,
@@ -22,11 +23,38 @@ from streamflow.core.snapshot import (
 )
 
 S = WorkflowRunSnapshot
+Env = FlowEventEnvelope
+E = TypeVar("E", bound=FlowEvent)
+Handler = Callable[[S, Any, Env], None]
 
 RUN_ACTIVE = (WorkflowRunStatus.RUNNING, WorkflowRunStatus.CANCELLING)
 """The statuses in which a run takes new work (steps, timers, hooks, children, signals)."""
 NOT_TERMINAL = (WorkflowRunStatus.PENDING, *RUN_ACTIVE)
 """The statuses a terminal event may end."""
+
+
+class HandlerTable:
+    """The projection handlers of one module, by the event type each handles. Each handler
+    module fills its own table; :mod:`streamflow.core.projection` merges them."""
+
+    __slots__ = ("handlers",)
+
+    def __init__(self) -> None:
+        self.handlers: dict[type[FlowEvent], Handler] = {}
+
+    def handles(
+        self, event_type: type[E]
+    ) -> Callable[[Callable[[S, E, Env], None]], Callable[[S, E, Env], None]]:
+        """Register the decorated function as the projection handler of ``event_type`` (one
+        per type; a second is ``RuntimeError``)."""
+
+        def register(fn: Callable[[S, E, Env], None]) -> Callable[[S, E, Env], None]:
+            if event_type in self.handlers:
+                raise RuntimeError(f"duplicate projection handler for {event_type.__name__}")
+            self.handlers[event_type] = fn
+            return fn
+
+        return register
 
 
 class Validates(Protocol):
@@ -121,3 +149,13 @@ def active_hook(s: S, hook_id: str, what: str) -> HookSnapshot:
     if hook is None or hook.status is not HookStatus.ACTIVE:
         raise fail(s, f"{what} for hook {hook_id} which is not active")
     return hook
+
+
+def completed_by(env: Env) -> dict[str, Any]:
+    """``completed_at`` / ``completed_sequence`` of the wait the event of ``env`` completes."""
+    return {"completed_at": env.timestamp, "completed_sequence": env.sequence}
+
+
+def resolved_by(env: Env) -> dict[str, Any]:
+    """``resolved_at`` / ``resolved_sequence`` of the item the event of ``env`` resolves."""
+    return {"resolved_at": env.timestamp, "resolved_sequence": env.sequence}

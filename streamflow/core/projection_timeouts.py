@@ -3,7 +3,7 @@
 Beyond the reference semantics (``docs/semantics.md``, *Event or timeout*): ``timeout_armed``
 links a timer created in the same append to its subject; ``timeout_elapsed`` completes the timer
 and times the subject out; ``timeout_disarmed`` cancels the timer once its subject resolved
-first. Registered with :func:`streamflow.core.projection.handles`.
+first. Registered in :data:`HANDLERS`, which :mod:`streamflow.core.projection` merges.
 """
 
 from __future__ import annotations
@@ -11,9 +11,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 from streamflow.core import events as ev
-from streamflow.core.projection import Env, S, complete_timer, completed_by, handles, resolved_by
-from streamflow.core.projection_rules import RUN_ACTIVE, active_hook, fail, require_status
+from streamflow.core.projection_items import complete_timer
+from streamflow.core.projection_rules import (
+    RUN_ACTIVE,
+    Env,
+    HandlerTable,
+    S,
+    active_hook,
+    completed_by,
+    fail,
+    require_status,
+    resolved_by,
+)
 from streamflow.core.snapshot import HookStatus, WaitSnapshot, WaitStatus
+
+HANDLERS = HandlerTable()
+handles = HANDLERS.handles
 
 
 def _timeout_timer(s: S, wait_id: str, what: str) -> WaitSnapshot:
@@ -85,6 +98,3 @@ def _timeout_disarmed(s: S, e: ev.TimeoutDisarmed, env: Env) -> None:
         raise fail(s, f"timeout_disarmed for timer {e.wait_id} whose subject is still open")
     s.waits[e.wait_id] = replace(wait, status=WaitStatus.CANCELLED)
     s.open_waits.discard(e.wait_id)
-
-
-HANDLED: tuple[type[ev.FlowEvent], ...] = (ev.TimeoutArmed, ev.TimeoutElapsed, ev.TimeoutDisarmed)
