@@ -81,12 +81,12 @@ T = TypeVar("T")
 A = TypeVar("A")
 R = TypeVar("R")
 
-Timeout = timedelta | datetime | None
+WaitTimeout = timedelta | datetime | None
 """A ``timeout=`` of ``ctx.hook`` / ``ctx.signal``: a delay after ``ctx.now()``, a due time, or
 none."""
 
 
-class ContinueAsNew(BaseException):
+class ContinueAsNewRequest(BaseException):
     """``ctx.continue_as_new(input)``: return it or raise it to hand over to a successor run."""
 
     def __init__(self, input: JsonValue) -> None:
@@ -191,16 +191,16 @@ class DurableContext(RunFacts):
 
     @overload
     def signal(
-        self, wait_id: str, name: str, *, timeout: Timeout = None
+        self, wait_id: str, name: str, *, timeout: WaitTimeout = None
     ) -> SignalOperation[JsonValue]: ...
 
     @overload
     def signal(
-        self, wait_id: str, name: str, *, timeout: Timeout = None, as_type: type[T]
+        self, wait_id: str, name: str, *, timeout: WaitTimeout = None, as_type: type[T]
     ) -> SignalOperation[T]: ...
 
     def signal(
-        self, wait_id: str, name: str, *, timeout: Timeout = None, as_type: Any = None
+        self, wait_id: str, name: str, *, timeout: WaitTimeout = None, as_type: Any = None
     ) -> SignalOperation[Any]:
         """Wait (as ``wait_id``) for the next delivery of declared signal ``name``; its payload,
         decoded as ``as_type`` when given. Deliveries pair with waits oldest first.
@@ -217,7 +217,7 @@ class DurableContext(RunFacts):
         *,
         token: str | None = None,
         metadata: object = None,
-        timeout: Timeout = None,
+        timeout: WaitTimeout = None,
     ) -> HookOperation[JsonValue]: ...
 
     @overload
@@ -227,7 +227,7 @@ class DurableContext(RunFacts):
         *,
         token: str | None = None,
         metadata: object = None,
-        timeout: Timeout = None,
+        timeout: WaitTimeout = None,
         as_type: type[T],
     ) -> HookOperation[T]: ...
 
@@ -237,7 +237,7 @@ class DurableContext(RunFacts):
         *,
         token: str | None = None,
         metadata: object = None,
-        timeout: Timeout = None,
+        timeout: WaitTimeout = None,
         as_type: Any = None,
     ) -> HookOperation[Any]:
         """Suspend until hook ``hook_id`` is resumed (its payload, decoded as ``as_type`` when
@@ -251,7 +251,7 @@ class DurableContext(RunFacts):
         recorded = metadata.to_json() if isinstance(metadata, HookMetadata) else metadata
         return HookOperation(self, hook_id, secret, recorded, self._due(timeout), kind)
 
-    def _due(self, timeout: Timeout) -> datetime | None:
+    def _due(self, timeout: WaitTimeout) -> datetime | None:
         """The due time of a ``timeout=``: a ``timedelta`` counts from :meth:`now`."""
         if timeout is None or isinstance(timeout, datetime):
             return timeout
@@ -292,9 +292,9 @@ class DurableContext(RunFacts):
         """Record a durable link to an operation outside streamflow."""
         return LinkOperation(self, child)
 
-    def continue_as_new(self, input: object = None) -> ContinueAsNew:
+    def continue_as_new(self, input: object = None) -> ContinueAsNewRequest:
         """Return or raise this to hand over to a successor run with ``input``."""
-        return ContinueAsNew(encode(input, None, "continue-as-new input"))
+        return ContinueAsNewRequest(encode(input, None, "continue-as-new input"))
 
     # -- the driver's side ---------------------------------------------------------------------
 
@@ -510,7 +510,7 @@ def _step(
         yielded = coro.send(None)
     except StopIteration as done:
         return _ending(ctx, done.value, output_type), False
-    except ContinueAsNew as request:
+    except ContinueAsNewRequest as request:
         ctx._guard()
         return RuntimeCommand.continue_as_new(request.input), False
     except Cancelled:
@@ -550,7 +550,7 @@ def _step(
 
 def _ending(ctx: DurableContext, value: object, output_type: Any) -> RuntimeCommand:
     ctx._guard()
-    if isinstance(value, ContinueAsNew):
+    if isinstance(value, ContinueAsNewRequest):
         return RuntimeCommand.continue_as_new(value.input)
     if ctx._snapshot.cancellation is not None:
         # A run whose cancellation was requested cannot complete: returning after the cleanup
