@@ -291,7 +291,7 @@ class FlowClient:
     async def _callback(self, token: str, action: m.CallbackAction, payload: JsonValue) -> m.Reply:
         digest = token_digest(token)
         request_id = str(uuid.uuid4())
-        callback = m.HookCallback(
+        callback = m.TokenCallback(
             token=token,
             action=action,
             payload=payload,

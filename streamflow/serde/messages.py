@@ -373,17 +373,18 @@ class ReleaseToken:
 
 
 class CallbackAction(str, Enum):
-    """What a :class:`HookCallback` asks: resume or dispose the hook."""
+    """What a :class:`TokenCallback` asks: resume or dispose the hook."""
 
     RESUME = "resume"
     DISPOSE = "dispose"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HookCallback:
-    """A caller resumes or disposes a hook by token. The only record that carries a token in
-    plaintext: the hooks topology hashes it, compares it with the key in constant time, and
-    routes a digest-only request to the owning run."""
+class TokenCallback:
+    """A caller resumes or disposes a hook by token (the wire record ``HookCallback``; not
+    :class:`streamflow.HookCallback`, a hook's expected callback route). The only record that
+    carries a token in plaintext: the hooks topology hashes it, compares it with the key in
+    constant time, and routes a digest-only request to the owning run."""
 
     token: str = field(repr=False)
     action: CallbackAction
@@ -393,7 +394,7 @@ class HookCallback:
     sent_at: datetime
 
 
-HookRequestBody: TypeAlias = ClaimToken | ReleaseToken | HookCallback
+HookRequestBody: TypeAlias = ClaimToken | ReleaseToken | TokenCallback
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

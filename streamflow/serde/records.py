@@ -66,7 +66,6 @@ from streamflow.serde.messages import (
     ForceCancelRun,
     ForgetRun,
     HoldHistory,
-    HookCallback,
     HookRequest,
     Incident,
     LinkChild,
@@ -92,6 +91,7 @@ from streamflow.serde.messages import (
     StepTask,
     TerminateRun,
     TerminationKind,
+    TokenCallback,
     TokenRecord,
     UnsealRun,
     WakeUp,
@@ -654,7 +654,7 @@ HOOK_BODY = _union(
     ),
     RecordMap(
         "HookCallback",
-        HookCallback,
+        TokenCallback,
         (
             ("token", SECRET),
             ("action", _enum(CallbackAction)),

@@ -175,7 +175,7 @@ class Hooks(TransactionalTopology):
             self._dead_letter(msg, str(exc), now)
             return
         body = request.body
-        if isinstance(body, m.HookCallback):
+        if isinstance(body, m.TokenCallback):
             self._callback(msg, body, now)
             return
         digest = body.token_digest
@@ -249,7 +249,7 @@ class Hooks(TransactionalTopology):
         )
         self._put(msg.partition() or 0, release.token_digest, resolved)
 
-    def _callback(self, msg: Message, callback: m.HookCallback, now: datetime) -> None:
+    def _callback(self, msg: Message, callback: m.TokenCallback, now: datetime) -> None:
         try:
             digest = token_digest(callback.token)
         except InvalidTransition as exc:
@@ -321,7 +321,7 @@ class Hooks(TransactionalTopology):
         )
         self._produced = True
 
-    def _reject(self, callback: m.HookCallback, error: FlowError, now: datetime) -> None:
+    def _reject(self, callback: m.TokenCallback, error: FlowError, now: datetime) -> None:
         if not callback.reply:
             log.info("hook callback %s refused: %s", callback.request_id, error)
             return

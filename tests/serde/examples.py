@@ -42,7 +42,6 @@ from streamflow.serde.messages import (
     ForceCancelRun,
     ForgetRun,
     HoldHistory,
-    HookCallback,
     HookRequest,
     HookRequestBody,
     Incident,
@@ -69,6 +68,7 @@ from streamflow.serde.messages import (
     StepTask,
     TerminateRun,
     TerminationKind,
+    TokenCallback,
     TokenRecord,
     UnsealRun,
     WakeUp,
@@ -300,7 +300,7 @@ BODIES_MIN: list[RequestBody] = [
 HOOK_BODIES_FULL: list[HookRequestBody] = [
     ClaimToken(token_digest=DIGEST, run_id="order-1", hook_id="h-1", proposal=PROPOSAL_FULL),
     ReleaseToken(token_digest=DIGEST, run_id="order-1", hook_id="h-1", claim_id="cl-9"),
-    HookCallback(
+    TokenCallback(
         token=TOKEN,
         action=CallbackAction.RESUME,
         payload=RICH,
@@ -312,7 +312,7 @@ HOOK_BODIES_FULL: list[HookRequestBody] = [
 HOOK_BODIES_MIN: list[HookRequestBody] = [
     ClaimToken(token_digest=DIGEST_MIN, run_id="r", hook_id="h", proposal=PROPOSAL_MIN),
     ReleaseToken(token_digest=DIGEST_MIN, run_id="r", hook_id="h"),
-    HookCallback(token="", action=CallbackAction.DISPOSE, request_id="", reply=False, sent_at=T0),
+    TokenCallback(token="", action=CallbackAction.DISPOSE, request_id="", reply=False, sent_at=T0),
 ]
 
 

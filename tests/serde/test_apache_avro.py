@@ -20,7 +20,6 @@ from streamflow.serde.messages import (
     CancelRun,
     DisposeHook,
     ForceCancelRun,
-    HookCallback,
     HookRequest,
     LinkChild,
     RecordProgress,
@@ -30,6 +29,7 @@ from streamflow.serde.messages import (
     SendSignal,
     StartRun,
     TerminateRun,
+    TokenCallback,
 )
 from streamflow.serde.schemas import TOP_LEVEL, shipped_registry
 from tests.serde import apache
@@ -186,7 +186,7 @@ def test_a_hook_callback_written_by_the_stock_apache_writer_decodes() -> None:
     avro.io.DatumWriter(apache.parse(schema_json)).write(datum, avro.io.BinaryEncoder(buffer))
     data = MAGIC + apache.fingerprint(schema_json) + buffer.getvalue()
     assert codec.decode_hook_request(data) == HookRequest(
-        body=HookCallback(
+        body=TokenCallback(
             token=ex.TOKEN,
             action=CallbackAction.RESUME,
             payload={"approved": True},

@@ -24,7 +24,6 @@ from streamflow.serde.messages import (
     ClaimToken,
     DeadLetter,
     ForceCancelRun,
-    HookCallback,
     HookRequest,
     HookRequestBody,
     Incident,
@@ -39,6 +38,7 @@ from streamflow.serde.messages import (
     StartRun,
     StepResult,
     StepTask,
+    TokenCallback,
     TokenRecord,
 )
 from streamflow.serde.records import json_from_bytes, json_to_bytes
@@ -283,9 +283,9 @@ def test_added_fields_decode_to_their_python_defaults() -> None:
 
 def test_a_hook_callback_keeps_its_token_out_of_repr() -> None:
     callback = ex.HOOK_BODIES_FULL[2]
-    assert isinstance(callback, HookCallback)
+    assert isinstance(callback, TokenCallback)
     decoded = codec.decode_hook_request(codec.encode_hook_request(ex.hook_request(callback)))
-    assert isinstance(decoded.body, HookCallback)
+    assert isinstance(decoded.body, TokenCallback)
     assert decoded.body.token == ex.TOKEN
     assert ex.TOKEN not in repr(decoded)
     assert decoded.body.sent_at == ex.T1

@@ -133,7 +133,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "QueryChild": messages.QueryChild,
     "ClaimToken": messages.ClaimToken,
     "ReleaseToken": messages.ReleaseToken,
-    "HookCallback": messages.HookCallback,
+    "HookCallback": messages.TokenCallback,
     "WorkflowSpec": WorkflowSpec,
     "WorkflowRuntime": WorkflowRuntime,
     "RetryPolicy": RetryPolicy,
@@ -258,9 +258,10 @@ def test_unions_list_every_variant_in_python_order() -> None:
         c.__name__ for c in get_args(messages.RequestBody)
     ]
     hook_request = {f["name"]: f for f in definition("HookRequest")["fields"]}
-    assert union_names(hook_request["body"]["type"]) == [
-        c.__name__ for c in get_args(messages.HookRequestBody)
-    ]
+    # By wire name: the record HookCallback is messages.TokenCallback.
+    assert [RECORD_TYPES[n] for n in union_names(hook_request["body"]["type"])] == list(
+        get_args(messages.HookRequestBody)
+    )
     resolved = {f["name"]: f for f in definition("ChildWorkflowResolved")["fields"]}
     outcomes = union_names(resolved["outcome"]["type"])
     assert [RECORD_TYPES[n].TYPE.value for n in outcomes] == [
