@@ -34,7 +34,7 @@ from streamflow.core.snapshot import (
 )
 from streamflow.core.timeutil import format_utc
 from streamflow.core.values import (
-    Cancelled,
+    CancelledOutcome,
     ChildWorkflowCancellationPolicy,
     Completed,
     ContinuedAsNew,
@@ -117,7 +117,7 @@ def _run_failed(s: S, e: ev.RunFailed, env: Env) -> None:
 
 @handles(ev.RunCancelled)
 def _run_cancelled(s: S, e: ev.RunCancelled, env: Env) -> None:
-    _terminate(s, env, WorkflowRunStatus.CANCELLED, Cancelled(reason=e.reason))
+    _terminate(s, env, WorkflowRunStatus.CANCELLED, CancelledOutcome(reason=e.reason))
     s.error = e.reason
 
 

@@ -57,7 +57,7 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import digests_equal
 from streamflow.core.values import (
     CancellationRequest,
-    Cancelled,
+    CancelledOutcome,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
     ContinuationLink,
@@ -301,7 +301,7 @@ def decide_termination(
             continue
         outcome = None if child_outcomes is None else child_outcomes.get(child.child_id)
         if outcome is None or outcome.type is OutcomeType.CONTINUED_AS_NEW:
-            outcome = Cancelled(reason=reason)
+            outcome = CancelledOutcome(reason=reason)
             effects.append(ForceCancelChild(run_id=child.run_id, reason=reason))
         events.append(ev.ChildWorkflowResolved(child_id=child.child_id, outcome=outcome))
     events.append(event)

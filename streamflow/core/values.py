@@ -4,11 +4,12 @@ start answers (:class:`StartResult`)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from streamflow.core.errors import InvalidTransition, SerializationError
 from streamflow.core.ids import is_valid_run_id
@@ -452,7 +453,7 @@ class WorkflowTerminalOutcome:
         if kind == "failed":
             return Failed(error=_str(obj, "error", "outcome"))
         if kind == "cancelled":
-            return Cancelled(reason=_opt_str(obj, "reason", "outcome"))
+            return CancelledOutcome(reason=_opt_str(obj, "reason", "outcome"))
         if kind == "timed_out":
             return TimedOut(
                 deadline=parse_utc(_str(obj, "deadline", "outcome")),
@@ -496,9 +497,10 @@ class Failed(WorkflowTerminalOutcome):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Cancelled(WorkflowTerminalOutcome):
+class CancelledOutcome(WorkflowTerminalOutcome):
     """The run was cancelled (``run_cancelled``), cleanup-aware or forced; ``reason`` may be
-    ``None``."""
+    ``None``. (Not :class:`streamflow.Cancelled`, the exception workflow code sees when its
+    run's cancellation is requested.)"""
 
     TYPE = OutcomeType.CANCELLED
     reason: str | None = None
@@ -568,3 +570,19 @@ class ContinuedAsNew(WorkflowTerminalOutcome):
     def to_json(self) -> dict[str, Any]:
         """The JSON form, tagged ``continued_as_new``."""
         return {"type": self.TYPE.value, "successor_run_id": self.successor_run_id}
+
+
+if not TYPE_CHECKING:  # hidden from type checkers: the old name is an error to them
+
+    def __getattr__(name: str) -> Any:
+        """``Cancelled``, the old name of :class:`CancelledOutcome`, still resolves, with a
+        ``DeprecationWarning``."""
+        if name == "Cancelled":
+            warnings.warn(
+                "streamflow.core.values.Cancelled is deprecated: use CancelledOutcome "
+                "(streamflow.Cancelled is the exception workflow code sees)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return CancelledOutcome
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -40,7 +40,7 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import RESOLUTIONS, is_token_digest
 from streamflow.core.values import (
     CancellationRequest,
-    Cancelled,
+    CancelledOutcome,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
     Completed,
@@ -432,7 +432,7 @@ OUTCOME = _union(
     "terminal outcome",
     RecordMap("CompletedOutcome", Completed, (("output", JSON),)),
     RecordMap("FailedOutcome", Failed, (("error", SAME),)),
-    RecordMap("CancelledOutcome", Cancelled, (("reason", SAME),)),
+    RecordMap("CancelledOutcome", CancelledOutcome, (("reason", SAME),)),
     RecordMap("TimedOutOutcome", TimedOut, (("deadline", INSTANT), ("reason", SAME))),
     RecordMap(
         "RetryExhaustedOutcome",

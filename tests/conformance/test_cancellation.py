@@ -12,7 +12,7 @@ from streamflow import (
     WaitStatus,
     WorkflowRunStatus,
 )
-from streamflow.core.values import Cancelled, HostShutdown, TimedOut
+from streamflow.core.values import CancelledOutcome, HostShutdown, TimedOut
 from tests.support import FAR, T0, Scripted, keys, spec
 
 
@@ -40,7 +40,7 @@ async def test_cancellation_request_runs_cleanup_then_cancels(make_driver):
     await driver.request_cancellation("run-1", CancellationRequest("customer asked"))
     snap = await driver.settle("run-1")
     assert snap.status is WorkflowRunStatus.CANCELLED
-    assert snap.terminal_outcome == Cancelled(reason="customer asked")
+    assert snap.terminal_outcome == CancelledOutcome(reason="customer asked")
     assert snap.error == "customer asked"
     assert snap.waits["approval"].status is WaitStatus.CANCELLED
     assert keys(await driver.history("run-1"))[-6:] == [
@@ -142,7 +142,7 @@ async def test_force_cancel_ends_the_run_without_workflow_code(make_driver):
     await driver.force_cancel("run-1", "operator")
     snap = await driver.settle("run-1")
     assert snap.status is WorkflowRunStatus.CANCELLED
-    assert snap.terminal_outcome == Cancelled(reason="operator")
+    assert snap.terminal_outcome == CancelledOutcome(reason="operator")
     assert runtime.workflow_calls == calls
     assert keys(await driver.history("run-1"))[-1] == "run.cancelled"
     before = await driver.history("run-1")

@@ -15,7 +15,7 @@ from streamflow import (
     WorkflowSpec,
 )
 from streamflow.core.values import (
-    Cancelled,
+    CancelledOutcome,
     Completed,
     ContinuationLink,
     Failed,
@@ -436,7 +436,7 @@ async def test_parent_cancellation_propagates_and_waits_for_child_terminal_outco
     await driver.resume_wait(child_id, "cleanup")
     parent = await driver.wait_for("parent", lambda s: s.is_terminal)
     assert parent.status is WorkflowRunStatus.CANCELLED
-    assert parent.child_workflows["c1"].outcome == Cancelled(reason="order withdrawn")
+    assert parent.child_workflows["c1"].outcome == CancelledOutcome(reason="order withdrawn")
     assert keys(await driver.history("parent")) == [
         "run.created",
         "run.started",
@@ -475,7 +475,7 @@ async def test_every_suspending_sibling_starts_and_receives_parent_cancellation(
             "run.cancellation.requested",
             "run.cancelled",
         ]
-        assert parent.child_workflows[i].outcome == Cancelled(reason="stop all")
+        assert parent.child_workflows[i].outcome == CancelledOutcome(reason="stop all")
     resolved = [
         e.event.child_id
         for e in await driver.history("parent")
@@ -564,8 +564,8 @@ async def test_immediate_parent_cancellation_force_cancels_a_propagated_child(ma
     child = await driver.settle(child_id)
     assert parent.status is WorkflowRunStatus.CANCELLED
     assert child.status is WorkflowRunStatus.CANCELLED
-    assert child.terminal_outcome == Cancelled(reason="operator stop")
-    assert parent.child_workflows["c1"].outcome == Cancelled(reason="operator stop")
+    assert child.terminal_outcome == CancelledOutcome(reason="operator stop")
+    assert parent.child_workflows["c1"].outcome == CancelledOutcome(reason="operator stop")
     assert keys(await driver.history("parent"))[-2:] == ["child.workflow.resolved", "run.cancelled"]
     assert keys(await driver.history(child_id)) == [
         "run.created",
@@ -586,9 +586,9 @@ async def test_force_cancel_of_a_cancelling_parent_ends_its_waiting_child(make_d
     await driver.force_cancel("parent", "now")
     parent = await driver.settle("parent")
     child = await driver.settle(child_id)
-    assert parent.terminal_outcome == Cancelled(reason="now")
-    assert child.terminal_outcome == Cancelled(reason="now")
-    assert parent.child_workflows["c1"].outcome == Cancelled(reason="now")
+    assert parent.terminal_outcome == CancelledOutcome(reason="now")
+    assert child.terminal_outcome == CancelledOutcome(reason="now")
+    assert parent.child_workflows["c1"].outcome == CancelledOutcome(reason="now")
 
 
 async def test_immediate_parent_termination_does_not_drive_an_abandoned_child(make_driver):
@@ -621,8 +621,8 @@ async def test_terminate_for_timeout_ends_request_cancellation_children_with_its
     parent = await driver.settle("parent")
     assert parent.terminal_outcome == TimedOut(deadline=T0, reason="sla missed")
     child = await driver.settle(child_id)
-    assert child.terminal_outcome == Cancelled(reason="sla missed")
-    assert parent.child_workflows["c1"].outcome == Cancelled(reason="sla missed")
+    assert child.terminal_outcome == CancelledOutcome(reason="sla missed")
+    assert parent.child_workflows["c1"].outcome == CancelledOutcome(reason="sla missed")
 
 
 async def test_terminate_for_host_shutdown_ends_request_cancellation_children(make_driver):
@@ -633,5 +633,5 @@ async def test_terminate_for_host_shutdown_ends_request_cancellation_children(ma
     await driver.terminate_for_host_shutdown("parent", "decommissioned")
     assert (await driver.settle("parent")).status is WorkflowRunStatus.FAILED
     child = await driver.settle(child_id)
-    assert child.terminal_outcome == Cancelled(reason="decommissioned")
+    assert child.terminal_outcome == CancelledOutcome(reason="decommissioned")
     assert keys(await driver.history(child_id))[-1] == "run.cancelled"

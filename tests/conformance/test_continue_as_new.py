@@ -16,7 +16,7 @@ from streamflow import (
     WorkflowProgress,
     WorkflowRunStatus,
 )
-from streamflow.core.values import Cancelled, Completed, ContinuationLink, ContinuedAsNew
+from streamflow.core.values import CancelledOutcome, Completed, ContinuationLink, ContinuedAsNew
 from tests.support import FAR, Scripted, keys, spec
 
 
@@ -107,7 +107,7 @@ async def test_cancellation_by_root_id_targets_the_active_successor(make_driver)
     await driver.request_cancellation("root", CancellationRequest("customer left"))
     leaf = await driver.wait_for(chain[1], lambda s: s.is_terminal)
     assert leaf.status is WorkflowRunStatus.CANCELLED
-    assert leaf.terminal_outcome == Cancelled(reason="customer left")
+    assert leaf.terminal_outcome == CancelledOutcome(reason="customer left")
     assert leaf.waits["gate"].status is WaitStatus.CANCELLED
     assert await driver.history("root") == root_before
     assert await driver.continuation_chain("root") == chain  # no further hop
@@ -156,7 +156,7 @@ async def test_root_scoped_host_mutations_follow_the_active_successor(make_drive
     calls = runtime.workflow_calls
     await driver.force_cancel("root", "operator")
     leaf = await driver.settle(leaf_id)
-    assert leaf.terminal_outcome == Cancelled(reason="operator")
+    assert leaf.terminal_outcome == CancelledOutcome(reason="operator")
     assert runtime.workflow_calls == calls
     assert await driver.history("root") == root_before
     with pytest.raises(RunTerminal):
@@ -176,7 +176,7 @@ async def test_incompatible_admin_can_force_cancel_the_active_successor_without_
     await driver.force_cancel("root", "retired")
     leaf = await driver.settle(chain[1])
     assert leaf.status is WorkflowRunStatus.CANCELLED
-    assert leaf.terminal_outcome == Cancelled(reason="retired")
+    assert leaf.terminal_outcome == CancelledOutcome(reason="retired")
     assert runtime.workflow_calls == calls
 
 

@@ -23,7 +23,7 @@ from streamflow import (
     WorkflowRunStatus,
     WorkflowSignal,
 )
-from streamflow.core.values import Cancelled, ContinuationLink
+from streamflow.core.values import CancelledOutcome, ContinuationLink
 from streamflow.testing.faults import FaultyEventStore
 from tests.support import FAR, Scripted, keys, spec
 
@@ -117,7 +117,7 @@ async def test_host_controls_by_root_id_repair_a_missing_successor_first(open_st
     replacement = engine(runtime, store)
     leaf = await replacement.request_cancellation("root", CancellationRequest("stop"))
     assert leaf.run_id == successor
-    assert leaf.terminal_outcome == Cancelled(reason="stop")
+    assert leaf.terminal_outcome == CancelledOutcome(reason="stop")
     assert keys(await store.list(successor))[:2] == ["run.created", "run.started"]
     assert keys(await store.list("root"))[-1] == "run.continued_as_new"
 

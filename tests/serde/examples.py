@@ -15,7 +15,7 @@ from streamflow.core.schedules import CatchUp, Overlap, Schedule, ScheduleState
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
     CancellationRequest,
-    Cancelled,
+    CancelledOutcome,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
     Completed,
@@ -130,7 +130,7 @@ DIGEST_MIN = hashlib.sha256(b"x").hexdigest()
 OUTCOMES_FULL: list[WorkflowTerminalOutcome] = [
     Completed(output=RICH),
     Failed(error="card declined"),
-    Cancelled(reason="customer asked"),
+    CancelledOutcome(reason="customer asked"),
     TimedOut(deadline=T1, reason="sla"),
     RetryExhausted(step_id="charge", attempt=5, error="timeout"),
     HostShutdown(reason="deploy"),
@@ -139,7 +139,7 @@ OUTCOMES_FULL: list[WorkflowTerminalOutcome] = [
 OUTCOMES_MIN: list[WorkflowTerminalOutcome] = [
     Completed(output=None),
     Failed(error=""),
-    Cancelled(),
+    CancelledOutcome(),
     TimedOut(deadline=T0),
     RetryExhausted(step_id="s", attempt=0, error=""),
     HostShutdown(),
@@ -198,7 +198,7 @@ EVENTS_MIN: list[FlowEvent] = [
     ev.RunProgressRecorded(progress=PROGRESS_MIN),
     ev.ChildOperationLinked(child=CHILD_MIN),
     ev.ChildWorkflowRequested(child_id="c", child_run_id="c-run", spec=SPEC_MIN),
-    ev.ChildWorkflowResolved(child_id="c", outcome=Cancelled()),
+    ev.ChildWorkflowResolved(child_id="c", outcome=CancelledOutcome()),
     ev.SignalReceived(signal=WorkflowSignal("sig-0", "go")),
     ev.SignalWaitCreated(wait_id="w", signal_name="go"),
     ev.SignalWaitCompleted(wait_id="w", signal_id="sig-0"),
@@ -288,7 +288,7 @@ BODIES_MIN: list[RequestBody] = [
     SendSignal(signal=WorkflowSignal("sig-0", "go")),
     ResumeHook(hook_id="h"),
     DisposeHook(hook_id="h"),
-    ResolveChild(child_id="c", child_run_id="c-run", outcome=Cancelled()),
+    ResolveChild(child_id="c", child_run_id="c-run", outcome=CancelledOutcome()),
     QueryChild(parent_run_id="p", child_id="c"),
     HoldHistory(hold_id="", reason=""),
     ReleaseHistoryHold(hold_id=""),

@@ -22,7 +22,7 @@ from streamflow.core.schedules import Schedule, ScheduleState
 from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
 from streamflow.core.values import (
     CancellationRequest,
-    Cancelled,
+    CancelledOutcome,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
     Completed,
@@ -145,7 +145,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "ContinuationLink": ContinuationLink,
     "CompletedOutcome": Completed,
     "FailedOutcome": Failed,
-    "CancelledOutcome": Cancelled,
+    "CancelledOutcome": CancelledOutcome,
     "TimedOutOutcome": TimedOut,
     "RetryExhaustedOutcome": RetryExhausted,
     "HostShutdownOutcome": HostShutdown,

@@ -76,7 +76,7 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import token_digest
 from streamflow.core.values import (
     CancellationRequest,
-    Cancelled,
+    CancelledOutcome,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
     Completed,
@@ -1732,7 +1732,7 @@ FORCE = ev.RunCancelled(reason="halt")
             FORCE,
             None,
             emits(
-                resolved("a", Cancelled(reason="halt")),
+                resolved("a", CancelledOutcome(reason="halt")),
                 FORCE,
                 effects=[ForceCancelChild(run_id="run-1-a", reason="halt")],
             ),
@@ -1757,7 +1757,7 @@ FORCE = ev.RunCancelled(reason="halt")
             FORCE,
             {"a": ContinuedAsNew(successor_run_id="a2")},
             emits(
-                resolved("a", Cancelled(reason="halt")),
+                resolved("a", CancelledOutcome(reason="halt")),
                 FORCE,
                 effects=[ForceCancelChild(run_id="run-1-a", reason="halt")],
             ),
@@ -1768,8 +1768,8 @@ FORCE = ev.RunCancelled(reason="halt")
             FORCE,
             None,
             emits(
-                resolved("b", Cancelled(reason="halt")),
-                resolved("a", Cancelled(reason="halt")),
+                resolved("b", CancelledOutcome(reason="halt")),
+                resolved("a", CancelledOutcome(reason="halt")),
                 FORCE,
                 effects=[
                     ForceCancelChild(run_id="run-1-b", reason="halt"),
@@ -1783,7 +1783,7 @@ FORCE = ev.RunCancelled(reason="halt")
             ev.RunTimedOut(deadline=AT, reason="late"),
             None,
             emits(
-                resolved("a", Cancelled(reason="late")),
+                resolved("a", CancelledOutcome(reason="late")),
                 ev.RunTimedOut(deadline=AT, reason="late"),
                 effects=[ForceCancelChild(run_id="run-1-a", reason="late")],
             ),
@@ -1794,7 +1794,7 @@ FORCE = ev.RunCancelled(reason="halt")
             ev.RunHostShutdown(),
             None,
             emits(
-                resolved("a", Cancelled(reason=None)),
+                resolved("a", CancelledOutcome(reason=None)),
                 ev.RunHostShutdown(),
                 effects=[ForceCancelChild(run_id="run-1-a", reason=None)],
             ),

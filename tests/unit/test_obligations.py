@@ -28,7 +28,7 @@ from streamflow.core.obligations import key, newly_owed, owed
 from streamflow.core.projection import evolve, project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.tokens import payload_digest, token_digest
-from streamflow.core.values import Cancelled, Completed, ContinuationLink, ParentLink
+from streamflow.core.values import CancelledOutcome, Completed, ContinuationLink, ParentLink
 from tests.support import T0
 
 SPEC = WorkflowSpec.python("owed", "1", "m", "X")
@@ -132,7 +132,10 @@ def test_a_finished_child_owes_its_parent_the_outcome():
     snap = snapshot(created, ev.RunStarted(), ev.RunCancelled(reason="bye"))
     assert owed(snap) == [
         ResolveParent(
-            parent_run_id="gp", child_id="c", child_run_id="p", outcome=Cancelled(reason="bye")
+            parent_run_id="gp",
+            child_id="c",
+            child_run_id="p",
+            outcome=CancelledOutcome(reason="bye"),
         )
     ]
 

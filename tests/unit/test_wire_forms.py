@@ -30,7 +30,7 @@ from streamflow import (
 from streamflow.core import commands
 from streamflow.core.tokens import token_digest
 from streamflow.core.values import (
-    Cancelled,
+    CancelledOutcome,
     Completed,
     ContinuedAsNew,
     Failed,
@@ -213,7 +213,7 @@ def test_hook_token_never_appears_in_command_or_event_repr():
     [
         Completed(output={"a": 1}),
         Failed(error="e"),
-        Cancelled(reason=None),
+        CancelledOutcome(reason=None),
         TimedOut(deadline=T0, reason="r"),
         RetryExhausted(step_id="s", attempt=2, error="e"),
         HostShutdown(reason=None),
@@ -224,6 +224,20 @@ def test_terminal_outcomes_round_trip(outcome):
     from streamflow import WorkflowTerminalOutcome
 
     assert WorkflowTerminalOutcome.from_json(json.loads(json.dumps(outcome.to_json()))) == outcome
+
+
+def test_the_old_name_of_the_cancelled_outcome_resolves_with_a_deprecation_warning():
+    """``core.values.Cancelled`` was renamed ``CancelledOutcome``: ``streamflow.Cancelled`` is
+    the exception workflow code sees, a different thing."""
+    import streamflow
+    from streamflow.core import values
+
+    with pytest.warns(DeprecationWarning, match="use CancelledOutcome"):
+        assert values.Cancelled is CancelledOutcome
+    assert issubclass(streamflow.Cancelled, BaseException)
+    assert streamflow.Cancelled is not CancelledOutcome
+    with pytest.raises(AttributeError, match="no attribute 'Canceled'"):
+        values.Canceled  # noqa: B018
 
 
 json_values = st.recursive(
