@@ -29,7 +29,9 @@ from rocksdict import Options, Rdict
 import streamflow.core.events as ev
 import streamflow.stores.memory as memory_module
 import streamflow.stores.rocksdb as rocksdb_module
+import streamflow.stores.rocksdb_base as rocksdb_base
 import streamflow.stores.rocksdb_layout as layout
+import streamflow.stores.rocksdb_listing as rocksdb_listing
 import streamflow.stores.rows as rows_module
 from streamflow import (
     CancellationRequest,
@@ -322,7 +324,7 @@ async def test_listings_and_counts_equal_the_full_scan_on_a_random_mix(open_stor
 async def test_scans_that_cross_many_chunks_see_every_run(open_store, monkeypatch):
     """Scans take the store's lock a chunk at a time (so that appends get in between): with
     chunks of three entries, every page, hook, suspension and incident is still found once."""
-    for module in (rows_module, memory_module, rocksdb_module):
+    for module in (rows_module, memory_module, rocksdb_base, rocksdb_listing):
         monkeypatch.setattr(module, "ROW_CHUNK", 3)
     clock = FakeClock()
     store = open_store(clock=clock)
@@ -398,7 +400,7 @@ async def test_a_store_written_without_the_index_is_rebuilt_once(tmp_path, caplo
 
     # Opened for writing, the index is built from the histories (in batches of seven runs
     # here), once, and recorded.
-    monkeypatch.setattr(rocksdb_module, "REBUILD_BATCH", 7)
+    monkeypatch.setattr(rocksdb_listing, "REBUILD_BATCH", 7)
     caplog.set_level(logging.INFO, logger="streamflow.stores")
     caplog.clear()
     owner = RocksDBEventStore(tmp_path / "db", clock=clock)
@@ -494,7 +496,7 @@ def count_reads(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     incidents)."""
     counter = [0]
     if isinstance(store, RocksDBEventStore):
-        scan, get, project_run = layout.scan, layout.get, rocksdb_module.project
+        scan, get, project_run = layout.scan, layout.get, rocksdb_base.project
 
         def counting_scan(*args: Any, **kwargs: Any) -> Any:
             for item in scan(*args, **kwargs):
@@ -509,10 +511,12 @@ def count_reads(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
             counter[0] += 1
             return project_run(*args, **kwargs)
 
-        for module in (layout, rocksdb_module):  # scan_prefix looks ``scan`` up in the layout
+        # scan_prefix looks ``scan`` up in the layout; the store's layers import both.
+        for module in (layout, rocksdb_module, rocksdb_base, rocksdb_listing):
             monkeypatch.setattr(module, "scan", counting_scan)
-        monkeypatch.setattr(rocksdb_module, "get", counting_get)
-        monkeypatch.setattr(rocksdb_module, "project", counting_project)
+        for module in (rocksdb_module, rocksdb_base, rocksdb_listing):
+            monkeypatch.setattr(module, "get", counting_get)
+        monkeypatch.setattr(rocksdb_base, "project", counting_project)
     else:
         store._histories = CountingDict(store._histories, counter)
         store._runs = CountingDict(store._runs, counter)
