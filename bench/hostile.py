@@ -72,7 +72,12 @@ class Server:
 
     def stop(self) -> None:
         self.process.terminate()
-        self.process.wait(60)
+        try:
+            self.process.wait(120)
+        except subprocess.TimeoutExpired:
+            print("the server did not stop within 120 s of SIGTERM: killed", file=sys.stderr)
+            self.process.kill()
+            self.process.wait(60)
 
 
 def chunked_post(server: Server, path: str, total: int) -> tuple[int, int]:
@@ -126,12 +131,14 @@ def slow_connections(server: Server, count: int) -> list[socket.socket]:
 
 
 async def fill(directory: Path, runs: int) -> None:
-    """``runs`` started runs in the store at ``directory``, through the embedded engine (each
-    waits on its approval hook, the bundled expense workflow's first suspension)."""
+    """``runs`` runs in the store at ``directory``, through the embedded engine, each driven
+    to its first suspension (the bundled expense workflow waits on its approval hook), so a
+    server started on the store has nothing to recover."""
     from streamflow import FlowEngine
     from streamflow.examples import bundle
     from streamflow.stores.rocksdb import RocksDBEventStore
 
+    bundle.configure(outbox=directory / "outbox", url="http://127.0.0.1:9")
     store = RocksDBEventStore(directory / "store")
     try:
         engine = FlowEngine.builder(bundle.app).with_store(store).build()
@@ -139,7 +146,7 @@ async def fill(directory: Path, runs: int) -> None:
         for start in range(0, runs, 500):
             await asyncio.gather(
                 *(
-                    engine.record_start(
+                    engine.start_with_id(
                         f"bulk-{n}",
                         spec,
                         {
@@ -193,7 +200,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         directory = Path(tmp) / "a"
         server = Server(directory)
         try:
@@ -223,6 +230,7 @@ def main() -> None:
             results["healthz_idle"] = idle
             results["healthz_2000_slow_connections"] = loaded
             results["slow_p99_over_idle_p99"] = round(loaded["p99_ms"] / idle["p99_ms"], 2)
+            print(json.dumps(results), flush=True)
         finally:
             server.stop()
         filled = Path(tmp) / "b"
