@@ -20,14 +20,13 @@ from streamflow.core.tokens import HookSecret
 from streamflow.observe.observers import FlowEventObserver
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
+from streamflow.workflow.deciding import DEFAULT_MAX_REPLAY_ITERATIONS
 from streamflow.workflow.runtime import FlowRuntime
 
 if TYPE_CHECKING:
     from streamflow.engine.engine import FlowEngine
     from streamflow.observe.metrics import FlowMetrics  # prometheus_client: only when used
 
-DEFAULT_MAX_REPLAY_ITERATIONS = 1024
-"""Iterations one drive may take before ``ReplayLimitExceeded``."""
 DEFAULT_CACHE_RUNS = 4096
 """Runs whose histories the engine keeps in memory for incremental replay."""
 DEFAULT_STEP_THREADS = 8

@@ -42,6 +42,7 @@ from streamflow.workflow.runtime import (
 )
 
 DEFAULT_MAX_REPLAY_ITERATIONS = 1024
+"""Iterations one decision may take before ``ReplayLimitExceeded`` (every backend's default)."""
 
 
 @dataclass(frozen=True, slots=True)
