@@ -9,10 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from streamflow.cli.paths import store_path
+from streamflow.cli.paths import DEFAULT_DIR, store_path
 from streamflow.core.errors import StoreError
-
-DEFAULT_DIR = Path(".streamflow/demo")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -7,6 +7,10 @@ from pathlib import Path
 
 SERVE_STORE = "store"
 """The store's subdirectory in a ``streamflow serve`` directory."""
+DEFAULT_DIR = Path(".streamflow/demo")
+"""The embedded store a command uses when no ``--dir`` is given (the demo's)."""
+DEFAULT_APP = "streamflow.examples.bundle:app"
+"""The App a command loads when no ``--app`` is given."""
 
 
 def store_path(directory: Path) -> Path:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamflow.cli.paths import store_path
+from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, store_path
 from streamflow.core.errors import InvalidInputError
 from streamflow.core.schedules import CatchUp, Overlap, Schedule
 from streamflow.core.timeutil import format_utc
@@ -22,8 +22,6 @@ from streamflow.workflow.app import App
 if TYPE_CHECKING:
     from streamflow.kafka.schedules import KafkaSchedules
 
-DEFAULT_DIR = Path(".streamflow/demo")
-DEFAULT_APP = "streamflow.examples.bundle:app"
 ACTIONS = ("add", "list", "pause", "resume", "remove")
 
 

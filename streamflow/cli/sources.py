@@ -38,7 +38,7 @@ from urllib.parse import quote
 from streamflow.api.control import ControlPlane, EmbeddedControl, FlowControl
 from streamflow.api.errors import ApiError, status_of
 from streamflow.api.query import LIST_PARAMETERS, RunFilter, check_names, page, parse_limit
-from streamflow.cli.paths import store_path
+from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, store_path
 from streamflow.core.errors import FlowError, StoreError
 from streamflow.core.ids import validate_run_id
 from streamflow.core.views import event_view
@@ -48,9 +48,6 @@ from streamflow.stores.inspect import StoreInspector
 from streamflow.workflow.runtime import FlowRuntime
 
 Json = dict[str, Any]
-DEFAULT_APP = "streamflow.examples.bundle:app"
-"""The App ``start`` uses on ``--dir`` and ``--kafka`` when no ``--app`` is given."""
-DEFAULT_DIR = Path(".streamflow/demo")
 DEFAULT_URL_HINT = "http://127.0.0.1:8233"
 ENV_API_KEY = "STREAMFLOW_API_KEY"
 DEFAULT_KEY_FILE = Path(".streamflow/api-key")
