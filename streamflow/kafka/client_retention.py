@@ -32,7 +32,7 @@ from streamflow.serde import messages as m
 
 log = logging.getLogger("streamflow.client")
 
-Request = Callable[[str, m.RequestBody], Awaitable[m.Reply]]
+SendRequest = Callable[[str, m.RequestBody], Awaitable[m.Reply]]
 """Send a request for a run and await the journal's reply (``FlowClient._request``)."""
 
 
@@ -45,7 +45,7 @@ class ClientRetention:
         self,
         settings: KafkaSettings,
         history: HistoryReader,
-        request: Request,
+        request: SendRequest,
         partitions: int,
     ) -> None:
         self._history = history

@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from streamflow.core.errors import Fenced as Fenced
 from streamflow.kafka.clients import consumer, producer, reader
 from streamflow.kafka.config import KafkaSettings
-from streamflow.topologies.eos_sweep import SETTLE, Stuck, find_stuck, sweep
+from streamflow.topologies.eos_sweep import SETTLE, HangingTransactions, find_stuck, sweep
 from streamflow.topologies.watchdog import BoundedCaller, HangHandler, Hung, Watchdog
 
 log = logging.getLogger("streamflow.eos")
@@ -408,7 +408,7 @@ class ClientKeeper:
         found = self._find_stuck(offsets=True)
         if found is None:
             return
-        stuck = Stuck(stuck.within(found).partitions, found.offsets)
+        stuck = HangingTransactions(stuck.within(found).partitions, found.offsets)
         if not stuck.partitions:
             return
         # Records local state already counts as committed (their commit was acknowledged; the
@@ -444,7 +444,7 @@ class ClientKeeper:
                 exc,
             )
 
-    def _find_stuck(self, *, offsets: bool) -> Stuck | None:
+    def _find_stuck(self, *, offsets: bool) -> HangingTransactions | None:
         """What may be held right now (``None`` when the cluster does not answer)."""
         group = self._consumer_config[0]
         try:

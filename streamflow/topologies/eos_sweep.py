@@ -57,7 +57,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-__all__ = ["SWEEP_KEY", "Stuck", "find_stuck", "sweep"]
+__all__ = ["SWEEP_KEY", "HangingTransactions", "find_stuck", "sweep"]
 
 log = logging.getLogger("streamflow.eos")
 
@@ -79,7 +79,7 @@ Call = Callable[..., object]
 
 
 @dataclass(frozen=True)
-class Stuck:
+class HangingTransactions:
     """What may be held by a transaction nobody will end."""
 
     partitions: list[TopicPartition]
@@ -91,12 +91,12 @@ class Stuck:
     def __bool__(self) -> bool:
         return bool(self.partitions or self.offsets)
 
-    def within(self, later: Stuck) -> Stuck:
+    def within(self, later: HangingTransactions) -> HangingTransactions:
         """The partitions of this still held in ``later`` at the *same* last stable offset (one
         that moved was held by a transaction that ended: live ones keep ending, a transaction
         left open for good pins it), with this one's offsets."""
         pinned = {(tp.topic, tp.partition, tp.offset) for tp in later.partitions}
-        return Stuck(
+        return HangingTransactions(
             [tp for tp in self.partitions if (tp.topic, tp.partition, tp.offset) in pinned],
             self.offsets,
         )
@@ -117,7 +117,7 @@ def find_stuck(
     timeout: float,
     *,
     offsets: bool = True,
-) -> Stuck:
+) -> HangingTransactions:
     """Partitions of ``namespace`` (those ``writes_to`` admits) whose last stable offset is
     behind their end, each with that offset, and (``offsets``) the group's offsets on
     ``input_topic`` that stay unstable. ``stable`` and ``raw`` are group-less consumers with
@@ -139,7 +139,7 @@ def find_stuck(
         if last_stable < _end(raw, tp, timeout):
             held.append(TopicPartition(tp.topic, tp.partition, last_stable))
     if not offsets:
-        return Stuck(held, [])
+        return HangingTransactions(held, [])
     inputs = [
         TopicPartition(input_topic, p) for p in sorted(metadata.topics[input_topic].partitions)
     ]
@@ -156,13 +156,13 @@ def find_stuck(
             TopicPartition(tp.topic, tp.partition, max(tp.offset, 0))
             for tp in raw.committed(inputs, timeout=timeout)
         ]
-    return Stuck(held, unstable)
+    return HangingTransactions(held, unstable)
 
 
 def sweep(
     producer: Producer,
     call: Call,
-    stuck: Stuck,
+    stuck: HangingTransactions,
     outsider: Consumer,
     timeout: float,
     *,

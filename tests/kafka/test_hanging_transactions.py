@@ -32,7 +32,7 @@ from streamflow.serde import codec
 from streamflow.testing.broker import SHORT_SESSION, LocalKafkaBroker
 from streamflow.testing.processes import Cluster
 from streamflow.topologies.common import LocalState, encode_offset
-from streamflow.topologies.eos_sweep import Stuck, find_stuck
+from streamflow.topologies.eos_sweep import HangingTransactions, find_stuck
 from streamflow.topologies.hooks import Hooks
 from streamflow.topologies.journal import Journal
 from tests.kafka.test_kill_at_fault_points import APP, SPEC, committed_history
@@ -86,7 +86,7 @@ def leave_hanging(broker: LocalKafkaBroker, settings: KafkaSettings) -> None:
     broker.restart()
 
 
-def stuck(settings: KafkaSettings) -> Stuck:
+def stuck(settings: KafkaSettings) -> HangingTransactions:
     """What the journal's sweep would see now (its own view, with two outsider consumers)."""
     names = Names(settings.namespace)
     stable = consumer(settings, names.journal_group)
