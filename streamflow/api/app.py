@@ -85,22 +85,33 @@ class _Body(BaseModel):
 
 
 class StartBody(_Body):
+    """The body of ``POST /v1/runs``: the workflow to start, the run's id (a fresh one when
+    absent) and its input."""
+
     workflow: str
     run_id: str | None = None
     input: Any = None
 
 
 class SignalBody(_Body):
+    """The body of ``POST /v1/runs/{run_id}/signals``: the signal's name, payload and delivery
+    id (a fresh one when absent; the same id again delivers nothing new)."""
+
     name: str
     payload: Any = None
     signal_id: str | None = None
 
 
 class ReasonBody(_Body):
+    """The optional body of a cancellation or termination: why."""
+
     reason: str | None = None
 
 
 class ProgressBody(_Body):
+    """The body of ``POST /v1/runs/{run_id}/progress``: a progress record, idempotent by
+    ``progress_id``."""
+
     progress_id: str
     completed: int = Field(ge=0)
     total: int | None = Field(default=None, ge=0)
@@ -109,10 +120,15 @@ class ProgressBody(_Body):
 
 
 class PayloadBody(_Body):
+    """The optional body of ``POST /v1/hooks/{token}/resume``: the callback's payload."""
+
     payload: Any = None
 
 
 class TokenBody(_Body):
+    """The body of ``POST /v1/hooks/resume``: the hook's token and the callback's payload
+    (the token kept out of the path, and so out of access logs)."""
+
     token: str
     payload: Any = None
 

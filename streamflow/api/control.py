@@ -62,11 +62,25 @@ class ControlPlane(Protocol):
 
     async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
         """Start run ``run_id`` (a fresh id for ``None``) of ``workflow``; the run id, whose
-        ``created`` is false when the same start was already recorded."""
+        ``created`` is false when the same start was already recorded.
+
+        Args:
+            workflow: the registered workflow's name (``UnknownWorkflow`` otherwise).
+            run_id: the run's id, or ``None`` for a fresh one.
+            input: the workflow's input, as the request's JSON gave it
+                (``InvalidWorkflowInput`` when its annotation refuses it).
+        """
         ...
 
     async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
-        """``{"runs": [row...], "next_cursor": ...}``, newest first."""
+        """``{"runs": [row...], "next_cursor": ...}``, newest first.
+
+        Args:
+            where: which runs the page keeps.
+            limit: the most rows the page holds.
+            cursor: where the page starts: a previous page's ``next_cursor`` (``None``: the
+                newest run; ``InvalidCursor`` for one no listing answered with).
+        """
         ...
 
     async def run(self, run_id: str) -> Json:
@@ -89,31 +103,61 @@ class ControlPlane(Protocol):
         """``{"suspensions": [...]}`` of one run."""
         ...
 
-    async def signal(
-        self, run_id: str, name: str, payload: object, signal_id: str | None
-    ) -> Json: ...
+    async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
+        """Deliver a signal to the run's chain; ``{"run_id": ..., "accepted": true}``.
 
-    async def cancel(self, run_id: str, reason: str | None) -> Json: ...
+        Args:
+            run_id: the run (its chain's active leaf gets the signal).
+            name: the signal's name, one the workflow declares.
+            payload: the signal's payload.
+            signal_id: the delivery's id, which makes a redelivery write nothing (``None``: a
+                fresh one).
+        """
+        ...
 
-    async def force_cancel(self, run_id: str, reason: str | None) -> Json: ...
+    async def cancel(self, run_id: str, reason: str | None) -> Json:
+        """Request the run's cleanup-aware cancellation; ``{"run_id": ..., "status": ...}``."""
+        ...
 
-    async def terminate(self, run_id: str, reason: str | None) -> Json: ...
+    async def force_cancel(self, run_id: str, reason: str | None) -> Json:
+        """End the run now as cancelled, without workflow code; ``{"run_id", "status"}``."""
+        ...
 
-    async def progress(self, run_id: str, progress: WorkflowProgress) -> Json: ...
+    async def terminate(self, run_id: str, reason: str | None) -> Json:
+        """End the run now as timed out; ``{"run_id": ..., "status": ...}``."""
+        ...
 
-    async def resume_hook(self, token: str, payload: object) -> Json: ...
+    async def progress(self, run_id: str, progress: WorkflowProgress) -> Json:
+        """Record host progress on the run; ``{"run_id": ..., "progress_id": ...}``."""
+        ...
 
-    async def dispose_hook(self, token: str) -> Json: ...
+    async def resume_hook(self, token: str, payload: object) -> Json:
+        """Deliver the callback of the hook holding ``token``; ``{"run_id", "hook_id"}``."""
+        ...
 
-    async def hooks(self) -> Json: ...
+    async def dispose_hook(self, token: str) -> Json:
+        """Revoke the hook holding ``token``; ``{"run_id": ..., "hook_id": ...}``."""
+        ...
 
-    async def suspensions(self) -> Json: ...
+    async def hooks(self) -> Json:
+        """``{"hooks": [...]}``: every active hook, with its token's digest, never the token."""
+        ...
 
-    async def incidents(self) -> Json: ...
+    async def suspensions(self) -> Json:
+        """``{"suspensions": [...]}``: what every non-terminal run waits on."""
+        ...
 
-    async def builds(self) -> Json: ...
+    async def incidents(self) -> Json:
+        """``{"incidents": [...]}``: the current incident of every run that has one."""
+        ...
 
-    async def summary(self) -> Json: ...
+    async def builds(self) -> Json:
+        """``{"builds": [...]}``: per runtime build, its runs and open runs."""
+        ...
+
+    async def summary(self) -> Json:
+        """Runs counted per status, with the open work of the non-terminal ones."""
+        ...
 
 
 def _registry(app: FlowRuntime, specs: Iterable[WorkflowSpec]) -> dict[str, WorkflowSpec]:
@@ -298,7 +342,13 @@ def builds_view_of(counts: Mapping[str | None, tuple[int, int]]) -> Json:
 
 def row_query(where: RunFilter, *, limit: int, cursor: str | None) -> RunRowQuery:
     """The page of rows a listing's filter, limit and cursor name (``InvalidCursor`` for a
-    cursor no listing answered with)."""
+    cursor no listing answered with).
+
+    Args:
+        where: which runs the page keeps.
+        limit: the most rows the page holds.
+        cursor: a previous page's ``next_cursor`` (``None``: from the newest run).
+    """
     return RunRowQuery(
         workflow=where.workflow,
         status=where.status,

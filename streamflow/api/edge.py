@@ -485,7 +485,13 @@ FILES_RESERVED = 256
 def server_config(app: ASGIApp, limits: HttpLimits, **options: Any) -> uvicorn.Config:
     """A uvicorn configuration serving ``app`` within ``limits``. The open-file limit is raised
     to hold :attr:`HttpLimits.max_connections`; where the system does not allow that, the cap
-    is lowered to fit, with a warning, so that accepting never fails for want of a file."""
+    is lowered to fit, with a warning, so that accepting never fails for want of a file.
+
+    Args:
+        app: the ASGI application to serve.
+        limits: the connection, header and keep-alive limits the protocol enforces.
+        **options: further ``uvicorn.Config`` arguments (access log, lifespan, shutdown...).
+    """
     available = raise_open_files_limit(limits.max_connections + FILES_RESERVED) - FILES_RESERVED
     if available < limits.max_connections:
         log.warning(

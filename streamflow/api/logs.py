@@ -19,6 +19,7 @@ class RedactHookTokens(logging.Filter):
     """Rewrites a record's message and arguments so that no hook token in a path survives."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Redact ``record``'s message and string arguments in place; always keep it."""
         if isinstance(record.msg, str):
             record.msg = redact(record.msg)
         if isinstance(record.args, tuple):

@@ -85,6 +85,7 @@ def parse_limit(text: str | None) -> int:
 
 
 def parse_status(text: str) -> WorkflowRunStatus:
+    """The run status ``text`` names (``InvalidParameter`` for one that is not a status)."""
     try:
         return WorkflowRunStatus(text)
     except ValueError:
@@ -177,7 +178,13 @@ def page(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first by ``(created_at, run_id)``; the rows after ``cursor``, at most ``limit``,
     and the cursor of the next page (``None`` on the last). Runs created after a cursor was
-    handed out sort before it, so paging on never repeats or skips a row."""
+    handed out sort before it, so paging on never repeats or skips a row.
+
+    Args:
+        rows: the listing's rows, each with ``created_at`` (RFC 3339 text) and ``run_id``.
+        limit: the most rows the page holds.
+        cursor: a previous page's cursor (``None``: from the newest row).
+    """
 
     def key(row: Mapping[str, Any]) -> tuple[str, str]:
         return (_sortable(row["created_at"]), row["run_id"])

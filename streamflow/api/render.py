@@ -97,5 +97,11 @@ class SafeJSONResponse(Response):
 def json_response(
     value: Any, status: int = 200, *, headers: Mapping[str, str] | None = None
 ) -> SafeJSONResponse:
-    """``value`` as a JSON answer with ``status`` (see :func:`render_json`)."""
+    """``value`` as a JSON answer with ``status`` (see :func:`render_json`).
+
+    Args:
+        value: the answer's JSON-ready content.
+        status: the answer's HTTP status.
+        headers: extra headers of the answer (none by default).
+    """
     return SafeJSONResponse(value, status, headers=dict(headers) if headers else None)

@@ -122,9 +122,13 @@ class Broker(Protocol):
     """A started broker: its address, and how to give it back."""
 
     @property
-    def bootstrap(self) -> str: ...
+    def bootstrap(self) -> str:
+        """The broker's address, ``host:port`` (comma-separated for several)."""
+        ...
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Give the broker back: stop it if it was started here."""
+        ...
 
 
 def _parse_properties(text: str) -> dict[str, str]:
@@ -151,22 +155,27 @@ class LocalKafkaBroker:
 
     @property
     def bootstrap(self) -> str:
+        """The broker's loopback address (``BrokerError`` before :meth:`start`)."""
         if self._node is None or not self._node.port:
             raise BrokerError("broker not started")
         return self._node.bootstrap
 
     @property
     def work_dir(self) -> Path:
+        """The directory of the broker's config, data and log (``BrokerError`` before
+        :meth:`start` made one)."""
         if self._dir is None:
             raise BrokerError("broker not started")
         return self._dir
 
     @property
     def log_path(self) -> Path:
+        """The broker's log file."""
         return self.work_dir / "broker.log"
 
     @property
     def pid(self) -> int | None:
+        """The running JVM's pid (``None``: not started, or exited)."""
         return self._node.pid if self._node is not None else None
 
     @property
@@ -280,6 +289,8 @@ class LocalKafkaCluster:
 
     @property
     def work_dir(self) -> Path:
+        """The directory holding every node's work dir (``BrokerError`` before
+        :meth:`start` made one)."""
         if self._dir is None:
             raise BrokerError("cluster not started")
         return self._dir
@@ -378,6 +389,7 @@ class ExternalBroker:
         self.bootstrap = bootstrap
 
     def stop(self) -> None:
+        """Nothing: the broker is someone else's to stop."""
         pass
 
 
@@ -391,6 +403,8 @@ class ContainerBroker:
         self.bootstrap = ""
 
     def start(self, timeout: float = 90.0) -> str:
+        """Start the container and wait until the broker serves metadata; its address.
+        ``BrokerError`` when it does not start within ``timeout`` seconds."""
         container = _testcontainers_kafka().KafkaContainer(self._image).with_kraft()
         # testcontainers only sets the offsets topic to one replica; transactions need these too.
         for key, value in CONTAINER_ENV.items():
@@ -404,6 +418,7 @@ class ContainerBroker:
         return self.bootstrap
 
     def stop(self) -> None:
+        """Stop the container, if it was started (idempotent)."""
         container, self._container = self._container, None
         if container is not None:
             container.stop()

@@ -18,6 +18,10 @@ When = Literal["before", "after"]
 
 
 class FaultyEventStore:
+    """``inner`` with one scripted crash (see the module): the append of the ``occurrence``-th
+    event of type ``fail_on`` fails ``before`` or ``after`` it is written, ``times`` times in
+    a row; :attr:`injected` counts the crashes so far."""
+
     def __init__(
         self,
         inner: FlowEventStore,
@@ -47,6 +51,14 @@ class FaultyEventStore:
     async def append_if_sequence(
         self, run_id: str, expected_sequence: int, event: ev.FlowEvent
     ) -> ev.FlowEventEnvelope:
+        """The inner store's conditional append, or the scripted crash when ``event`` is the
+        one to fail on (``StoreError``).
+
+        Args:
+            run_id: the run appended to.
+            expected_sequence: the run's length the append requires.
+            event: the event appended.
+        """
         if not self._matches(event):
             return await self.inner.append_if_sequence(run_id, expected_sequence, event)
         if self._when == "before":
@@ -55,6 +67,8 @@ class FaultyEventStore:
         raise StoreError(f"injected crash after appending {event.TYPE} to run {run_id}")
 
     async def append(self, run_id: str, event: ev.FlowEvent) -> ev.FlowEventEnvelope:
+        """Append ``event`` at the end of the run's history, through
+        :meth:`append_if_sequence` (so it may crash the same way)."""
         history = await self.inner.list(run_id)
         return await self.append_if_sequence(run_id, len(history), event)
 

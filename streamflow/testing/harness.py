@@ -66,9 +66,20 @@ class RunDriver(Protocol):
     """The backend's own :class:`~streamflow.Flow` (the engine or the client), for tests of
     what its calls return."""
 
-    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str: ...
+    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
+        """Start ``run_id`` (:meth:`Flow.start_with_id <streamflow.Flow.start_with_id>`);
+        returns the run id.
 
-    async def start(self, spec: WorkflowSpec, input: object = None) -> str: ...
+        Args:
+            run_id: the run's id.
+            spec: the workflow to run.
+            input: the workflow's input.
+        """
+        ...
+
+    async def start(self, spec: WorkflowSpec, input: object = None) -> str:
+        """Start a run of ``spec`` under a fresh id; returns the id."""
+        ...
 
     async def settle(self, run_id: str) -> WorkflowRunSnapshot:
         """Wait until nothing more happens to the run without outside input (terminal, or
@@ -80,76 +91,156 @@ class RunDriver(Protocol):
         run_id: str,
         predicate: Callable[[WorkflowRunSnapshot], bool],
         timeout: float = 10.0,
-    ) -> WorkflowRunSnapshot: ...
+    ) -> WorkflowRunSnapshot:
+        """Wait until the run's snapshot satisfies ``predicate`` (firing due timers and retries
+        on the way); that snapshot. ``TimeoutError`` after ``timeout`` seconds; the run's
+        incident raises as from :meth:`settle`.
 
-    async def snapshot(self, run_id: str) -> WorkflowRunSnapshot: ...
+        Args:
+            run_id: the run to watch.
+            predicate: the condition on the run's snapshot.
+            timeout: how long to wait, in seconds.
+        """
+        ...
 
-    async def history(self, run_id: str) -> list[FlowEventEnvelope]: ...
+    async def snapshot(self, run_id: str) -> WorkflowRunSnapshot:
+        """The run as its committed history projects it (``RunNotFound`` if it has none)."""
+        ...
 
-    async def event_keys(self, run_id: str) -> list[str]: ...
+    async def history(self, run_id: str) -> list[FlowEventEnvelope]:
+        """The run's committed events, in sequence order."""
+        ...
 
-    async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot: ...
+    async def event_keys(self, run_id: str) -> list[str]:
+        """The event key of each of the run's committed events, in sequence order."""
+        ...
+
+    async def result(self, run_id: str, timeout: float | None = None) -> WorkflowRunSnapshot:
+        """Wait until the run's continue-as-new chain ends; the snapshot of its last run."""
+        ...
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
-    ) -> None: ...
+    ) -> None:
+        """Record a cleanup-aware cancellation request on the chain's active leaf."""
+        ...
 
-    async def force_cancel(self, run_id: str, reason: str | None = None) -> None: ...
+    async def force_cancel(self, run_id: str, reason: str | None = None) -> None:
+        """End the chain's active leaf now as cancelled, without workflow code."""
+        ...
 
     async def terminate_for_timeout(
         self, run_id: str, deadline: datetime, reason: str | None = None
-    ) -> None: ...
+    ) -> None:
+        """End the chain's active leaf now as timed out.
 
-    async def terminate_for_host_shutdown(self, run_id: str, reason: str | None = None) -> None: ...
+        Args:
+            run_id: the run (its chain's active leaf ends).
+            deadline: the deadline that passed (a UTC time).
+            reason: why, kept with the outcome.
+        """
+        ...
 
-    async def record_progress(self, run_id: str, progress: WorkflowProgress) -> None: ...
+    async def terminate_for_host_shutdown(self, run_id: str, reason: str | None = None) -> None:
+        """End the chain's active leaf for good, as its host shuts down."""
+        ...
 
-    async def link_child_operation(self, run_id: str, child: ChildOperationReference) -> None: ...
+    async def record_progress(self, run_id: str, progress: WorkflowProgress) -> None:
+        """Record host progress on the chain's active leaf, idempotent by ``progress_id``."""
+        ...
 
-    async def resume_wait(self, run_id: str, wait_id: str) -> None: ...
+    async def link_child_operation(self, run_id: str, child: ChildOperationReference) -> None:
+        """Link an external child operation to the chain's active leaf."""
+        ...
+
+    async def resume_wait(self, run_id: str, wait_id: str) -> None:
+        """Complete timer wait ``wait_id`` now (due or not)."""
+        ...
 
     async def send_signal(self, run_id: str, signal: WorkflowSignal) -> None:
         """Deliver (or redeliver) a signal; rejections (``SignalConflict``, ``RunTerminal``,
         undeclared names) raise from the call."""
 
-    async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> None: ...
+    async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> None:
+        """Deliver the callback of hook ``hook_id``.
 
-    async def dispose_hook(self, run_id: str, hook_id: str) -> None: ...
+        Args:
+            run_id: the run that opened the hook.
+            hook_id: the hook's id.
+            payload: the callback's payload.
+        """
+        ...
+
+    async def dispose_hook(self, run_id: str, hook_id: str) -> None:
+        """Revoke active hook ``hook_id`` (the workflow sees ``hook_disposed``)."""
+        ...
 
     async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
         """Returns ``(run_id, hook_id)`` of the hook that held the token."""
 
-    async def dispose_hook_by_token(self, token: str) -> tuple[str, str]: ...
+    async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
+        """Revoke the active hook holding ``token``; returns ``(run_id, hook_id)``."""
+        ...
 
-    async def continuation_chain(self, run_id: str) -> list[str]: ...
+    async def continuation_chain(self, run_id: str) -> list[str]:
+        """Run ids from ``run_id`` along its continue-as-new links to the last run."""
+        ...
 
     async def incident(self, run_id: str) -> FlowIncident | None:
         """Why the run cannot make progress (``None``: nothing says it cannot)."""
         ...
 
-    async def list_incidents(self) -> list[FlowIncident]: ...
+    async def list_incidents(self) -> list[FlowIncident]:
+        """The current incident of every run that has one, by run id."""
+        ...
 
-    async def list_active_hooks(self) -> list[ActiveHookSnapshot]: ...
+    async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
+        """Active hooks of non-terminal runs, with their token's digest, never the token."""
+        ...
 
-    async def list_run_ids(self) -> list[str]: ...
+    async def list_run_ids(self) -> list[str]:
+        """Every run with a history, sorted."""
+        ...
 
-    async def list_snapshots(self) -> list[WorkflowRunSnapshot]: ...
+    async def list_snapshots(self) -> list[WorkflowRunSnapshot]:
+        """The snapshot of every run, by run id."""
+        ...
 
-    async def run_summary(self) -> WorkflowRunSummary: ...
+    async def run_summary(self) -> WorkflowRunSummary:
+        """Runs counted per status, with the actionable work of the non-terminal ones."""
+        ...
 
-    async def list_open_suspensions(self, now: datetime) -> list[WorkflowRunSuspension]: ...
+    async def list_open_suspensions(self, now: datetime) -> list[WorkflowRunSuspension]:
+        """What every non-terminal run waits on at ``now`` (a UTC time)."""
+        ...
 
-    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold: ...
+    async def hold_history(self, run_id: str, hold_id: str, reason: str) -> HistoryHold:
+        """Keep the run's history, and its whole component, from pruning until released.
 
-    async def release_history_hold(self, run_id: str, hold_id: str) -> bool: ...
+        Args:
+            run_id: the run whose history is kept.
+            hold_id: the hold's id (the same hold again, with the same reason, is no change).
+            reason: why the history is kept.
+        """
+        ...
 
-    async def history_holds(self, run_id: str) -> list[HistoryHold]: ...
+    async def release_history_hold(self, run_id: str, hold_id: str) -> bool:
+        """Release a hold; whether there was one to release."""
+        ...
 
-    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None: ...
+    async def history_holds(self, run_id: str) -> list[HistoryHold]:
+        """The run's holds, by hold id."""
+        ...
+
+    async def history_tombstone(self, run_id: str) -> FlowHistoryTombstone | None:
+        """What is kept of a pruned run, or ``None`` if it was never pruned."""
+        ...
 
     async def prune_terminal_history(
         self, policy: FlowHistoryRetentionPolicy
-    ) -> FlowHistoryRetentionReport: ...
+    ) -> FlowHistoryRetentionReport:
+        """Delete the histories of the ended components ``policy`` lets go; what it did."""
+        ...
 
     async def restart(
         self, *, compatibility: RuntimeBuildCompatibility | object | None = ...
@@ -157,7 +248,9 @@ class RunDriver(Protocol):
         """Replace the engine or processes, keeping durable state; optionally redeploy with
         another build compatibility."""
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Stop the backend and release what the driver holds (stores, clients, threads)."""
+        ...
 
 
 CHANGES = frozenset(
@@ -228,6 +321,7 @@ class FlowDriver:
         """What the backend does after a change of ``run_id`` (nothing by default)."""
 
     async def event_keys(self, run_id: str) -> list[str]:
+        """The event key of each of the run's committed events, in sequence order."""
         return [e.event.event_key() for e in await self.flow.history(run_id)]
 
 
@@ -239,6 +333,9 @@ def _run_of(result: object) -> str:
 
 
 class DriverFactory(Protocol):
+    """Builds a started driver for ``runtime`` on one backend (a conformance fixture's
+    parameter)."""
+
     async def __call__(
         self,
         runtime: FlowRuntime,
@@ -313,6 +410,8 @@ class EmbeddedDriver(FlowDriver):
         return await self.engine.snapshot(run_id)
 
     async def fire_due_work(self) -> None:
+        """Run the work due now (due timers, incident retries, cron fire times), in process;
+        raise the first ``FlowError`` one of its tasks raised."""
         scheduler = FlowScheduler(self.engine)
         await scheduler.enqueue_due_work(self.engine.now())
         runner = scheduler.dispatcher
@@ -409,9 +508,13 @@ class EmbeddedDriver(FlowDriver):
 
 
 def memory_store_factory() -> Callable[[], FlowEventStore]:
+    """An ``open_store`` for :class:`EmbeddedDriver` that hands out one in-memory store every
+    time (so a restart keeps the durable state)."""
     store = InMemoryEventStore()
     return lambda: store
 
 
 def rocksdb_store_factory(path: Path) -> Callable[[], FlowEventStore]:
+    """An ``open_store`` for :class:`EmbeddedDriver` that opens the RocksDB store at ``path``
+    (again on each restart)."""
     return lambda: RocksDBEventStore(path)

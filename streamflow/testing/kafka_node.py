@@ -109,6 +109,13 @@ def wait_ready(
     """Poll until metadata lists a live broker (every `node_id` if given), or raise BrokerError.
 
     `alive` raises to abort early; without confluent_kafka its True means ready once the port opens.
+
+    Args:
+        bootstrap: the brokers' addresses (the port probe tries the first).
+        timeout: how long to poll, in seconds.
+        node_id: the node id, or ids, metadata must list (``None``: any broker).
+        alive: called on every poll (``None``: never): raises to abort, and says whether the
+            broker has started.
     """
     deadline = time.monotonic() + timeout
     wanted = {node_id} if isinstance(node_id, int) else set(node_id or ())
@@ -226,16 +233,19 @@ class KafkaNode:
 
     @property
     def bootstrap(self) -> str:
+        """The node's loopback address (``BrokerError`` before it has a port)."""
         if not self.port:
             raise BrokerError(f"kafka node {self.node_id} not started")
         return f"127.0.0.1:{self.port}"
 
     @property
     def log_path(self) -> Path:
+        """The JVM's log file, in the work dir."""
         return self.work_dir / "broker.log"
 
     @property
     def config_path(self) -> Path:
+        """The node's server.properties, in the work dir."""
         return self.work_dir / "server.properties"
 
     @property
@@ -290,7 +300,13 @@ class KafkaNode:
         )
 
     def configure(self, libs: Path, java: str, properties: Mapping[str, str]) -> None:
-        """Write server.properties (for this node's ports) and logging over an empty data dir."""
+        """Write server.properties (for this node's ports) and logging over an empty data dir.
+
+        Args:
+            libs: the directory of the Kafka jars (the classpath).
+            java: the ``java`` executable.
+            properties: the node's server.properties, key by key.
+        """
         self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "log4j2.properties").write_text(LOG4J2)
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))

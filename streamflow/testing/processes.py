@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class TopologyProcess:
+    """One topology (``role``, as ``instance``) run by ``streamflow run`` in a child process,
+    with its state under ``state_dir``, its output in ``log_dir`` and the fault points
+    ``faults`` (``STREAMFLOW_FAULTS``); started by :meth:`start`."""
+
     def __init__(
         self,
         role: str,
@@ -70,6 +74,7 @@ class TopologyProcess:
         )
 
     def start(self) -> TopologyProcess:
+        """Launch the child process (its output appended to :attr:`log_path`); this process."""
         env = {k: v for k, v in os.environ.items() if k != "STREAMFLOW_FAULTS"}
         env.update(
             {
@@ -106,14 +111,18 @@ class TopologyProcess:
 
     @property
     def pid(self) -> int:
+        """The child's pid (once started)."""
         assert self._proc is not None
         return self._proc.pid
 
     @property
     def returncode(self) -> int | None:
+        """The child's exit status (``None``: not started, or still running)."""
         return None if self._proc is None else self._proc.poll()
 
     def wait_exit(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for the child to exit; its exit status
+        (``subprocess.TimeoutExpired`` if it did not)."""
         assert self._proc is not None
         return self._proc.wait(timeout)
 
@@ -126,6 +135,8 @@ class TopologyProcess:
         return status.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
     def wait_stopped(self, timeout: float) -> None:
+        """Wait until the child is frozen at its fault point (``TimeoutError`` if it exits
+        first or is not frozen within ``timeout`` seconds)."""
         deadline = time.monotonic() + timeout
         while not self.stopped():
             if self.returncode is not None or time.monotonic() > deadline:
@@ -133,6 +144,7 @@ class TopologyProcess:
             time.sleep(0.05)
 
     def resume(self) -> None:
+        """Unfreeze the child (SIGCONT)."""
         os.kill(self.pid, signal.SIGCONT)
 
     def signal(self, sig: int) -> None:
@@ -140,6 +152,7 @@ class TopologyProcess:
         os.kill(self.pid, sig)
 
     def kill(self) -> None:
+        """SIGKILL the child, if it runs, and reap it (a crash: nothing is flushed)."""
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait(10)
@@ -163,11 +176,13 @@ class TopologyProcess:
         return self._proc.returncode
 
     def close_log(self) -> None:
+        """Close this side's handle on the log file (the child's output stays in it)."""
         if self._log is not None:
             self._log.close()  # type: ignore[attr-defined]
             self._log = None
 
     def tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of the log (``<no log>`` when there is none yet)."""
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
@@ -206,7 +221,14 @@ class Cluster:
         faults: str | None = None,
         args: tuple[str, ...] | None = None,
     ) -> TopologyProcess:
-        """Start ``role`` as ``instance`` (``args``: its own flags instead of the role's)."""
+        """Start ``role`` as ``instance`` (``args``: its own flags instead of the role's).
+
+        Args:
+            role: the topology to run.
+            instance: the instance name (its state directory and log are named after it).
+            faults: the fault points of this process (``STREAMFLOW_FAULTS``; ``None``: none).
+            args: its command-line flags (``None``: those the cluster has for ``role``).
+        """
         process = TopologyProcess(
             role,
             self._settings,
@@ -226,6 +248,7 @@ class Cluster:
         return self._root / "state" / self._settings.namespace / f"{role}-{instance}"
 
     def start(self) -> Cluster:
+        """Spawn every role of :attr:`ROLES`, each with its fault points; this cluster."""
         for role in self.ROLES:
             self.spawn(role, faults=self._faults.get(role))
         return self
@@ -234,6 +257,8 @@ class Cluster:
         return self.processes[f"{role}-0"] if "-" not in role else self.processes[role]
 
     def restart(self, role: str, *, instance: str = "0") -> TopologyProcess:
+        """Stop ``role``'s ``instance`` gracefully and start a new one on the same state, without
+        fault points; the new process."""
         old = self.processes[f"{role}-{instance}"]
         old.terminate()
         return self.spawn(role, instance=instance)
@@ -251,9 +276,11 @@ class Cluster:
             routes.close()
 
     def logs(self) -> str:
+        """The tail of every process's log, under its name."""
         return "\n\n".join(f"== {name}\n{p.tail()}" for name, p in self.processes.items())
 
     def stop(self) -> None:
+        """Stop every process gracefully, the last spawned first."""
         for process in reversed(list(self.processes.values())):
             process.terminate()
 
@@ -273,10 +300,12 @@ class Supervisor:
         self._thread = threading.Thread(target=self._watch, name="sf-supervisor", daemon=True)
 
     def start(self) -> Supervisor:
+        """Start watching, in a daemon thread; this supervisor."""
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop watching (the processes are left as they are)."""
         self._stop.set()
         self._thread.join(10)
 

@@ -18,6 +18,8 @@ from streamflow.testing.broker import BrokerError, broker_from_environment
 
 
 def main(argv: list[str]) -> int:
+    """Run command ``argv`` with a broker; its exit status (2 without a command, 1 when no
+    broker could be had)."""
     if not argv:
         print("usage: python -m streamflow.testing.with_broker COMMAND [ARG...]", file=sys.stderr)
         return 2
