@@ -15,7 +15,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 from streamflow.api.errors import IncidentNotFound, InvalidCursor, InvalidWorkflowInput
 from streamflow.api.query import RunFilter, decode_cursor, encode_cursor
@@ -200,8 +200,18 @@ class FlowControl:
     client hands it to a journal that runs no workflow code, so the annotation is checked
     here; the embedded engine checks (and decodes) it once, itself."""
 
+    _recording: ClassVar[dict[str, Any]] = {}
+    """Keyword arguments that make a ``Flow`` call return once its change is durable (the
+    embedded engine's ``drive=False``); the run then moves on through :meth:`_moved`."""
+
+    def _moved(self, run_id: str) -> None:
+        """A change to ``run_id`` was recorded (the embedded control drives the run next, in
+        the background; on Kafka the processors do)."""
+
     async def _start(self, run_id: str, spec: WorkflowSpec, input: object) -> StartResult:
-        return await self._flow.start_with_id(run_id, spec, input)
+        result = await self._flow.start_with_id(run_id, spec, input, **self._recording)
+        self._moved(run_id)
+        return result
 
     async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
         spec = self._spec(workflow)
@@ -221,11 +231,14 @@ class FlowControl:
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
         delivery = WorkflowSignal.new(signal_id or str(uuid.uuid4()), name, payload)
-        await self._flow.send_signal(run_id, delivery)
+        snap = await self._flow.send_signal(run_id, delivery, **self._recording)
+        self._moved(snap.run_id)
         return {"run_id": run_id, "accepted": True}
 
     async def cancel(self, run_id: str, reason: str | None) -> Json:
-        snap = await self._flow.request_cancellation(run_id, CancellationRequest(reason))
+        request = CancellationRequest(reason)
+        snap = await self._flow.request_cancellation(run_id, request, **self._recording)
+        self._moved(snap.run_id)
         return {"run_id": run_id, "status": snap.status.value}
 
     async def force_cancel(self, run_id: str, reason: str | None) -> Json:
@@ -241,11 +254,13 @@ class FlowControl:
         return {"run_id": run_id, "progress_id": progress.progress_id}
 
     async def resume_hook(self, token: str, payload: object) -> Json:
-        run_id, hook_id = await self._flow.resume_hook_by_token(token, payload)
+        run_id, hook_id = await self._flow.resume_hook_by_token(token, payload, **self._recording)
+        self._moved(run_id)
         return {"run_id": run_id, "hook_id": hook_id}
 
     async def dispose_hook(self, token: str) -> Json:
-        run_id, hook_id = await self._flow.dispose_hook_by_token(token)
+        run_id, hook_id = await self._flow.dispose_hook_by_token(token, **self._recording)
+        self._moved(run_id)
         return {"run_id": run_id, "hook_id": hook_id}
 
     # -- reads --------------------------------------------------------------------------------
@@ -404,10 +419,11 @@ def _builds_of_snapshots(snapshots: list[WorkflowRunSnapshot]) -> Json:
 
 
 class EmbeddedControl(FlowControl):
-    """:class:`ControlPlane` over the embedded engine. A start, signal, cancellation request
-    or hook callback is answered once its event is durable; the run is driven afterwards, in
-    the background (recovery carries on from there should this process stop first), so what
-    its code then does wrong is its incident, not the answer's error."""
+    """:class:`ControlPlane` over the embedded engine: the same ``Flow`` calls as any other,
+    made with ``drive=False``. A start, signal, cancellation request or hook callback is
+    answered once its event is durable; the run is driven afterwards, in the background
+    (recovery carries on from there should this process stop first), so what its code then
+    does wrong is its incident, not the answer's error."""
 
     def __init__(
         self, engine: FlowEngine, app: FlowRuntime, *, specs: Iterable[WorkflowSpec] = ()
@@ -416,44 +432,13 @@ class EmbeddedControl(FlowControl):
         self._engine = engine
         self._driving: set[asyncio.Task[None]] = set()
 
-    def _drive_later(self, run_id: str) -> None:
+    checks_input = False  # the engine checks and decodes the input once, itself
+    _recording: ClassVar[dict[str, Any]] = {"drive": False}
+
+    def _moved(self, run_id: str) -> None:
         task = asyncio.create_task(self._drive(run_id), name=f"sf-api-drive-{run_id}")
         self._driving.add(task)
         task.add_done_callback(self._driving.discard)
-
-    checks_input = False  # the engine checks and decodes the input once, itself
-
-    async def _start(self, run_id: str, spec: WorkflowSpec, input: object) -> StartResult:
-        result = await self._engine.start_with_id(run_id, spec, input, drive=False)
-        self._drive_later(run_id)
-        return result
-
-    async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
-        delivery = WorkflowSignal.new(signal_id or str(uuid.uuid4()), name, payload)
-        snap, _ = await self._engine.record_signal(run_id, delivery)
-        self._drive_later(snap.run_id)
-        return {"run_id": run_id, "accepted": True}
-
-    async def cancel(self, run_id: str, reason: str | None) -> Json:
-        request = CancellationRequest(reason)
-        snap = await self._engine.record_cancellation_request(run_id, request)
-        self._drive_later(snap.run_id)
-        return {"run_id": run_id, "status": snap.status.value}
-
-    async def resume_hook(self, token: str, payload: object) -> Json:
-        engine = self._engine
-        run_id, hook_id, digest = await engine.find_hook_by_token(
-            token, payload=payload, resume=True
-        )
-        snap, _ = await engine.receive_hook(run_id, hook_id, payload, token_digest=digest)
-        self._drive_later(snap.run_id)
-        return {"run_id": run_id, "hook_id": hook_id}
-
-    async def dispose_hook(self, token: str) -> Json:
-        run_id, hook_id, digest = await self._engine.find_hook_by_token(token)
-        snap, _ = await self._engine.revoke_hook(run_id, hook_id, token_digest=digest)
-        self._drive_later(snap.run_id)
-        return {"run_id": run_id, "hook_id": hook_id}
 
     async def _drive(self, run_id: str) -> None:
         try:

@@ -260,12 +260,14 @@ class FlowEngine:
         return await self.drive(snap.run_id)
 
     async def request_cancellation(
-        self, run_id: str, request: CancellationRequest | None = None
+        self, run_id: str, request: CancellationRequest | None = None, *, drive: bool = True
     ) -> WorkflowRunSnapshot:
         """Record a cleanup-aware cancellation request on the chain's active leaf and drive
-        the cleanup (children requested before it receive the same request)."""
+        the cleanup (children requested before it receive the same request). With
+        ``drive=False`` the call returns once the request is durable, leaving the cleanup to
+        the run's host."""
         snap = await self.record_cancellation_request(run_id, request)
-        return await self._drive_unless_terminal(snap)
+        return await self._drive_unless_terminal(snap) if drive else snap
 
     async def record_cancellation_request(
         self, run_id: str, request: CancellationRequest | None = None
@@ -354,15 +356,18 @@ class FlowEngine:
 
     # -- signals -----------------------------------------------------------------------------
 
-    async def send_signal(self, run_id: str, signal: WorkflowSignal) -> WorkflowRunSnapshot:
-        """Deliver a named signal and drive; returns the active leaf's snapshot.
+    async def send_signal(
+        self, run_id: str, signal: WorkflowSignal, *, drive: bool = True
+    ) -> WorkflowRunSnapshot:
+        """Deliver a named signal and drive; returns the active leaf's snapshot (with
+        ``drive=False``, once the delivery is durable, leaving the run to its host).
 
         De-duplicated by ``signal_id`` along the continuation chain of ``run_id``: the same
         delivery again writes nothing (even after the run ended), a different one with the same
         id is ``SignalConflict``. A new delivery to an ended leaf is ``RunTerminal``.
         """
         snap, _ = await self.record_signal(run_id, signal)
-        return await self._drive_unless_terminal(snap)
+        return await self._drive_unless_terminal(snap) if drive else snap
 
     async def record_signal(
         self, run_id: str, signal: WorkflowSignal
@@ -441,8 +446,11 @@ class FlowEngine:
             snap = await self._driver.leaf(snap.run_id)
         return await self._drive_unless_terminal(snap)
 
-    async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
-        """Resume the active hook holding ``token``; returns ``(run_id, hook_id)``.
+    async def resume_hook_by_token(
+        self, token: str, payload: object = None, *, drive: bool = True
+    ) -> tuple[str, str]:
+        """Resume the active hook holding ``token`` and drive (with ``drive=False``, return once
+        the callback is durable, leaving the run to its host); returns ``(run_id, hook_id)``.
 
         Only active hooks are found: a late callback after the hook was received, disposed or
         cancelled gets ``HookAlreadyResolved`` (with ``same_payload``), an unknown token
@@ -450,14 +458,17 @@ class FlowEngine:
         """
         run_id, hook_id, digest = await self.find_hook_by_token(token, payload=payload, resume=True)
         snap, _ = await self.receive_hook(run_id, hook_id, payload, token_digest=digest)
-        await self._after_hook(snap)
+        if drive:
+            await self._after_hook(snap)
         return run_id, hook_id
 
-    async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
-        """Revoke the active hook holding ``token``; returns ``(run_id, hook_id)``."""
+    async def dispose_hook_by_token(self, token: str, *, drive: bool = True) -> tuple[str, str]:
+        """Revoke the active hook holding ``token`` and drive (``drive=False``: return once the
+        disposal is durable); returns ``(run_id, hook_id)``."""
         run_id, hook_id, digest = await self.find_hook_by_token(token)
         snap, _ = await self.revoke_hook(run_id, hook_id, token_digest=digest)
-        await self._after_hook(snap)
+        if drive:
+            await self._after_hook(snap)
         return run_id, hook_id
 
     async def find_hook_by_token(

@@ -24,7 +24,12 @@ IMPLEMENTATIONS = [FlowEngine, FlowClient]
 
 BACKEND_OPTIONS: dict[tuple[type, str], set[str]] = {
     (FlowClient, "prune_terminal_history"): {"index"},  # plan from an observers' run index
-    (FlowEngine, "start_with_id"): {"drive"},  # record only; the caller drives (a host)
+    # drive=False: record the change and return; the host drives the run afterwards.
+    (FlowEngine, "start_with_id"): {"drive"},
+    (FlowEngine, "send_signal"): {"drive"},
+    (FlowEngine, "request_cancellation"): {"drive"},
+    (FlowEngine, "resume_hook_by_token"): {"drive"},
+    (FlowEngine, "dispose_hook_by_token"): {"drive"},
 }
 """Keyword-only options with defaults that one backend adds to a ``Flow`` call."""
 
