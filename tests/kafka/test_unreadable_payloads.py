@@ -237,7 +237,7 @@ async def test_foreign_hook_callbacks_with_unreadable_payloads_are_refused(kafka
 
         def callback(payload: bytes, request_id: str) -> bytes:
             record = m.HookRequest(
-                body=m.HookCallback(
+                body=m.TokenCallback(
                     token=TOKEN,
                     action=m.CallbackAction.RESUME,
                     payload=None,
