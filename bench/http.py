@@ -32,8 +32,11 @@ import uvicorn
 
 from streamflow import App, DurableContext, FlowEngine, RocksDBEventStore
 from streamflow.api import EmbeddedControl, create_app
+from streamflow.api.edge import HttpLimits, server_config
 from streamflow.engine.scheduler import FlowScheduler
 from streamflow.engine.tasks import InProcessTaskRunner
+
+KEY = "bench-key-0123456789"
 
 app = App()
 
@@ -78,9 +81,11 @@ def over_http(directory: Path, runs: int, warmup: int) -> list[float]:
     store = RocksDBEventStore(directory)
     engine = FlowEngine.builder(app).with_store(store).build()
     control = EmbeddedControl(engine, app)
+    # The configuration `streamflow serve` runs (its connection limits and TCP_NODELAY).
     server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(control, api_key="bench-key"),
+        server_config(
+            create_app(control, api_key=KEY),
+            HttpLimits(),
             host="127.0.0.1",
             port=0,
             access_log=False,
@@ -107,7 +112,7 @@ def over_http(directory: Path, runs: int, warmup: int) -> list[float]:
             raise RuntimeError("the API server did not start")
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
-    headers = {"Authorization": "Bearer bench-key"}
+    headers = {"Authorization": f"Bearer {KEY}"}
     samples: list[float] = []
     try:
         with httpx.Client(
