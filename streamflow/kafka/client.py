@@ -3,7 +3,9 @@
 Requests go to ``{ns}.requests`` (partitioned by run id); the journal answers each with a typed
 :class:`~streamflow.serde.messages.Reply` on ``{ns}.replies``, which the client turns back into
 the same ``FlowError`` subclasses the embedded engine raises. Run histories are read from
-``{ns}.history`` (read_committed) one partition at a time, incrementally.
+``{ns}.history`` (read_committed) one partition at a time, incrementally. Requests are sent,
+and their replies read by a thread of their own, in ``client_requests``; the retention calls
+are delegated to ``client_retention`` and the incident reads to ``client_incidents``.
 
 ``FlowClient`` implements :class:`streamflow.Flow`, the calls the embedded ``FlowEngine``
 offers too: a call that changes a run returns the run's snapshot as the journal recorded the
@@ -13,25 +15,13 @@ change, never the wire reply.
 from __future__ import annotations
 
 import asyncio
-import logging
-import threading
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Callable
 from datetime import UTC, datetime
 
-from confluent_kafka import TopicPartition
-
 from streamflow.core import decide as d
-from streamflow.core import requests as rq
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
-from streamflow.core.errors import (
-    FlowError,
-    FlowTimeout,
-    InvalidTransition,
-    RunNotFound,
-)
+from streamflow.core.errors import FlowTimeout, InvalidTransition, RunNotFound
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
@@ -44,7 +34,6 @@ from streamflow.core.inspect import (
 )
 from streamflow.core.jsonvalue import JsonValue, check_text, normalize
 from streamflow.core.limits import check_payload
-from streamflow.core.lru import LruCache
 from streamflow.core.projection import project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -55,7 +44,6 @@ from streamflow.core.retention import (
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
-from streamflow.core.tokens import token_digest
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
@@ -64,16 +52,10 @@ from streamflow.core.values import (
     WorkflowSignal,
 )
 from streamflow.kafka.client_incidents import ClientIncidents
+from streamflow.kafka.client_requests import FOLLOWED as FOLLOWED
+from streamflow.kafka.client_requests import ClientRequests
 from streamflow.kafka.client_retention import ClientRetention
-from streamflow.kafka.clients import (
-    partition_count,
-    poll_batch,
-    producer,
-    read_targets,
-    reader,
-)
 from streamflow.kafka.config import KafkaSettings
-from streamflow.kafka.naming import Names, partition_for
 from streamflow.kafka.readers import (
     HistoryReader as HistoryReader,
 )
@@ -92,15 +74,6 @@ from streamflow.kafka.readers import (
 from streamflow.kafka.schedules import KafkaSchedules
 from streamflow.serde import codec
 from streamflow.serde import messages as m
-from streamflow.serde.errors import to_error
-
-log = logging.getLogger("streamflow.client")
-
-
-FOLLOWED = 10_000
-"""How many runs this client started it follows until their result is returned once, keeping
-the ``run_finished`` notice of one that ended before anyone asked (see
-:meth:`FlowClient.result`)."""
 
 
 class FlowClient:
@@ -127,36 +100,18 @@ class FlowClient:
         max_continue_as_new_hops: int = DEFAULT_MAX_CONTINUE_AS_NEW_HOPS,
     ) -> None:
         self._settings = settings
-        self._names = Names(settings.namespace)
         self._timeout = request_timeout
         self._max_hops = max(0, int(max_continue_as_new_hops))
         self._wire = codec.Wire(settings.limits)
-        self._producer = producer(settings)
-        self._partitions = partition_count(self._producer, self._names.requests)
-        self._hook_partitions = partition_count(self._producer, self._names.hook_requests)
-        self._waiters: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[m.Reply]]] = {}
-        self._finished: dict[
-            str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[m.Reply]]]
-        ] = defaultdict(list)
-        self._lock = threading.Lock()
-        # Runs this client started that had not ended when the journal recorded the start,
-        # oldest first, with their run_finished notice once read (None until then): their end
-        # is known without reading history.
-        self._followed: LruCache[str, m.Reply | None] = LruCache(FOLLOWED)
-        self._replies = reader(settings)
-        count = partition_count(self._replies, self._names.replies)
-        # Start at the current end, resolved now: a reply produced after this point is seen.
-        ends = read_targets(self._replies, self._names.replies, count)
-        self._replies.assign(
-            [TopicPartition(self._names.replies, p, ends[p]) for p in range(count)]
-        )
+        # Requests, and the replies to them and the run_finished notices read by its thread.
+        self._requests = ClientRequests(settings, self._wire, request_timeout)
         self._history = HistoryReader(settings)
-        self._retention = ClientRetention(settings, self._history, self._request, self._partitions)
+        self._retention = ClientRetention(
+            settings, self._history, self._requests.request, self._requests.partitions
+        )
         self._incidents = ClientIncidents(settings, self.snapshot)
         self._schedules: KafkaSchedules | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._listen, name="sf-client-replies", daemon=True)
-        self._thread.start()
+        self._requests.start()
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -180,25 +135,15 @@ class FlowClient:
         body = m.StartRun(spec=spec, input=self._payload(input, "workflow input"))
         # Followed before the request is sent: its run_finished notice may be read before
         # the reply to the start is.
-        self._follow(run_id)
+        self._requests.follow(run_id)
         try:
-            reply = await self._request(run_id, body)
+            reply = await self._requests.request(run_id, body)
         except BaseException:
-            self._unfollow(run_id)
+            self._requests.unfollow(run_id)
             raise
         if not _running(reply.status):
-            self._unfollow(run_id)  # it had ended before: its notice went by unread
+            self._requests.unfollow(run_id)  # it had ended before: its notice went by unread
         return StartResult(run_id, reply.created)
-
-    def _follow(self, run_id: str) -> None:
-        """Follow ``run_id``; the oldest followed run is dropped past :data:`FOLLOWED` (its
-        ``result`` reads history instead)."""
-        with self._lock:
-            self._followed.put(run_id, None)
-
-    def _unfollow(self, run_id: str) -> None:
-        with self._lock:
-            self._followed.pop(run_id)
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
@@ -280,36 +225,13 @@ class FlowClient:
         hook holds raises ``HookTokenNotFound``. Keep the returned ids to redeliver by id.
         """
         value = self._payload(payload, "hook payload")
-        reply = await self._callback(token, m.CallbackAction.RESUME, value)
+        reply = await self._requests.callback(token, m.CallbackAction.RESUME, value)
         return reply.run_id, reply.subject or ""
 
     async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
         """Revoke the active hook holding ``token``; returns ``(run_id, hook_id)``."""
-        reply = await self._callback(token, m.CallbackAction.DISPOSE, None)
+        reply = await self._requests.callback(token, m.CallbackAction.DISPOSE, None)
         return reply.run_id, reply.subject or ""
-
-    async def _callback(self, token: str, action: m.CallbackAction, payload: JsonValue) -> m.Reply:
-        digest = token_digest(token)
-        request_id = str(uuid.uuid4())
-        callback = m.TokenCallback(
-            token=token,
-            action=action,
-            payload=payload,
-            request_id=request_id,
-            reply=True,
-            sent_at=datetime.now(tz=UTC),
-        )
-        value = self._wire.encode(m.HookRequest(body=callback))
-        return await self._await_reply(
-            request_id,
-            lambda: self._producer.produce(
-                self._names.hook_requests,
-                key=digest.encode(),
-                value=value,
-                partition=partition_for(digest, self._hook_partitions),
-            ),
-            f"hook callback ({action.value})",
-        )
 
     async def _change(self, run_id: str, body: m.RequestBody) -> WorkflowRunSnapshot:
         """Send a request that changes a run; the snapshot of the run it landed on.
@@ -319,7 +241,7 @@ class FlowClient:
         ``last_sequence`` committed events once the reply is read. A run that has since
         continued as new is followed to its chain's active leaf, as the embedded engine does.
         """
-        reply = await self._request(run_id, body)
+        reply = await self._requests.request(run_id, body)
         if reply.last_sequence > 0:
             events = await asyncio.to_thread(
                 self._history.history_through, reply.run_id, reply.last_sequence, self._timeout
@@ -331,48 +253,6 @@ class FlowClient:
         while (successor := walk.next_link(snap)) is not None:
             snap = await self._await_run(successor)
         return snap
-
-    async def _request(self, run_id: str, body: m.RequestBody) -> m.Reply:
-        validate_run_id(run_id)
-        rq.check_request(body)  # what the journal would refuse is refused before it is sent
-        request_id = str(uuid.uuid4())
-        request = m.Request(
-            request_id=request_id,
-            run_id=run_id,
-            sent_at=datetime.now(tz=UTC),
-            body=body,
-            reply=True,
-        )
-        return await self._await_reply(
-            request_id,
-            lambda: self._producer.produce(
-                self._names.requests,
-                key=run_id.encode(),
-                value=self._wire.encode(request),
-                partition=partition_for(run_id, self._partitions),
-            ),
-            f"{type(body).__name__} for run {run_id}",
-        )
-
-    async def _await_reply(self, request_id: str, send: Callable[[], None], what: str) -> m.Reply:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[m.Reply] = loop.create_future()
-        with self._lock:
-            self._waiters[request_id] = (loop, future)
-        send()
-        self._producer.poll(0)
-        try:
-            reply = await asyncio.wait_for(future, self._timeout)
-        except TimeoutError:
-            raise FlowTimeout(
-                f"a reply to {what}", self._timeout, "are the topologies running?"
-            ) from None
-        finally:
-            with self._lock:
-                self._waiters.pop(request_id, None)
-        if not reply.ok and reply.error is not None:
-            raise to_error(reply.error)
-        return reply
 
     # -- reads -------------------------------------------------------------------------------------
 
@@ -531,13 +411,7 @@ class FlowClient:
         client began reading ``{ns}.replies``: its ``run_finished`` notice (kept if it came
         before anyone asked) says when, and the history is read once, up to the notice's
         sequence. Any other run's history is read first, in case it has already ended."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[m.Reply] = loop.create_future()
-        with self._lock:
-            fresh = run_id in self._followed
-            notice = self._followed.peek(run_id)
-            if notice is None:
-                self._finished[run_id].append((loop, future))
+        fresh, notice, future = self._requests.watch(run_id)
         try:
             if notice is None and not fresh:
                 snap = await self.snapshot(run_id)
@@ -549,13 +423,10 @@ class FlowClient:
                 self._history.history_through, run_id, notice.last_sequence, 60.0
             )
             # Answered: a later call reads history (which a prune may have emptied since).
-            self._unfollow(run_id)
+            self._requests.unfollow(run_id)
             return project(run_id, events)
         finally:
-            with self._lock:
-                waiters = self._finished.get(run_id, [])
-                if (loop, future) in waiters:
-                    waiters.remove((loop, future))
+            self._requests.unwatch(run_id, future)
 
     async def incident(self, run_id: str) -> FlowIncident | None:
         """Why the run cannot make progress (``None``: nothing says it cannot), as
@@ -578,30 +449,6 @@ class FlowClient:
     async def _exists(self, run_id: str) -> bool:
         return bool(await asyncio.to_thread(self._history.history, run_id))
 
-    # -- replies --------------------------------------------------------------------------------
-
-    def _listen(self) -> None:
-        while not self._stop.is_set():
-            for msg in poll_batch(self._replies, 500, 0.1):
-                value = msg.value()
-                if msg.error() is not None or value is None:
-                    continue
-                try:
-                    reply = codec.decode_reply(value)
-                except FlowError:
-                    log.warning("client: undecodable reply at offset %s", msg.offset())
-                    continue
-                with self._lock:
-                    if reply.kind is m.ReplyKind.REQUEST:
-                        waiter = self._waiters.pop(reply.request_id, None)
-                        targets = [] if waiter is None else [waiter]
-                    else:
-                        targets = self._finished.pop(reply.run_id, [])
-                        # Kept for a later result(); not a use of the followed run.
-                        self._followed.replace(reply.run_id, reply)
-                for loop, future in targets:
-                    loop.call_soon_threadsafe(_resolve, future, reply)
-
     @property
     def schedules(self) -> KafkaSchedules:
         """The namespace's cron schedules in ``{ns}.schedules`` (add, list, pause, resume,
@@ -611,16 +458,13 @@ class FlowClient:
         return self._schedules
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
+        self._requests.stop()
         if self._schedules is not None:
             self._schedules.close()
-        self._replies.close()
         self._history.close()
         self._retention.close()
         self._incidents.close()
-        self._producer.flush(10)
-        self._producer.close()
+        self._requests.close()  # the replies reader, then the producer, flushed
 
 
 def _running(status: str | None) -> bool:
@@ -629,8 +473,3 @@ def _running(status: str | None) -> bool:
         return status is not None and not WorkflowRunStatus(status).is_terminal
     except ValueError:
         return False
-
-
-def _resolve(future: asyncio.Future[m.Reply], reply: m.Reply) -> None:
-    if not future.done():
-        future.set_result(reply)

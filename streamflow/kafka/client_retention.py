@@ -33,7 +33,7 @@ from streamflow.serde import messages as m
 log = logging.getLogger("streamflow.client")
 
 SendRequest = Callable[[str, m.RequestBody], Awaitable[m.Reply]]
-"""Send a request for a run and await the journal's reply (``FlowClient._request``)."""
+"""Send a request for a run and await the journal's reply (``ClientRequests.request``)."""
 
 
 class ClientRetention:
