@@ -11,14 +11,14 @@ registry, and runs no user code unless it is given builds to decide (``journal_d
 then a run's next decision is appended in the transaction of the event that prompted it). The
 records are written by ``journal_output``; retention requests (history holds, the prune of
 terminal components, forgetting pruned runs) are handled by ``journal_retention``, in the same
-transactions.
+transactions; local state (the events, offsets and retention records restored from the topics)
+and the cached runs are ``journal_state``'s.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Unpack
@@ -42,23 +42,14 @@ from streamflow.core.errors import (
 )
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
-from streamflow.core.lru import LruCache
-from streamflow.core.projection import project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
-from streamflow.kafka.naming import Names, partition_for, split_history_key
+from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
 from streamflow.serde import messages as m
-from streamflow.topologies.common import (
-    LocalState,
-    StateBatch,
-    decode_offset,
-    encode_offset,
-    mirror_partition,
-    send_dead_letter,
-)
+from streamflow.topologies.common import LocalState, send_dead_letter
 from streamflow.topologies.eos import TransactionalTopology
 from streamflow.topologies.journal_decisions import MAX_ROUNDS, HostedDecisions
 from streamflow.topologies.journal_output import (
@@ -68,32 +59,17 @@ from streamflow.topologies.journal_output import (
     RefusalCounts,
 )
 from streamflow.topologies.journal_retention import RETENTION_BODIES, RetentionSaga
+from streamflow.topologies.journal_state import (
+    FAMILIES,
+    JournalState,
+    JournalTransaction,
+    built_on,
+)
 from streamflow.topologies.options import TransactionalOptions
 from streamflow.topologies.registry import RouteTable
 
 log = logging.getLogger("streamflow.journal")
 COMPONENT = "journal"
-
-
-@dataclass
-class _Transaction:
-    """What one Kafka transaction has staged so far (the output's
-    :class:`~streamflow.topologies.journal_output.StagedWrites`, the retention saga's
-    :class:`~streamflow.topologies.journal_retention.OpenTransaction`)."""
-
-    batch: StateBatch
-    touched: set[str] = field(default_factory=set)
-    staged: dict[str, list[ev.FlowEventEnvelope]] = field(default_factory=dict)
-    history_offsets: dict[int, int] = field(default_factory=dict)
-    child_starts: int = 0
-    """Child start requests produced in this transaction (for the child-request fault points)."""
-    retention: dict[str, m.RetentionRecord] = field(default_factory=dict)
-    """Retention records written in this transaction, by run (read before local state)."""
-    retention_offsets: dict[int, int] = field(default_factory=dict)
-    erased: set[str] = field(default_factory=set)
-    """Runs pruned in this transaction: gone for every later request in it."""
-    prunes: int = 0
-    """Components this transaction deletes (for the prune fault points)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +90,8 @@ class Journal(TransactionalTopology):
     partitions it owns. Its local state under ``state_dir`` (events, offsets, retention records)
     is a cache of the history and retention topics, restored from them on assignment.
     ``TopicsRefused`` when the requests, history and retention topics do not have the same
-    partition count. Its records are produced by its ``JournalOutput`` (``journal_output``),
+    partition count. Its local state and cached runs are its ``JournalState``
+    (``journal_state``). Its records are produced by its ``JournalOutput`` (``journal_output``),
     through the ``OutputPort`` it implements; its retention requests go to its ``RetentionSaga``
     (``journal_retention``), which writes through that output and reads the journal through the
     ``JournalPort`` it implements."""
@@ -142,11 +119,17 @@ class Journal(TransactionalTopology):
         self._counts = RefusalCounts(
             self._settings, names=names, wire=self._wire, clock=self._clock, source=self._source
         )
-        self._state = LocalState(state_dir, ("events", "meta", "retention"))
-        # Trimmed when a transaction commits, never in one: what it touched stays cached.
-        self._cache: LruCache[str, WorkflowRunSnapshot] = LruCache(cache_runs, trim_on_put=False)
+        self._state = LocalState(state_dir, FAMILIES)
         self._partitions = copartitioned(
             self._consumer, names.requests, names.history, names.retention
+        )
+        self._local = JournalState(
+            self._state,
+            settings=self._settings,
+            names=names,
+            wire=self._wire,
+            partitions=self._partitions,
+            cache_runs=cache_runs,
         )
         self._output = JournalOutput(
             self,
@@ -157,7 +140,7 @@ class Journal(TransactionalTopology):
             hook_partitions=partition_count(self._consumer, self._names.hook_requests),
         )
         self._routes = RouteTable(self._settings)
-        self._txn: _Transaction | None = None
+        self._txn: JournalTransaction | None = None
         self._retention = RetentionSaga(
             self, self._output, names=names, wire=self._wire, partitions=self._partitions
         )
@@ -179,7 +162,7 @@ class Journal(TransactionalTopology):
 
     def begin(self) -> None:
         """Start staging the local state and counts of a new transaction."""
-        self._txn = _Transaction(batch=self._state.batch())
+        self._txn = self._local.begin()
         self._counts.begin()
 
     def built_on(self, tp: TopicPartition) -> bool:
@@ -187,14 +170,7 @@ class Journal(TransactionalTopology):
         after ``tp.offset``: its saved offset there (after the last record a commit or a restore
         wrote) is past it. A restore never reads past a transaction still open, so only a
         commit this instance was told succeeded can have put it there."""
-        if tp.topic == self._names.history:
-            key = _offset_key(tp.partition)
-        elif tp.topic == self._names.retention:
-            key = _retention_offset_key(tp.partition)
-        else:
-            return False
-        saved = decode_offset(self._state.get("meta", key))
-        return saved is not None and saved > tp.offset
+        return built_on(self._state, self._names, tp)
 
     def writes_to(self, topic: str) -> bool:
         """Everything of the namespace but the audit stream, the token index and the routes."""
@@ -231,27 +207,23 @@ class Journal(TransactionalTopology):
         if txn.prunes:
             # A prune is committed; local state (its own partition's deletions) is not yet.
             faults.hit("journal.after_prune_commit")
-        for partition, offset in txn.history_offsets.items():
-            txn.batch.put("meta", _offset_key(partition), encode_offset(offset + 1))
-        for partition, offset in txn.retention_offsets.items():
-            txn.batch.put("meta", _retention_offset_key(partition), encode_offset(offset + 1))
-        self._state.write(txn.batch)
+        self._local.write(txn)
         self._txn = None
         self._counts.committed()
-        self._cache.trim()
+        self._local.trim()
 
     def aborted(self) -> None:
         """Drop the staged state and the cached snapshots of the runs the transaction touched."""
         if self._txn is not None:
             for run_id in self._txn.touched:
-                self._cache.pop(run_id)
+                self._local.uncache(run_id)
                 if self._decisions is not None:
                     self._decisions.forget(run_id)
         self._txn = None
 
     def forget(self) -> None:
         """Drop every cached snapshot (partitions may have moved)."""
-        self._cache.clear()
+        self._local.clear()
         if self._decisions is not None:
             self._decisions.clear()
 
@@ -285,7 +257,7 @@ class Journal(TransactionalTopology):
             self._producer, self._names, msg, reason, COMPONENT, now=now, wire=self._wire
         )
 
-    def _handle(self, msg: Message, txn: _Transaction) -> None:
+    def _handle(self, msg: Message, txn: JournalTransaction) -> None:
         now = self._clock()
         try:
             request = self._wire.decode_value(msg.value(), m.Request)
@@ -328,18 +300,18 @@ class Journal(TransactionalTopology):
             outcome = self._fitted_result(snap, request.body, outcome, now)
         created = False
         if outcome.events:
-            snap = self._ensure_snapshot(run_id, snap)
+            snap = self._local.ensure_snapshot(run_id, snap)
             try:
                 effects = self._output.append(txn, snap, outcome.events, now)
             except (PayloadTooLarge, InvalidPayload) as exc:
                 # Nothing was produced: the events are refused whole, with the typed reason
                 # (InvalidPayload: a value no store could give back).
-                self._rebuild(txn, run_id)
+                self._local.rebuild(txn, run_id)
                 outcome = _Outcome(error=exc, incident=isinstance(request.body, m.Proposal))
             except FlowError as exc:
                 # A proposal (or, if ever, a decision) that does not follow from history:
                 # restore the staged view and report instead of writing anything.
-                self._rebuild(txn, run_id)
+                self._local.rebuild(txn, run_id)
                 outcome = _Outcome(
                     error=InvalidTransition(f"proposal rejected: {exc}"), incident=True
                 )
@@ -367,7 +339,7 @@ class Journal(TransactionalTopology):
                 created=created,
             )
 
-    def _decide_here(self, txn: _Transaction, run_id: str, now: datetime) -> None:
+    def _decide_here(self, txn: JournalTransaction, run_id: str, now: datetime) -> None:
         """Decide the run in this process when its build is one the journal was given, and
         append the decision in the open transaction (``journal_decisions``), checked as a
         processor's proposal at the run's current sequence would be."""
@@ -396,7 +368,7 @@ class Journal(TransactionalTopology):
             try:
                 effects = self._output.append(txn, snap, outcome.events, now)
             except FlowError as exc:
-                self._rebuild(txn, run_id)
+                self._local.rebuild(txn, run_id)
                 self._decisions.forget(run_id)
                 log.debug("run %s: decision not appended here (%s)", run_id, exc)
                 return
@@ -501,110 +473,28 @@ class Journal(TransactionalTopology):
         produces every record into its open transaction."""
         return self._producer
 
-    # -- restore --------------------------------------------------------------------------------
+    # -- restore and state (``journal_state``) --------------------------------------------------
 
     def restore(self, partition: int) -> None:
         """Bring local state up to history and retention partition ``partition``'s committed
         end (a null history value is a retention tombstone: the key is deleted)."""
-        batch = self._state.batch()
-        for topic, family, key, run_of in (
-            (self._names.history, "events", _offset_key(partition), _history_run),
-            (self._names.retention, "retention", _retention_offset_key(partition), _key_run),
-        ):
-
-            def owns(raw: bytes, run_of: Callable[[bytes], str | None] = run_of) -> bool:
-                run_id = run_of(raw)
-                return run_id is not None and partition_for(run_id, self._partitions) == partition
-
-            mirror_partition(
-                self._settings,
-                self._state,
-                batch,
-                topic=topic,
-                partition=partition,
-                family=family,
-                offset_key=key,
-                owns=owns,
-            )
-        self._state.write(batch)
-
-    # -- state ---------------------------------------------------------------------------------
+        self._local.restore(partition)
 
     def snapshot(self, run_id: str) -> WorkflowRunSnapshot | None:
         """The run as the open transaction leaves it (``None``: unknown, or erased in it)."""
-        if self._txn is not None and run_id in self._txn.erased:
-            return None
-        cached = self._cache.get(run_id)
-        if cached is not None:
-            return cached
-        history = [
-            self._wire.decode(v, ev.FlowEventEnvelope)
-            for _, v in self._state.scan("events", run_id.encode() + b"\x00")
-        ]
-        if not history:
-            return None
-        snap = project(run_id, history)
-        self._cache[run_id] = snap
-        return snap
+        return self._local.snapshot(self._txn, run_id)
 
     def stored(self, run_id: str) -> list[ev.FlowEventEnvelope]:
         """The run's committed history as local state holds it."""
-        if self._txn is not None and run_id in self._txn.erased:
-            return []
-        prefix = run_id.encode() + b"\x00"
-        return [
-            self._wire.decode(value, ev.FlowEventEnvelope)
-            for _, value in self._state.scan("events", prefix)
-        ]
+        return self._local.stored(self._txn, run_id)
 
     def stored_retention(self, run_id: str) -> bytes | None:
         """The run's encoded retention record as local state holds it."""
-        return self._state.get("retention", run_id.encode())
+        return self._local.stored_retention(run_id)
 
     def uncache(self, run_id: str) -> None:
         """Drop the run's cached snapshot."""
-        self._cache.pop(run_id)
-
-    def _ensure_snapshot(
-        self, run_id: str, snap: WorkflowRunSnapshot | None
-    ) -> WorkflowRunSnapshot:
-        if snap is None:
-            snap = self._cache[run_id] = WorkflowRunSnapshot(run_id)
-        return snap
-
-    def _rebuild(self, txn: _Transaction, run_id: str) -> None:
-        """Recompute a run's view from committed state plus the events this transaction has
-        already produced for it (a rejected event list mutated the cached view part way)."""
-        self._cache.pop(run_id)
-        history = [
-            self._wire.decode(v, ev.FlowEventEnvelope)
-            for _, v in self._state.scan("events", run_id.encode() + b"\x00")
-        ]
-        history += txn.staged.get(run_id, [])
-        if history:
-            self._cache[run_id] = project(run_id, history)
-
-
-def _offset_key(partition: int) -> bytes:
-    return b"history:" + str(partition).encode()
-
-
-def _history_run(key: bytes) -> str | None:
-    try:
-        return split_history_key(key)[0]
-    except (ValueError, UnicodeDecodeError):
-        return None
-
-
-def _key_run(key: bytes) -> str | None:
-    try:
-        return key.decode()
-    except UnicodeDecodeError:
-        return None
-
-
-def _retention_offset_key(partition: int) -> bytes:
-    return b"retention:" + str(partition).encode()
+        self._local.uncache(run_id)
 
 
 def _from(outcome: d.Outcome) -> _Outcome:
