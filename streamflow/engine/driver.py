@@ -38,10 +38,12 @@ from streamflow.core.errors import (
 )
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
-from streamflow.core.limits import check_events
+from streamflow.core.jsonvalue import normalize
+from streamflow.core.limits import check_events, check_payload
 from streamflow.core.obligations import cancellations_owed, child_start, successor_start
 from streamflow.core.projection import ProjectedRun, evolve, project
 from streamflow.core.snapshot import ChildWorkflowSnapshot, WorkflowRunSnapshot
+from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
 from streamflow.core.values import WorkflowTerminalOutcome
 from streamflow.engine.runs import RunCache
@@ -107,12 +109,18 @@ class Driver:
     # -- starts -------------------------------------------------------------------------------
 
     async def record_start(
-        self, run_id: str, request: rq.StartRun
+        self, run_id: str, spec: WorkflowSpec, input: object
     ) -> tuple[WorkflowRunSnapshot, bool]:
-        """Append what starting ``run_id`` takes (nothing for an exact retry; drift raises
-        ``RunConflict``, a build this engine does not run ``RuntimeBuildUnavailable``).
-        Returns the engine's own snapshot (copy it before handing it out) and whether this
-        call created the run."""
+        """Validate a start and append what starting ``run_id`` takes (nothing for an exact
+        retry; drift raises ``RunConflict``, a build this engine does not run
+        ``RuntimeBuildUnavailable``). Returns the engine's own snapshot (copy it before
+        handing it out) and whether this call created the run."""
+        validate_run_id(run_id)
+        spec.validate()
+        value = normalize(input, "workflow input")
+        check_payload(value, "workflow input", self._s.record_limits)
+        self._runtime.check_start(spec, value)
+        request = rq.StartRun(spec=spec, input=value)
         rq.check_request(request)  # a value no store could give back is refused here
         route_error = self._route_error(run_id, rq.concerned_build(None, request))
         return await self._create(run_id, request, rq.Facts(route_error=route_error))

@@ -11,22 +11,16 @@ It implements :class:`streamflow.Flow`, the calls ``FlowClient`` offers on Kafka
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import requests as rq
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
-from streamflow.core.errors import (
-    ChildWorkflowCycle,
-    FlowTimeout,
-    HookConflict,
-    HookTokenNotFound,
-    InvalidTransition,
-    RuntimeBuildUnavailable,
-)
+from streamflow.core.errors import ChildWorkflowCycle, FlowTimeout, RuntimeBuildUnavailable
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import (
@@ -40,8 +34,7 @@ from streamflow.core.inspect import (
     summarize,
     summary_of,
 )
-from streamflow.core.jsonvalue import JsonValue, check_text, normalize
-from streamflow.core.limits import check_payload
+from streamflow.core.jsonvalue import check_text
 from streamflow.core.obligations import child_start
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -52,7 +45,6 @@ from streamflow.core.retention import (
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
-from streamflow.core.tokens import token_digest
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
@@ -62,8 +54,9 @@ from streamflow.core.values import (
     WorkflowSignal,
     WorkflowTerminalOutcome,
 )
-from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, scheduled_wakeups, sort_key
+from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
 from streamflow.engine.driver import Driver
+from streamflow.engine.recording import DurableHalves
 from streamflow.engine.settings import EngineSettings, FlowEngineBuilder
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
@@ -90,6 +83,19 @@ __all__ = [
 DEFAULT_RECOVERY_CONCURRENCY = 32
 """Runs ``recover`` drives at once."""
 
+MOVED_TO_DURABLE = frozenset(
+    {
+        "record_start",
+        "record_signal",
+        "receive_hook",
+        "revoke_hook",
+        "complete_wait",
+        "record_cancellation_request",
+    }
+)
+"""The durable halves the README listed on ``FlowEngine`` itself: they are ``engine.durable``'s
+now, and the old names still resolve there with a ``DeprecationWarning``."""
+
 
 class FlowEngine:
     """Start, drive, signal, cancel and inspect workflow runs in this process.
@@ -111,8 +117,21 @@ class FlowEngine:
         self._runtime = runtime
         self._s = settings if settings is not None else EngineSettings()
         self._driver = Driver(store, runtime, self._s)
+        self._durable = DurableHalves(store, self._driver, self._s)
         self._catalog = store if isinstance(store, RunCatalog) else None
         """The store's listing rows and counts (the built-in stores keep them), if it has any."""
+
+    if not TYPE_CHECKING:  # typed callers use ``durable``; the old names work, with a warning
+
+        def __getattr__(self, name: str) -> Any:
+            if name in MOVED_TO_DURABLE:
+                warnings.warn(
+                    f"FlowEngine.{name} is deprecated: use FlowEngine.durable.{name}",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                return getattr(self.durable, name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @staticmethod
     def builder(runtime: FlowRuntime) -> FlowEngineBuilder:
@@ -141,6 +160,14 @@ class FlowEngine:
         from streamflow.engine.schedules import FlowSchedules
 
         return FlowSchedules.of(self)
+
+    @property
+    def durable(self) -> DurableHalves:
+        """The durable halves of this engine's calls (``record_start``, ``record_signal``,
+        ``receive_hook``, ``revoke_hook``, ``complete_wait``, ``record_cancellation_request``,
+        ...): each returns once its change is durable and does not drive the run, for hosts
+        that drive runs themselves."""
+        return self._durable
 
     @property
     def compatibility(self) -> RuntimeBuildCompatibility | None:
@@ -177,34 +204,12 @@ class FlowEngine:
         start is durable and the run is left for its host (a scheduler, or the caller) to
         drive.
         """
-        _, created = await self._record_start(run_id, spec, input)
+        _, created = await self._driver.record_start(run_id, spec, input)
         if drive:
             # A terminal root is acknowledged without admission; following its continuation
             # links repairs a missing successor code-free and drives the active leaf (if any).
             await self.drive_at(run_id, self._s.clock())
         return StartResult(run_id, created)
-
-    async def record_start(
-        self, run_id: str, spec: WorkflowSpec, input: object = None
-    ) -> WorkflowRunSnapshot:
-        """The durable half of :meth:`start_with_id`: validate, compare with an existing run,
-        admit and append ``run_created`` + ``run_started`` as needed, without driving.
-
-        Kept for callers that want the snapshot; ``start_with_id(..., drive=False)`` is the
-        same start and says whether it created the run."""
-        return (await self._record_start(run_id, spec, input))[0].copy()
-
-    async def _record_start(
-        self, run_id: str, spec: WorkflowSpec, input: object = None
-    ) -> tuple[WorkflowRunSnapshot, bool]:
-        """:meth:`record_start` returning the engine's own snapshot (no copy for the caller
-        that goes on to drive the run) and whether it created the run."""
-        validate_run_id(run_id)
-        spec.validate()
-        value = normalize(input, "workflow input")
-        check_payload(value, "workflow input", self._s.record_limits)
-        self._runtime.check_start(spec, value)
-        return await self._driver.record_start(run_id, rq.StartRun(spec=spec, input=value))
 
     async def drive(self, run_id: str) -> WorkflowRunSnapshot:
         """Replay until the run is terminal or durably suspended; returns its snapshot.
@@ -266,17 +271,8 @@ class FlowEngine:
         the cleanup (children requested before it receive the same request). With
         ``drive=False`` the call returns once the request is durable, leaving the cleanup to
         the run's host."""
-        snap = await self.record_cancellation_request(run_id, request)
+        snap = await self._durable.record_cancellation_request(run_id, request)
         return await self._drive_unless_terminal(snap) if drive else snap
-
-    async def record_cancellation_request(
-        self, run_id: str, request: CancellationRequest | None = None
-    ) -> WorkflowRunSnapshot:
-        """The durable half of :meth:`request_cancellation`: append the request (or confirm the
-        identical one) on the active leaf without driving the cleanup."""
-        req = request or CancellationRequest()
-        result = await self._driver.host_on_leaf(run_id, rq.CancelRun(request=req))
-        return result.snapshot
 
     async def force_cancel(self, run_id: str, reason: str | None = None) -> WorkflowRunSnapshot:
         """End the chain's active leaf now with ``run_cancelled``: no workflow code, no
@@ -366,34 +362,8 @@ class FlowEngine:
         delivery again writes nothing (even after the run ended), a different one with the same
         id is ``SignalConflict``. A new delivery to an ended leaf is ``RunTerminal``.
         """
-        snap, _ = await self.record_signal(run_id, signal)
+        snap, _ = await self._durable.record_signal(run_id, signal)
         return await self._drive_unless_terminal(snap) if drive else snap
-
-    async def record_signal(
-        self, run_id: str, signal: WorkflowSignal
-    ) -> tuple[WorkflowRunSnapshot, bool]:
-        """The durable half of :meth:`send_signal`: append ``signal_received`` to the active
-        leaf (or recognise the delivery) without driving. Returns the leaf's snapshot and
-        whether *this call* committed the delivery, so redelivered tasks report only the
-        commits they made."""
-        problem = d.check_signal(signal)
-        if problem is not None:
-            raise problem.error
-        validate_run_id(run_id)
-        walk = self._driver.walk(run_id)
-        request = rq.SendSignal(signal=signal)
-        current = run_id
-        while True:
-            result = await self._driver.host(current, request)
-            if not result.forward:
-                break
-            successor = await self._driver.next_in_chain(result.snapshot, walk)
-            assert successor is not None
-            current = successor
-        if not result.appended and result.snapshot.continuation is not None:
-            # An exact redelivery recorded by an earlier run of the chain: report the leaf.
-            return await self._driver.leaf(current), False
-        return result.snapshot, result.appended
 
     # -- hooks ---------------------------------------------------------------------------------
 
@@ -402,42 +372,13 @@ class FlowEngine:
     ) -> WorkflowRunSnapshot:
         """Deliver a hook callback and drive. An identical redelivery is a no-op (no admission
         needed once the run ended); a contradicting one is ``HookConflict``."""
-        snap, _ = await self.receive_hook(run_id, hook_id, payload)
+        snap, _ = await self._durable.receive_hook(run_id, hook_id, payload)
         return await self._after_hook(snap)
-
-    async def receive_hook(
-        self,
-        run_id: str,
-        hook_id: str,
-        payload: object = None,
-        *,
-        token_digest: str | None = None,
-    ) -> tuple[WorkflowRunSnapshot, bool]:
-        """The durable half of :meth:`resume_hook`: record ``hook_received`` without driving.
-        Returns the snapshot and whether this call committed it."""
-        value: JsonValue = normalize(payload, "hook payload")
-        try:
-            request = rq.ResumeHook(hook_id=hook_id, payload=value, token_digest=token_digest)
-            result = await self._driver.host(run_id, request)
-        except HookConflict:
-            if self._s.metrics is not None:
-                self._s.metrics.callback_conflict("hook_conflict")
-            raise
-        return result.snapshot, result.appended
 
     async def dispose_hook(self, run_id: str, hook_id: str) -> WorkflowRunSnapshot:
         """Revoke an active hook and drive (the workflow branches on ``hook_disposed``)."""
-        snap, _ = await self.revoke_hook(run_id, hook_id)
+        snap, _ = await self._durable.revoke_hook(run_id, hook_id)
         return await self._after_hook(snap)
-
-    async def revoke_hook(
-        self, run_id: str, hook_id: str, *, token_digest: str | None = None
-    ) -> tuple[WorkflowRunSnapshot, bool]:
-        """The durable half of :meth:`dispose_hook`."""
-        result = await self._driver.host(
-            run_id, rq.DisposeHook(hook_id=hook_id, token_digest=token_digest)
-        )
-        return result.snapshot, result.appended
 
     async def _after_hook(self, snap: WorkflowRunSnapshot) -> WorkflowRunSnapshot:
         # Hook resolutions address one run of a chain; a matching redelivery to a run that has
@@ -456,8 +397,11 @@ class FlowEngine:
         cancelled gets ``HookAlreadyResolved`` (with ``same_payload``), an unknown token
         ``HookTokenNotFound``.
         """
-        run_id, hook_id, digest = await self.find_hook_by_token(token, payload=payload, resume=True)
-        snap, _ = await self.receive_hook(run_id, hook_id, payload, token_digest=digest)
+        durable = self._durable
+        run_id, hook_id, digest = await durable.find_hook_by_token(
+            token, payload=payload, resume=True
+        )
+        snap, _ = await durable.receive_hook(run_id, hook_id, payload, token_digest=digest)
         if drive:
             await self._after_hook(snap)
         return run_id, hook_id
@@ -465,31 +409,11 @@ class FlowEngine:
     async def dispose_hook_by_token(self, token: str, *, drive: bool = True) -> tuple[str, str]:
         """Revoke the active hook holding ``token`` and drive (``drive=False``: return once the
         disposal is durable); returns ``(run_id, hook_id)``."""
-        run_id, hook_id, digest = await self.find_hook_by_token(token)
-        snap, _ = await self.revoke_hook(run_id, hook_id, token_digest=digest)
+        run_id, hook_id, digest = await self._durable.find_hook_by_token(token)
+        snap, _ = await self._durable.revoke_hook(run_id, hook_id, token_digest=digest)
         if drive:
             await self._after_hook(snap)
         return run_id, hook_id
-
-    async def find_hook_by_token(
-        self, token: str, *, payload: object = None, resume: bool = False
-    ) -> tuple[str, str, str]:
-        """``(run_id, hook_id, token_digest)`` of the one active hook holding ``token``.
-
-        No active hook holds it: ``HookAlreadyResolved`` if the last hook that did is resolved
-        (``payload`` and ``resume`` describe the callback, for its ``same_payload``), else
-        ``HookTokenNotFound``."""
-        digest = token_digest(token)
-        owners = await self._store.find_active_hooks(digest)
-        if not owners:
-            resolved = await self._store.resolved_hook(digest)
-            if resolved is not None:
-                raise resolved.error(normalize(payload, "hook payload"), resume=resume)
-            raise HookTokenNotFound(digest)
-        if len(owners) > 1:
-            raise InvalidTransition("hook token is active in multiple runs (value redacted)")
-        run_id, hook_id = owners[0]
-        return run_id, hook_id, digest
 
     async def list_active_hooks(self) -> list[ActiveHookSnapshot]:
         """Active hooks of non-terminal runs, sorted by (run, hook). Hooks carry their token's
@@ -502,20 +426,10 @@ class FlowEngine:
 
     async def resume_wait(self, run_id: str, wait_id: str) -> WorkflowRunSnapshot:
         """Complete a timer wait (due-ness is the caller's decision) and drive."""
-        snap, _ = await self.complete_wait(run_id, wait_id)
+        snap, _ = await self._durable.complete_wait(run_id, wait_id)
         if snap.continuation is not None:
             snap = await self._driver.leaf(snap.run_id)
         return await self._drive_unless_terminal(snap)
-
-    async def complete_wait(self, run_id: str, wait_id: str) -> tuple[WorkflowRunSnapshot, bool]:
-        """Append ``wait_completed`` (``timeout_elapsed`` for a timeout timer) if the wait is still
-        waiting, without driving.
-
-        Returns the snapshot and whether *this call* committed the completion, so redelivered
-        timer tasks can report only the commits they made.
-        """
-        result = await self._driver.host(run_id, rq.WakeUp(wait_id=wait_id, due_at=self._s.clock()))
-        return result.snapshot, result.appended
 
     # -- results --------------------------------------------------------------------------------
 
@@ -560,29 +474,13 @@ class FlowEngine:
     # -- scheduled work ------------------------------------------------------------------------
 
     async def resume_scheduled_run(self, run_id: str, now: datetime) -> list[ScheduledWakeup]:
-        """Handle one run's due timers and retries; returns the wake-ups due at the start."""
-        outcome = await self.handle_scheduled_run(run_id, now)
-        return outcome[0]
-
-    async def handle_scheduled_run(
-        self, run_id: str, now: datetime
-    ) -> tuple[list[ScheduledWakeup], list[str]]:
-        """Like :meth:`resume_scheduled_run`, also reporting the waits this call completed."""
-        now = require_utc(now, "scheduled time")
-        snap = await self._driver.load(run_id)
-        if snap.is_terminal:
-            return [], []
-        self._driver.admit(run_id, snap.runtime_build_id)
-        due = sorted((w for w in scheduled_wakeups(snap) if w.scheduled_at <= now), key=sort_key)
-        completed: list[str] = []
-        for wakeup in due:
-            if wakeup.kind is WakeupKind.WAIT:
-                _, committed = await self.complete_wait(run_id, wakeup.subject_id)
-                if committed:
-                    completed.append(wakeup.subject_id)
+        """Handle one run's due timers and retries: complete its due waits, then drive it once
+        at ``now`` if anything was due. Returns the wake-ups due at the start (the worker's
+        path, ``durable.complete_due_waits``, also reports the waits it completed)."""
+        due, _ = await self._durable.complete_due_waits(run_id, now)
         if due:
             await self.drive_at(run_id, now)
-        return due, completed
+        return due
 
     async def list_due_wakeups(self, now: datetime) -> list[ScheduledWakeup]:
         return await self._store.list_due_wakeups(require_utc(now, "now"))
@@ -605,7 +503,9 @@ class FlowEngine:
         done: list[tuple[str, str]] = []
         for wakeup in await self.list_due_waits(now):
             try:
-                snap, committed = await self.complete_wait(wakeup.run_id, wakeup.subject_id)
+                snap, committed = await self._durable.complete_wait(
+                    wakeup.run_id, wakeup.subject_id
+                )
             except RuntimeBuildUnavailable:
                 continue
             if committed:

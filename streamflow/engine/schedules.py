@@ -208,7 +208,7 @@ class FlowSchedules:
         for run_id in fire.cancel:
             await self._cancel(schedule, fire, run_id, dispatcher)
         try:
-            await self._engine.record_start(fire.run_id, schedule.spec, schedule.input)
+            await self._engine.durable.record_start(fire.run_id, schedule.spec, schedule.input)
         except (InvalidInputError, ConflictError) as exc:
             log.error(
                 "schedule %s: cannot start %s: %s: %s",
@@ -240,7 +240,7 @@ class FlowSchedules:
     ) -> None:
         request = CancellationRequest(cancel_reason(schedule.schedule_id, fire.run_id))
         try:
-            await self._engine.record_cancellation_request(run_id, request)
+            await self._engine.durable.record_cancellation_request(run_id, request)
         except (ConflictError, NotFoundError):
             return  # it ended meanwhile (or was cancelled for another reason): nothing to do
         await self._drive(run_id, schedule, dispatcher)

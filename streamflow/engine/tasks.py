@@ -40,14 +40,16 @@ async def handle_task(engine: FlowEngine, task: FlowTask) -> FlowTaskOutcome:
         snap = await engine.drive(task.run_id)
         return FlowTaskOutcome(task=task, run_ids=(snap.run_id,))
     if kind is FlowTaskKind.RESUME_WAIT and task.run_id is not None and task.wait_id is not None:
-        snap, committed = await engine.complete_wait(task.run_id, task.wait_id)
+        snap, committed = await engine.durable.complete_wait(task.run_id, task.wait_id)
         if not snap.is_terminal:
             snap = await engine.drive(task.run_id)
         waits = ((task.run_id, task.wait_id),) if committed else ()
         return FlowTaskOutcome(task=task, run_ids=(snap.run_id,), resumed_waits=waits)
     if kind is FlowTaskKind.RESUME_SCHEDULED_RUN and task.run_id is not None:
         now = task.now or engine.now()
-        due, completed = await engine.handle_scheduled_run(task.run_id, now)
+        due, completed = await engine.durable.complete_due_waits(task.run_id, now)
+        if due:
+            await engine.drive_at(task.run_id, now)
         retries = tuple((w.run_id, w.subject_id) for w in due if w.kind.value == "retry")
         return FlowTaskOutcome(
             task=task,
@@ -68,7 +70,7 @@ async def handle_task(engine: FlowEngine, task: FlowTask) -> FlowTaskOutcome:
             resumed_retries=tuple(driven),
         )
     if kind is FlowTaskKind.SEND_SIGNAL and task.run_id is not None and task.signal is not None:
-        snap, committed = await engine.record_signal(task.run_id, task.signal)
+        snap, committed = await engine.durable.record_signal(task.run_id, task.signal)
         snap = await engine.drive(snap.run_id) if not snap.is_terminal else snap
         delivered = (snap.run_id, task.signal.signal_id) if committed else None
         return FlowTaskOutcome(task=task, run_ids=(snap.run_id,), delivered_signal=delivered)
@@ -79,7 +81,7 @@ async def handle_task(engine: FlowEngine, task: FlowTask) -> FlowTaskOutcome:
     if kind in (FlowTaskKind.RESUME_HOOK_BY_TOKEN, FlowTaskKind.DISPOSE_HOOK_BY_TOKEN) and (
         task.token is not None
     ):
-        run_id, hook_id, digest = await engine.find_hook_by_token(
+        run_id, hook_id, digest = await engine.durable.find_hook_by_token(
             task.token, payload=task.payload, resume=kind is FlowTaskKind.RESUME_HOOK_BY_TOKEN
         )
         return await _hook_task(engine, task, run_id, hook_id, digest)
@@ -91,11 +93,11 @@ async def _hook_task(
 ) -> FlowTaskOutcome:
     resume = task.type in (FlowTaskKind.RESUME_HOOK, FlowTaskKind.RESUME_HOOK_BY_TOKEN)
     if resume:
-        snap, committed = await engine.receive_hook(
+        snap, committed = await engine.durable.receive_hook(
             run_id, hook_id, task.payload, token_digest=digest
         )
     else:
-        snap, committed = await engine.revoke_hook(run_id, hook_id, token_digest=digest)
+        snap, committed = await engine.durable.revoke_hook(run_id, hook_id, token_digest=digest)
     snap = await engine.drive(snap.run_id) if not snap.is_terminal else snap
     done = (run_id, hook_id) if committed else None
     return FlowTaskOutcome(

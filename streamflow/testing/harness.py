@@ -444,7 +444,9 @@ class EmbeddedDriver(FlowDriver):
 
     async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
         self._incidents.pop(run_id, None)
-        await self.engine.record_start(run_id, spec, input)  # rejections raise from the call
+        await self.engine.durable.record_start(
+            run_id, spec, input
+        )  # rejections raise from the call
         await self._drive(run_id)
         return run_id
 
@@ -454,38 +456,40 @@ class EmbeddedDriver(FlowDriver):
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
     ) -> None:
-        snap = await self.engine.record_cancellation_request(run_id, request)
+        snap = await self.engine.durable.record_cancellation_request(run_id, request)
         if not snap.is_terminal:
             await self._drive(run_id)
 
     async def resume_wait(self, run_id: str, wait_id: str) -> None:
-        snap, _ = await self.engine.complete_wait(run_id, wait_id)
+        snap, _ = await self.engine.durable.complete_wait(run_id, wait_id)
         if not snap.is_terminal:
             await self._drive(run_id)
 
     async def send_signal(self, run_id: str, signal: WorkflowSignal) -> None:
-        snap, _ = await self.engine.record_signal(run_id, signal)
+        snap, _ = await self.engine.durable.record_signal(run_id, signal)
         await self._drive(snap.run_id)  # the active leaf the signal was recorded on
 
     async def resume_hook(self, run_id: str, hook_id: str, payload: object = None) -> None:
-        snap, _ = await self.engine.receive_hook(run_id, hook_id, payload)
+        snap, _ = await self.engine.durable.receive_hook(run_id, hook_id, payload)
         await self._drive(snap.run_id)
 
     async def dispose_hook(self, run_id: str, hook_id: str) -> None:
-        snap, _ = await self.engine.revoke_hook(run_id, hook_id)
+        snap, _ = await self.engine.durable.revoke_hook(run_id, hook_id)
         await self._drive(snap.run_id)
 
     async def resume_hook_by_token(self, token: str, payload: object = None) -> tuple[str, str]:
-        run_id, hook_id, digest = await self.engine.find_hook_by_token(
+        run_id, hook_id, digest = await self.engine.durable.find_hook_by_token(
             token, payload=payload, resume=True
         )
-        snap, _ = await self.engine.receive_hook(run_id, hook_id, payload, token_digest=digest)
+        snap, _ = await self.engine.durable.receive_hook(
+            run_id, hook_id, payload, token_digest=digest
+        )
         await self._drive(snap.run_id)
         return run_id, hook_id
 
     async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
-        run_id, hook_id, digest = await self.engine.find_hook_by_token(token)
-        snap, _ = await self.engine.revoke_hook(run_id, hook_id, token_digest=digest)
+        run_id, hook_id, digest = await self.engine.durable.find_hook_by_token(token)
+        snap, _ = await self.engine.durable.revoke_hook(run_id, hook_id, token_digest=digest)
         await self._drive(snap.run_id)
         return run_id, hook_id
 

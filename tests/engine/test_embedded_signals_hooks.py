@@ -110,9 +110,9 @@ async def test_concurrent_engines_commit_one_signal_event_and_one_reports_it(ope
     await first.start_with_id("run-1", SIGNALS)
     signal = WorkflowSignal.new("s-1", "approve", 1)
     results = await asyncio.gather(
-        first.record_signal("run-1", signal),
-        second.record_signal("run-1", signal),
-        first.record_signal("run-1", signal),
+        first.durable.record_signal("run-1", signal),
+        second.durable.record_signal("run-1", signal),
+        first.durable.record_signal("run-1", signal),
     )
     assert sorted(committed for _, committed in results) == [False, False, True]
     assert keys(await store.list("run-1")).count("signal.received") == 1
