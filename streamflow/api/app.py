@@ -27,10 +27,10 @@ from streamflow.api.edge import EdgeGuard, HttpLimits
 from streamflow.api.errors import InvalidRequest, status_of
 from streamflow.api.query import (
     LIST_PARAMETERS,
-    RunFilter,
     check_names,
     parse_limit,
     parse_wait,
+    run_filter,
 )
 from streamflow.api.render import json_response
 from streamflow.core.values import WorkflowProgress
@@ -217,7 +217,7 @@ def create_app(
     @app.get("/v1/runs", dependencies=[key, Depends(only(*LIST_PARAMETERS))])
     async def list_runs(request: Request) -> Response:
         query = dict(request.query_params)
-        where = RunFilter.of(query)
+        where = run_filter(query)
         limit = parse_limit(query.get("limit"))
         return json_response(
             await control.list_runs(where, limit=limit, cursor=query.get("cursor"))

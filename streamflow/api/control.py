@@ -1,6 +1,9 @@
-"""The control plane the HTTP API serves: one protocol, :class:`ControlPlane`, and its
-implementation over any :class:`streamflow.Flow` (:class:`FlowControl`), of which
-:class:`EmbeddedControl` serves the embedded engine.
+"""The control plane the HTTP API serves and the command line drives: one protocol,
+:class:`ControlPlane` (the reads of a :class:`~streamflow.api.index.RunIndex` and the
+mutations), and its implementation over any :class:`streamflow.Flow` (:class:`FlowControl`), of
+which :class:`EmbeddedControl` serves the embedded engine.
+(:class:`~streamflow.api.remote.HttpControl` is the same protocol over another server's HTTP
+API.)
 
 Every method answers JSON-ready values in the shapes of ``docs/http-api.md`` and raises
 ``FlowError`` / :mod:`streamflow.api.errors` errors, which the app maps to statuses. A
@@ -13,42 +16,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
-from streamflow.api.errors import IncidentNotFound, InvalidCursor, InvalidWorkflowInput
-from streamflow.api.query import RunFilter, decode_cursor, encode_cursor
+from streamflow.api.errors import InvalidWorkflowInput
+from streamflow.api.index import DelegatedReads, FlowIndex, RunIndex
 from streamflow.core.errors import (
-    FlowTimeout,
     InvalidPayload,
     PayloadTooLarge,
     SerializationError,
     UnknownWorkflow,
 )
-from streamflow.core.ids import is_valid_run_id, validate_run_id
-from streamflow.core.inspect import WorkflowRunRow, builds_of, count_rows, open_suspensions
 from streamflow.core.jsonvalue import JsonValue, check_json
-from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.timeutil import parse_utc
 from streamflow.core.values import (
     CancellationRequest,
     StartResult,
     WorkflowProgress,
     WorkflowSignal,
 )
-from streamflow.core.views import (
-    event_view,
-    hook_view,
-    row_view,
-    run_view,
-    summary_view,
-    suspension_view,
-)
 from streamflow.engine.engine import FlowEngine
 from streamflow.flow import Flow
-from streamflow.stores.rows import RunRowPage, RunRowQuery, SnapshotRows, page_rows
 from streamflow.workflow.app import App
 from streamflow.workflow.runtime import FlowRuntime
 
@@ -57,8 +46,9 @@ Json = dict[str, Any]
 
 
 @runtime_checkable
-class ControlPlane(Protocol):
-    """What the HTTP API asks of a backend, one method per route."""
+class ControlPlane(RunIndex, Protocol):
+    """What the HTTP API and the command line ask of a backend: the reads of a
+    :class:`~streamflow.api.index.RunIndex` and one method per mutation route."""
 
     async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
         """Start run ``run_id`` (a fresh id for ``None``) of ``workflow``; the run id, whose
@@ -70,37 +60,6 @@ class ControlPlane(Protocol):
             input: the workflow's input, as the request's JSON gave it
                 (``InvalidWorkflowInput`` when its annotation refuses it).
         """
-        ...
-
-    async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
-        """``{"runs": [row...], "next_cursor": ...}``, newest first.
-
-        Args:
-            where: which runs the page keeps.
-            limit: the most rows the page holds.
-            cursor: where the page starts: a previous page's ``next_cursor`` (``None``: the
-                newest run; ``InvalidCursor`` for one no listing answered with).
-        """
-        ...
-
-    async def run(self, run_id: str) -> Json:
-        """The run's detail."""
-        ...
-
-    async def history(self, run_id: str) -> Json:
-        """``{"events": [...]}``."""
-        ...
-
-    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
-        """``(ended, answer)`` after waiting up to ``wait`` seconds for the chain to end."""
-        ...
-
-    async def incident(self, run_id: str) -> Json:
-        """The run's incident (``IncidentNotFound`` when it has none)."""
-        ...
-
-    async def run_suspensions(self, run_id: str) -> Json:
-        """``{"suspensions": [...]}`` of one run."""
         ...
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
@@ -139,24 +98,8 @@ class ControlPlane(Protocol):
         """Revoke the hook holding ``token``; ``{"run_id": ..., "hook_id": ...}``."""
         ...
 
-    async def hooks(self) -> Json:
-        """``{"hooks": [...]}``: every active hook, with its token's digest, never the token."""
-        ...
-
-    async def suspensions(self) -> Json:
-        """``{"suspensions": [...]}``: what every non-terminal run waits on."""
-        ...
-
-    async def incidents(self) -> Json:
-        """``{"incidents": [...]}``: the current incident of every run that has one."""
-        ...
-
-    async def builds(self) -> Json:
-        """``{"builds": [...]}``: per runtime build, its runs and open runs."""
-        ...
-
-    async def summary(self) -> Json:
-        """Runs counted per status, with the open work of the non-terminal ones."""
+    async def aclose(self) -> None:
+        """Release what the control plane holds (its drives, clients and connections)."""
         ...
 
 
@@ -171,21 +114,31 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class FlowControl:
+class FlowControl(DelegatedReads):
     """:class:`ControlPlane` over any :class:`streamflow.Flow`: mutations through its calls,
-    reads from its snapshots. ``app`` names the workflows a start may name (its registered
-    workflows when it is a ``streamflow.App``, plus ``specs``).
-
-    Over a :class:`FlowEngine`, a listing page, the summary and ``/v1/builds`` come from the
-    rows and counts its store keeps (no run is projected); over any other ``Flow`` they are
-    computed from every snapshot, in a worker thread."""
+    reads from ``index`` (default: a :class:`~streamflow.api.index.FlowIndex` over the same
+    flow). ``app`` names the workflows a start may name (its registered workflows when it is a
+    ``streamflow.App``, plus ``specs``)."""
 
     def __init__(
-        self, flow: Flow, app: FlowRuntime | None = None, *, specs: Iterable[WorkflowSpec] = ()
+        self,
+        flow: Flow,
+        app: FlowRuntime | None = None,
+        *,
+        specs: Iterable[WorkflowSpec] = (),
+        index: RunIndex | None = None,
     ) -> None:
+        """
+        Args:
+            flow: where the mutations go.
+            app: the application whose workflows a start may name.
+            specs: more workflows a start may name.
+            index: where the reads go (``None``: the flow itself).
+        """
         self._flow = flow
         self._app = app
         self._specs = _registry(app, specs) if app is not None else {s.name: s for s in specs}
+        self.index = FlowIndex(flow) if index is None else index
 
     # -- mutations ----------------------------------------------------------------------------
 
@@ -263,159 +216,8 @@ class FlowControl:
         self._moved(run_id)
         return {"run_id": run_id, "hook_id": hook_id}
 
-    # -- reads --------------------------------------------------------------------------------
-
-    async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
-        query = row_query(where, limit=limit, cursor=cursor)
-        if isinstance(self._flow, FlowEngine):
-            return page_view(await self._flow.list_run_rows(query))
-        snapshots = await self._flow.list_snapshots()
-        incidents = [i.run_id for i in await self._flow.list_incidents()]
-        return page_view(await asyncio.to_thread(_page_snapshots, snapshots, incidents, query))
-
-    async def run(self, run_id: str) -> Json:
-        validate_run_id(run_id)
-        snap = await self._flow.snapshot(run_id)
-        incident = await self._flow.incident(run_id)
-        view = run_view(snap)
-        view["incident"] = None if incident is None else incident.to_json()
-        view["has_incident"] = incident is not None
-        return view
-
-    async def history(self, run_id: str) -> Json:
-        validate_run_id(run_id)
-        events = await self._flow.history(run_id)
-        return {"events": [event_view(e.to_json()) for e in events]}
-
-    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
-        validate_run_id(run_id)
-        current = await self._flow.snapshot(run_id)  # RunNotFound before any wait
-        if not current.is_terminal or current.continuation is not None:
-            try:
-                current = await self._flow.result(run_id, wait)
-            except FlowTimeout:
-                return False, {"run_id": run_id, "status": current.status.value}
-        return True, _result(run_id, current)
-
-    async def incident(self, run_id: str) -> Json:
-        validate_run_id(run_id)
-        await self._flow.snapshot(run_id)  # RunNotFound for an unknown run
-        incident = await self._flow.incident(run_id)
-        if incident is None:
-            raise IncidentNotFound(f"workflow run {run_id} has no incident")
-        return incident.to_json()
-
-    async def run_suspensions(self, run_id: str) -> Json:
-        validate_run_id(run_id)
-        snap = await self._flow.snapshot(run_id)
-        return {"suspensions": [suspension_view(s) for s in open_suspensions([snap], _now())]}
-
-    async def hooks(self) -> Json:
-        return {"hooks": [hook_view(h) for h in await self._flow.list_active_hooks()]}
-
-    async def suspensions(self) -> Json:
-        found = await self._flow.list_open_suspensions(_now())
-        return {"suspensions": [suspension_view(s) for s in found]}
-
-    async def incidents(self) -> Json:
-        return {"incidents": [i.to_json() for i in await self._flow.list_incidents()]}
-
-    async def builds(self) -> Json:
-        if isinstance(self._flow, FlowEngine):
-            return builds_view_of(await self._flow.runs_per_build())
-        snapshots = await self._flow.list_snapshots()
-        return await asyncio.to_thread(_builds_of_snapshots, snapshots)
-
-    async def summary(self) -> Json:
-        return summary_view(await self._flow.run_summary())
-
-
-def _result(run_id: str, snap: WorkflowRunSnapshot) -> Json:
-    return {
-        "run_id": run_id,
-        "status": snap.status.value,
-        "output": snap.output,
-        "error": snap.error,
-    }
-
-
-def builds_view(rows: Iterable[Mapping[str, Any]]) -> Json:
-    """``/v1/builds``: per runtime build (``None``: unpinned runs), its runs and open runs."""
-    counts: dict[str | None, list[int]] = {}
-    for row in rows:
-        seen = counts.setdefault(row["build"], [0, 0])
-        seen[0] += 1
-        seen[1] += row["ended_at"] is None
-    return builds_view_of({build: (n, o) for build, (n, o) in counts.items()})
-
-
-def builds_view_of(counts: Mapping[str | None, tuple[int, int]]) -> Json:
-    """``/v1/builds`` from per-build ``(runs, open runs)``, unpinned runs (``None``) last."""
-    ordered = sorted(counts.items(), key=lambda item: (item[0] is None, item[0] or ""))
-    return {"builds": [{"build": b, "runs": n, "open": o} for b, (n, o) in ordered]}
-
-
-def row_query(where: RunFilter, *, limit: int, cursor: str | None) -> RunRowQuery:
-    """The page of rows a listing's filter, limit and cursor name (``InvalidCursor`` for a
-    cursor no listing answered with).
-
-    Args:
-        where: which runs the page keeps.
-        limit: the most rows the page holds.
-        cursor: a previous page's ``next_cursor`` (``None``: from the newest run).
-    """
-    return RunRowQuery(
-        workflow=where.workflow,
-        status=where.status,
-        build=where.build,
-        parent=where.parent,
-        created_after=where.created_after,
-        created_before=where.created_before,
-        ended_after=where.ended_after,
-        ended_before=where.ended_before,
-        has_incident=where.has_incident,
-        before=None if cursor is None else _cursor_place(cursor),
-        limit=limit,
-    )
-
-
-def _cursor_place(cursor: str) -> tuple[datetime | None, str]:
-    created, run_id = decode_cursor(cursor)
-    if not is_valid_run_id(run_id):
-        raise InvalidCursor("cursor is not one a listing answered with")
-    if not created:
-        return None, run_id
-    try:
-        return parse_utc(created), run_id
-    except (SerializationError, ValueError):
-        raise InvalidCursor("cursor is not one a listing answered with") from None
-
-
-def _cursor_time(created_at: datetime | None) -> str:
-    """A creation time as a cursor names it: fixed-width UTC text (``""``: none)."""
-    if created_at is None:
-        return ""
-    return created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def page_view(found: RunRowPage) -> Json:
-    """``GET /v1/runs``: the page's rows and the cursor of the next page (``None``: the last)."""
-    runs = [{**row_view(row), "has_incident": flagged} for row, flagged in found.rows]
-    following = None
-    if found.more and found.rows:
-        last = found.rows[-1][0]
-        following = encode_cursor(_cursor_time(last.created_at), last.run_id)
-    return {"runs": runs, "next_cursor": following}
-
-
-def _page_snapshots(
-    snapshots: list[WorkflowRunSnapshot], incidents: list[str], query: RunRowQuery
-) -> RunRowPage:
-    return page_rows(SnapshotRows((WorkflowRunRow.of(s) for s in snapshots), incidents), query)
-
-
-def _builds_of_snapshots(snapshots: list[WorkflowRunSnapshot]) -> Json:
-    return builds_view_of(builds_of(count_rows(WorkflowRunRow.of(s) for s in snapshots)))
+    async def aclose(self) -> None:
+        """Nothing to release: the flow belongs to the caller."""
 
 
 class EmbeddedControl(FlowControl):

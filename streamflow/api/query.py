@@ -1,6 +1,6 @@
 """Query parameters: each route's allowed names, and readers for times, durations, flags,
-limits and listing cursors. Every reader raises an :mod:`streamflow.api.errors` error
-(400) for a value it cannot read."""
+limits, listing filters (:class:`~streamflow.stores.rows.RunFilter`) and cursors. Every reader
+raises an :mod:`streamflow.api.errors` error (400) for a value it cannot read."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ import binascii
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from streamflow.api.errors import InvalidCursor, InvalidParameter, UnknownParameter
 from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.stores.rows import RunFilter as RunFilter
 
 MAX_WAIT_SECONDS = 60.0
 DEFAULT_LIMIT = 50
@@ -93,66 +92,44 @@ def parse_status(text: str) -> WorkflowRunStatus:
         raise InvalidParameter(f"status must be one of {known}, got {text!r}") from None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunFilter:
-    """What ``GET /v1/runs`` keeps (every field ``None``: no condition)."""
+def run_filter(query: Mapping[str, str]) -> RunFilter:
+    """The filter a listing's query parameters name (``GET /v1/runs``, ``streamflow runs``)."""
 
-    workflow: str | None = None
-    status: WorkflowRunStatus | None = None
-    build: str | None = None
-    parent: str | None = None
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-    ended_after: datetime | None = None
-    ended_before: datetime | None = None
-    has_incident: bool | None = None
+    def time(name: str) -> datetime | None:
+        text = query.get(name)
+        return None if text is None else parse_time(name, text)
 
-    @staticmethod
-    def of(query: Mapping[str, str]) -> RunFilter:
-        """The filter named by a listing's query parameters."""
-
-        def time(name: str) -> datetime | None:
-            text = query.get(name)
-            return None if text is None else parse_time(name, text)
-
-        flag = query.get("has_incident")
-        status = query.get("status")
-        return RunFilter(
-            workflow=query.get("workflow"),
-            status=None if status is None else parse_status(status),
-            build=query.get("build"),
-            parent=query.get("parent"),
-            created_after=time("created_after"),
-            created_before=time("created_before"),
-            ended_after=time("ended_after"),
-            ended_before=time("ended_before"),
-            has_incident=None if flag is None else parse_flag("has_incident", flag),
-        )
-
-    def keeps(self, row: Mapping[str, Any]) -> bool:
-        """Whether a listing row (``/v1/runs`` shape) passes every condition."""
-        if self.workflow is not None and row["workflow"] != self.workflow:
-            return False
-        if self.status is not None and row["status"] != self.status.value:
-            return False
-        if self.build is not None and row["build"] != self.build:
-            return False
-        if self.parent is not None and row["parent_run_id"] != self.parent:
-            return False
-        if self.has_incident is not None and row["has_incident"] != self.has_incident:
-            return False
-        return _within(row["created_at"], self.created_after, self.created_before) and _within(
-            row["ended_at"], self.ended_after, self.ended_before
-        )
+    flag = query.get("has_incident")
+    status = query.get("status")
+    return RunFilter(
+        workflow=query.get("workflow"),
+        status=None if status is None else parse_status(status),
+        build=query.get("build"),
+        parent=query.get("parent"),
+        created_after=time("created_after"),
+        created_before=time("created_before"),
+        ended_after=time("ended_after"),
+        ended_before=time("ended_before"),
+        has_incident=None if flag is None else parse_flag("has_incident", flag),
+    )
 
 
-def _within(text: str | None, after: datetime | None, before: datetime | None) -> bool:
-    if after is None and before is None:
-        return True
-    if text is None:
-        return False
-    value = datetime.fromisoformat(text)
-    return (after is None or value > after) and (before is None or value < before)
+def filter_params(where: RunFilter) -> dict[str, str]:
+    """The query parameters that name ``where`` (what :func:`run_filter` reads back)."""
+    params: dict[str, str] = {}
+    for name in ("workflow", "build", "parent"):
+        value = getattr(where, name)
+        if value is not None:
+            params[name] = value
+    if where.status is not None:
+        params["status"] = where.status.value
+    for name in ("created_after", "created_before", "ended_after", "ended_before"):
+        when = getattr(where, name)
+        if when is not None:
+            params[name] = when.isoformat()
+    if where.has_incident is not None:
+        params["has_incident"] = "true" if where.has_incident else "false"
+    return params
 
 
 def encode_cursor(created_at: str | None, run_id: str) -> str:
@@ -171,37 +148,3 @@ def decode_cursor(text: str) -> tuple[str, str]:
     if not isinstance(run_id, str) or not isinstance(created_at, str | None):
         raise InvalidCursor("cursor is not one a listing answered with")
     return created_at or "", run_id
-
-
-def page(
-    rows: list[dict[str, Any]], *, limit: int, cursor: str | None
-) -> tuple[list[dict[str, Any]], str | None]:
-    """Newest first by ``(created_at, run_id)``; the rows after ``cursor``, at most ``limit``,
-    and the cursor of the next page (``None`` on the last). Runs created after a cursor was
-    handed out sort before it, so paging on never repeats or skips a row.
-
-    Args:
-        rows: the listing's rows, each with ``created_at`` (RFC 3339 text) and ``run_id``.
-        limit: the most rows the page holds.
-        cursor: a previous page's cursor (``None``: from the newest row).
-    """
-
-    def key(row: Mapping[str, Any]) -> tuple[str, str]:
-        return (_sortable(row["created_at"]), row["run_id"])
-
-    ordered = sorted(rows, key=key, reverse=True)
-    if cursor is not None:
-        last = decode_cursor(cursor)
-        ordered = [row for row in ordered if key(row) < last]
-    chosen = ordered[:limit]
-    if len(ordered) <= limit:
-        return chosen, None
-    return chosen, encode_cursor(*key(chosen[-1]))
-
-
-def _sortable(text: str | None) -> str:
-    """A creation time as fixed-width text (RFC 3339 text varies in its fractional digits, so
-    it does not sort as text)."""
-    if not text:
-        return ""
-    return datetime.fromisoformat(text).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

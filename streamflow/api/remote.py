@@ -1,4 +1,7 @@
-"""``ObserversIndex``: the observers' run index, read over their inspection endpoint, as an
+"""Other processes' APIs read from this one: :class:`ObserversIndex` (the observers' run index)
+and :class:`HttpControl` (the HTTP API of ``streamflow serve`` or of an observers instance).
+
+``ObserversIndex`` is the observers' run index, read over their inspection endpoint, as an
 :class:`~streamflow.observe.http.Inspector` for :class:`~streamflow.api.kafka.KafkaControl`.
 
 What ``streamflow serve --kafka`` reads through: it runs no topology, so its reads come from
@@ -12,10 +15,13 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
+from streamflow.api.index import DelegatedReads, HttpIndex, Json, quoted
 from streamflow.core.errors import InspectionUnavailable
 from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.observe.http import fetch_json
 
 
@@ -68,3 +74,63 @@ class ObserversIndex:
 
     def retention(self) -> list[dict[str, Any]]:
         return list(self._ask("/v1/retention"))
+
+
+class HttpControl(DelegatedReads):
+    """:class:`~streamflow.api.control.ControlPlane` over the HTTP API at ``url``: each call
+    one request, each answer the API's JSON, each refusal a
+    :class:`~streamflow.api.index.RemoteError` named as the API named it
+    (:class:`~streamflow.api.index.Unreachable` when nothing answers). Reads go through its
+    :class:`~streamflow.api.index.HttpIndex`. What ``streamflow ... --url`` drives. Needs
+    ``httpx``."""
+
+    def __init__(self, url: str, api_key: str | None, *, timeout: float = 30.0) -> None:
+        """
+        Args:
+            url: the API's base URL, e.g. ``http://127.0.0.1:8233``.
+            api_key: its bearer key (``None``: none is sent); never logged.
+            timeout: seconds a request may take beyond a result's server-side wait.
+        """
+        self.index = self._http = HttpIndex(url, api_key, timeout=timeout)
+
+    async def _post(self, path: str, body: object = None) -> Json:
+        return (await self._http.request("POST", path, body))[1]
+
+    async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
+        body: Json = {"workflow": workflow, "input": input}
+        if run_id is not None:
+            body["run_id"] = run_id
+        answer = await self._post("/runs", body)
+        return StartResult(str(answer["run_id"]), bool(answer["created"]))
+
+    async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
+        body: Json = {"name": name, "payload": payload}
+        if signal_id is not None:
+            body["signal_id"] = signal_id
+        return await self._post(f"/runs/{quoted(run_id)}/signals", body)
+
+    async def _end(self, run_id: str, how: str, reason: str | None) -> Json:
+        return await self._post(f"/runs/{quoted(run_id)}/{how}", {"reason": reason})
+
+    async def cancel(self, run_id: str, reason: str | None) -> Json:
+        return await self._end(run_id, "cancel", reason)
+
+    async def force_cancel(self, run_id: str, reason: str | None) -> Json:
+        return await self._end(run_id, "force-cancel", reason)
+
+    async def terminate(self, run_id: str, reason: str | None) -> Json:
+        return await self._end(run_id, "terminate", reason)
+
+    async def progress(self, run_id: str, progress: WorkflowProgress) -> Json:
+        return await self._post(f"/runs/{quoted(run_id)}/progress", asdict(progress))
+
+    async def resume_hook(self, token: str, payload: object) -> Json:
+        # The token travels in the body, never in a URL a log could keep.
+        return await self._post("/hooks/resume", {"token": token, "payload": payload})
+
+    async def dispose_hook(self, token: str) -> Json:
+        return await self._post(f"/hooks/{quoted(token)}/dispose")
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()

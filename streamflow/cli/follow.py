@@ -2,7 +2,7 @@
 
 In a terminal they are drawn as progress bars (``rich``); otherwise each change is one plain
 line (``progress ID 2/3 message``, ``step ID completed attempt 1``, ``run ID running``), so a
-log or a pipe reads them. The run is polled from its :class:`~streamflow.cli.sources.Source`
+log or a pipe reads them. The run is polled from its control plane (:mod:`streamflow.cli.sources`)
 until its chain ends or the deadline passes (``FlowTimeout``); a continued run is followed to
 its successor.
 """
@@ -14,7 +14,9 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from streamflow.cli.sources import Json, Source, is_terminal
+from streamflow.api.control import ControlPlane
+from streamflow.api.index import chain_ended
+from streamflow.cli.sources import Json
 from streamflow.core.errors import FlowTimeout
 
 if TYPE_CHECKING:
@@ -97,7 +99,7 @@ class Bars:
             done = 1 if s["status"] == "completed" else 0
             note = f"{s['status']} (attempt {s['attempts']})"
             self._progress.update(task, completed=done, total=1, note=note)
-        if is_terminal(view):
+        if chain_ended(view):
             self._progress.update(run, completed=1, total=1)
 
     def close(self) -> None:
@@ -109,7 +111,7 @@ def display(out: TextIO) -> Display:
     return Bars(out) if out.isatty() else PlainLines(out)
 
 
-async def follow(source: Source, run_id: str, draw: Display, timeout: float | None) -> Json:
+async def follow(source: ControlPlane, run_id: str, draw: Display, timeout: float | None) -> Json:
     """Poll ``run_id`` (and its successors) and draw each state until the chain ends; the
     last run's detail. ``FlowTimeout`` when ``timeout`` seconds pass first."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -120,7 +122,7 @@ async def follow(source: Source, run_id: str, draw: Display, timeout: float | No
             if view.get("continued_to") and view.get("ended_at"):
                 run_id = str(view["continued_to"])
                 continue
-            if is_terminal(view):
+            if chain_ended(view):
                 return view
             if deadline is not None and time.monotonic() >= deadline:
                 raise FlowTimeout(f"run {run_id} to end (it is {view['status']})", timeout or 0)

@@ -15,11 +15,12 @@ import json
 import sys
 from typing import Any
 
-from streamflow.api.query import LIST_PARAMETERS
+from streamflow.api.control import ControlPlane
+from streamflow.api.query import LIST_PARAMETERS, check_names, parse_limit, run_filter
 from streamflow.cli.follow import display, follow
 from streamflow.cli.lifecycle import guarded
 from streamflow.cli.render import render_history
-from streamflow.cli.sources import Json, Source, add_source_options, open_source
+from streamflow.cli.sources import Json, add_source_options, open_source
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.snapshot import WorkflowRunStatus
 
@@ -84,10 +85,13 @@ def envelope(run_id: str, event: Json) -> FlowEventEnvelope:
     )
 
 
-async def _answer(args: argparse.Namespace, source: Source) -> int:
+async def _answer(args: argparse.Namespace, source: ControlPlane) -> int:
     run_id = getattr(args, "run_id", None)
     if run_id is None:
-        listing = await source.runs(_query(args))
+        query = _query(args)
+        check_names(query, LIST_PARAMETERS)
+        where, limit = run_filter(query), parse_limit(query.get("limit"))
+        listing = await source.list_runs(where, limit=limit, cursor=query.get("cursor"))
         print(json.dumps(listing, sort_keys=True) if args.json else render_runs(listing))
         return 0
     if getattr(args, "follow", False):

@@ -18,11 +18,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeAlias
 
+from streamflow.api.control import ControlPlane
 from streamflow.cli.follow import display, follow
 from streamflow.cli.sources import (
     Json,
     RunEnded,
-    Source,
     add_source_options,
     error_name,
     open_source,
@@ -94,7 +94,7 @@ def _print(args: argparse.Namespace, answer: Json, line: str) -> None:
     print(json.dumps(answer, sort_keys=True) if args.json else line, flush=True)
 
 
-async def await_result(source: Source, run_id: str, timeout: float | None) -> Json:
+async def await_result(source: ControlPlane, run_id: str, timeout: float | None) -> Json:
     """The run's result once its chain ends (``FlowTimeout`` after ``timeout`` seconds)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
@@ -108,7 +108,7 @@ async def await_result(source: Source, run_id: str, timeout: float | None) -> Js
         await asyncio.sleep(RESULT_POLL_SECONDS)
 
 
-async def _result(args: argparse.Namespace, source: Source) -> int:
+async def _result(args: argparse.Namespace, source: ControlPlane) -> int:
     if args.follow:
         view = await follow(source, args.run_id, display(sys.stdout), args.timeout)
         answer = {k: view.get(k) for k in ("status", "output", "error")}
@@ -122,14 +122,15 @@ async def _result(args: argparse.Namespace, source: Source) -> int:
     return 0
 
 
-async def _dispatch(args: argparse.Namespace, source: Source) -> int:
+async def _dispatch(args: argparse.Namespace, source: ControlPlane) -> int:
     command = args.command
     if command == "result":
         return await _result(args, source)
     if command == "start":
-        answer = await source.start(args.workflow, args.run_id, args.input)
-        how = "started" if answer["created"] else "already started (same workflow and input)"
-        _print(args, answer, f"run {answer['run_id']} {how}")
+        started = await source.start(args.workflow, args.run_id, args.input)
+        answer = {"run_id": started.run_id, "created": started.created}
+        how = "started" if started.created else "already started (same workflow and input)"
+        _print(args, answer, f"run {started.run_id} {how}")
         return 0
     if command == "signal":
         answer = await source.signal(args.run_id, args.name, args.payload, args.signal_id)
@@ -138,9 +139,9 @@ async def _dispatch(args: argparse.Namespace, source: Source) -> int:
     if command in ("resume", "dispose"):
         token = _read_token(args)
         if command == "resume":
-            answer = await source.resume(token, args.payload)
+            answer = await source.resume_hook(token, args.payload)
         else:
-            answer = await source.dispose(token)
+            answer = await source.dispose_hook(token)
         verb = "resumed" if command == "resume" else "disposed of"
         _print(args, answer, f"{verb} hook {answer['hook_id']} of run {answer['run_id']}")
         return 0

@@ -1,4 +1,6 @@
-"""Where the lifecycle commands send their requests: one :class:`Source` protocol, three kinds.
+"""Where the lifecycle and inspection commands send their requests: a
+:class:`~streamflow.api.control.ControlPlane`, the HTTP API's own protocol, over the
+``Flow`` the options name or over HTTP.
 
 * ``--dir DIR``: the embedded RocksDB store, opened by this process for each call (read only
   for a read, so beside a running ``streamflow serve``; read-write for a mutation, which then
@@ -15,35 +17,33 @@ exception whose :func:`error_name` is the HTTP API's ``error`` for it.
 ::
 
     CliError            a refusal of the command line itself
-    ├── RemoteError     the HTTP API answered an error (``name`` is its ``error``)
-    ├── Unreachable     the HTTP API did not answer
     ├── AppNotFound     ``--app module:attr`` does not name an App
     └── RunEnded        a followed run ended without completing
+    RemoteError         the HTTP API answered an error (``name`` is its ``error``)
+    Unreachable         the HTTP API did not answer
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import quote
+from typing import Any
 
-from streamflow.api.control import ControlPlane, EmbeddedControl, FlowControl
+from streamflow.api.control import ControlPlane, EmbeddedControl
 from streamflow.api.errors import ApiError, status_of
-from streamflow.api.query import LIST_PARAMETERS, RunFilter, check_names, page, parse_limit
+from streamflow.api.index import DelegatedReads, InspectorIndex, RemoteError, Unreachable
+from streamflow.api.remote import HttpControl
 from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, store_path
 from streamflow.core.errors import FlowError, StoreError
-from streamflow.core.ids import validate_run_id
-from streamflow.core.views import event_view
+from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
-from streamflow.observe.http import Inspector
 from streamflow.stores.inspect import StoreInspector
 from streamflow.workflow.runtime import FlowRuntime
 
@@ -51,7 +51,6 @@ Json = dict[str, Any]
 DEFAULT_URL_HINT = "http://127.0.0.1:8233"
 ENV_API_KEY = "STREAMFLOW_API_KEY"
 DEFAULT_KEY_FILE = Path(".streamflow/api-key")
-MAX_SERVER_WAIT = 60.0
 
 
 class CliError(Exception):
@@ -60,22 +59,6 @@ class CliError(Exception):
     @property
     def name(self) -> str:
         return type(self).__name__
-
-
-class RemoteError(CliError):
-    """The HTTP API refused the request; ``name`` and the message are the API's."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(message)
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-
-class Unreachable(CliError):
-    """The HTTP API did not answer (nothing listens at ``--url``, or the connection failed)."""
 
 
 class AppNotFound(CliError):
@@ -93,102 +76,25 @@ class RunEnded(CliError):
 
 def error_name(exc: BaseException) -> str:
     """The type name the one-line error shows: the HTTP API's ``error`` for the same refusal."""
-    if isinstance(exc, CliError):
+    if isinstance(exc, CliError | RemoteError | Unreachable):
         return exc.name
     return status_of(exc)[1] if isinstance(exc, FlowError | ApiError) else type(exc).__name__
-
-
-class Source(Protocol):
-    """What the lifecycle commands ask of a backend. Answers have the HTTP API's shapes."""
-
-    async def start(self, workflow: str, run_id: str, input: object) -> Json: ...
-    async def signal(
-        self, run_id: str, name: str, payload: object, signal_id: str | None
-    ) -> Json: ...
-    async def resume(self, token: str, payload: object) -> Json: ...
-    async def dispose(self, token: str) -> Json: ...
-    async def cancel(self, run_id: str, reason: str | None) -> Json: ...
-    async def force_cancel(self, run_id: str, reason: str | None) -> Json: ...
-    async def terminate(self, run_id: str, reason: str | None) -> Json: ...
-    async def runs(self, query: Mapping[str, str]) -> Json: ...
-    async def run(self, run_id: str) -> Json: ...
-    async def history(self, run_id: str) -> Json: ...
-    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
-        """``(ended, {"run_id","status",...})`` after waiting up to ``wait`` seconds (a
-        source may answer sooner; the caller polls)."""
-        ...
-
-    async def aclose(self) -> None: ...
-
-
-class ControlSource:
-    """A :class:`Source` over a :class:`~streamflow.api.control.ControlPlane` in this process."""
-
-    def __init__(self, control: ControlPlane, close: Callable[[], None] = lambda: None) -> None:
-        self._control = control
-        self._close = close
-
-    async def start(self, workflow: str, run_id: str, input: object) -> Json:
-        started = await self._control.start(workflow, run_id, input)
-        return {"run_id": started.run_id, "created": started.created}
-
-    async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
-        return await self._control.signal(run_id, name, payload, signal_id)
-
-    async def resume(self, token: str, payload: object) -> Json:
-        return await self._control.resume_hook(token, payload)
-
-    async def dispose(self, token: str) -> Json:
-        return await self._control.dispose_hook(token)
-
-    async def cancel(self, run_id: str, reason: str | None) -> Json:
-        return await self._control.cancel(validate_run_id(run_id), reason)
-
-    async def force_cancel(self, run_id: str, reason: str | None) -> Json:
-        return await self._control.force_cancel(validate_run_id(run_id), reason)
-
-    async def terminate(self, run_id: str, reason: str | None) -> Json:
-        return await self._control.terminate(validate_run_id(run_id), reason)
-
-    async def runs(self, query: Mapping[str, str]) -> Json:
-        check_names(query, LIST_PARAMETERS)
-        where, limit = RunFilter.of(query), parse_limit(query.get("limit"))
-        return await self._control.list_runs(where, limit=limit, cursor=query.get("cursor"))
-
-    async def run(self, run_id: str) -> Json:
-        return await self._control.run(run_id)
-
-    async def history(self, run_id: str) -> Json:
-        return await self._control.history(run_id)
-
-    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
-        return await self._control.result(run_id, wait)
-
-    async def aclose(self) -> None:
-        self._close()
 
 
 class _Recording(EmbeddedControl):
     """The embedded control plane, recording requests without driving the runs: the CLI
     process exits right after, and the host on the store carries them on."""
 
-    def _drive_later(self, run_id: str) -> None:
+    def _moved(self, run_id: str) -> None:
         return None
 
 
-def _row(row: Mapping[str, Any]) -> Json:
-    out = {k: v for k, v in row.items() if k != "incident"}
-    out["has_incident"] = row.get("incident") is not None
-    return out
+class DirInspector:
+    """The inspection questions over the RocksDB store in ``directory``, opened read only for
+    each question (so they work beside ``streamflow serve``)."""
 
-
-class DirSource:
-    """A :class:`Source` over the RocksDB store in ``directory``, opened for each call: reads
-    open it read only (they work beside ``streamflow serve``), mutations read-write."""
-
-    def __init__(self, directory: Path, app: Callable[[], FlowRuntime]) -> None:
+    def __init__(self, directory: Path) -> None:
         self._dir = directory
-        self._app = app
 
     @contextmanager
     def _inspector(self) -> Iterator[StoreInspector]:
@@ -202,7 +108,46 @@ class DirSource:
         finally:
             store.close()
 
-    async def _mutate(self, call: Callable[[ControlPlane], Any]) -> Json:
+    def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
+        with self._inspector() as inspector:
+            return inspector.runs(status)
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        with self._inspector() as inspector:
+            return inspector.run(run_id)
+
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        with self._inspector() as inspector:
+            return inspector.history(run_id)
+
+    def summary(self) -> dict[str, Any]:
+        with self._inspector() as inspector:
+            return inspector.summary()
+
+    def suspensions(self) -> list[dict[str, Any]]:
+        with self._inspector() as inspector:
+            return inspector.suspensions()
+
+    def hooks(self) -> list[dict[str, Any]]:
+        with self._inspector() as inspector:
+            return inspector.hooks()
+
+    def retention(self) -> list[dict[str, Any]]:
+        with self._inspector() as inspector:
+            return inspector.retention()
+
+
+class DirControl(DelegatedReads):
+    """:class:`~streamflow.api.control.ControlPlane` over the RocksDB store in ``directory``:
+    reads through a :class:`DirInspector`, each mutation through an engine on the store opened
+    read-write for that call (it records the request; a host on the store drives the run)."""
+
+    def __init__(self, directory: Path, app: Callable[[], FlowRuntime]) -> None:
+        self._dir = directory
+        self._app = app
+        self.index = InspectorIndex(DirInspector(directory))
+
+    async def _mutate(self, call: Callable[[ControlPlane], Any]) -> Any:
         from streamflow.engine.engine import FlowEngine
         from streamflow.stores.rocksdb import RocksDBEventStore
 
@@ -217,163 +162,37 @@ class DirSource:
             raise
         try:
             app = self._app()
-            control = _Recording(FlowEngine.builder(app).with_store(store).build(), app)
-            return dict(await call(control))
+            return await call(_Recording(FlowEngine.builder(app).with_store(store).build(), app))
         finally:
             store.close()
 
-    def _read(self, ask: Callable[[StoreInspector], Any]) -> Any:
-        with self._inspector() as inspector:
-            return ask(inspector)
-
-    async def start(self, workflow: str, run_id: str, input: object) -> Json:
-        async def go(control: ControlPlane) -> Json:
-            started = await control.start(workflow, run_id, input)
-            return {"run_id": started.run_id, "created": started.created}
-
-        return await self._mutate(go)
+    async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
+        started: StartResult = await self._mutate(lambda c: c.start(workflow, run_id, input))
+        return started
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
-        return await self._mutate(lambda c: c.signal(run_id, name, payload, signal_id))
-
-    async def resume(self, token: str, payload: object) -> Json:
-        return await self._mutate(lambda c: c.resume_hook(token, payload))
-
-    async def dispose(self, token: str) -> Json:
-        return await self._mutate(lambda c: c.dispose_hook(token))
+        return dict(await self._mutate(lambda c: c.signal(run_id, name, payload, signal_id)))
 
     async def cancel(self, run_id: str, reason: str | None) -> Json:
-        return await self._mutate(lambda c: c.cancel(validate_run_id(run_id), reason))
+        return dict(await self._mutate(lambda c: c.cancel(run_id, reason)))
 
     async def force_cancel(self, run_id: str, reason: str | None) -> Json:
-        return await self._mutate(lambda c: c.force_cancel(validate_run_id(run_id), reason))
+        return dict(await self._mutate(lambda c: c.force_cancel(run_id, reason)))
 
     async def terminate(self, run_id: str, reason: str | None) -> Json:
-        return await self._mutate(lambda c: c.terminate(validate_run_id(run_id), reason))
+        return dict(await self._mutate(lambda c: c.terminate(run_id, reason)))
 
-    async def runs(self, query: Mapping[str, str]) -> Json:
-        check_names(query, LIST_PARAMETERS)
-        where, limit = RunFilter.of(query), parse_limit(query.get("limit"))
-        status = where.status
-        found = await asyncio.to_thread(self._read, lambda i: i.runs(status))
-        rows = [r for r in map(_row, found) if where.keeps(r)]
-        chosen, following = page(rows, limit=limit, cursor=query.get("cursor"))
-        return {"runs": chosen, "next_cursor": following}
+    async def progress(self, run_id: str, progress: WorkflowProgress) -> Json:
+        return dict(await self._mutate(lambda c: c.progress(run_id, progress)))
 
-    async def run(self, run_id: str) -> Json:
-        validate_run_id(run_id)
-        view = dict(await asyncio.to_thread(self._read, lambda i: i.run(run_id)))
-        view["has_incident"] = view.get("incident") is not None
-        return view
+    async def resume_hook(self, token: str, payload: object) -> Json:
+        return dict(await self._mutate(lambda c: c.resume_hook(token, payload)))
 
-    async def history(self, run_id: str) -> Json:
-        validate_run_id(run_id)
-        events = await asyncio.to_thread(self._read, lambda i: i.history(run_id))
-        return {"events": [event_view(e) for e in events]}
-
-    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
-        view = await self.run(run_id)
-        while view.get("continued_to") and view.get("ended_at"):  # the chain's latest run
-            view = await self.run(str(view["continued_to"]))
-        answer = {k: view[k] for k in ("status", "output", "error")} | {"run_id": run_id}
-        return is_terminal(view), answer
+    async def dispose_hook(self, token: str) -> Json:
+        return dict(await self._mutate(lambda c: c.dispose_hook(token)))
 
     async def aclose(self) -> None:
-        return None
-
-
-def is_terminal(view: Mapping[str, Any]) -> bool:
-    """Whether a run detail's chain has ended (a continued run has not: its successor runs)."""
-    return bool(view.get("ended_at")) and not view.get("continued_to")
-
-
-class HttpSource:
-    """A :class:`Source` over the HTTP API at ``url``."""
-
-    def __init__(self, url: str, api_key: str | None, *, timeout: float = 30.0) -> None:
-        import httpx  # the HTTP client: only for a command given --url
-
-        self._url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(
-            base_url=self._url, headers=headers, timeout=timeout + MAX_SERVER_WAIT
-        )
-
-    async def _call(
-        self, method: str, path: str, body: object = None, query: Mapping[str, str] | None = None
-    ) -> tuple[int, Json]:
-        import httpx
-
-        try:
-            answer = await self._client.request(
-                method, "/v1" + path, json=body, params=dict(query or {})
-            )
-        except httpx.HTTPError as exc:
-            raise Unreachable(f"no answer from {self._url}: {type(exc).__name__}") from None
-        try:
-            data = answer.json()
-        except ValueError:
-            raise RemoteError(
-                "InvalidAnswer", f"{self._url} answered HTTP {answer.status_code}, not JSON"
-            ) from None
-        if answer.status_code >= 400:
-            if isinstance(data, dict) and "error" in data:
-                message = str(data.get("message") or f"HTTP {answer.status_code}")
-                raise RemoteError(str(data["error"]), message)
-            raise RemoteError("InvalidAnswer", f"HTTP {answer.status_code}")
-        return answer.status_code, data if isinstance(data, dict) else {"value": data}
-
-    @staticmethod
-    def _quoted(value: str) -> str:
-        return quote(value, safe="")
-
-    async def start(self, workflow: str, run_id: str, input: object) -> Json:
-        body = {"workflow": workflow, "run_id": run_id, "input": input}
-        return (await self._call("POST", "/runs", body))[1]
-
-    async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
-        body: Json = {"name": name, "payload": payload}
-        if signal_id is not None:
-            body["signal_id"] = signal_id
-        return (await self._call("POST", f"/runs/{self._quoted(run_id)}/signals", body))[1]
-
-    async def resume(self, token: str, payload: object) -> Json:
-        # The token travels in the body, never in a URL a log could keep.
-        return (await self._call("POST", "/hooks/resume", {"token": token, "payload": payload}))[1]
-
-    async def dispose(self, token: str) -> Json:
-        return (await self._call("POST", f"/hooks/{self._quoted(token)}/dispose"))[1]
-
-    async def _end(self, run_id: str, how: str, reason: str | None) -> Json:
-        body = {"reason": reason} if reason else {}
-        return (await self._call("POST", f"/runs/{self._quoted(run_id)}/{how}", body))[1]
-
-    async def cancel(self, run_id: str, reason: str | None) -> Json:
-        return await self._end(run_id, "cancel", reason)
-
-    async def force_cancel(self, run_id: str, reason: str | None) -> Json:
-        return await self._end(run_id, "force-cancel", reason)
-
-    async def terminate(self, run_id: str, reason: str | None) -> Json:
-        return await self._end(run_id, "terminate", reason)
-
-    async def runs(self, query: Mapping[str, str]) -> Json:
-        return (await self._call("GET", "/runs", query=query))[1]
-
-    async def run(self, run_id: str) -> Json:
-        return (await self._call("GET", f"/runs/{self._quoted(run_id)}"))[1]
-
-    async def history(self, run_id: str) -> Json:
-        return (await self._call("GET", f"/runs/{self._quoted(run_id)}/history"))[1]
-
-    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
-        wait = max(0.0, min(wait, MAX_SERVER_WAIT))
-        path = f"/runs/{self._quoted(run_id)}/result"
-        status, body = await self._call("GET", path, query={"wait": f"{int(wait * 1000)}ms"})
-        return status == 200, body
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
+        """Nothing to release: each call opened and closed the store."""
 
 
 def load_app(spec: str) -> FlowRuntime:
@@ -434,11 +253,11 @@ def add_source_options(parser: argparse.ArgumentParser, *, app: bool = False) ->
         )
 
 
-def open_source(args: argparse.Namespace) -> Source:
-    """The source the parsed options name (``--dir`` by default)."""
+def open_source(args: argparse.Namespace) -> ControlPlane:
+    """The control plane the parsed options name (``--dir`` by default)."""
     app_spec = getattr(args, "app", None) or DEFAULT_APP
     if args.url:
-        return HttpSource(args.url, api_key(args))
+        return HttpControl(args.url, api_key(args))
     if args.kafka:
         from streamflow.api.kafka import KafkaControl
         from streamflow.api.remote import ObserversIndex
@@ -446,13 +265,11 @@ def open_source(args: argparse.Namespace) -> Source:
 
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
         app = load_app(app_spec)
-        client = FlowClient(settings)
-        index: Inspector | None = None
+        index = None
         if args.observers:
             index = ObserversIndex(args.observers, api_key=api_key(args))
-        control: FlowControl = KafkaControl(client, index, app)
-        return ControlSource(control, client.close)
-    return DirSource(store_path(args.dir or DEFAULT_DIR), lambda: load_app(app_spec))
+        return KafkaControl(FlowClient(settings), index, app, owns_client=True)
+    return DirControl(store_path(args.dir or DEFAULT_DIR), lambda: load_app(app_spec))
 
 
 def read_json_argument(text: str) -> object:

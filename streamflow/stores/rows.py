@@ -54,7 +54,7 @@ MICROS_OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
 
 
 def created_key(created_at: datetime | None) -> int:
-    """A creation time as an index key: 0 for none (sorts last, as in ``api.query.page``),
+    """A creation time as an index key: 0 for none (sorts last),
     else its microseconds shifted to be positive."""
     return 0 if created_at is None else to_micros(created_at) + MICROS_OFFSET + 1
 
@@ -109,9 +109,9 @@ def index_changes(old: WorkflowRunRow | None, new: WorkflowRunRow | None) -> Cha
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunRowQuery:
-    """One page of a listing: its filters (``None``: no condition), where it starts and how
-    many rows it holds. Time bounds are exclusive; a run without the time fails a bound on it."""
+class RunFilter:
+    """Which runs a listing keeps (every field ``None``: no condition). Time bounds are
+    exclusive; a run without the time fails a bound on it."""
 
     workflow: str | None = None
     status: WorkflowRunStatus | None = None
@@ -122,29 +122,7 @@ class RunRowQuery:
     ended_after: datetime | None = None
     ended_before: datetime | None = None
     has_incident: bool | None = None
-    before: tuple[datetime | None, str] | None = None
-    """The cursor: only rows that sort after ``(created_at, run_id)``, newest first."""
-    limit: int = 50
-
-    def index(self) -> IndexName:
-        """The narrowest index that lists every row this query can keep."""
-        status = None if self.status is None else self.status.value
-        if self.workflow is not None and status is not None:
-            return ("workflow-status", self.workflow, status)
-        if self.workflow is not None:
-            return ("workflow", self.workflow)
-        if status is not None:
-            return ("status", status)
-        return ALL
-
-    def start(self) -> Order | None:
-        """Where the page starts: rows sorting before this (``None``: the newest)."""
-        start = None if self.before is None else (created_key(self.before[0]), self.before[1])
-        if self.created_before is not None:
-            bound = (created_key(self.created_before), "")
-            if start is None or bound < start:
-                start = bound
-        return start
+    """Whether the run has an incident (the one condition a row cannot answer alone)."""
 
     def keeps(self, row: WorkflowRunRow) -> bool:
         """Whether ``row`` passes every condition but ``has_incident``."""
@@ -159,6 +137,37 @@ class RunRowQuery:
         return _within(row.created_at, self.created_after, self.created_before) and _within(
             row.ended_at, self.ended_after, self.ended_before
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRowQuery:
+    """One page of a listing: which runs it keeps, where it starts and how many rows it holds."""
+
+    where: RunFilter = RunFilter()
+    before: tuple[datetime | None, str] | None = None
+    """The cursor: only rows that sort after ``(created_at, run_id)``, newest first."""
+    limit: int = 50
+
+    def index(self) -> IndexName:
+        """The narrowest index that lists every row this query can keep."""
+        workflow = self.where.workflow
+        status = None if self.where.status is None else self.where.status.value
+        if workflow is not None and status is not None:
+            return ("workflow-status", workflow, status)
+        if workflow is not None:
+            return ("workflow", workflow)
+        if status is not None:
+            return ("status", status)
+        return ALL
+
+    def start(self) -> Order | None:
+        """Where the page starts: rows sorting before this (``None``: the newest)."""
+        start = None if self.before is None else (created_key(self.before[0]), self.before[1])
+        if self.where.created_before is not None:
+            bound = (created_key(self.where.created_before), "")
+            if start is None or bound < start:
+                start = bound
+        return start
 
 
 def _within(value: datetime | None, after: datetime | None, before: datetime | None) -> bool:
@@ -224,7 +233,8 @@ def page_rows(catalog: RowSource, query: RunRowQuery) -> RunRowPage:
     filter, the index ran out, or the rows became older than ``created_after``."""
     index = query.index()
     before = query.start()
-    floor = None if query.created_after is None else created_key(query.created_after)
+    where = query.where
+    floor = None if where.created_after is None else created_key(where.created_after)
     want = query.limit + 1
     size = min(want, ROW_CHUNK)
     found: list[WorkflowRunRow] = []
@@ -236,19 +246,19 @@ def page_rows(catalog: RowSource, query: RunRowQuery) -> RunRowPage:
             if floor is not None and created_key(row.created_at) <= floor:
                 done = True  # every later row is older still
                 break
-            if query.keeps(row):
+            if where.keeps(row):
                 kept.append(row)
-        if query.has_incident is not None and kept:
+        if where.has_incident is not None and kept:
             flagged = catalog.incident_run_ids(r.run_id for r in kept)
-            kept = [r for r in kept if (r.run_id in flagged) is query.has_incident]
+            kept = [r for r in kept if (r.run_id in flagged) is where.has_incident]
         found.extend(kept)
         if done or not chunk:
             break
         before = order_of(chunk[-1])
         size = ROW_CHUNK
     rows = found[: query.limit]
-    if query.has_incident is not None:
-        flags = {r.run_id for r in rows} if query.has_incident else set()
+    if where.has_incident is not None:
+        flags = {r.run_id for r in rows} if where.has_incident else set()
     else:
         flags = catalog.incident_run_ids(r.run_id for r in rows)
     return RunRowPage([(r, r.run_id in flags) for r in rows], len(found) > query.limit)

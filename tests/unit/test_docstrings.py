@@ -30,6 +30,10 @@ IMPLEMENTS: dict[str, tuple[str, ...]] = {
     "streamflow/api/control.py::EmbeddedControl": ("streamflow/api/control.py::ControlPlane",),
     "streamflow/api/kafka.py::KafkaControl": ("streamflow/api/control.py::ControlPlane",),
     "streamflow/api/remote.py::ObserversIndex": ("streamflow/observe/http.py::Inspector",),
+    "streamflow/api/remote.py::HttpControl": ("streamflow/api/control.py::ControlPlane",),
+    "streamflow/api/index.py::HttpIndex": ("streamflow/api/index.py::RunIndex",),
+    "streamflow/api/index.py::FlowIndex": ("streamflow/api/index.py::RunIndex",),
+    "streamflow/api/index.py::InspectorIndex": ("streamflow/api/index.py::RunIndex",),
     "streamflow/testing/harness.py::FlowDriver": ("streamflow/testing/harness.py::RunDriver",),
     "streamflow/testing/harness.py::EmbeddedDriver": (
         "streamflow/testing/harness.py::RunDriver",

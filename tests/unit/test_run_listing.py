@@ -19,7 +19,7 @@ import logging
 import random
 import stat
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +44,13 @@ from streamflow import (
     RocksDBEventStore,
     WorkflowRunStatus,
 )
-from streamflow.api.control import FlowControl, builds_view
-from streamflow.api.query import RunFilter, page
+from streamflow.api.control import FlowControl
+from streamflow.api.index import InspectorIndex
+from streamflow.api.query import RunFilter, decode_cursor, encode_cursor
 from streamflow.core.inspect import WorkflowRunRow, open_suspensions, summarize
 from streamflow.core.projection import project
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
+from streamflow.core.timeutil import parse_utc
 from streamflow.core.values import ContinuationLink, ParentLink
 from streamflow.core.views import run_row, summary_view
 from streamflow.stores.inspect import StoreInspector
@@ -215,6 +217,40 @@ async def full_scan(store: Any) -> tuple[list[WorkflowRunSnapshot], set[str]]:
     return snaps, {i.run_id for i in await store.list_incidents()}
 
 
+FIXED = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def _fixed(text: str | None) -> str:
+    """A listing time as fixed-width UTC text (how a cursor names it; sorts as text)."""
+    return "" if text is None else parse_utc(text).astimezone(UTC).strftime(FIXED)
+
+
+def _passes(where: RunFilter, snap: WorkflowRunSnapshot, flagged: bool) -> bool:
+    """The filter's conditions, read straight off the projected run."""
+    ended = snap.updated_at if snap.is_terminal else None
+
+    def within(value: Any, after: Any, before: Any) -> bool:
+        if after is None and before is None:
+            return True
+        return (
+            value is not None
+            and (after is None or value > after)
+            and (before is None or value < before)
+        )
+
+    return (
+        (where.workflow is None or (snap.spec is not None and snap.spec.name == where.workflow))
+        and (where.status is None or snap.status is where.status)
+        and (where.build is None or snap.runtime_build_id == where.build)
+        and (
+            where.parent is None or (snap.parent is not None and snap.parent.run_id == where.parent)
+        )
+        and (where.has_incident is None or flagged is where.has_incident)
+        and within(snap.created_at, where.created_after, where.created_before)
+        and within(ended, where.ended_after, where.ended_before)
+    )
+
+
 def old_page(
     snaps: list[WorkflowRunSnapshot],
     incidents: set[str],
@@ -223,9 +259,22 @@ def old_page(
     cursor: str | None,
 ) -> dict[str, Any]:
     """``GET /v1/runs`` as it was computed before the indexes: every run projected, filtered,
-    sorted and paged."""
-    rows = [{**run_row(s), "has_incident": s.run_id in incidents} for s in snaps]
-    chosen, following = page([r for r in rows if where.keeps(r)], limit=limit, cursor=cursor)
+    sorted newest first and paged after the cursor's row."""
+    kept = [
+        {**run_row(s), "has_incident": s.run_id in incidents}
+        for s in snaps
+        if _passes(where, s, s.run_id in incidents)
+    ]
+    kept.sort(key=lambda r: (_fixed(r["created_at"]), r["run_id"]), reverse=True)
+    if cursor is not None:
+        created, run_id = decode_cursor(cursor)
+        kept = [r for r in kept if (_fixed(r["created_at"]), r["run_id"]) < (created, run_id)]
+    more = len(kept) > limit
+    chosen = kept[:limit]
+    following = None
+    if more:
+        last = chosen[-1]
+        following = encode_cursor(_fixed(last["created_at"]), last["run_id"])
     return {"runs": chosen, "next_cursor": following}
 
 
@@ -268,7 +317,14 @@ async def assert_like_full_scan(
     assert kept == [WorkflowRunRow.of(s) for s in snaps]
     assert await engine.run_summary() == summarize(snaps)
     assert await control.summary() == summary_view(summarize(snaps))
-    assert await control.builds() == builds_view(run_row(s) for s in snaps)
+    per_build: dict[Any, list[int]] = {}
+    for s in snaps:
+        seen = per_build.setdefault(s.runtime_build_id, [0, 0])
+        seen[0] += 1
+        seen[1] += not s.is_terminal
+    ordered = sorted(per_build.items(), key=lambda item: (item[0] is None, item[0] or ""))
+    builds = [{"build": b, "runs": n, "open": o} for b, (n, o) in ordered]
+    assert await control.builds() == {"builds": builds}
     for where in filters(snaps):
         for limit in limits:
             cursor = None
@@ -303,6 +359,17 @@ async def assert_like_full_scan(
         assert [(v["run_id"], v["kind"], v["subject_id"]) for v in views] == [
             (s.run_id, s.kind.value, s.subject_id) for s in open_suspensions(mine, now)
         ]
+        # What the observers' run index and `streamflow runs --dir` page through.
+        index = InspectorIndex(inspector)
+        flagged = {r for r in incidents if owns is None or owns(r)}
+        for where in filters(snaps):
+            cursor = None
+            while True:
+                got = await index.list_runs(where, limit=3, cursor=cursor)
+                assert got == old_page(mine, flagged, where, 3, cursor), where
+                cursor = got["next_cursor"]
+                if cursor is None:
+                    break
 
 
 # -- equal to the full scan ----------------------------------------------------------------

@@ -1,0 +1,558 @@
+"""Reads: one async protocol, :class:`RunIndex`, that the HTTP API and the command line read
+runs through, and its implementations, one per kind of backend:
+
+* :class:`FlowIndex`: any :class:`streamflow.Flow`. Over the embedded engine, a listing page,
+  the summary and ``/v1/builds`` come from the rows and counts its store keeps (no run is
+  projected); over another ``Flow`` (a Kafka ``FlowClient`` reading every history, for
+  development) they are computed from every snapshot, in a worker thread.
+* :class:`InspectorIndex`: a run index that answers the inspection questions (an
+  :class:`~streamflow.observe.http.Inspector`): the Kafka observers' (in their process, or
+  through their endpoint with :class:`~streamflow.api.remote.ObserversIndex`), or a RocksDB
+  store directory opened read only (``streamflow runs --dir``). Its calls block, so each runs
+  in a worker thread, paging included.
+* :class:`HttpIndex`: the HTTP API of another process (``streamflow serve``, an observers
+  instance), what :class:`~streamflow.api.remote.HttpControl` reads through.
+
+A new read route adds its method to :class:`RunIndex`, to each implementation here and to
+:class:`DelegatedReads`, and its route to ``streamflow/api/app.py``.
+
+Every answer is JSON-ready, in the shapes of ``docs/http-api.md``; a refusal is a typed
+``FlowError`` or :mod:`streamflow.api.errors` error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from streamflow.api.errors import IncidentNotFound, InvalidCursor
+from streamflow.api.query import MAX_WAIT_SECONDS, decode_cursor, encode_cursor, filter_params
+from streamflow.core.errors import FlowTimeout, SerializationError
+from streamflow.core.ids import is_valid_run_id, validate_run_id
+from streamflow.core.inspect import WorkflowRunRow, builds_of, count_rows, open_suspensions
+from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
+from streamflow.core.timeutil import parse_utc
+from streamflow.core.views import (
+    event_view,
+    hook_view,
+    row_view,
+    run_view,
+    summary_view,
+    suspension_view,
+)
+from streamflow.flow import Flow
+from streamflow.observe.http import Inspector
+from streamflow.stores.rows import RunFilter, RunRowPage, RunRowQuery, SnapshotRows, page_rows
+
+if TYPE_CHECKING:
+    import httpx
+
+Json = dict[str, Any]
+
+INDEX_POLL_SECONDS = 0.2
+"""How often :class:`InspectorIndex` looks at the index while a result is awaited."""
+
+
+@runtime_checkable
+class RunIndex(Protocol):
+    """What a reader asks of a backend, one method per read route of the HTTP API."""
+
+    async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
+        """``{"runs": [row...], "next_cursor": ...}``, newest first.
+
+        Args:
+            where: which runs the page keeps.
+            limit: the most rows the page holds.
+            cursor: where the page starts: a previous page's ``next_cursor`` (``None``: the
+                newest run; ``InvalidCursor`` for one no listing answered with).
+        """
+        ...
+
+    async def run(self, run_id: str) -> Json:
+        """The run's detail, with its incident (``RunNotFound`` for an unknown run)."""
+        ...
+
+    async def history(self, run_id: str) -> Json:
+        """``{"events": [...]}``."""
+        ...
+
+    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
+        """``(ended, answer)`` after waiting up to ``wait`` seconds for the chain to end."""
+        ...
+
+    async def incident(self, run_id: str) -> Json:
+        """The run's incident (``IncidentNotFound`` when it has none)."""
+        ...
+
+    async def run_suspensions(self, run_id: str) -> Json:
+        """``{"suspensions": [...]}`` of one run."""
+        ...
+
+    async def hooks(self) -> Json:
+        """``{"hooks": [...]}``: active hooks, with token digests only."""
+        ...
+
+    async def suspensions(self) -> Json:
+        """``{"suspensions": [...]}``: every open suspension, due ones marked."""
+        ...
+
+    async def incidents(self) -> Json:
+        """``{"incidents": [...]}``, by run id."""
+        ...
+
+    async def builds(self) -> Json:
+        """``{"builds": [...]}``: per runtime build, its runs and open runs."""
+        ...
+
+    async def summary(self) -> Json:
+        """Counts per status and open work."""
+        ...
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class FlowIndex:
+    """:class:`RunIndex` over any :class:`streamflow.Flow`."""
+
+    def __init__(self, flow: Flow) -> None:
+        self._flow = flow
+
+    async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
+        query = row_query(where, limit=limit, cursor=cursor)
+        rows = getattr(self._flow, "list_run_rows", None)  # a store that keeps listing rows
+        if rows is not None:
+            return page_view(await rows(query))
+        snapshots = await self._flow.list_snapshots()
+        incidents = [i.run_id for i in await self._flow.list_incidents()]
+        return page_view(await asyncio.to_thread(_page_snapshots, snapshots, incidents, query))
+
+    async def run(self, run_id: str) -> Json:
+        validate_run_id(run_id)
+        snap = await self._flow.snapshot(run_id)
+        incident = await self._flow.incident(run_id)
+        view = run_view(snap)
+        view["incident"] = None if incident is None else incident.to_json()
+        view["has_incident"] = incident is not None
+        return view
+
+    async def history(self, run_id: str) -> Json:
+        validate_run_id(run_id)
+        events = await self._flow.history(run_id)
+        return {"events": [event_view(e.to_json()) for e in events]}
+
+    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
+        validate_run_id(run_id)
+        current = await self._flow.snapshot(run_id)  # RunNotFound before any wait
+        if not current.is_terminal or current.continuation is not None:
+            try:
+                current = await self._flow.result(run_id, wait)
+            except FlowTimeout:
+                return False, {"run_id": run_id, "status": current.status.value}
+        return True, {
+            "run_id": run_id,
+            "status": current.status.value,
+            "output": current.output,
+            "error": current.error,
+        }
+
+    async def incident(self, run_id: str) -> Json:
+        validate_run_id(run_id)
+        await self._flow.snapshot(run_id)  # RunNotFound for an unknown run
+        incident = await self._flow.incident(run_id)
+        if incident is None:
+            raise IncidentNotFound(f"workflow run {run_id} has no incident")
+        return incident.to_json()
+
+    async def run_suspensions(self, run_id: str) -> Json:
+        validate_run_id(run_id)
+        snap = await self._flow.snapshot(run_id)
+        return {"suspensions": [suspension_view(s) for s in open_suspensions([snap], _now())]}
+
+    async def hooks(self) -> Json:
+        return {"hooks": [hook_view(h) for h in await self._flow.list_active_hooks()]}
+
+    async def suspensions(self) -> Json:
+        found = await self._flow.list_open_suspensions(_now())
+        return {"suspensions": [suspension_view(s) for s in found]}
+
+    async def incidents(self) -> Json:
+        return {"incidents": [i.to_json() for i in await self._flow.list_incidents()]}
+
+    async def builds(self) -> Json:
+        per_build = getattr(self._flow, "runs_per_build", None)  # counts a store keeps
+        if per_build is not None:
+            return builds_view(await per_build())
+        snapshots = await self._flow.list_snapshots()
+        return await asyncio.to_thread(_builds_of_snapshots, snapshots)
+
+    async def summary(self) -> Json:
+        return summary_view(await self._flow.run_summary())
+
+
+class InspectorIndex:
+    """:class:`RunIndex` over a run index's :class:`~streamflow.observe.http.Inspector`.
+
+    ``results``: where :meth:`result` waits for a run to end (a ``FlowIndex`` over a Kafka
+    client, which is told when the run ends); without it the index is looked at every
+    :data:`INDEX_POLL_SECONDS` until the run's chain has ended or the wait is over."""
+
+    def __init__(self, inspector: Inspector, *, results: RunIndex | None = None) -> None:
+        self._inspector = inspector
+        self._results = results
+
+    async def _ask(self, question: Any, *args: Any) -> Any:
+        return await asyncio.to_thread(question, *args)
+
+    async def _rows(self, status: WorkflowRunStatus | None) -> list[Json]:
+        return list(await self._ask(self._inspector.runs, status))
+
+    async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
+        query = row_query(where, limit=limit, cursor=cursor)
+
+        def listing(found: list[Json]) -> Json:
+            rows = [row_of_view(r) for r in found]
+            incidents = [r["run_id"] for r in found if r.get("incident") is not None]
+            return page_view(page_rows(SnapshotRows(rows, incidents), query))
+
+        found = await self._rows(where.status)
+        return await asyncio.to_thread(listing, found)
+
+    async def run(self, run_id: str) -> Json:
+        validate_run_id(run_id)
+        view = dict(await self._ask(self._inspector.run, run_id))
+        view["has_incident"] = view.get("incident") is not None
+        return view
+
+    async def history(self, run_id: str) -> Json:
+        validate_run_id(run_id)
+        events = await self._ask(self._inspector.history, run_id)
+        return {"events": [event_view(e) for e in events]}
+
+    async def _latest(self, run_id: str) -> Json:
+        """The detail of the latest run of ``run_id``'s chain (continued runs followed)."""
+        view = await self.run(run_id)
+        while view.get("continued_to") and view.get("ended_at"):
+            view = await self.run(str(view["continued_to"]))
+        return view
+
+    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
+        if self._results is not None:
+            return await self._results.result(run_id, wait)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            view = await self._latest(run_id)
+            ended = chain_ended(view)
+            if ended or loop.time() >= deadline:
+                break
+            await asyncio.sleep(min(INDEX_POLL_SECONDS, max(0.0, deadline - loop.time())))
+        answer = {"run_id": run_id, "status": view["status"]}
+        if not ended:
+            return False, answer
+        return True, {**answer, "output": view["output"], "error": view["error"]}
+
+    async def incident(self, run_id: str) -> Json:
+        found = (await self.run(run_id)).get("incident")
+        if found is None:
+            raise IncidentNotFound(f"workflow run {run_id} has no incident")
+        return dict(found)
+
+    async def run_suspensions(self, run_id: str) -> Json:
+        await self.run(run_id)  # RunNotFound for an unknown run
+        every = await self._ask(self._inspector.suspensions)
+        return {"suspensions": [s for s in every if s["run_id"] == run_id]}
+
+    async def hooks(self) -> Json:
+        return {"hooks": list(await self._ask(self._inspector.hooks))}
+
+    async def suspensions(self) -> Json:
+        return {"suspensions": list(await self._ask(self._inspector.suspensions))}
+
+    async def incidents(self) -> Json:
+        found = [r["incident"] for r in await self._rows(None) if r.get("incident") is not None]
+        return {"incidents": sorted(found, key=lambda i: i["run_id"])}
+
+    async def builds(self) -> Json:
+        found = await self._rows(None)
+        return await asyncio.to_thread(_builds_of_rows, [row_of_view(r) for r in found])
+
+    async def summary(self) -> Json:
+        return dict(await self._ask(self._inspector.summary))
+
+
+class HttpIndex:
+    """:class:`RunIndex` over the HTTP API at ``url`` (``streamflow serve``, an observers
+    instance): each read one request, each refusal a :class:`RemoteError` named as the API
+    named it (:class:`Unreachable` when nothing answers). Needs ``httpx``."""
+
+    def __init__(self, url: str, api_key: str | None, *, timeout: float = 30.0) -> None:
+        """
+        Args:
+            url: the API's base URL, e.g. ``http://127.0.0.1:8233``.
+            api_key: its bearer key (``None``: none is sent); never logged.
+            timeout: seconds a request may take beyond a result's server-side wait.
+        """
+        import httpx  # the HTTP client: only where another server is asked
+
+        self._url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client: httpx.AsyncClient = httpx.AsyncClient(
+            base_url=self._url, headers=headers, timeout=timeout + MAX_WAIT_SECONDS
+        )
+
+    async def request(
+        self, method: str, path: str, body: object = None, query: Mapping[str, str] | None = None
+    ) -> tuple[int, Json]:
+        """One request to ``/v1{path}``: the answer's status and JSON body.
+
+        Args:
+            method: ``GET`` or ``POST``.
+            path: the route under ``/v1``, its segments quoted (:func:`quoted`).
+            body: the JSON body (``None``: none).
+            query: the query parameters.
+        """
+        import httpx
+
+        try:
+            answer = await self._client.request(
+                method, "/v1" + path, json=body, params=dict(query or {})
+            )
+        except httpx.HTTPError as exc:
+            raise Unreachable(f"no answer from {self._url}: {type(exc).__name__}") from None
+        try:
+            data = answer.json()
+        except ValueError:
+            raise RemoteError(
+                "InvalidAnswer", f"{self._url} answered HTTP {answer.status_code}, not JSON"
+            ) from None
+        if answer.status_code >= 400:
+            if isinstance(data, dict) and "error" in data:
+                message = str(data.get("message") or f"HTTP {answer.status_code}")
+                raise RemoteError(str(data["error"]), message)
+            raise RemoteError("InvalidAnswer", f"HTTP {answer.status_code}")
+        return answer.status_code, data if isinstance(data, dict) else {"value": data}
+
+    async def _get(self, path: str, query: Mapping[str, str] | None = None) -> Json:
+        return (await self.request("GET", path, query=query))[1]
+
+    async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
+        query = {**filter_params(where), "limit": str(limit)}
+        if cursor is not None:
+            query["cursor"] = cursor
+        return await self._get("/runs", query)
+
+    async def run(self, run_id: str) -> Json:
+        return await self._get(f"/runs/{quoted(run_id)}")
+
+    async def history(self, run_id: str) -> Json:
+        return await self._get(f"/runs/{quoted(run_id)}/history")
+
+    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
+        wait = max(0.0, min(wait, MAX_WAIT_SECONDS))
+        query = {"wait": f"{int(wait * 1000)}ms"}
+        status, body = await self.request("GET", f"/runs/{quoted(run_id)}/result", query=query)
+        return status == 200, body
+
+    async def incident(self, run_id: str) -> Json:
+        return await self._get(f"/runs/{quoted(run_id)}/incident")
+
+    async def run_suspensions(self, run_id: str) -> Json:
+        return await self._get(f"/runs/{quoted(run_id)}/suspensions")
+
+    async def hooks(self) -> Json:
+        return await self._get("/hooks")
+
+    async def suspensions(self) -> Json:
+        return await self._get("/suspensions")
+
+    async def incidents(self) -> Json:
+        return await self._get("/incidents")
+
+    async def builds(self) -> Json:
+        return await self._get("/builds")
+
+    async def summary(self) -> Json:
+        return await self._get("/summary")
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._client.aclose()
+
+
+class DelegatedReads:
+    """The reads of a control plane, each asked of its :attr:`index`."""
+
+    index: RunIndex
+    """Where the reads go."""
+
+    async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
+        """:meth:`RunIndex.list_runs` of :attr:`index`.
+
+        Args:
+            where: which runs the page keeps.
+            limit: the most rows the page holds.
+            cursor: a previous page's ``next_cursor`` (``None``: from the newest run).
+        """
+        return await self.index.list_runs(where, limit=limit, cursor=cursor)
+
+    async def run(self, run_id: str) -> Json:
+        """:meth:`RunIndex.run` of :attr:`index`."""
+        return await self.index.run(run_id)
+
+    async def history(self, run_id: str) -> Json:
+        """:meth:`RunIndex.history` of :attr:`index`."""
+        return await self.index.history(run_id)
+
+    async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
+        """:meth:`RunIndex.result` of :attr:`index`."""
+        return await self.index.result(run_id, wait)
+
+    async def incident(self, run_id: str) -> Json:
+        """:meth:`RunIndex.incident` of :attr:`index`."""
+        return await self.index.incident(run_id)
+
+    async def run_suspensions(self, run_id: str) -> Json:
+        """:meth:`RunIndex.run_suspensions` of :attr:`index`."""
+        return await self.index.run_suspensions(run_id)
+
+    async def hooks(self) -> Json:
+        """:meth:`RunIndex.hooks` of :attr:`index`."""
+        return await self.index.hooks()
+
+    async def suspensions(self) -> Json:
+        """:meth:`RunIndex.suspensions` of :attr:`index`."""
+        return await self.index.suspensions()
+
+    async def incidents(self) -> Json:
+        """:meth:`RunIndex.incidents` of :attr:`index`."""
+        return await self.index.incidents()
+
+    async def builds(self) -> Json:
+        """:meth:`RunIndex.builds` of :attr:`index`."""
+        return await self.index.builds()
+
+    async def summary(self) -> Json:
+        """:meth:`RunIndex.summary` of :attr:`index`."""
+        return await self.index.summary()
+
+
+class RemoteError(Exception):
+    """Another server's HTTP API refused a request; :attr:`name` and the message are its
+    answer's ``error`` and ``message``."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The API's ``error``: the type name of its refusal."""
+        return self._name
+
+
+class Unreachable(Exception):
+    """Another server's HTTP API did not answer (nothing listens there, or the connection
+    failed)."""
+
+    @property
+    def name(self) -> str:
+        """``Unreachable``."""
+        return type(self).__name__
+
+
+def quoted(value: str) -> str:
+    """``value`` as one path segment of a URL."""
+    return urllib.parse.quote(value, safe="")
+
+
+def chain_ended(view: Mapping[str, Any]) -> bool:
+    """Whether a run detail's chain has ended (a continued run has not: its successor runs)."""
+    return bool(view.get("ended_at")) and not view.get("continued_to")
+
+
+def row_of_view(view: Mapping[str, Any]) -> WorkflowRunRow:
+    """The listing row a ``/v1/runs`` line shows (what :func:`row_view` made it from)."""
+
+    def when(name: str) -> datetime | None:
+        text = view.get(name)
+        return None if text is None else parse_utc(str(text))
+
+    return WorkflowRunRow(
+        run_id=str(view["run_id"]),
+        status=WorkflowRunStatus(view["status"]),
+        workflow=view.get("workflow"),
+        version=view.get("version"),
+        build=view.get("build"),
+        parent_run_id=view.get("parent_run_id"),
+        last_sequence=int(view.get("last_sequence") or 0),
+        created_at=when("created_at"),
+        updated_at=when("updated_at"),
+        ended_at=when("ended_at"),
+    )
+
+
+def builds_view(counts: Mapping[str | None, tuple[int, int]]) -> Json:
+    """``/v1/builds`` from per-build ``(runs, open runs)``, unpinned runs (``None``) last."""
+    ordered = sorted(counts.items(), key=lambda item: (item[0] is None, item[0] or ""))
+    return {"builds": [{"build": b, "runs": n, "open": o} for b, (n, o) in ordered]}
+
+
+def row_query(where: RunFilter, *, limit: int, cursor: str | None) -> RunRowQuery:
+    """The page of rows a listing's filter, limit and cursor name (``InvalidCursor`` for a
+    cursor no listing answered with).
+
+    Args:
+        where: which runs the page keeps.
+        limit: the most rows the page holds.
+        cursor: a previous page's ``next_cursor`` (``None``: from the newest run).
+    """
+    before = None if cursor is None else _cursor_place(cursor)
+    return RunRowQuery(where=where, before=before, limit=limit)
+
+
+def _cursor_place(cursor: str) -> tuple[datetime | None, str]:
+    created, run_id = decode_cursor(cursor)
+    if not is_valid_run_id(run_id):
+        raise InvalidCursor("cursor is not one a listing answered with")
+    if not created:
+        return None, run_id
+    try:
+        return parse_utc(created), run_id
+    except (SerializationError, ValueError):
+        raise InvalidCursor("cursor is not one a listing answered with") from None
+
+
+def _cursor_time(created_at: datetime | None) -> str:
+    """A creation time as a cursor names it: fixed-width UTC text (``""``: none)."""
+    if created_at is None:
+        return ""
+    return created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def page_view(found: RunRowPage) -> Json:
+    """``GET /v1/runs``: the page's rows and the cursor of the next page (``None``: the last)."""
+    runs = [{**row_view(row), "has_incident": flagged} for row, flagged in found.rows]
+    following = None
+    if found.more and found.rows:
+        last = found.rows[-1][0]
+        following = encode_cursor(_cursor_time(last.created_at), last.run_id)
+    return {"runs": runs, "next_cursor": following}
+
+
+def _page_snapshots(
+    snapshots: list[WorkflowRunSnapshot], incidents: list[str], query: RunRowQuery
+) -> RunRowPage:
+    return page_rows(SnapshotRows((WorkflowRunRow.of(s) for s in snapshots), incidents), query)
+
+
+def _builds_of_rows(rows: Iterable[WorkflowRunRow]) -> Json:
+    return builds_view(builds_of(count_rows(rows)))
+
+
+def _builds_of_snapshots(snapshots: list[WorkflowRunSnapshot]) -> Json:
+    return _builds_of_rows(WorkflowRunRow.of(s) for s in snapshots)
