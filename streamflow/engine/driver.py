@@ -1,10 +1,12 @@
 """The ``Driver``: everything ``FlowEngine`` does to runs, behind its public methods.
 
 It owns the engine's working state: the run cache (synced histories and per-run locks), the
-step runner and its thread pool, the futures ``result`` waits on, the wake-up listeners and the
-incident bookkeeping. It loads histories, asks the pure deciders of ``streamflow.core`` what to
-append, appends with expected sequences, runs step effects and notifies observers. The drive
-loop is described in docs/semantics.md (section 1) and docs/architecture.md.
+step runner and its thread pool, the futures ``result`` waits on, the wake-up listeners, the
+incident bookkeeping (:mod:`~streamflow.engine.incidents`) and the reconciliation of children
+(:mod:`~streamflow.engine.children`). It loads histories, asks the pure deciders of
+``streamflow.core`` what to append, appends with expected sequences, runs step effects and
+notifies observers. The drive loop is described in docs/semantics.md (section 1) and
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -20,32 +22,28 @@ from datetime import datetime
 from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
-from streamflow.core import incidents
 from streamflow.core import requests as rq
-from streamflow.core.builds import admits
+from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.chains import ChainWalk
 from streamflow.core.errors import (
     ChildWorkflowCycle,
-    ChildWorkflowDepthExceeded,
     EventConflict,
     FlowError,
     HookTokenConflict,
-    InvalidTransition,
     ReplayLimitExceeded,
-    RunConflict,
     RunNotFound,
     RuntimeBuildUnavailable,
 )
 from streamflow.core.ids import validate_run_id
-from streamflow.core.incidents import FlowIncident
 from streamflow.core.jsonvalue import normalize
 from streamflow.core.limits import check_events, check_payload
-from streamflow.core.obligations import cancellations_owed, child_start, successor_start
 from streamflow.core.projection import ProjectedRun, evolve, project
-from streamflow.core.snapshot import ChildWorkflowSnapshot, WorkflowRunSnapshot
+from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
-from streamflow.core.values import WorkflowTerminalOutcome
+from streamflow.core.values import ChildWorkflowCancellationPolicy, WorkflowTerminalOutcome
+from streamflow.engine.children import Children, child_debts, successor_owed
+from streamflow.engine.incidents import Incidents
 from streamflow.engine.runs import RunCache
 from streamflow.engine.settings import EngineSettings
 from streamflow.engine.steps import StepRunner
@@ -103,8 +101,19 @@ class Driver:
         self._ended: dict[str, set[asyncio.Future[None]]] = {}
         """Run id → futures resolved when this engine commits the run's terminal event."""
         self._wakeup_listeners: list[Callable[[datetime], None]] = []
-        self._failing: set[str] | None = None
-        """Runs with an incident (loaded from the store when first needed)."""
+        self.incidents = Incidents(store, settings)
+        """The runs' incidents: recorded when a drive fails, healed when one succeeds."""
+        self._children = Children(self)
+
+    @property
+    def compatibility(self) -> RuntimeBuildCompatibility | None:
+        """The builds this engine runs."""
+        return self._s.compatibility
+
+    @property
+    def max_child_workflow_depth(self) -> int:
+        """How deep child workflows may nest."""
+        return self.limits.max_child_workflow_depth
 
     # -- starts -------------------------------------------------------------------------------
 
@@ -165,9 +174,9 @@ class Driver:
     async def drive(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
         """Drive ``run_id``'s chain to its active leaf (terminal or durably suspended) and wake
         the parent of a child chain that ended; the leaf's snapshot."""
-        return await self.propagate(await self._drive_chain(run_id, now), now)
+        return await self.propagate(await self.drive_chain(run_id, now), now)
 
-    async def _drive_chain(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
+    async def drive_chain(self, run_id: str, now: datetime) -> WorkflowRunSnapshot:
         """Drive ``run_id`` and then every continue-as-new successor, to the active leaf."""
         validate_run_id(run_id)
         walk = self.walk(run_id)
@@ -199,7 +208,7 @@ class Driver:
         back into the chain and one hop past the limit before anything is created."""
         successor = walk.next_link(snap)
         if successor is not None:
-            start = successor_start(snap)
+            start = successor_owed(snap)
             assert start is not None
             await self.ensure_run(start)
         return successor
@@ -224,7 +233,7 @@ class Driver:
             if _DRIVING.get():
                 break
             try:
-                current = await self._drive_chain(parent_id, now)
+                current = await self.drive_chain(parent_id, now)
             except FlowError as exc:
                 log.warning("driving parent %s of finished child failed: %s", parent_id, exc)
                 break
@@ -241,11 +250,11 @@ class Driver:
                 raise RunNotFound(run_id)
             snap = cached.snapshot
             if snap.is_terminal:
-                await self._heal(run_id)
+                await self.incidents.heal(run_id)
                 return snap.copy()
             repair = d.needs_start_repair(snap)
             if repair is not None:
-                await self._commit_tolerant(cached, repair.events)
+                await self.commit_tolerant(cached, repair.events)
                 continue
             if budget <= 0:
                 raise ReplayLimitExceeded(self._s.max_replay_iterations)
@@ -254,7 +263,7 @@ class Driver:
                 snap.open_children
                 and not snap.failed_fail_run_steps
                 and d.admission_error(snap, self._s.compatibility) is None
-                and await self._reconcile_children(cached, now)
+                and await self._children.reconcile(cached, now, _DRIVING.get())
             ):
                 continue
             verdict = await self._decider.decide_async(cached, now)
@@ -262,7 +271,7 @@ class Driver:
                 return snap.copy()
             if isinstance(verdict, Stuck | Elsewhere):
                 raise verdict.error
-            if isinstance(verdict, Propose) and not await self._commit_tolerant(
+            if isinstance(verdict, Propose) and not await self.commit_tolerant(
                 cached, verdict.events
             ):
                 continue
@@ -270,7 +279,9 @@ class Driver:
                 if isinstance(verdict, Idle):
                     return snap.copy()  # suspended: the outside world or a delayed retry
                 continue  # a code-free transition was appended: decide again
-            await self._heal(run_id)  # the run's code decided: whatever failed before is gone
+            await self.incidents.heal(
+                run_id
+            )  # the run's code decided: whatever failed before is gone
             steps = tuple(e for e in verdict.effects if isinstance(e, d.RunStep))
             if steps:
                 await self._steps.run(cached, steps, now)
@@ -305,7 +316,7 @@ class Driver:
             return False
         snap = cached.snapshot
         if snap.continuation is not None:  # ended by continuing: is its successor there?
-            return not await self._exists(snap.continuation.successor_run_id)
+            return not await self.exists(snap.continuation.successor_run_id)
         if snap.is_terminal or not admits(self._s.compatibility, snap.runtime_build_id):
             return False
         if snap.running_steps or snap.open_children or d.needs_start_repair(snap) is not None:
@@ -314,127 +325,52 @@ class Driver:
 
     # -- incidents ----------------------------------------------------------------------------
 
-    async def incident(self, run_id: str) -> FlowIncident | None:
-        """The run's recorded incident (``None``: none)."""
-        return await self._store.incident(run_id)
-
-    async def list_incidents(self) -> list[FlowIncident]:
-        """Every recorded incident."""
-        return await self._store.list_incidents()
-
-    async def _failing_runs(self) -> set[str]:
-        if self._failing is None:
-            self._failing = {i.run_id for i in await self._store.list_incidents()}
-        return self._failing
-
     async def _record_incident(self, run_id: str, error: FlowError) -> None:
-        """Keep ``error`` as the run's incident (once: a parent whose drive failed because its
-        child's did does not record it again)."""
-        if not _is_incident(error) or getattr(error, _RECORDED, None) is not None:
-            return
-        setattr(error, _RECORDED, run_id)
-        try:
-            previous = await self._store.incident(run_id)
+        async def last_sequence() -> int:
             cached = await self._runs.sync(run_id)
-            sequence = 0 if cached is None else cached.snapshot.last_sequence
-            current = incidents.record(
-                previous, run_id, error, sequence=sequence, now=self._s.clock()
-            )
-            await self._store.record_incident(current)
-        except FlowError as exc:  # a store that cannot keep it: the caller still gets the error
-            log.error("run %s: could not record its incident (%s): %s", run_id, exc, error)
-            return
-        (await self._failing_runs()).add(run_id)
-        if self._s.metrics is not None:
-            self._s.metrics.incident(run_id, True)
-        log.log(
-            logging.WARNING
-            if previous is None or previous.error != current.error
-            else logging.DEBUG,
-            "run %s cannot make progress (attempt %d): %s: %s",
-            run_id,
-            current.attempts,
-            current.error_type,
-            current.error,
-        )
+            return 0 if cached is None else cached.snapshot.last_sequence
 
-    async def _heal(self, run_id: str) -> None:
-        failing = await self._failing_runs()
-        if run_id not in failing:
-            return
-        await self._store.clear_incident(run_id)
-        failing.discard(run_id)
-        if self._s.metrics is not None:
-            self._s.metrics.incident(run_id, False)
-        log.info("run %s makes progress again", run_id)
+        await self.incidents.record(run_id, error, last_sequence)
 
-    # -- child workflows ---------------------------------------------------------------------
-
-    async def _reconcile_children(self, cached: ProjectedRun, now: datetime) -> bool:
-        """Step 5 of the drive loop: create missing child streams, hand a cancellation request on,
-        drive open children concurrently, and record the outcomes of those that ended, in
-        request order. Returns whether anything was appended to the parent."""
-        snap = cached.snapshot
-        children = snap.open_children_in_order()
-        if len(children) > d.MAX_CHILD_WORKFLOW_BATCH_SIZE:
-            raise InvalidTransition(
-                f"workflow run {snap.run_id} has {len(children)} open child workflows; at most "
-                f"{d.MAX_CHILD_WORKFLOW_BATCH_SIZE} may be open at once"
-            )
-        if snap.depth + 1 > self.limits.max_child_workflow_depth:
-            raise ChildWorkflowDepthExceeded(self.limits.max_child_workflow_depth)
-        for child in children:
-            if child.run_id in _DRIVING.get():
-                raise ChildWorkflowCycle(child.run_id)
-        parent = snap.copy()
-        outcomes = await asyncio.gather(*(self._settle_child(parent, c, now) for c in children))
-        resolved = {c.child_id: o for c, o in zip(children, outcomes, strict=True) if o}
-        progressed = False
-        for child in children:
-            outcome = resolved.get(child.child_id)
-            if outcome is None:
-                continue
-            decision = d.decide_child_resolution(cached.snapshot, child.child_id, outcome)
-            if not isinstance(decision, d.Decision) or not decision.events:
-                continue
-            if not await self._commit_tolerant(cached, decision.events):
-                return True  # lost a race: re-read and reconcile again
-            progressed = True
-        return progressed
-
-    async def _settle_child(
-        self, parent: WorkflowRunSnapshot, child: ChildWorkflowSnapshot, now: datetime
-    ) -> WorkflowTerminalOutcome | None:
-        """Bring one open child chain as far as this engine may; its outcome once it ended."""
-        build = child.spec.runtime_build_id
-        admitted = admits(self._s.compatibility, build)
-        blocking = parent.blocks_on(child)
-        if blocking and not admitted and not await self._exists(child.run_id):
-            # The child stream is not created by an engine that could not run it.
-            self.admit(child.run_id, build)
-        # Creates a missing child stream; an existing one must have this very authority (an
-        # unrelated run under the child's id fails closed with RunConflict).
-        await self.ensure_run(child_start(parent, child))
-        leaf = await self.leaf(child.run_id)
-        owed_cancellation = next(
-            (c for c in cancellations_owed(parent) if c.run_id == child.run_id), None
-        )
-        if owed_cancellation is not None and not leaf.is_terminal:
-            # A child with a request of its own keeps it: propagation does not compare.
-            with contextlib.suppress(RunConflict):
-                request = rq.CancelRun(request=owed_cancellation.request)
-                await self.host_on_leaf(leaf.run_id, request)
-        if not leaf.is_terminal:
-            if admitted:
-                leaf = await self._drive_chain(child.run_id, now)
-            elif blocking:
-                self.admit(leaf.run_id, build)
-        if leaf.is_terminal and leaf.continuation is None:
-            return leaf.terminal_outcome
-        return None
-
-    async def _exists(self, run_id: str) -> bool:
+    async def exists(self, run_id: str) -> bool:
+        """Whether the run has a history."""
         return await self._runs.sync(run_id) is not None
+
+    # -- termination ----------------------------------------------------------------------------
+
+    async def terminate(
+        self,
+        run_id: str,
+        request: rq.ForceCancelRun | rq.TerminateRun,
+        ancestry: frozenset[str] = frozenset(),
+    ) -> WorkflowRunSnapshot:
+        """End the chain's active leaf with ``request``: first its open ``request_cancellation``
+        children (their outcomes recorded in it), then it, then any child requested meanwhile.
+        ``ancestry`` holds the runs being ended above it (a child wakes no parent)."""
+        leaf = await self.leaf(run_id)
+        if leaf.run_id in ancestry:
+            raise ChildWorkflowCycle(leaf.run_id)
+        if leaf.is_terminal:
+            return leaf
+        lineage = ancestry | {leaf.run_id}
+        outcomes: dict[str, WorkflowTerminalOutcome] = {}
+        for debt in child_debts(leaf):
+            await self.ensure_run(debt.start)  # restored if missing (never driven); checked if not
+            child = debt.child
+            if child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION:
+                taken = rq.ForceCancelRun(reason=request.reason, propagated=True)
+                ended = await self.terminate(child.run_id, taken, lineage)
+                if ended.terminal_outcome is not None:
+                    outcomes[child.child_id] = ended.terminal_outcome
+        result = await self.host(leaf.run_id, request, outcomes)
+        for effect in result.effects:
+            # A child requested while we were ending the others: end it too.
+            if isinstance(effect, d.ForceCancelChild):
+                taken = rq.ForceCancelRun(reason=effect.reason, propagated=True)
+                await self.terminate(effect.run_id, taken, lineage)
+        if ancestry:
+            return result.snapshot  # a child ended by its parent's termination: no wake-up
+        return await self.propagate(result.snapshot, self._s.clock())
 
     # -- appends ------------------------------------------------------------------------------
 
@@ -463,9 +399,7 @@ class Driver:
                 self._s.metrics.callback_conflict("hook_token_conflict")
             raise
 
-    async def _commit_tolerant(
-        self, cached: ProjectedRun, events: tuple[ev.FlowEvent, ...]
-    ) -> bool:
+    async def commit_tolerant(self, cached: ProjectedRun, events: tuple[ev.FlowEvent, ...]) -> bool:
         """Commit; on a lost race return ``False`` so the caller re-reads and re-decides."""
         try:
             await self._commit(cached, events)
@@ -476,7 +410,7 @@ class Driver:
     async def _notify(self, envelope: ev.FlowEventEnvelope) -> None:
         event = envelope.event
         if event.is_terminal():
-            await self._heal(envelope.run_id)  # an ended run has nothing left to heal
+            await self.incidents.heal(envelope.run_id)  # an ended run has nothing left to heal
             for waiter in self._ended.pop(envelope.run_id, ()):
                 if not waiter.done():
                     waiter.set_result(None)
@@ -599,14 +533,3 @@ def _wakeup_time(event: ev.FlowEvent) -> datetime | None:
     if isinstance(event, ev.StepRetrying):
         return event.retry_after
     return None
-
-
-_RECORDED = "_streamflow_incident_of"
-"""Set on an error once it was recorded as a run's incident."""
-_NOT_INCIDENTS = (EventConflict, RunNotFound, RuntimeBuildUnavailable)
-"""Failures that are not about the run's code or history: a lost race (retried), an unknown
-run, a build this engine does not run (another engine's work)."""
-
-
-def _is_incident(error: FlowError) -> bool:
-    return not isinstance(error, _NOT_INCIDENTS)

@@ -20,7 +20,7 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import requests as rq
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
-from streamflow.core.errors import ChildWorkflowCycle, FlowTimeout, RuntimeBuildUnavailable
+from streamflow.core.errors import FlowTimeout, RuntimeBuildUnavailable
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import (
@@ -35,7 +35,6 @@ from streamflow.core.inspect import (
     summary_of,
 )
 from streamflow.core.jsonvalue import check_text
-from streamflow.core.obligations import child_start
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
     FlowHistoryRetentionReport,
@@ -48,11 +47,9 @@ from streamflow.core.timeutil import require_utc
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
-    ChildWorkflowCancellationPolicy,
     StartResult,
     WorkflowProgress,
     WorkflowSignal,
-    WorkflowTerminalOutcome,
 )
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
 from streamflow.engine.driver import Driver
@@ -241,12 +238,12 @@ class FlowEngine:
         succeeded). Recorded beside the history, never in it; cleared by the next decision that
         succeeds or by the run's end."""
         validate_run_id(run_id)
-        return await self._driver.incident(run_id)
+        return await self._driver.incidents.of(run_id)
 
     async def list_incidents(self) -> list[FlowIncident]:
         """Every current incident, by run id (read in a worker thread from a built-in store)."""
         if self._catalog is None:
-            return await self._driver.list_incidents()
+            return await self._driver.incidents.all()
         return await asyncio.to_thread(self._catalog.incidents)
 
     # -- wake-ups -------------------------------------------------------------------------------
@@ -278,7 +275,7 @@ class FlowEngine:
         """End the chain's active leaf now with ``run_cancelled``: no workflow code, no
         admission. Open ``request_cancellation`` children end the same way first (their
         outcomes are recorded in the parent); ``abandon`` children keep running."""
-        return await self._terminate(run_id, rq.ForceCancelRun(reason=reason))
+        return await self._driver.terminate(run_id, rq.ForceCancelRun(reason=reason))
 
     cancel = force_cancel
 
@@ -291,7 +288,7 @@ class FlowEngine:
             deadline=require_utc(deadline, "deadline"),
             reason=reason,
         )
-        return await self._terminate(run_id, request)
+        return await self._driver.terminate(run_id, request)
 
     async def terminate_for_host_shutdown(
         self, run_id: str, reason: str | None = None
@@ -299,42 +296,7 @@ class FlowEngine:
         """End the run for good. Ordinary shutdowns must NOT call this: they leave runs
         non-terminal so a replacement process resumes them."""
         request = rq.TerminateRun(kind=rq.TerminationKind.HOST_SHUTDOWN, reason=reason)
-        return await self._terminate(run_id, request)
-
-    async def _terminate(
-        self,
-        run_id: str,
-        request: rq.ForceCancelRun | rq.TerminateRun,
-        ancestry: frozenset[str] = frozenset(),
-    ) -> WorkflowRunSnapshot:
-        """End the chain's active leaf with ``request``: first its open ``request_cancellation``
-        children (their outcomes recorded in it), then it, then any child requested meanwhile.
-        ``ancestry`` holds the runs being ended above it (a child wakes no parent)."""
-        leaf = await self._driver.leaf(run_id)
-        if leaf.run_id in ancestry:
-            raise ChildWorkflowCycle(leaf.run_id)
-        if leaf.is_terminal:
-            return leaf
-        lineage = ancestry | {leaf.run_id}
-        reason = request.reason
-        outcomes: dict[str, WorkflowTerminalOutcome] = {}
-        for child in leaf.open_children_in_order():
-            # Restored if missing (never driven); checked if not.
-            await self._driver.ensure_run(child_start(leaf, child))
-            if child.cancellation_policy is ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION:
-                taken = rq.ForceCancelRun(reason=reason, propagated=True)
-                ended = await self._terminate(child.run_id, taken, lineage)
-                if ended.terminal_outcome is not None:
-                    outcomes[child.child_id] = ended.terminal_outcome
-        result = await self._driver.host(leaf.run_id, request, outcomes)
-        for effect in result.effects:
-            # A child requested while we were ending the others: end it too.
-            if isinstance(effect, d.ForceCancelChild):
-                taken = rq.ForceCancelRun(reason=effect.reason, propagated=True)
-                await self._terminate(effect.run_id, taken, lineage)
-        if ancestry:
-            return result.snapshot  # a child ended by its parent's termination: no wake-up
-        return await self._driver.propagate(result.snapshot, self._s.clock())
+        return await self._driver.terminate(run_id, request)
 
     async def record_progress(self, run_id: str, progress: WorkflowProgress) -> WorkflowRunSnapshot:
         """Record host progress on the chain's active leaf (idempotent by ``progress_id``);
