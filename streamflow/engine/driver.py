@@ -37,7 +37,7 @@ from streamflow.core.errors import (
 from streamflow.core.ids import validate_run_id
 from streamflow.core.jsonvalue import normalize
 from streamflow.core.limits import check_events, check_payload
-from streamflow.core.projection import ProjectedRun, evolve, project
+from streamflow.core.projection import ProjectedRun, evolve
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
@@ -311,10 +311,10 @@ class Driver:
         return sorted(driven)
 
     async def _needs_recovery(self, run_id: str, now: datetime) -> bool:
-        cached = await self._runs.sync(run_id)
-        if cached is None:
+        try:
+            snap = await self._runs.read(run_id)
+        except RunNotFound:
             return False
-        snap = cached.snapshot
         if snap.continuation is not None:  # ended by continuing: is its successor there?
             return not await self.exists(snap.continuation.successor_run_id)
         if snap.is_terminal or not admits(self._s.compatibility, snap.runtime_build_id):
@@ -327,14 +327,20 @@ class Driver:
 
     async def _record_incident(self, run_id: str, error: FlowError) -> None:
         async def last_sequence() -> int:
-            cached = await self._runs.sync(run_id)
-            return 0 if cached is None else cached.snapshot.last_sequence
+            try:
+                return (await self._runs.read(run_id)).last_sequence
+            except RunNotFound:
+                return 0
 
         await self.incidents.record(run_id, error, last_sequence)
 
     async def exists(self, run_id: str) -> bool:
         """Whether the run has a history."""
-        return await self._runs.sync(run_id) is not None
+        try:
+            await self._runs.read(run_id)
+        except RunNotFound:
+            return False
+        return True
 
     # -- termination ----------------------------------------------------------------------------
 
@@ -362,7 +368,7 @@ class Driver:
                 ended = await self.terminate(child.run_id, taken, lineage)
                 if ended.terminal_outcome is not None:
                     outcomes[child.child_id] = ended.terminal_outcome
-        result = await self.host(leaf.run_id, request, outcomes)
+        result = await self.host(leaf.run_id, request, outcomes, current=leaf)
         for effect in result.effects:
             # A child requested while we were ending the others: end it too.
             if isinstance(effect, d.ForceCancelChild):
@@ -451,24 +457,32 @@ class Driver:
     # -- host requests (no workflow code; immediate) -------------------------------------------
 
     async def load(self, run_id: str) -> WorkflowRunSnapshot:
-        """A fresh projection of the run's stored history (not the cache)."""
-        return project(run_id, await self._store.list(run_id))
+        """The run's current snapshot, the caller's to keep: a copy of the engine's one cached
+        projection of it, brought up to date with the store (``RunNotFound``: no such run)."""
+        return await self._runs.read(run_id)
 
     async def host(
         self,
         run_id: str,
         request: rq.RequestKind,
         child_outcomes: dict[str, WorkflowTerminalOutcome] | None = None,
+        *,
+        current: WorkflowRunSnapshot | None = None,
     ) -> HostResult:
-        """Decide ``request`` on a fresh projection (the core decides:
+        """Decide ``request`` on the run's snapshot (the core decides:
         :func:`~streamflow.core.requests.decide_request`) and append; retry lost races.
-        Reports the snapshot after the append, whether this call appended anything, the
-        decision's effects, and whether the request belongs to the run's successor. Takes no
-        run lock: a drive running a step sees these events on its next commit."""
+        ``current``: the caller's own copy of the run's snapshot, just read (decided on first
+        and advanced in place; an append that finds it stale re-reads). Reports the snapshot
+        after the append, whether this call appended anything, the decision's effects, and
+        whether the request belongs to the run's successor. Takes no run lock: a drive running
+        a step sees these events on its next commit."""
         validate_run_id(run_id)
         rq.check_request(request)  # a value no store could give back is refused here
         for _ in range(self._s.max_replay_iterations):
-            snap = await self.load(run_id)
+            if current is not None and current.run_id == run_id:
+                snap, current = current, None
+            else:
+                snap = await self.load(run_id)
             route_error = (
                 self._route_error(run_id, rq.concerned_build(snap, request))
                 if rq.needs_route(snap, request)
@@ -496,7 +510,7 @@ class Driver:
     async def host_on_leaf(self, run_id: str, request: rq.RequestKind) -> HostResult:
         """:meth:`host` on the active leaf of ``run_id``'s chain."""
         leaf = await self.leaf(run_id)
-        return await self.host(leaf.run_id, request)
+        return await self.host(leaf.run_id, request, current=leaf)
 
     # -- results --------------------------------------------------------------------------------
 

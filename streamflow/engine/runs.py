@@ -1,7 +1,8 @@
 """The engine's per-run working set: an incrementally synced history + projection, and locks.
 
-A drive holds the run's lock for its whole loop, so the cached projection is read and advanced
-only by one coroutine at a time. Everything else reads fresh projections from the store.
+Each run is projected once per engine: drives advance the cached projection, and every other
+read copies it. A drive holds the run's lock for its whole loop, so while it runs the cached
+projection is advanced by that drive alone; a read meanwhile brings a copy up to date instead.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from contextlib import asynccontextmanager
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, RunNotFound
 from streamflow.core.lru import LruCache
-from streamflow.core.projection import ProjectedRun
+from streamflow.core.projection import ProjectedRun, evolve
+from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.stores.base import FlowEventStore
 
 
@@ -67,7 +69,8 @@ class RunCache:
         return cached
 
     async def sync(self, run_id: str) -> ProjectedRun | None:
-        """Bring the cached run up to date with the store (``None``: no such run)."""
+        """Bring the cached run up to date with the store (``None``: no such run). The caller
+        holds the run's lock (a drive, a start)."""
         cached = self._runs.peek(run_id)
         after = 0 if cached is None else cached.snapshot.last_sequence
         try:
@@ -85,6 +88,36 @@ class RunCache:
             raise
         self._remember(run_id, cached)
         return cached
+
+    async def read(self, run_id: str) -> WorkflowRunSnapshot:
+        """The run's current snapshot, the caller's to keep: a copy of the cached projection
+        brought up to date with the store (``RunNotFound``: no such run). Takes no lock. A run
+        being driven keeps its entry to the drive (a replay must not see it move): the copy
+        is brought up to date instead; otherwise the entry itself is."""
+        cached = self._runs.peek(run_id)
+        after = 0 if cached is None else cached.snapshot.last_sequence
+        try:
+            new = await read_from(self._store, run_id, after)
+        except RunNotFound:
+            self._runs.pop(run_id)
+            raise
+        if self.is_locked(run_id):
+            snap = WorkflowRunSnapshot(run_id) if cached is None else cached.snapshot.copy()
+            for envelope in new:
+                if envelope.sequence > snap.last_sequence:  # the drive may have gone past it
+                    evolve(snap, envelope)
+            return snap
+        if cached is None:
+            cached = ProjectedRun(run_id)
+        try:
+            for envelope in new:
+                if envelope.sequence > cached.snapshot.last_sequence:  # another read applied it
+                    cached.apply(envelope)
+        except FlowError:
+            self._runs.pop(run_id)
+            raise
+        self._remember(run_id, cached)
+        return cached.snapshot.copy()
 
     def forget(self, run_id: str) -> None:
         """Drop the cached entry of ``run_id`` (the next sync reads it again)."""
