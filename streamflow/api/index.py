@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -202,14 +203,31 @@ class InspectorIndex:
     :data:`INDEX_POLL_SECONDS` until the run's chain has ended or the wait is over."""
 
     def __init__(self, inspector: Inspector, *, results: RunIndex | None = None) -> None:
-        self._inspector = inspector
+        """
+        Args:
+            inspector: the run index.
+            results: where :meth:`result` waits (``None``: the index is polled).
+        """
+        self._open: Callable[[], AbstractContextManager[Inspector]] = lambda: nullcontext(inspector)
         self._results = results
 
-    async def _ask(self, question: Any, *args: Any) -> Any:
-        return await asyncio.to_thread(question, *args)
+    @classmethod
+    def opening(cls, open: Callable[[], AbstractContextManager[Inspector]]) -> InspectorIndex:
+        """The index ``open`` opens for each question (a store directory opened read only for
+        each read, say, so it sees what a host on the store wrote since)."""
+        index = cls.__new__(cls)
+        index._open, index._results = open, None
+        return index
+
+    async def _ask(self, question: str, *args: Any) -> Any:
+        def ask() -> Any:
+            with self._open() as inspector:
+                return getattr(inspector, question)(*args)
+
+        return await asyncio.to_thread(ask)
 
     async def _rows(self, status: WorkflowRunStatus | None) -> list[Json]:
-        return list(await self._ask(self._inspector.runs, status))
+        return list(await self._ask("runs", status))
 
     async def list_runs(self, where: RunFilter, *, limit: int, cursor: str | None) -> Json:
         query = row_query(where, limit=limit, cursor=cursor)
@@ -224,13 +242,13 @@ class InspectorIndex:
 
     async def run(self, run_id: str) -> Json:
         validate_run_id(run_id)
-        view = dict(await self._ask(self._inspector.run, run_id))
+        view = dict(await self._ask("run", run_id))
         view["has_incident"] = view.get("incident") is not None
         return view
 
     async def history(self, run_id: str) -> Json:
         validate_run_id(run_id)
-        events = await self._ask(self._inspector.history, run_id)
+        events = await self._ask("history", run_id)
         return {"events": [event_view(e) for e in events]}
 
     async def _latest(self, run_id: str) -> Json:
@@ -264,14 +282,14 @@ class InspectorIndex:
 
     async def run_suspensions(self, run_id: str) -> Json:
         await self.run(run_id)  # RunNotFound for an unknown run
-        every = await self._ask(self._inspector.suspensions)
+        every = await self._ask("suspensions")
         return {"suspensions": [s for s in every if s["run_id"] == run_id]}
 
     async def hooks(self) -> Json:
-        return {"hooks": list(await self._ask(self._inspector.hooks))}
+        return {"hooks": list(await self._ask("hooks"))}
 
     async def suspensions(self) -> Json:
-        return {"suspensions": list(await self._ask(self._inspector.suspensions))}
+        return {"suspensions": list(await self._ask("suspensions"))}
 
     async def incidents(self) -> Json:
         found = [r["incident"] for r in await self._rows(None) if r.get("incident") is not None]
@@ -282,7 +300,7 @@ class InspectorIndex:
         return await asyncio.to_thread(_builds_of_rows, [row_of_view(r) for r in found])
 
     async def summary(self) -> Json:
-        return dict(await self._ask(self._inspector.summary))
+        return dict(await self._ask("summary"))
 
 
 class HttpIndex:

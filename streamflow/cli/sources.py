@@ -41,7 +41,6 @@ from streamflow.api.index import DelegatedReads, InspectorIndex, RemoteError, Un
 from streamflow.api.remote import HttpControl
 from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, store_path
 from streamflow.core.errors import FlowError, StoreError
-from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from streamflow.stores.inspect import StoreInspector
@@ -89,63 +88,30 @@ class _Recording(EmbeddedControl):
         return None
 
 
-class DirInspector:
-    """The inspection questions over the RocksDB store in ``directory``, opened read only for
-    each question (so they work beside ``streamflow serve``)."""
+@contextmanager
+def _store_inspector(directory: Path) -> Iterator[StoreInspector]:
+    """The store in ``directory`` opened read only, for one question."""
+    from streamflow.stores.rocksdb import RocksDBEventStore
 
-    def __init__(self, directory: Path) -> None:
-        self._dir = directory
-
-    @contextmanager
-    def _inspector(self) -> Iterator[StoreInspector]:
-        from streamflow.stores.rocksdb import RocksDBEventStore
-
-        if not self._dir.is_dir():
-            raise StoreError(f"no store at {self._dir}")
-        store = RocksDBEventStore(self._dir, read_only=True)
-        try:
-            yield StoreInspector(store)
-        finally:
-            store.close()
-
-    def runs(self, status: WorkflowRunStatus | None) -> list[dict[str, Any]]:
-        with self._inspector() as inspector:
-            return inspector.runs(status)
-
-    def run(self, run_id: str) -> dict[str, Any]:
-        with self._inspector() as inspector:
-            return inspector.run(run_id)
-
-    def history(self, run_id: str) -> list[dict[str, Any]]:
-        with self._inspector() as inspector:
-            return inspector.history(run_id)
-
-    def summary(self) -> dict[str, Any]:
-        with self._inspector() as inspector:
-            return inspector.summary()
-
-    def suspensions(self) -> list[dict[str, Any]]:
-        with self._inspector() as inspector:
-            return inspector.suspensions()
-
-    def hooks(self) -> list[dict[str, Any]]:
-        with self._inspector() as inspector:
-            return inspector.hooks()
-
-    def retention(self) -> list[dict[str, Any]]:
-        with self._inspector() as inspector:
-            return inspector.retention()
+    if not directory.is_dir():
+        raise StoreError(f"no store at {directory}")
+    store = RocksDBEventStore(directory, read_only=True)
+    try:
+        yield StoreInspector(store)
+    finally:
+        store.close()
 
 
 class DirControl(DelegatedReads):
     """:class:`~streamflow.api.control.ControlPlane` over the RocksDB store in ``directory``:
-    reads through a :class:`DirInspector`, each mutation through an engine on the store opened
+    each read through the store opened read only for it (so reads work beside a host on the
+    store, and see what it wrote since), each mutation through an engine on the store opened
     read-write for that call (it records the request; a host on the store drives the run)."""
 
     def __init__(self, directory: Path, app: Callable[[], FlowRuntime]) -> None:
         self._dir = directory
         self._app = app
-        self.index = InspectorIndex(DirInspector(directory))
+        self.index = InspectorIndex.opening(lambda: _store_inspector(directory))
 
     async def _mutate(self, call: Callable[[ControlPlane], Any]) -> Any:
         from streamflow.engine.engine import FlowEngine
