@@ -81,7 +81,10 @@ class RunIndex(Protocol):
         ...
 
     async def result(self, run_id: str, wait: float) -> tuple[bool, Json]:
-        """``(ended, answer)`` after waiting up to ``wait`` seconds for the chain to end."""
+        """``(ended, answer)`` after waiting up to ``wait`` seconds for the chain to end: the
+        result (``run_id``, ``status``, ``output``, ``error``), or ``run_id``, ``status`` and
+        the open ``incident`` of the chain's latest run (``None``: it has none; one means
+        the run cannot progress until its code or its input is fixed)."""
         ...
 
     async def incident(self, run_id: str) -> Json:
@@ -153,13 +156,21 @@ class FlowIndex:
             try:
                 current = await self._flow.result(run_id, wait)
             except FlowTimeout:
-                return False, {"run_id": run_id, "status": current.status.value}
+                answer = {"run_id": run_id, "status": current.status.value}
+                return False, {**answer, "incident": await self._open_incident(current)}
         return True, {
             "run_id": run_id,
             "status": current.status.value,
             "output": current.output,
             "error": current.error,
         }
+
+    async def _open_incident(self, snap: WorkflowRunSnapshot) -> Json | None:
+        """The incident of the chain's latest run (``None``: it has none)."""
+        while snap.continuation is not None and snap.is_terminal:
+            snap = await self._flow.snapshot(snap.continuation.successor_run_id)
+        incident = await self._flow.incident(snap.run_id)
+        return None if incident is None else incident.to_json()
 
     async def incident(self, run_id: str) -> Json:
         validate_run_id(run_id)
@@ -271,7 +282,7 @@ class InspectorIndex:
             await asyncio.sleep(min(INDEX_POLL_SECONDS, max(0.0, deadline - loop.time())))
         answer = {"run_id": run_id, "status": view["status"]}
         if not ended:
-            return False, answer
+            return False, {**answer, "incident": view.get("incident")}
         return True, {**answer, "output": view["output"], "error": view["error"]}
 
     async def incident(self, run_id: str) -> Json:

@@ -2,27 +2,60 @@
 
 In a terminal they are drawn as progress bars (``rich``); otherwise each change is one plain
 line (``progress ID 2/3 message``, ``step ID completed attempt 1``, ``run ID running``), so a
-log or a pipe reads them. The run is polled from its control plane (:mod:`streamflow.cli.sources`)
-until its chain ends or the deadline passes (``FlowTimeout``); a continued run is followed to
-its successor.
+log or a pipe reads them. An open incident (the run's latest decision fails, so it cannot
+progress) is drawn as soon as it is seen, and after ``grace`` seconds of it the follow ends
+with :class:`~streamflow.cli.sources.RunStuck`. The run is polled from its control plane
+(:mod:`streamflow.cli.sources`) until its chain ends or the deadline passes
+(``FlowTimeout``); a continued run is followed to its successor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from streamflow.api.control import ControlPlane
 from streamflow.api.index import chain_ended
-from streamflow.cli.sources import Json
+from streamflow.cli.sources import Json, RunStuck, incident_line
 from streamflow.core.errors import FlowTimeout
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
 
 POLL_SECONDS = 0.2
+DEFAULT_INCIDENT_GRACE = 60.0
+"""Seconds ``result`` keeps waiting on a run with an open incident before it gives up."""
+
+
+class IncidentWatch:
+    """Watches a followed run's open incident: tells ``warn`` when one appears or changes, and
+    raises :class:`RunStuck` once one has stayed open for ``grace`` seconds (``None``: never).
+    """
+
+    def __init__(
+        self, run_id: str, grace: float | None, warn: Callable[[str], None] = lambda _: None
+    ) -> None:
+        self._run_id = run_id
+        self._grace = grace
+        self._warn = warn
+        self._since: float | None = None
+        self._last: str | None = None
+
+    def see(self, incident: Mapping[str, Any] | None) -> None:
+        """Note the incident the latest answer showed (``None``: none is open)."""
+        if incident is None:
+            self._since = self._last = None
+            return
+        line = incident_line(incident)
+        if self._since is None:
+            self._since = time.monotonic()
+        if line != self._last:
+            self._last = line
+            self._warn(line)
+        if self._grace is not None and time.monotonic() - self._since >= self._grace:
+            raise RunStuck(self._run_id, incident)
 
 
 class Display(Protocol):
@@ -59,6 +92,11 @@ class PlainLines:
             error = f": {s['last_error']}" if s.get("last_error") else ""
             line = f"step {s['step_id']} {s['status']} attempt {s['attempts']}{error}"
             self._emit(f"step {run_id} {s['step_id']}", line)
+        incident = view.get("incident")
+        if incident is not None:
+            self._emit(f"incident {run_id}", f"incident {incident_line(incident)}")
+        elif f"incident {run_id}" in self._seen:
+            self._emit(f"incident {run_id}", "incident cleared")
 
     def close(self) -> None:
         return None
@@ -99,6 +137,11 @@ class Bars:
             done = 1 if s["status"] == "completed" else 0
             note = f"{s['status']} (attempt {s['attempts']})"
             self._progress.update(task, completed=done, total=1, note=note)
+        incident = view.get("incident")
+        if incident is not None or "incident" in self._tasks:
+            task = self._task("incident", "  incident")
+            note = "cleared" if incident is None else f"[red]{incident_line(incident)}[/red]"
+            self._progress.update(task, note=note)
         if chain_ended(view):
             self._progress.update(run, completed=1, total=1)
 
@@ -111,14 +154,32 @@ def display(out: TextIO) -> Display:
     return Bars(out) if out.isatty() else PlainLines(out)
 
 
-async def follow(source: ControlPlane, run_id: str, draw: Display, timeout: float | None) -> Json:
+async def follow(
+    source: ControlPlane,
+    run_id: str,
+    draw: Display,
+    timeout: float | None,
+    *,
+    grace: float | None = None,
+) -> Json:
     """Poll ``run_id`` (and its successors) and draw each state until the chain ends; the
-    last run's detail. ``FlowTimeout`` when ``timeout`` seconds pass first."""
+    last run's detail. ``FlowTimeout`` when ``timeout`` seconds pass first, ``RunStuck`` when
+    an incident stays open for ``grace`` seconds (``None``: follow through incidents).
+
+    Args:
+        source: where the run is read.
+        run_id: the run (its successors are followed too).
+        draw: where each state is drawn.
+        timeout: seconds to follow at the most (``None``: until the chain ends).
+        grace: seconds an open incident may last before the follow gives up.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
+    watch = IncidentWatch(run_id, grace)
     try:
         while True:
             view = await source.run(run_id)
             draw.update(view)
+            watch.see(view.get("incident"))
             if view.get("continued_to") and view.get("ended_at"):
                 run_id = str(view["continued_to"])
                 continue

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from streamflow.api.control import ControlPlane
-from streamflow.cli.follow import display, follow
+from streamflow.cli.follow import DEFAULT_INCIDENT_GRACE, IncidentWatch, display, follow
 from streamflow.cli.sources import (
     Json,
     RunEnded,
@@ -34,6 +34,8 @@ COMMANDS = frozenset(
     {"start", "signal", "resume", "dispose", "cancel", "force-cancel", "terminate", "result"}
 )
 RESULT_POLL_SECONDS = 0.2
+LONG_POLL_SECONDS = 30.0
+FIRST_RESULT_WAIT = 5.0
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
@@ -74,6 +76,14 @@ def register(sub: Sub) -> None:
     result.add_argument("run_id", metavar="RUN_ID")
     result.add_argument("--follow", action="store_true", help="draw its progress while waiting")
     result.add_argument("--timeout", type=float, help="give up after this many seconds")
+    result.add_argument(
+        "--incident-grace",
+        type=float,
+        default=DEFAULT_INCIDENT_GRACE,
+        metavar="SECONDS",
+        help="give up (exit 1, RunStuck) once the run has had an open incident this long "
+        f"(default {DEFAULT_INCIDENT_GRACE:g}; inf: wait through incidents)",
+    )
 
 
 def _token(parser: argparse.ArgumentParser) -> None:
@@ -94,14 +104,32 @@ def _print(args: argparse.Namespace, answer: Json, line: str) -> None:
     print(json.dumps(answer, sort_keys=True) if args.json else line, flush=True)
 
 
-async def await_result(source: ControlPlane, run_id: str, timeout: float | None) -> Json:
-    """The run's result once its chain ends (``FlowTimeout`` after ``timeout`` seconds)."""
+def _warn(run_id: str) -> Callable[[str], None]:
+    def warn(line: str) -> None:
+        print(f"warning: run {run_id} has an incident: {line}", file=sys.stderr, flush=True)
+
+    return warn
+
+
+async def await_result(
+    source: ControlPlane, run_id: str, timeout: float | None, grace: float | None = None
+) -> Json:
+    """The run's result once its chain ends (``FlowTimeout`` after ``timeout`` seconds). An
+    open incident is told on stderr when it appears or changes, and ends the wait with
+    ``RunStuck`` once it has lasted ``grace`` seconds (``None``: wait through it)."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    watch = IncidentWatch(run_id, grace, _warn(run_id))
+    asked = FIRST_RESULT_WAIT  # the first answer soon, so an incident is told early
     while True:
-        left = 30.0 if deadline is None else max(0.0, deadline - time.monotonic())
-        ended, answer = await source.result(run_id, left)
+        left = LONG_POLL_SECONDS if deadline is None else max(0.0, deadline - time.monotonic())
+        ended, answer = await source.result(run_id, min(left, asked))
+        asked = LONG_POLL_SECONDS
         if ended:
             return answer
+        incident = answer.get("incident")
+        watch.see(incident)
+        if incident is not None and grace is not None:
+            asked = min(LONG_POLL_SECONDS, max(RESULT_POLL_SECONDS, grace / 4))
         if deadline is not None and time.monotonic() >= deadline:
             status = answer.get("status")
             raise FlowTimeout(f"run {run_id} to end (it is {status})", timeout or 0)
@@ -110,11 +138,12 @@ async def await_result(source: ControlPlane, run_id: str, timeout: float | None)
 
 async def _result(args: argparse.Namespace, source: ControlPlane) -> int:
     if args.follow:
-        view = await follow(source, args.run_id, display(sys.stdout), args.timeout)
+        grace = args.incident_grace
+        view = await follow(source, args.run_id, display(sys.stdout), args.timeout, grace=grace)
         answer = {k: view.get(k) for k in ("status", "output", "error")}
         answer["run_id"] = args.run_id
     else:
-        answer = await await_result(source, args.run_id, args.timeout)
+        answer = await await_result(source, args.run_id, args.timeout, args.incident_grace)
     output = json.dumps(answer.get("output"), sort_keys=True)
     _print(args, answer, f"run {args.run_id} {answer['status']}: {output}")
     if answer["status"] != "completed":

@@ -18,7 +18,8 @@ exception whose :func:`error_name` is the HTTP API's ``error`` for it.
 
     CliError            a refusal of the command line itself
     ├── AppNotFound     ``--app module:attr`` does not name an App
-    └── RunEnded        a followed run ended without completing
+    ├── RunEnded        a followed run ended without completing
+    └── RunStuck        a followed run kept an incident past ``--incident-grace``
     RemoteError         the HTTP API answered an error (``name`` is its ``error``)
     Unreachable         the HTTP API did not answer
 """
@@ -30,7 +31,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,26 @@ class RunEnded(CliError):
         detail = f": {error}" if error else ""
         super().__init__(f"run {run_id} ended {status}{detail}")
         self.run_id, self.status = run_id, status
+
+
+class RunStuck(CliError):
+    """A run that ``result`` waited for kept an open incident (its latest decision fails, so
+    it cannot progress until its code or input is fixed) for longer than the grace."""
+
+    def __init__(self, run_id: str, incident: Mapping[str, Any]) -> None:
+        super().__init__(f"run {run_id} is stuck: {incident_line(incident)}")
+        self.run_id = run_id
+        self.incident = dict(incident)
+
+
+def incident_line(incident: Mapping[str, Any]) -> str:
+    """An incident in one line: its error, how often the decision failed and since when."""
+    attempts = incident.get("attempts", 1)
+    tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+    return (
+        f"{incident.get('error_type')}: {incident.get('error')} "
+        f"({tries} since {incident.get('first_at')})"
+    )
 
 
 def error_name(exc: BaseException) -> str:

@@ -272,6 +272,24 @@ def test_incident_of_a_run_and_of_all(api_stack: ApiStack) -> None:
     assert api_stack.client.get("/v1/runs/inc-1").json()["incident"]["run_id"] == "inc-1"
 
 
+def test_result_of_a_stuck_run_names_its_incident(api_stack: ApiStack) -> None:
+    start(api_stack, "stuck-1", "api.broken")
+    start(api_stack, "waits-1", "api.wait")
+    api_stack.wait_for(
+        lambda: api_stack.client.get("/v1/runs/stuck-1/incident").status_code == 200,
+        "the incident",
+    )
+    stuck = api_stack.client.get("/v1/runs/stuck-1/result", params={"wait": "0s"})
+    assert stuck.status_code == 202
+    body = stuck.json()
+    assert (body["run_id"], body["status"]) == ("stuck-1", "running")
+    assert body["incident"]["error_type"] == "UnsupportedAwait"
+    assert body["incident"]["attempts"] >= 1
+    waiting = api_stack.client.get("/v1/runs/waits-1/result", params={"wait": "0s"})
+    assert waiting.status_code == 202
+    assert waiting.json()["incident"] is None
+
+
 def test_summary_builds_health_metrics_and_console_redirect(api_stack: ApiStack) -> None:
     start(api_stack, "sum-1", "api.echo", {"n": 1})
     api_stack.client.get("/v1/runs/sum-1/result", params={"wait": "20s"})

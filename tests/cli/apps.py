@@ -1,8 +1,10 @@
 """The App the CLI tests run: a workflow that records progress around a signal wait (so a
 follower sees it half way), an approval hook whose token a step hands to the test, and one
-that fails."""
+that fails, and one whose code cannot be replayed (it gets an incident and stays stuck)."""
 
 from __future__ import annotations
+
+import asyncio
 
 from pydantic import BaseModel
 
@@ -56,3 +58,8 @@ async def approve(ctx: DurableContext) -> object:
 @app.workflow(name="cli.fails")
 async def fails(ctx: DurableContext) -> None:
     await ctx.step("explode", explode)
+
+
+@app.workflow(name="cli.stuck")
+async def stuck(ctx: DurableContext) -> None:
+    await asyncio.sleep(0)  # not a durable await: each decision fails, an incident stays open

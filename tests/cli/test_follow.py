@@ -145,3 +145,45 @@ def test_result_follow_draws_progress_bars_on_a_terminal(store_dir: Path) -> Non
     assert "2/2" in text
     assert "step double" in text
     assert "progress work 1/2" not in text  # the plain-line form is not used on a terminal
+
+
+def _stuck(store_dir: Path, run_id: str) -> None:
+    done = cli("start", "cli.stuck", run_id, "--dir", str(store_dir), "--app", APP)
+    assert done.returncode == 0, done.stderr
+
+
+def _incident_of(host: Host, run_id: str) -> None:
+    wait_for(
+        lambda: host.call(lambda: host.engine.incident(run_id)) is not None,
+        f"{run_id}'s incident",
+    )
+
+
+def test_result_tells_the_incident_and_gives_up_after_the_grace(store_dir: Path) -> None:
+    _stuck(store_dir, "stuck-1")
+    with hosted(store_dir) as host:
+        _incident_of(host, "stuck-1")
+        began = time.monotonic()
+        done = cli("result", "stuck-1", "--dir", str(store_dir), "--incident-grace", "1")
+        took = time.monotonic() - began
+    assert done.returncode == 1, done.stdout
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("warning: run stuck-1 has an incident: UnsupportedAwait: "), lines
+    assert lines[-1].startswith("error: RunStuck: run stuck-1 is stuck: UnsupportedAwait: "), lines
+    assert "attempt" in lines[-1]
+    assert " since " in lines[-1]
+    assert took < DEADLINE
+
+
+def test_result_follow_draws_the_incident_and_exits_1_after_the_grace(store_dir: Path) -> None:
+    _stuck(store_dir, "stuck-2")
+    with hosted(store_dir) as host:
+        _incident_of(host, "stuck-2")
+        done = cli(
+            "result", "stuck-2", "--follow", "--dir", str(store_dir), "--incident-grace", "0.5"
+        )
+    assert done.returncode == 1
+    assert any(
+        line.startswith("incident UnsupportedAwait: ") for line in done.stdout.splitlines()
+    ), done.stdout
+    assert "error: RunStuck: run stuck-2 is stuck" in done.stderr
