@@ -25,51 +25,22 @@ from typing import TypeAlias
 
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.jsonvalue import JsonValue
-from streamflow.core.requests import (
-    CancelRun as CancelRun,
-)
-from streamflow.core.requests import (
-    DisposeHook as DisposeHook,
-)
-from streamflow.core.requests import (
-    ForceCancelRun as ForceCancelRun,
-)
-from streamflow.core.requests import (
-    LinkChild as LinkChild,
-)
-from streamflow.core.requests import (
-    Proposal as Proposal,
-)
-from streamflow.core.requests import (
-    QueryChild as QueryChild,
-)
-from streamflow.core.requests import (
-    RecordProgress as RecordProgress,
-)
-from streamflow.core.requests import (
-    ResolveChild as ResolveChild,
-)
-from streamflow.core.requests import (
-    ResumeHook as ResumeHook,
-)
-from streamflow.core.requests import (
-    SendSignal as SendSignal,
-)
-from streamflow.core.requests import (  # the request kinds the core decides; re-exported
-    StartRun as StartRun,
-)
-from streamflow.core.requests import (
-    StepResult as StepResult,
-)
-from streamflow.core.requests import (
-    TerminateRun as TerminateRun,
-)
-from streamflow.core.requests import (
-    TerminationKind as TerminationKind,
-)
-from streamflow.core.requests import (
-    WakeUp as WakeUp,
-)
+from streamflow.core.requests import CancelRun as CancelRun
+from streamflow.core.requests import DisposeHook as DisposeHook
+from streamflow.core.requests import ForceCancelRun as ForceCancelRun
+from streamflow.core.requests import LinkChild as LinkChild
+from streamflow.core.requests import Proposal as Proposal
+from streamflow.core.requests import QueryChild as QueryChild
+from streamflow.core.requests import RecordProgress as RecordProgress
+from streamflow.core.requests import RequestKind
+from streamflow.core.requests import ResolveChild as ResolveChild
+from streamflow.core.requests import ResumeHook as ResumeHook
+from streamflow.core.requests import SendSignal as SendSignal
+from streamflow.core.requests import StartRun as StartRun
+from streamflow.core.requests import StepResult as StepResult
+from streamflow.core.requests import TerminateRun as TerminateRun
+from streamflow.core.requests import TerminationKind as TerminationKind
+from streamflow.core.requests import WakeUp as WakeUp
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.schedules import Schedule, ScheduleState
@@ -144,26 +115,9 @@ class ForgetRun:
 
 
 RequestBody: TypeAlias = (
-    StartRun
-    | CancelRun
-    | ForceCancelRun
-    | TerminateRun
-    | RecordProgress
-    | LinkChild
-    | StepResult
-    | WakeUp
-    | Proposal
-    | SendSignal
-    | ResumeHook
-    | DisposeHook
-    | ResolveChild
-    | QueryChild
-    | HoldHistory
-    | ReleaseHistoryHold
-    | PruneComponent
-    | UnsealRun
-    | ForgetRun
+    RequestKind | HoldHistory | ReleaseHistoryHold | PruneComponent | UnsealRun | ForgetRun
 )
+"""A request's body: one of the core's request kinds, or a step of the prune protocol."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
