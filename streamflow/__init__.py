@@ -12,7 +12,6 @@ RocksDB, Kafka client, cron parser or Prometheus client; ``RocksDBEventStore``, 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -203,14 +202,9 @@ if not TYPE_CHECKING:  # hidden from type checkers: an unknown name stays an err
         """Import a public name on first use (PEP 562) and keep it as a module attribute. The
         table is imported here, on the first use of any name: ``import streamflow`` does not
         build it."""
-        from streamflow._exports import MODULE_OF
+        from streamflow._exports import MODULE_OF, lazy_attribute
 
-        module = MODULE_OF.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+        return lazy_attribute(globals(), name, MODULE_OF)
 
 
 def __dir__() -> list[str]:

@@ -4,11 +4,31 @@ imported from when it is first used.
 ``streamflow/__init__.py`` imports :data:`MODULE_OF` in its ``__getattr__``, when the first name is
 used (``import streamflow`` alone does not build the table); its ``TYPE_CHECKING`` imports (what
 type checkers read) and ``__all__`` name the same names, each from the same module
-(``tests/unit/test_light_import.py`` checks that they agree). Importing this module imports
-nothing else.
+(``tests/unit/test_light_import.py`` checks that they agree). :func:`lazy_attribute` is what
+that ``__getattr__``, and ``streamflow.api``'s, do with their tables. Importing this module
+imports nothing outside the standard library.
 """
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+
+def lazy_attribute(namespace: dict[str, Any], name: str, module_of: Mapping[str, str]) -> Any:
+    """What the PEP 562 ``__getattr__`` of a package whose names are imported on first use
+    (``streamflow``, ``streamflow.api``) returns for ``name``: the name imported from its module
+    in ``module_of`` (the package's table of name and module), kept in ``namespace`` (the
+    package's globals) so that later uses do not ask again. A name not in the table is
+    ``AttributeError``."""
+    module = module_of.get(name)
+    if module is None:
+        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    namespace[name] = value
+    return value
+
 
 EXPORTS: dict[str, tuple[str, ...]] = {
     "streamflow.core.builds": ("RuntimeBuildCompatibility",),

@@ -8,7 +8,6 @@ needs no web framework (``streamflow.api.query``, say) loads none."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -41,12 +40,9 @@ if not TYPE_CHECKING:  # hidden from type checkers: an unknown name stays an err
 
     def __getattr__(name: str) -> Any:
         """Import a name on first use (PEP 562) and keep it as a module attribute."""
-        module = _MODULE_OF.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+        from streamflow._exports import lazy_attribute  # with streamflow's table: not before
+
+        return lazy_attribute(globals(), name, _MODULE_OF)
 
 
 def __dir__() -> list[str]:
