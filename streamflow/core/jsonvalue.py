@@ -7,7 +7,8 @@ import contextlib
 import json
 import math
 import re
-from typing import Any, TypeAlias
+from collections.abc import Callable
+from typing import Any, TypeAlias, TypeVar
 
 from streamflow.core.errors import InvalidPayload, SerializationError
 
@@ -20,6 +21,7 @@ results, signal and hook payloads, progress details, metadata) keeps it, on ever
 deeper values are refused with :class:`~streamflow.core.errors.InvalidPayload` before anything
 is written, so that every reader (a JSON parser, a copy, a renderer) can read them back."""
 
+T = TypeVar("T")
 _CONTAINERS = (list, dict)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEY_SHOWN = 32
@@ -179,19 +181,32 @@ def check_json(value: JsonValue, what: str) -> None:
         if not math.isfinite(value):
             raise unreadable(value, what)
         return
-    failure: Exception | None = None
+    checked_size(value, _encoded(value, what, _TEXT.encode), what)
+
+
+_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _encoded(value: object, what: str, encode: Callable[[object], T]) -> T:
+    """``encode(value)`` (a JSON encoding), or the error of a value it cannot encode: one far
+    deeper than :data:`MAX_JSON_DEPTH` (the encoder gave up before anything was looked at),
+    a non-finite number, a type JSON has no form for. The error is raised outside the
+    ``except`` clause: the encoder's own exception is not chained to it."""
+    failure: SerializationError
     try:
-        text = _TEXT.encode(value)
+        return encode(value)
     except RecursionError:
         failure = deeper_than_allowed(what)
     except (TypeError, ValueError) as exc:
         failure = unreadable(value, what, exc)
-    if failure is not None:
-        raise failure
-    checked_size(value, text, what)
+    raise failure
 
 
-_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+def _round_trip(value: object) -> tuple[str, JsonValue]:
+    """``value``'s JSON text and the value read back from it."""
+    text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    decoded: JsonValue = json.loads(text)
+    return text, decoded
 
 
 def normalize(value: object, what: str = "value") -> JsonValue:
@@ -218,17 +233,7 @@ def normalize(value: object, what: str = "value") -> JsonValue:
         if not math.isfinite(value):
             raise unreadable(value, what)
         return value
-    failure: SerializationError | None = None
-    try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-        decoded: JsonValue = json.loads(text)
-    except RecursionError:
-        # Far deeper than the limit: the encoder gave up before anything was looked at.
-        failure = deeper_than_allowed(what)
-    except (TypeError, ValueError) as exc:
-        failure = unreadable(value, what, exc)
-    if failure is not None:
-        raise failure
+    text, decoded = _encoded(value, what, _round_trip)
     checked_size(decoded, text, what)
     return decoded
 
