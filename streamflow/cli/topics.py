@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from streamflow.core.errors import ClusterUnavailable, TopicsRefused
 from streamflow.kafka.config import (
@@ -25,6 +25,7 @@ from streamflow.kafka.config import (
 if TYPE_CHECKING:
     from streamflow.kafka.admin import ApplyReport, TopicState
 
+T = TypeVar("T")
 EXIT_OK = 0
 EXIT_UNAVAILABLE = 1
 EXIT_REFUSED = 2
@@ -86,19 +87,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     """``streamflow topics apply``: create the namespace's missing topics and verify the others;
     the exit status."""
     from streamflow.kafka.admin import apply  # the Kafka client: only for this command
-    from streamflow.kafka.manifest import load_manifest
 
     try:
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
-        manifest = load_manifest(args.manifests)
-        report = apply(
-            settings,
-            manifest,
-            profile=args.profile,
-            partitions=args.partitions,
-            builds=args.builds,
-            timeout=args.timeout,
-        )
+        _, report = _on_cluster(apply, args)
     except (ValueError, TopicsRefused) as exc:  # ManifestError is a ValueError
         return _fail(exc, EXIT_REFUSED)
     except ClusterUnavailable as exc:
@@ -111,19 +102,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
     """``streamflow topics describe``: the declared topics next to what the cluster has; the exit
     status (refused if ``apply`` would refuse)."""
     from streamflow.kafka.admin import describe  # the Kafka client: only for this command
-    from streamflow.kafka.manifest import load_manifest
 
     try:
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
-        manifest = load_manifest(args.manifests)
-        states = describe(
-            settings,
-            manifest,
-            profile=args.profile,
-            partitions=args.partitions,
-            builds=args.builds,
-            timeout=args.timeout,
-        )
+        settings, states = _on_cluster(describe, args)
     except ValueError as exc:
         return _fail(exc, EXIT_REFUSED)
     except ClusterUnavailable as exc:
@@ -141,6 +122,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="streamflow", description=__doc__)
     register(parser.add_subparsers(dest="command", required=True))
     return run(parser.parse_args(argv))
+
+
+def _on_cluster(command: Callable[..., T], args: argparse.Namespace) -> tuple[KafkaSettings, T]:
+    """The settings of the namespace ``args`` names, and what ``command`` (``apply`` or
+    ``describe``) returns for its topics in the manifests, with the options of ``args``."""
+    from streamflow.kafka.manifest import load_manifest
+
+    settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
+    manifest = load_manifest(args.manifests)
+    return settings, command(
+        settings,
+        manifest,
+        profile=args.profile,
+        partitions=args.partitions,
+        builds=args.builds,
+        timeout=args.timeout,
+    )
 
 
 def _fail(reason: object, code: int) -> int:

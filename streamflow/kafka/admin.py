@@ -149,22 +149,10 @@ def apply(
     """
     started = time.monotonic()
     namespace = settings.namespace
-    specs = manifest.topics_for(
-        namespace, profile=profile, builds=builds, partitions=partitions, limits=settings.limits
-    )
     log.info("topics apply: namespace %s, profile %s, %s", namespace, profile, settings.redacted())
-    cluster = _Cluster(settings, timeout)
-    metadata = cluster.metadata()
-    declared = _with_discovered(
-        manifest,
-        specs,
-        metadata,
-        namespace=namespace,
-        profile=profile,
-        partitions=partitions,
-        limits=settings.limits,
+    cluster, metadata, states = _survey(
+        settings, manifest, profile=profile, partitions=partitions, builds=builds, timeout=timeout
     )
-    states = cluster.inspect(declared, metadata)
     problems = [f"{s.spec.name}: {p}" for s in states for p in s.problems]
     problems.extend(_copartitioning(states))
     missing = [s.spec for s in states if not s.exists]
@@ -254,6 +242,23 @@ def describe(
     timeout: float = DEFAULT_TIMEOUT,
 ) -> tuple[TopicState, ...]:
     """The declared topics and the namespace's existing tasks topics, next to the cluster."""
+    _, _, states = _survey(
+        settings, manifest, profile=profile, partitions=partitions, builds=builds, timeout=timeout
+    )
+    return tuple(states)
+
+
+def _survey(
+    settings: KafkaSettings,
+    manifest: Manifest,
+    *,
+    profile: str,
+    partitions: int | None,
+    builds: Iterable[str | None],
+    timeout: float,
+) -> tuple[_Cluster, Any, list[TopicState]]:
+    """What :func:`apply` and :func:`describe` start from: the cluster, its metadata, and the
+    state there of each declared topic and of the namespace's existing tasks topics."""
     namespace = settings.namespace
     specs = manifest.topics_for(
         namespace, profile=profile, builds=builds, partitions=partitions, limits=settings.limits
@@ -269,7 +274,7 @@ def describe(
         partitions=partitions,
         limits=settings.limits,
     )
-    return tuple(cluster.inspect(declared, metadata))
+    return cluster, metadata, cluster.inspect(declared, metadata)
 
 
 def fit_record_limit(
