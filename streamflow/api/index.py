@@ -24,29 +24,36 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from streamflow.api.errors import IncidentNotFound, InvalidCursor
-from streamflow.api.query import MAX_WAIT_SECONDS, decode_cursor, encode_cursor, filter_params
-from streamflow.core.errors import FlowTimeout, SerializationError
-from streamflow.core.ids import is_valid_run_id, validate_run_id
-from streamflow.core.inspect import WorkflowRunRow, builds_of, count_rows, open_suspensions
+from streamflow.api.errors import IncidentNotFound
+from streamflow.api.pages import (
+    builds_of_rows,
+    builds_of_snapshots,
+    builds_view,
+    page_snapshots,
+    page_view,
+    row_of_view,
+    row_query,
+)
+from streamflow.api.query import MAX_WAIT_SECONDS, filter_params
+from streamflow.core.errors import FlowTimeout
+from streamflow.core.ids import validate_run_id
+from streamflow.core.inspect import open_suspensions
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
-from streamflow.core.timeutil import parse_utc
 from streamflow.core.views import (
     event_view,
     hook_view,
-    row_view,
     run_view,
     summary_view,
     suspension_view,
 )
 from streamflow.flow import Flow
 from streamflow.observe.http import Inspector
-from streamflow.stores.rows import RunFilter, RunRowPage, RunRowQuery, SnapshotRows, page_rows
+from streamflow.stores.rows import RunFilter, SnapshotRows, page_rows
 
 if TYPE_CHECKING:
     import httpx
@@ -133,7 +140,7 @@ class FlowIndex:
             return page_view(await rows(query))
         snapshots = await self._flow.list_snapshots()
         incidents = [i.run_id for i in await self._flow.list_incidents()]
-        return page_view(await asyncio.to_thread(_page_snapshots, snapshots, incidents, query))
+        return page_view(await asyncio.to_thread(page_snapshots, snapshots, incidents, query))
 
     async def run(self, run_id: str) -> Json:
         validate_run_id(run_id)
@@ -200,7 +207,7 @@ class FlowIndex:
         if per_build is not None:
             return builds_view(await per_build())
         snapshots = await self._flow.list_snapshots()
-        return await asyncio.to_thread(_builds_of_snapshots, snapshots)
+        return await asyncio.to_thread(builds_of_snapshots, snapshots)
 
     async def summary(self) -> Json:
         return summary_view(await self._flow.run_summary())
@@ -308,7 +315,7 @@ class InspectorIndex:
 
     async def builds(self) -> Json:
         found = await self._rows(None)
-        return await asyncio.to_thread(_builds_of_rows, [row_of_view(r) for r in found])
+        return await asyncio.to_thread(builds_of_rows, [row_of_view(r) for r in found])
 
     async def summary(self) -> Json:
         return dict(await self._ask("summary"))
@@ -502,86 +509,3 @@ def quoted(value: str) -> str:
 def chain_ended(view: Mapping[str, Any]) -> bool:
     """Whether a run detail's chain has ended (a continued run has not: its successor runs)."""
     return bool(view.get("ended_at")) and not view.get("continued_to")
-
-
-def row_of_view(view: Mapping[str, Any]) -> WorkflowRunRow:
-    """The listing row a ``/v1/runs`` line shows (what :func:`row_view` made it from)."""
-
-    def when(name: str) -> datetime | None:
-        text = view.get(name)
-        return None if text is None else parse_utc(str(text))
-
-    return WorkflowRunRow(
-        run_id=str(view["run_id"]),
-        status=WorkflowRunStatus(view["status"]),
-        workflow=view.get("workflow"),
-        version=view.get("version"),
-        build=view.get("build"),
-        parent_run_id=view.get("parent_run_id"),
-        last_sequence=int(view.get("last_sequence") or 0),
-        created_at=when("created_at"),
-        updated_at=when("updated_at"),
-        ended_at=when("ended_at"),
-    )
-
-
-def builds_view(counts: Mapping[str | None, tuple[int, int]]) -> Json:
-    """``/v1/builds`` from per-build ``(runs, open runs)``, unpinned runs (``None``) last."""
-    ordered = sorted(counts.items(), key=lambda item: (item[0] is None, item[0] or ""))
-    return {"builds": [{"build": b, "runs": n, "open": o} for b, (n, o) in ordered]}
-
-
-def row_query(where: RunFilter, *, limit: int, cursor: str | None) -> RunRowQuery:
-    """The page of rows a listing's filter, limit and cursor name (``InvalidCursor`` for a
-    cursor no listing answered with).
-
-    Args:
-        where: which runs the page keeps.
-        limit: the most rows the page holds.
-        cursor: a previous page's ``next_cursor`` (``None``: from the newest run).
-    """
-    before = None if cursor is None else _cursor_place(cursor)
-    return RunRowQuery(where=where, before=before, limit=limit)
-
-
-def _cursor_place(cursor: str) -> tuple[datetime | None, str]:
-    created, run_id = decode_cursor(cursor)
-    if not is_valid_run_id(run_id):
-        raise InvalidCursor("cursor is not one a listing answered with")
-    if not created:
-        return None, run_id
-    try:
-        return parse_utc(created), run_id
-    except (SerializationError, ValueError):
-        raise InvalidCursor("cursor is not one a listing answered with") from None
-
-
-def _cursor_time(created_at: datetime | None) -> str:
-    """A creation time as a cursor names it: fixed-width UTC text (``""``: none)."""
-    if created_at is None:
-        return ""
-    return created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def page_view(found: RunRowPage) -> Json:
-    """``GET /v1/runs``: the page's rows and the cursor of the next page (``None``: the last)."""
-    runs = [{**row_view(row), "has_incident": flagged} for row, flagged in found.rows]
-    following = None
-    if found.more and found.rows:
-        last = found.rows[-1][0]
-        following = encode_cursor(_cursor_time(last.created_at), last.run_id)
-    return {"runs": runs, "next_cursor": following}
-
-
-def _page_snapshots(
-    snapshots: list[WorkflowRunSnapshot], incidents: list[str], query: RunRowQuery
-) -> RunRowPage:
-    return page_rows(SnapshotRows((WorkflowRunRow.of(s) for s in snapshots), incidents), query)
-
-
-def _builds_of_rows(rows: Iterable[WorkflowRunRow]) -> Json:
-    return builds_view(builds_of(count_rows(rows)))
-
-
-def _builds_of_snapshots(snapshots: list[WorkflowRunSnapshot]) -> Json:
-    return _builds_of_rows(WorkflowRunRow.of(s) for s in snapshots)
