@@ -12,7 +12,8 @@ appends them in its open transaction). The answer is the core's (``prepare``,
 - :class:`Idle`: nothing to append now (the run waits for the outside world or for a delayed
   retry; ``decided``: the code ran and returned a valid command, so whatever failed before is
   gone; ``effects``: steps to run again, such as an attempt a crash interrupted);
-- :class:`Stuck`: the run cannot make progress: its incident;
+- :class:`Stuck`: the run cannot make progress: its incident (but a run whose cancellation
+  was requested ends ``cancelled`` instead when its code fails: cancellation wins);
 - :class:`Elsewhere`: the run belongs to a build this decider does not run;
 - ``None``: the run has ended (or was created and not started yet: its host starts it).
 """
@@ -23,7 +24,7 @@ import asyncio
 import inspect
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from streamflow.core import decide as d
@@ -149,7 +150,7 @@ class RunDecider:
                     result = self._loop.run_until_complete(result)
             command = checked_command(result)
         except FlowError as exc:
-            return Stuck(exc)
+            return self._failed(run.snapshot, exc, now)
         return self._after_code(run.snapshot, command, now)
 
     async def decide_async(self, run: ProjectedRun, now: datetime) -> NextStep:
@@ -164,7 +165,7 @@ class RunDecider:
                     result = await result
             command = checked_command(result)
         except FlowError as exc:
-            return Stuck(exc)
+            return self._failed(run.snapshot, exc, now)
         return self._after_code(run.snapshot, command, now)
 
     def _before_code(self, snap: WorkflowRunSnapshot, now: datetime) -> NextStep | _Replay:
@@ -192,7 +193,7 @@ class RunDecider:
             snap, command, now, new_run_id=self._new_run_id, limits=self.limits
         )
         if isinstance(decision, d.Rejected):
-            return Stuck(decision.error)
+            return self._failed(snap, decision.error, now)
         if decision.events:
             return Propose(decision.events, decision.effects, decision.suspend, decided=True)
         if not decision.effects and not decision.suspend:
@@ -201,11 +202,41 @@ class RunDecider:
             return Stuck(ReplayLimitExceeded(self._max_iterations))
         return Idle(decided=True, effects=decision.effects)
 
+    def _failed(self, snap: WorkflowRunSnapshot, error: FlowError, now: datetime) -> NextStep:
+        """The run's code failed its decision: the run is stuck, unless its cancellation was
+        requested. Then cancellation wins: the run ends ``cancelled`` as if its code had let
+        ``Cancelled`` through, and ``run_cancelled`` says the cleanup failed and why (code
+        that cannot finish its cleanup must not hold a cancelled run open)."""
+        if snap.cancellation is None:
+            return Stuck(error)
+        decision = d.decide_command(
+            snap, RuntimeCommand.cancel(), now, new_run_id=self._new_run_id, limits=self.limits
+        )
+        if isinstance(decision, d.Rejected) or not decision.events:
+            return Stuck(error)
+        events = tuple(_cleanup_failed(e, error) for e in decision.events)
+        return Propose(events, decision.effects, decision.suspend, decided=True)
+
     def close(self) -> None:
         """Close the event loop :meth:`decide` made, if it made one."""
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+
+MAX_CLEANUP_ERROR_CHARS = 500
+"""How much of the failing decision's error a ``run_cancelled`` reason keeps."""
+
+
+def _cleanup_failed(event: ev.FlowEvent, error: FlowError) -> ev.FlowEvent:
+    """``event``, if it ends the run cancelled, with why the cleanup did not finish."""
+    if not isinstance(event, ev.RunCancelled):
+        return event
+    failure = f"{type(error).__name__}: {error}"
+    if len(failure) > MAX_CLEANUP_ERROR_CHARS:
+        failure = failure[: MAX_CLEANUP_ERROR_CHARS - 1] + "\u2026"
+    why = f"its cleanup failed ({failure})"
+    return replace(event, reason=why if not event.reason else f"{event.reason}; {why}")
 
 
 def _uuid4() -> str:

@@ -265,6 +265,40 @@ async def test_cancellation_raises_at_the_open_await_and_cleanup_runs_before_the
     assert cleaned == ["nothing", "the reservation"]
 
 
+async def test_cancellation_wins_over_cleanup_code_that_fails(make_driver):
+    """Code that raises while handling its cancellation cannot hold the run open: the run ends
+    cancelled at that decision, and ``run_cancelled`` says the cleanup failed and why."""
+    app = App()
+    cleaned: list[str] = []
+
+    @app.step
+    async def release(what: str) -> str:
+        cleaned.append(what)
+        return what
+
+    @app.workflow
+    async def brittle(ctx: DurableContext) -> str:
+        try:
+            await ctx.hook("approval")
+        except streamflow.Cancelled:
+            await ctx.step("cleanup", release, "the reservation")
+            raise ValueError("the refund service is gone") from None
+        return "approved"
+
+    driver = await make_driver(app, hook_secret=b"a test secret of thirty-two bytes")
+    await driver.start_with_id("run-1", brittle.spec)
+    await driver.wait_for("run-1", lambda s: "approval" in s.hooks, timeout=30)
+    await driver.request_cancellation("run-1", CancellationRequest("customer left"))
+    snap = await driver.wait_for("run-1", ended, timeout=30)
+    assert snap.status is WorkflowRunStatus.CANCELLED
+    assert cleaned == ["the reservation"]  # what the cleanup reached did run
+    last = (await driver.history("run-1"))[-1].event
+    assert last.type == "run_cancelled"
+    assert last.reason.startswith("customer left; its cleanup failed (RuntimeFailure: ")
+    assert "ValueError: the refund service is gone" in last.reason
+    assert await driver.flow.incident("run-1") is None
+
+
 async def test_continue_as_new_hands_over_and_result_follows_the_chain(make_driver):
     app = App()
 
