@@ -15,7 +15,12 @@ from streamflow.core.retry import RetryPolicy
 from streamflow.examples.outbox import send_link
 from streamflow.workflow.app import App, step_info
 from streamflow.workflow.durable import DurableContext
-from streamflow.workflow.errors import StepFailedError, WaitTimedOut, WorkflowFailure
+from streamflow.workflow.errors import (
+    HookDisposedError,
+    StepFailedError,
+    WaitTimedOut,
+    WorkflowFailure,
+)
 
 APPROVAL_WINDOW = timedelta(days=3)
 LIMIT_CENTS = 5_000_00
@@ -105,6 +110,8 @@ async def approve(ctx: DurableContext, expense: Expense) -> dict[str, object]:
         decision = await ctx.hook("approval", timeout=APPROVAL_WINDOW, as_type=Decision)
     except WaitTimedOut:
         return {"status": "expired"}
+    except HookDisposedError:  # the link was withdrawn (`streamflow dispose TOKEN`)
+        return {"status": "withdrawn"}
     if not decision.approved:
         return {"status": "declined", "by": decision.approver}
     changes = [c for c in ctx.signals("amount-changed") if isinstance(c, int)]  # before approval

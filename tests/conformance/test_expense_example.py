@@ -10,7 +10,13 @@ import sys
 
 import pytest
 
-from streamflow import HookAlreadyResolved, HookStatus, WorkflowRunStatus, WorkflowSignal
+from streamflow import (
+    CancellationRequest,
+    HookAlreadyResolved,
+    HookStatus,
+    WorkflowRunStatus,
+    WorkflowSignal,
+)
 from streamflow.engine.exchange import write_jsonl
 from streamflow.examples import expenses
 from streamflow.examples.outbox import OUTBOX
@@ -81,6 +87,30 @@ async def test_a_declined_expense_is_not_paid_and_a_second_click_changes_nothing
     assert not snap.child_workflows
     with pytest.raises(HookAlreadyResolved):
         await driver.resume_hook_by_token(token, {"approved": True, "approver": "mallory"})
+
+
+async def test_every_way_out_ends_an_expense_waiting_for_approval(make_driver):
+    """Withdrawing the link (dispose), cancelling and force-cancelling each end the run."""
+    OUTBOX.clear()
+    driver = await make_driver(expenses.app, hook_secret=SECRET)
+    await start(driver, "exp-out-1")
+    await awaiting_approval(driver, "exp-out-1")
+    token = link_token()  # exp-out-1's link: the only one sent so far
+    for run_id in ("exp-out-2", "exp-out-3"):
+        await start(driver, run_id)
+        await awaiting_approval(driver, run_id)
+    await driver.dispose_hook_by_token(token)
+    await driver.request_cancellation("exp-out-2", CancellationRequest("trip called off"))
+    await driver.force_cancel("exp-out-3", "duplicate claim")
+    withdrawn = await driver.wait_for("exp-out-1", ended, timeout=60)
+    assert (withdrawn.status, withdrawn.output) == (
+        WorkflowRunStatus.COMPLETED,
+        {"status": "withdrawn"},
+    )
+    for run_id in ("exp-out-2", "exp-out-3"):
+        snap = await driver.wait_for(run_id, ended, timeout=60)
+        assert snap.status is WorkflowRunStatus.CANCELLED, run_id
+    assert not snap.child_workflows  # nothing was paid
 
 
 async def test_an_expense_nobody_approves_in_three_days_expires(make_driver):
