@@ -17,7 +17,7 @@ from datetime import datetime
 from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
-from streamflow.core.errors import EventConflict, ReplayLimitExceeded
+from streamflow.core.errors import EventConflict, PayloadTooLarge, ReplayLimitExceeded
 from streamflow.core.jsonvalue import normalize
 from streamflow.core.limits import check_payload
 from streamflow.core.projection import ProjectedRun
@@ -117,11 +117,15 @@ class StepRunner:
         try:
             output = await self._call(invocation)
             value = normalize(output, f"step {effect.step_id} output")
-            # The same limit as a Kafka worker's: an output too large fails the attempt.
-            check_payload(value, f"step {effect.step_id} output", self._s.record_limits)
-            return d.StepSucceeded(value)
         except Exception as exc:
             return d.StepErrored(step_error(exc), retryable=retryable(exc))
+        try:
+            # The same limit as a Kafka worker's: an output too large fails the step at once
+            # (another attempt would run the step's side effect again, for the same output).
+            check_payload(value, f"step {effect.step_id} output", self._s.record_limits)
+        except PayloadTooLarge as exc:
+            return d.StepErrored(f"PayloadTooLarge: {exc}", retryable=False)
+        return d.StepSucceeded(value)
 
     async def _call(self, invocation: StepInvocation) -> object:
         run_step = self._runtime.run_step

@@ -24,6 +24,7 @@ from typing import Unpack
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from streamflow import faults
+from streamflow.core.errors import PayloadTooLarge
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import check_payload
 from streamflow.kafka.clients import (
@@ -207,10 +208,14 @@ class Worker(BuildServer):
         self._tasks.add(running)
         running.add_done_callback(self._tasks.discard)
 
-    def _result(self, task: m.StepTask, output: object) -> m.StepResult:
-        value = normalize(output, f"step {task.step_id} output")
-        # The same limit as the embedded engine: an output too large fails the attempt.
-        check_payload(value, f"step {task.step_id} output", self._wire.limits)
+    def _result(self, task: m.StepTask, value: JsonValue) -> m.StepResult:
+        """The attempt's success, or a failure that ends the step (not retryable) when
+        ``value`` is over the record-size limit: the same limit and text as the embedded
+        engine's, and another attempt would run the step's side effect again."""
+        try:
+            check_payload(value, f"step {task.step_id} output", self._wire.limits)
+        except PayloadTooLarge as exc:
+            return self._ended(task, ok=False, error=f"PayloadTooLarge: {exc}", retryable=False)
         return self._ended(task, ok=True, output=value)
 
     def _ended(
@@ -245,9 +250,11 @@ class Worker(BuildServer):
             hook_secret=self._hook_secret,
         )
         try:
-            result = self._result(task, await self._call(invocation))
+            value = normalize(await self._call(invocation), f"step {task.step_id} output")
         except Exception as exc:
             result = self._ended(task, ok=False, error=step_error(exc), retryable=retryable(exc))
+        else:
+            result = self._result(task, value)
         faults.hit("worker.after_effect_before_result")
         request = m.Request(
             request_id=str(uuid.uuid4()), run_id=task.run_id, sent_at=self._clock(), body=result

@@ -41,19 +41,39 @@ def _big_output(invocation):
     return {"blob": TOO_BIG} if invocation.step_id == "big" else {"ok": True}
 
 
-async def test_a_step_output_over_the_limit_fails_the_attempt_with_the_same_text(make_driver):
-    runtime = Scripted(sequential("big", retry=RetryPolicy.fixed(2, 0)), step=_big_output)
+async def test_a_step_output_over_the_limit_fails_the_step_at_once(make_driver):
+    runtime = Scripted(sequential("big", retry=RetryPolicy.fixed(3, 0)), step=_big_output)
     driver = await make_driver(runtime)
     await driver.start_with_id("run-1", spec())
     snap = await driver.settle("run-1")
-    # Every attempt ran (the step's retry policy applies), and each failed on the limit.
-    assert runtime.calls_of("big") == 2
+    # Not retried: another attempt would run the step's side effect again for the same output.
+    assert runtime.calls_of("big") == 1
     step = snap.steps["big"]
     assert step.status is StepStatus.FAILED
-    assert step.error is not None
+    assert step.attempt == 1
     size = json_bytes({"blob": TOO_BIG})
-    assert step.error == f"step big output is {size} bytes, over the {PAYLOAD_LIMIT}-byte limit"
+    assert step.error == (
+        f"PayloadTooLarge: step big output is {size} bytes, over the {PAYLOAD_LIMIT}-byte limit"
+    )
     assert snap.status is WorkflowRunStatus.FAILED
+
+
+def _catches_the_big_step(ctx):
+    policy = RetryPolicy.fixed(3, 0).continue_workflow_on_failure()
+    error = ctx.step_failed("big")
+    if error is not None:
+        return ctx.complete({"caught": error.split(":")[0]})
+    return ctx.schedule_step("big", "do-big", None, policy)
+
+
+async def test_workflow_code_catches_an_output_over_the_limit_like_any_step_failure(make_driver):
+    runtime = Scripted(_catches_the_big_step, step=_big_output)
+    driver = await make_driver(runtime)
+    await driver.start_with_id("run-1", spec())
+    snap = await driver.settle("run-1")
+    assert runtime.calls_of("big") == 1
+    assert snap.status is WorkflowRunStatus.COMPLETED
+    assert snap.output == {"caught": "PayloadTooLarge"}
 
 
 def _waits_for_a_signal(ctx):
