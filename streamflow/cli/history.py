@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from streamflow.cli.paths import store_path
-from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.core.builds import configured_compatibility
 from streamflow.core.errors import FlowError
 from streamflow.core.replay import Drift
 from streamflow.engine.exchange import Histories, dump_jsonl, read_jsonl
@@ -145,13 +145,11 @@ def _replay(args: argparse.Namespace, histories: Histories) -> int:
 
     runtime = load_runtime(args.app)
     secret = load_hook_secret(args.hook_secret_file)
-    compat: RuntimeBuildCompatibility | None = None
+    compat = None
     if args.build:
-        compat = RuntimeBuildCompatibility.new(args.build[0])
-        for build in args.build[1:]:
-            compat = compat.with_compatible_build(build)
-        if args.accept_unpinned:
-            compat = compat.accept_unpinned()
+        compat = configured_compatibility(
+            args.build[0], args.build[1:], accepts_unpinned=args.accept_unpinned
+        )
     report = asyncio.run(
         replay_histories(
             runtime,

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamflow.core.builds import RuntimeBuildCompatibility
+from streamflow.core.builds import RuntimeBuildCompatibility, configured_compatibility
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.decide import Limits
 from streamflow.core.errors import FlowError
@@ -220,12 +220,9 @@ def load_hook_secret(path: Path | None) -> HookSecret | None:
 def compatibility(args: argparse.Namespace) -> RuntimeBuildCompatibility | None:
     """The build admission the ``--build``, ``--compatible-build`` and ``--accept-unpinned``
     options describe (``None`` without ``--build``)."""
-    if args.build is None:
-        return None
-    compat = RuntimeBuildCompatibility.new(args.build)
-    for build in args.compatible_build:
-        compat = compat.with_compatible_build(build)
-    return compat.accept_unpinned() if args.accept_unpinned else compat
+    return configured_compatibility(
+        args.build, args.compatible_build, accepts_unpinned=args.accept_unpinned
+    )
 
 
 def limits(args: argparse.Namespace) -> Limits:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from streamflow.core.ids import RuntimeBuildId
@@ -44,6 +45,21 @@ class RuntimeBuildCompatibility:
     def builds(self) -> list[str]:
         """Every pinned build admitted, current first."""
         return [str(self.current), *sorted(str(b) for b in self.compatible - {self.current})]
+
+
+def configured_compatibility(
+    current: str | None, compatible: Iterable[str] = (), *, accepts_unpinned: bool = False
+) -> RuntimeBuildCompatibility | None:
+    """What a process configured to run build ``current``, to replay the ``compatible`` builds
+    too and (``accepts_unpinned``) runs without a build pin admits; ``None`` when it has no
+    build (it admits only unpinned runs, see :func:`admits`). Each build id must keep the
+    build-id rules (``InvalidRuntimeBuildId``)."""
+    if current is None:
+        return None
+    compat = RuntimeBuildCompatibility.new(current)
+    for build in compatible:
+        compat = compat.with_compatible_build(build)
+    return compat.accept_unpinned() if accepts_unpinned else compat
 
 
 def admits(compatibility: RuntimeBuildCompatibility | None, build: str | None) -> bool:

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streamflow.clock import utc_now
-from streamflow.core.builds import RuntimeBuildCompatibility, admits
+from streamflow.core.builds import RuntimeBuildCompatibility, admits, configured_compatibility
 from streamflow.core.errors import FlowTimeout
 from streamflow.kafka.clients import (
     caught_up,
@@ -52,12 +52,11 @@ def registration_key(group: str, instance: str) -> bytes:
 
 def compatibility_of(registration: BuildRegistration) -> RuntimeBuildCompatibility | None:
     """The builds a registration admits (``None``: it admits only unpinned runs)."""
-    if registration.current is None:
-        return None
-    compat = RuntimeBuildCompatibility.new(registration.current)
-    for build in registration.compatible:
-        compat = compat.with_compatible_build(build)
-    return compat.accept_unpinned() if registration.accepts_unpinned else compat
+    return configured_compatibility(
+        registration.current,
+        registration.compatible,
+        accepts_unpinned=registration.accepts_unpinned,
+    )
 
 
 def admitted_by(registration: BuildRegistration, build: str | None) -> bool:
