@@ -43,7 +43,7 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
 from streamflow.core.values import ChildWorkflowCancellationPolicy, WorkflowTerminalOutcome
 from streamflow.engine.children import Children, child_debts, successor_owed
-from streamflow.engine.incidents import Incidents
+from streamflow.engine.incidents import Incidents, recorded
 from streamflow.engine.runs import RunCache
 from streamflow.engine.settings import EngineSettings
 from streamflow.engine.steps import StepRunner
@@ -235,7 +235,13 @@ class Driver:
             try:
                 current = await self.drive_chain(parent_id, now)
             except FlowError as exc:
-                log.warning("driving parent %s of finished child failed: %s", parent_id, exc)
+                # The parent's incident is logged where it is recorded (once per change).
+                log.log(
+                    logging.DEBUG if recorded(exc) else logging.WARNING,
+                    "driving parent %s of finished child failed: %s",
+                    parent_id,
+                    exc,
+                )
                 break
         return snap
 

@@ -22,6 +22,13 @@ _NOT_INCIDENTS = (EventConflict, RunNotFound, RuntimeBuildUnavailable)
 run, a build this engine does not run (another engine's work)."""
 
 
+def recorded(error: BaseException) -> bool:
+    """Whether ``error`` was kept as a run's incident, and so logged by :class:`Incidents`
+    (a WARNING when the run's failure started or changed, DEBUG for a repeat): whoever else
+    sees it (the task that drove the run, a child waking its parent) logs it at DEBUG."""
+    return getattr(error, _RECORDED, None) is not None
+
+
 def is_incident(error: FlowError) -> bool:
     """Whether ``error`` from a drive is the run's incident (not a race, an unknown run or
     another engine's build)."""
@@ -72,10 +79,12 @@ class Incidents:
         (await self._failing_runs()).add(run_id)
         if self._s.metrics is not None:
             self._s.metrics.incident(run_id, True)
+        changed = previous is None or (previous.error_type, previous.error) != (
+            current.error_type,
+            current.error,
+        )
         log.log(
-            logging.WARNING
-            if previous is None or previous.error != current.error
-            else logging.DEBUG,
+            logging.WARNING if changed else logging.DEBUG,
             "run %s cannot make progress (attempt %d): %s: %s",
             run_id,
             current.attempts,

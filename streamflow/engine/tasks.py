@@ -23,6 +23,7 @@ from streamflow.core.errors import (
     LeaseLost,
     RuntimeBuildRouteNotFound,
 )
+from streamflow.engine.incidents import recorded
 from streamflow.engine.task_values import FlowTask as FlowTask
 from streamflow.engine.task_values import FlowTaskKind as FlowTaskKind
 from streamflow.engine.task_values import FlowTaskOutcome as FlowTaskOutcome
@@ -405,7 +406,12 @@ class InProcessTaskRunner(_BuildScopedDispatcher):
             self.outcomes.append(running.result())
             return
         self.errors.append(error)
-        log.error("in-process task failed: %s", error)
+        if recorded(error):
+            # The run's incident: logged where it was recorded (a WARNING when it started or
+            # changed), not once more per retry.
+            log.debug("in-process task failed: %s", error)
+        else:
+            log.error("in-process task failed: %s", error)
 
     async def drain(self, timeout: float | None = None) -> None:
         """Wait for everything dispatched so far (and what it dispatches); after ``timeout``

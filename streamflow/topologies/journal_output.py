@@ -41,6 +41,7 @@ from streamflow.core import events as ev
 from streamflow.core.errors import ContinueAsNewLimitExceeded, FlowError
 from streamflow.core.ids import idempotency_key
 from streamflow.core.limits import check_events
+from streamflow.core.lru import LruCache
 from streamflow.core.obligations import newly_owed, owed
 from streamflow.core.projection import evolve
 from streamflow.core.snapshot import WorkflowRunSnapshot
@@ -62,6 +63,8 @@ COUNTED: dict[str, dict[str, str]] = {
 COUNTS_PUBLISH_INTERVAL = 5.0
 log = logging.getLogger("streamflow.journal")
 
+REFUSALS_REMEMBERED = 4096
+"""Runs whose last refused decision the journal remembers, to log a repeat at DEBUG."""
 MAX_FORWARDS = 1024
 """A request handed on along a continuation chain more often than this is refused (a chain
 can never be that long; it guards against a corrupt link)."""
@@ -114,6 +117,8 @@ class JournalOutput:
         self._partitions = partitions
         self._hook_partitions = hook_partitions
         self._task_partitions: dict[str, int] = {}
+        self._refused: LruCache[str, str] = LruCache(REFUSALS_REMEMBERED)
+        """Runs whose decision was refused, with the error last logged (``Type: message``)."""
 
     def append(
         self,
@@ -162,6 +167,8 @@ class JournalOutput:
                 self._produce_task(snap, task)
             if event.is_terminal():
                 self._finished(snap, now)
+        if self._refused.pop(run_id) is not None:
+            log.info("run %s makes progress again", run_id)
         return effects
 
     def effect(self, txn: StagedWrites, origin: str, effect: d.Effect, now: datetime) -> None:
@@ -364,7 +371,17 @@ class JournalOutput:
             at=now,
         )
         self.produce(self._names.incidents, run_id.encode(), self._wire.encode(incident))
-        log.warning("run %s: %s", run_id, error)
+        # A WARNING when the run's refusals start or change, DEBUG for a proposal refused again
+        # the same way (a processor proposes again until history moves on).
+        reported = f"{type(error).__name__}: {error}"
+        repeated = self._refused.get(run_id) == reported
+        self._refused.put(run_id, reported)
+        log.log(
+            logging.DEBUG if repeated else logging.WARNING,
+            "run %s cannot make progress: its decision was refused: %s",
+            run_id,
+            reported,
+        )
 
 
 class RefusalCounts:

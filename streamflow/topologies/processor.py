@@ -311,15 +311,21 @@ class Processor(BuildServer):
         wait = max((incidents.retry_at(current) - now).total_seconds(), 0.0)
         self._held[run_id] = time.monotonic() + wait
         heapq.heappush(self._timers, (self._held[run_id], run_id))
-        repeated = previous is not None and previous.error == current.error
+        # A WARNING when the failure starts or changes (after a restart too, its local state
+        # remembers the last one), DEBUG for a retry that fails the same way.
+        repeated = previous is not None and (previous.error_type, previous.error) == (
+            current.error_type,
+            current.error,
+        )
         log.log(
             logging.DEBUG if repeated else logging.WARNING,
-            "run %s cannot make progress at sequence %d (attempt %d, next in %.0f s): %s",
+            "run %s cannot make progress at sequence %d (attempt %d, next in %.0f s): %s: %s",
             run_id,
             snap.last_sequence,
             current.attempts,
             wait,
-            error,
+            current.error_type,
+            current.error,
         )
 
     def _heal_now(self, run_id: str) -> None:
