@@ -1,8 +1,13 @@
 """The App the console test serves: a run that prepares (one step), records durable progress,
-then waits for a ``go`` signal, so it stays open for the browser to look at and cancel; and a run
-that takes any JSON input and waits for ``go``."""
+then waits for a ``go`` signal, so it stays open for the browser to look at and cancel; a run
+that takes any JSON input and waits for ``go``; a run of three steps created in an order that is
+not their ids' alphabetical order, a short timer and a ``go`` signal wait; and a run whose code
+does a non-durable ``await``, so it is stuck with an incident."""
 
 from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
 
 from pydantic import BaseModel
 
@@ -31,3 +36,24 @@ async def batch(ctx: DurableContext, batch: Batch) -> object:
 async def echo(ctx: DurableContext, note: object) -> object:
     """Takes any JSON input and waits for ``go``: a run whose data the test chooses."""
     return await ctx.signal("go", "go")
+
+
+@app.step
+def tick(n: int) -> int:
+    return n
+
+
+@app.workflow(name="console.steps", signals=("go",))
+async def steps(ctx: DurableContext) -> object:
+    """Steps ``zeta``, ``alpha`` and ``mid``, in that order; a 50 ms timer ``nap``; then the
+    ``go`` signal wait ``go``."""
+    total = 0
+    for step_id in ("zeta", "alpha", "mid"):
+        total += await ctx.step(step_id, tick, total + 1)
+    await ctx.sleep("nap", timedelta(milliseconds=50))
+    return {"total": total, "go": await ctx.signal("go", "go")}
+
+
+@app.workflow(name="console.broken")
+async def broken(ctx: DurableContext) -> None:
+    await asyncio.sleep(0)  # not a durable await: every decision fails, the run gets an incident

@@ -3,7 +3,10 @@ against a real uvicorn server over the embedded engine on RocksDB, with the host
 
 The browser enters the API key, loads the runs list, opens a run, sees its timeline and its
 progress bar, and cancels it from the page; the API confirms the run ended ``cancelled``. A
-screenshot of the run page is kept in ``test-artifacts/console-run.png``. Hostile input: malformed
+screenshot of the run page is kept in ``test-artifacts/console-run.png``. A stuck run shows its
+incident in a banner at the top; a finished run lists its steps in the order they were created
+with their times, its resolved timer and signal wait, and a timeline naming each event's subject
+(screenshot ``test-artifacts/console-steps.png``). Hostile input: malformed
 run links leave the console usable, direction controls and markup in run data are shown as marked
 text, JSON nested too deeply is cut, and nothing the console does violates its
 Content-Security-Policy (read from the browser's console log). Without Chromium these tests fail:
@@ -13,6 +16,7 @@ they are never skipped.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +29,7 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -365,3 +370,145 @@ def test_the_console_runs_under_its_content_security_policy(
         assert probe.value_of_css_property("color") != "rgba(1, 2, 3, 1)"
         violations = WebDriverWait(browser, WAIT).until(lambda d: page_errors(d))
         assert any("Content Security Policy" in v and "style" in v for v in violations)
+
+
+DURATION = re.compile(r"^(\d+ ms|\d+\.\d s|\d+ min \d+ s|\d+ h \d+ min|\d+ d \d+ h)$")
+
+
+def cells(row: WebElement, css: str) -> str:
+    return str(row.find_element(By.CSS_SELECTOR, css).text)
+
+
+def test_a_stuck_run_shows_the_incident_banner_at_the_top(
+    console: tuple[str, httpx.Client],
+) -> None:
+    url, client = console
+    started = client.post("/v1/runs", json={"workflow": "console.broken", "run_id": "stuck-1"})
+    assert started.status_code == 201, started.text
+    start(client, "batch-fine", 10)
+    with chromium() as browser:
+        wait = WebDriverWait(browser, WAIT)
+        enter_key(browser, url)
+        browser.get(f"{url}/console/#/runs/stuck-1")
+        banner = wait.until(ec.visibility_of_element_located((By.ID, "run-incident-banner")))
+        assert banner.get_attribute("role") == "alert"
+        assert "This run is stuck" in banner.text
+        assert "cancel" in text_of(browser, "#run-incident-hint")
+        # Above everything else: before the actions and the run's facts.
+        assert banner.location["y"] < browser.find_element(By.ID, "actions").location["y"]
+
+        # What the banner says is the API's incident (read again until both agree: the host may
+        # retry the decision in between, which adds an attempt).
+        def shown_matches_api(driver: WebDriver) -> dict[str, object] | None:
+            incident = client.get("/v1/runs/stuck-1").json()["incident"]
+            if incident is None:
+                return None
+            attempts = int(incident["attempts"])
+            said = "1 failed decision" if attempts == 1 else f"{attempts} failed decisions in a row"
+            if text_of(driver, "#run-incident-attempts") != said:
+                return None
+            if text_of(driver, "#run-incident-last") != incident["last_at"]:
+                return None
+            return dict(incident)
+
+        incident = wait.until(shown_matches_api)
+        assert incident["error_type"] == "UnsupportedAwait"
+        assert text_of(browser, "#run-incident-type") == "UnsupportedAwait"
+        assert text_of(browser, "#run-incident-message") == incident["error"]
+        assert text_of(browser, "#run-incident-since").startswith(f"{incident['first_at']} (stuck")
+
+        # Force-cancelled, the run ends and the banner goes.
+        ended = client.post("/v1/runs/stuck-1/force-cancel", json={"reason": "stuck"})
+        assert ended.status_code == 200, ended.text
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-status"), "cancelled"))
+        wait.until(ec.invisibility_of_element_located((By.ID, "run-incident-banner")))
+
+        # A run without an incident has no banner.
+        browser.get(f"{url}/console/#/runs/batch-fine")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "suspensions"), "go"))
+        assert browser.find_elements(By.ID, "run-incident-banner") == []
+        assert page_errors(browser) == []
+
+
+def test_steps_in_creation_order_with_times_waits_and_timeline_subjects(
+    console: tuple[str, httpx.Client],
+) -> None:
+    url, client = console
+    started = client.post("/v1/runs", json={"workflow": "console.steps", "run_id": "steps-1"})
+    assert started.status_code == 201, started.text
+    with chromium() as browser:
+        wait = WebDriverWait(browser, WAIT)
+        enter_key(browser, url)
+        browser.get(f"{url}/console/#/runs/steps-1")
+        # While it waits for go: the signal wait is listed, waiting, its wait counting up.
+        waiting = (By.CSS_SELECTOR, '#waits tr.wait[data-kind="signal"][data-wait-id="go"]')
+        row = wait.until(ec.presence_of_element_located(waiting))
+        assert cells(row, ".wait-waited").endswith(" so far")
+        signalled = client.post("/v1/runs/steps-1/signals", json={"name": "go", "payload": 7})
+        assert signalled.status_code == 202, signalled.text
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-status"), "completed"))
+        assert wait_for_end(client, "steps-1") == "completed"
+        history = client.get("/v1/runs/steps-1/history").json()["events"]
+
+        def first(kind: str, key: str, value: str) -> dict[str, object]:
+            return next(e for e in history if e["type"] == kind and e["body"][key] == value)
+
+        # Steps in the order they were created, not by id, with their times.
+        rows = browser.find_elements(By.CSS_SELECTOR, "#steps tr.step")
+        assert [r.get_attribute("data-step-id") for r in rows] == ["zeta", "alpha", "mid"]
+        for row in rows:
+            step_id = row.get_attribute("data-step-id")
+            assert (
+                cells(row, ".step-started")
+                == first("step_created", "step_id", step_id)["timestamp"]
+            )
+            assert (
+                cells(row, ".step-ended")
+                == first("step_completed", "step_id", step_id)["timestamp"]
+            )
+            assert DURATION.match(cells(row, ".step-duration")), cells(row, ".step-duration")
+        headings = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#steps th")]
+        assert headings[4:7] == ["Started", "Ended", "Duration"]
+
+        # The timer and the signal wait, both resolved, stay listed with their times.
+        waits = {
+            (r.get_attribute("data-kind"), r.get_attribute("data-wait-id")): r
+            for r in browser.find_elements(By.CSS_SELECTOR, "#waits tr.wait")
+        }
+        assert set(waits) == {("timer", "nap"), ("signal", "go")}
+        for (kind, wait_id), opened, closed in (
+            (("timer", "nap"), "wait_created", "wait_completed"),
+            (("signal", "go"), "signal_wait_created", "signal_wait_completed"),
+        ):
+            row = waits[(kind, wait_id)]
+            assert "completed" in cells(row, "td:nth-child(4)")
+            assert cells(row, ".wait-created") == first(opened, "wait_id", wait_id)["timestamp"]
+            assert cells(row, ".wait-resolved") == first(closed, "wait_id", wait_id)["timestamp"]
+            assert DURATION.match(cells(row, ".wait-waited")), cells(row, ".wait-waited")
+        assert "signal go" in waits[("signal", "go")].text
+
+        # The timeline names each event's subject and its time since the run's first event.
+        events = browser.find_elements(By.CSS_SELECTOR, "#timeline tr.event")
+        assert len(events) == len(history)
+        subjects = {}
+        for shown, event in zip(events, history, strict=True):
+            elapsed = cells(shown, ".event-elapsed")
+            assert elapsed.startswith("+"), elapsed
+            assert DURATION.match(elapsed[1:]), elapsed
+            subjects[event["sequence"]] = (event["type"], cells(shown, ".event-subject"))
+        assert cells(events[0], ".event-elapsed") == "+0 ms"
+        for event in history:
+            kind, subject = subjects[event["sequence"]]
+            body = event["body"]
+            if kind.startswith("step_"):
+                assert subject.split(" · ")[0] == body["step_id"], (kind, subject)
+            elif kind in ("wait_created", "wait_completed", "signal_wait_completed"):
+                assert subject.split(" · ")[0] == body["wait_id"], (kind, subject)
+        created = first("step_created", "step_id", "alpha")
+        assert subjects[created["sequence"]][1] == f"alpha · {created['body']['step_name']}"
+        signal_wait = first("signal_wait_created", "wait_id", "go")
+        assert subjects[signal_wait["sequence"]][1] == "go · go"
+        assert ("run_created", "—") in subjects.values()
+        assert page_errors(browser) == []
+        ARTIFACTS.mkdir(exist_ok=True)
+        assert browser.save_screenshot(str(ARTIFACTS / "console-steps.png"))

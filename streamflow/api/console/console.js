@@ -390,26 +390,259 @@
       h("tbody", {}, rows));
   }
 
+  // -- times -----------------------------------------------------------------------------------
+
+  // An RFC 3339 time as the API writes it (0, 3 or 6 fractional digits) in milliseconds since
+  // the epoch, microseconds kept as a fraction; null for anything else.
+  const TIME = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
+  function parseTime(text) {
+    const found = typeof text === "string" ? TIME.exec(text) : null;
+    if (!found) return null;
+    const whole = Date.parse(found[1] + found[3]);
+    if (Number.isNaN(whole)) return null;
+    return whole + (found[2] ? Number(found[2]) * 1000 : 0);
+  }
+
+  // A span of time for people: 350 ms, 2.1 s, 3 min 4 s, 1 h 2 min, 2 d 5 h.
+  function humanDuration(ms) {
+    if (ms === null || ms === undefined || !Number.isFinite(ms)) return "—";
+    const span = Math.max(0, ms);
+    if (span < 1000) return Math.round(span) + " ms";
+    if (span < 59950) return (Math.round(span / 100) / 10).toFixed(1) + " s";
+    const seconds = Math.round(span / 1000);
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min " + (seconds % 60) + " s";
+    const minutes = Math.round(span / 60000);
+    if (minutes < 24 * 60) return Math.floor(minutes / 60) + " h " + (minutes % 60) + " min";
+    const hours = Math.round(span / 3600000);
+    return Math.floor(hours / 24) + " d " + (hours % 24) + " h";
+  }
+
+  // The time between two API times, for people ("—" when either is missing).
+  function between(from, to) {
+    const start = parseTime(from);
+    const end = parseTime(to);
+    return start === null || end === null ? "—" : humanDuration(end - start);
+  }
+
+  // A duration still growing: "<span> so far", counted from `since` to the browser's clock and
+  // kept current by tickOpen() on every refresh of an open run.
+  function soFar(since) {
+    const start = parseTime(since);
+    if (start === null) return "—";
+    const cell = h("span", { className: "so-far", "data-since": start });
+    cell.textContent = humanDuration(Date.now() - start) + " so far";
+    return cell;
+  }
+
+  function tickOpen(root) {
+    for (const cell of root.querySelectorAll("[data-since]")) {
+      const start = Number(cell.getAttribute("data-since"));
+      if (Number.isFinite(start)) cell.textContent = humanDuration(Date.now() - start) + " so far";
+    }
+  }
+
+  // -- the incident banner ---------------------------------------------------------------------
+
+  // A run with an incident is stuck: its latest decision failed and the host retries it with
+  // backoff. Shown above everything else on the run page.
+  function incidentBanner(run) {
+    const incident = run.incident;
+    if (!incident) return null;
+    const error = typeof incident.error === "string" ? incident.error : pretty(incident.error);
+    const attempts = Number.isFinite(incident.attempts)
+      ? incident.attempts + (incident.attempts === 1 ? " failed decision" : " failed decisions in a row")
+      : orDash(incident.attempts);
+    const stuckFor = TERMINAL.has(run.status) ? null : [" (stuck for ", soFar(incident.first_at), ")"];
+    return h("section", { className: "incident-banner", id: "run-incident-banner", role: "alert" },
+      h("h2", {}, "This run is stuck"),
+      h("p", { className: "incident-error" },
+        h("strong", { className: "mono", id: "run-incident-type" }, orDash(incident.error_type)), ": ",
+        h("span", { id: "run-incident-message" }, shortened(String(error), 2000))),
+      facts([
+        ["Attempts", h("span", { id: "run-incident-attempts" }, attempts)],
+        ["Since", h("span", { id: "run-incident-since" }, orDash(incident.first_at), stuckFor)],
+        ["Last attempt", h("span", { id: "run-incident-last" }, orDash(incident.last_at))],
+        ["At event", orDash(incident.sequence)],
+      ]),
+      h("p", { className: "incident-hint", id: "run-incident-hint" },
+        "Its latest decision fails, and the host keeps retrying it with backoff: fix the workflow "
+        + "code (and deploy it), or cancel the run — force-cancel "
+        + "(POST /v1/runs/{id}/force-cancel) ends it without running its code."),
+      h("details", {}, h("summary", {}, "incident as JSON"), h("pre", { id: "run-incident" }, pretty(incident))));
+  }
+
+  // -- what history tells ----------------------------------------------------------------------
+
+  const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
+  const field = (body, name) => (isObject(body) && typeof body[name] === "string" ? body[name] : null);
+
+  // Each step's first event (its place and time of creation) and the event that ended it
+  // (step_completed, step_failed), by step id.
+  function stepTimes(events) {
+    const times = new Map();
+    for (const e of events) {
+      if (!e.type.startsWith("step_")) continue;
+      const stepId = field(e.body, "step_id");
+      if (stepId === null) continue;
+      if (!times.has(stepId)) times.set(stepId, { sequence: e.sequence, started: e.timestamp, ended: null });
+      if (e.type === "step_completed" || e.type === "step_failed") times.get(stepId).ended = e.timestamp;
+    }
+    return times;
+  }
+
+  // Which event opens a wait of which kind, and which events resolve it (with the status each
+  // gives it).
+  const WAIT_OPENERS = {
+    wait_created: ["timer", "wait_id"],
+    signal_wait_created: ["signal", "wait_id"],
+    hook_created: ["hook", "hook_id"],
+    timeout_armed: ["timeout", "wait_id"],
+  };
+  const WAIT_CLOSERS = {
+    wait_completed: ["timer", "wait_id", "completed"],
+    signal_wait_completed: ["signal", "wait_id", "completed"],
+    hook_received: ["hook", "hook_id", "received"],
+    hook_disposed: ["hook", "hook_id", "disposed"],
+    timeout_elapsed: ["timeout", "wait_id", "elapsed"],
+    timeout_disarmed: ["timeout", "wait_id", "disarmed"],
+  };
+
+  // Every timer, signal wait, hook and timeout of the run, resolved or not, in order of creation.
+  function waitRecords(run, events) {
+    const records = new Map();
+    const snapshotStatus = new Map();
+    for (const w of run.waits || []) snapshotStatus.set("timer:" + w.wait_id, w.status);
+    for (const w of run.waits || []) snapshotStatus.set("timeout:" + w.wait_id, w.status);
+    for (const w of run.signal_waits || []) snapshotStatus.set("signal:" + w.wait_id, w.status);
+    for (const k of run.hooks || []) snapshotStatus.set("hook:" + k.hook_id, k.status);
+    for (const e of events) {
+      const opener = WAIT_OPENERS[e.type];
+      const closer = WAIT_CLOSERS[e.type];
+      if (opener) {
+        const id = field(e.body, opener[1]);
+        if (id === null) continue;
+        const key = opener[0] + ":" + id;
+        if (records.has(key)) continue;
+        let detail = null;
+        if (e.type === "wait_created") detail = "until " + orDash(field(e.body, "resume_at"));
+        else if (e.type === "signal_wait_created") detail = "signal " + orDash(field(e.body, "signal_name"));
+        else if (e.type === "timeout_armed") detail = "for " + orDash(field(e.body, "subject")) + " " + orDash(field(e.body, "subject_id"));
+        records.set(key, { key, kind: opener[0], id, detail, created: e.timestamp, resolved: null, status: null });
+      } else if (closer) {
+        const id = field(e.body, closer[1]);
+        const record = id === null ? null : records.get(closer[0] + ":" + id);
+        if (record && record.resolved === null) {
+          record.resolved = e.timestamp;
+          record.status = closer[2];
+        }
+      }
+    }
+    for (const record of records.values()) {
+      if (record.status === null) record.status = snapshotStatus.get(record.key) || (record.kind === "hook" ? "active" : "waiting");
+    }
+    return [...records.values()];
+  }
+
+  // What an event is about: its step, wait, hook, child, signal or progress id, and a second
+  // word when there is one (a step's name, a signal wait's signal, a child's run id).
+  function subjectOf(e) {
+    const body = e.body;
+    if (!isObject(body)) return null;
+    const signal = isObject(body.signal) ? body.signal : null;
+    const progress = isObject(body.progress) ? body.progress : null;
+    const linked = isObject(body.child) ? body.child : null;
+    switch (e.type) {
+      case "step_created": return [field(body, "step_id"), field(body, "step_name")];
+      case "signal_wait_created": return [field(body, "wait_id"), field(body, "signal_name")];
+      case "signal_wait_completed": return [field(body, "wait_id"), field(body, "signal_id")];
+      case "signal_received": return signal ? [field(signal, "name"), field(signal, "signal_id")] : null;
+      case "child_workflow_requested": return [field(body, "child_id"), field(body, "child_run_id")];
+      case "run_progress_recorded": return progress ? [field(progress, "progress_id"), null] : null;
+      case "child_operation_linked": return linked ? [field(linked, "reference_id"), field(linked, "operation_id")] : null;
+      case "run_continued_as_new": return [field(body, "successor_run_id"), null];
+      case "timeout_armed": return [field(body, "wait_id"), field(body, "subject_id")];
+      default:
+        for (const name of ["step_id", "wait_id", "hook_id", "child_id"]) {
+          if (field(body, name) !== null) return [field(body, name), null];
+        }
+        return null;
+    }
+  }
+
+  // -- the run page's tables -------------------------------------------------------------------
+
   // Expanded timeline bodies stay expanded across live refreshes.
   const openEvents = new Set();
 
   function timeline(events) {
-    return table("timeline", ["#", "Time", "Type", "Body"], events.map((e) => {
+    const origin = events.length ? parseTime(events[0].timestamp) : null;
+    return table("timeline", ["#", "Time", "Elapsed", "Type", "Subject", "Body"], events.map((e) => {
       const details = h("details", { open: openEvents.has(e.sequence) },
         h("summary", {}, "body"), h("pre", {}, pretty(e.body)));
       details.addEventListener("toggle", () => {
         if (details.open) openEvents.add(e.sequence);
         else openEvents.delete(e.sequence);
       });
+      const at = parseTime(e.timestamp);
+      const elapsed = origin === null || at === null ? "—" : "+" + humanDuration(at - origin);
+      const subject = subjectOf(e);
+      const about = subject && subject[0] !== null
+        ? [h("span", { className: "subject-id" }, subject[0]),
+          subject[1] ? h("span", { className: "muted subject-more" }, " · ", subject[1]) : null]
+        : "—";
       return h("tr", { className: "event", "data-sequence": e.sequence },
         h("td", { className: "mono" }, e.sequence),
         h("td", { className: "mono" }, e.timestamp),
+        h("td", { className: "mono event-elapsed" }, elapsed),
         h("td", { className: "mono event-type" }, e.type),
+        h("td", { className: "mono event-subject" }, about),
         h("td", {}, details));
     }), "No events.");
   }
 
+  // The steps in the order they were created, with the time of their first event, of the event
+  // that ended them, and the time between.
+  function stepsTable(run, events, open) {
+    const times = stepTimes(events);
+    const ordered = run.steps.map((s, index) => ({ s, index, t: times.get(s.step_id) || null }))
+      .sort((a, b) => (a.t ? a.t.sequence : Infinity) - (b.t ? b.t.sequence : Infinity) || a.index - b.index);
+    const rows = ordered.map(({ s, t }) => {
+      let duration = "—";
+      if (t && t.ended) duration = between(t.started, t.ended);
+      else if (t && open) duration = soFar(t.started);
+      return h("tr", { className: "step", "data-step-id": s.step_id },
+        h("td", { className: "mono step-id" }, s.step_id),
+        h("td", {}, orDash(s.name)),
+        h("td", {}, status(s.status)),
+        h("td", {}, s.attempts),
+        h("td", { className: "mono step-started" }, t ? orDash(t.started) : "—"),
+        h("td", { className: "mono step-ended" }, t ? orDash(t.ended) : "—"),
+        h("td", { className: "step-duration" }, duration),
+        h("td", {}, s.last_error ? h("pre", {}, typeof s.last_error === "string" ? s.last_error : pretty(s.last_error)) : "—"));
+    });
+    return table("steps", ["Step", "Name", "Status", "Attempts", "Started", "Ended", "Duration", "Last error"], rows, "No steps.");
+  }
+
+  // Every timer, signal wait, hook and timeout, the resolved ones too, with how long each waited.
+  function waitsTable(run, events, open) {
+    const rows = waitRecords(run, events).map((w) => {
+      let waited = "—";
+      if (w.resolved) waited = between(w.created, w.resolved);
+      else if (open) waited = soFar(w.created);
+      return h("tr", { className: "wait", "data-kind": w.kind, "data-wait-id": w.id },
+        h("td", { className: "wait-kind" }, w.kind),
+        h("td", { className: "mono wait-id" }, w.id),
+        h("td", { className: "mono" }, orDash(w.detail)),
+        h("td", {}, status(w.status)),
+        h("td", { className: "mono wait-created" }, orDash(w.created)),
+        h("td", { className: "mono wait-resolved" }, orDash(w.resolved)),
+        h("td", { className: "wait-waited" }, waited));
+    });
+    return table("waits", ["Kind", "Id", "Detail", "Status", "Created", "Resolved", "Waited"], rows, "No timers, signal waits or hooks.");
+  }
+
   function runBody(run, events, suspensions) {
+    const open = !TERMINAL.has(run.status);
     const lineage = [
       ["Parent", run.parent ? runLink(run.parent.run_id) : "—"],
       ["Continued from", run.continued_from ? runLink(run.continued_from) : "—"],
@@ -418,10 +651,7 @@
     const children = run.children.map((c) => h("tr", {},
       h("td", { className: "mono" }, c.child_id), h("td", { className: "mono" }, runLink(c.run_id)),
       h("td", {}, status(c.status))));
-    const steps = run.steps.map((s) => h("tr", { className: "step" },
-      h("td", { className: "mono" }, s.step_id), h("td", {}, orDash(s.name)), h("td", {}, status(s.status)),
-      h("td", {}, s.attempts), h("td", {}, s.last_error ? h("pre", {}, typeof s.last_error === "string" ? s.last_error : pretty(s.last_error)) : "—")));
-    const open = suspensions.map((s) => h("tr", { className: "suspension" },
+    const suspended = suspensions.map((s) => h("tr", { className: "suspension" },
       h("td", {}, s.kind), h("td", { className: "mono" }, s.subject_id),
       h("td", {}, orDash(s.scheduled_at)), h("td", {}, s.due ? "due" : "")));
     const hooks = run.hooks.map((k) => h("tr", {},
@@ -442,11 +672,10 @@
       h("section", { className: "panel" }, h("h2", {}, "Input"), h("pre", { id: "run-input" }, pretty(run.input)),
         h("h2", {}, "Output"), h("pre", { id: "run-output" }, pretty(run.output)),
         run.error === null || run.error === undefined ? null : [h("h2", {}, "Error"), h("pre", { id: "run-error" }, pretty(run.error))]),
-      run.incident ? h("section", { className: "panel" }, h("h2", {}, "Incident"), h("pre", { id: "run-incident" }, pretty(run.incident))) : null,
-      h("section", { className: "panel" }, h("h2", {}, "Steps"),
-        table("steps", ["Step", "Name", "Status", "Attempts", "Last error"], steps, "No steps.")),
+      h("section", { className: "panel" }, h("h2", {}, "Steps"), stepsTable(run, events, open)),
+      h("section", { className: "panel" }, h("h2", {}, "Timers, signal waits and hooks"), waitsTable(run, events, open)),
       h("section", { className: "panel" }, h("h2", {}, "Open suspensions"),
-        table("suspensions", ["Kind", "Subject", "Scheduled at", ""], open, "Nothing open.")),
+        table("suspensions", ["Kind", "Subject", "Scheduled at", ""], suspended, "Nothing open.")),
       h("section", { className: "panel" }, h("h2", {}, "Hooks"),
         table("hooks", ["Hook", "Status", "Token digest (SHA-256)"], hooks, "No hooks.")),
       h("section", { className: "panel" }, h("h2", {}, "Children"),
@@ -497,6 +726,7 @@
 
   function renderRun(runId, gen) {
     const live = h("span", { className: "live", id: "live" });
+    const alerts = h("div", { id: "run-alerts" });
     const body = h("div", { id: "run-body" });
     openEvents.clear();
     let inFlight = false;
@@ -507,6 +737,7 @@
     view.replaceChildren(
       h("p", {}, h("a", { href: "#/runs" }, "← Runs")),
       h("h1", {}, "Run ", h("span", { className: "mono", id: "run-id" }, runId), live),
+      alerts,
       actions(runId, refresh),
       body,
     );
@@ -536,8 +767,11 @@
         // limit leaves room for where the values shown sit in it: an event body is 4 levels in.)
         const seen = pretty([run, history, suspensions], MAX_DEPTH + 8);
         if (seen !== shown) {
+          alerts.replaceChildren(...[incidentBanner(run)].filter(Boolean));
           body.replaceChildren(...runBody(run, history.events, suspensions.suspensions).filter(Boolean));
           shown = seen;
+        } else {
+          tickOpen(view);
         }
         terminal = TERMINAL.has(run.status);
       } catch (err) {
