@@ -5,6 +5,10 @@ Sources: an embedded RocksDB store (``--dir``), a Kafka namespace (``--kafka``, 
 ``--bootstrap``/``--namespace`` or their environment variables), or, for ``replay``, an exported
 file (``--file``). Nothing is ever written to a source.
 
+``replay`` imports ``--app`` from the current directory (the project's, as ``serve`` does), needs
+no hook secret (``engine.replay``: tokens derived in a replay are never compared nor printed) and,
+with ``--open``, checks only the runs that have not ended: the runs a deploy would take over.
+
 Exit codes: 0 done (replay: no drift); 1 replay found drift; 2 bad arguments or unreadable input.
 """
 
@@ -45,9 +49,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="replay recorded histories against the current workflow code",
         description="Report every point where the current code decides differently from a "
         "recorded history (NonDeterministic drift), with run, step and a history-vs-replay "
-        "diff. Exit 1 when there is drift.",
+        "diff. Exit 1 when there is drift. Before a deploy: streamflow replay --app "
+        "module:app --dir .streamflow --open, from the project directory.",
     )
-    replay.add_argument("--app", required=True, help="module:Runtime, the code to check")
+    replay.add_argument(
+        "--app",
+        required=True,
+        help="module:app (or module:Runtime), the code to check, imported from the current "
+        "directory",
+    )
     _sources(replay, file=True)
     replay.add_argument(
         "--build",
@@ -60,12 +70,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay.add_argument(
         "--accept-unpinned", action="store_true", help="with --build: include unpinned runs"
     )
+    replay.add_argument(
+        "--open",
+        action="store_true",
+        help="only runs that have not ended (the runs a deploy takes over)",
+    )
     replay.add_argument("--quiet", action="store_true", help="print drifts and the summary only")
     replay.add_argument(
         "--hook-secret-file",
         type=Path,
         default=os.environ.get("STREAMFLOW_HOOK_SECRET_FILE"),
-        help="the hosts' hook secret, for code that derives hook tokens (ctx.hook_token)",
+        help="optional: the hosts' hook secret, to compare the digests of derived hook tokens "
+        "too (without it they are not compared)",
     )
 
 
@@ -141,10 +157,17 @@ def _export(args: argparse.Namespace, histories: Histories) -> int:
 
 
 def _replay(args: argparse.Namespace, histories: Histories) -> int:
-    from streamflow.cli.run import load_hook_secret, load_runtime
+    from streamflow.cli.run import load_hook_secret, load_project_runtime
 
-    runtime = load_runtime(args.app)
-    secret = load_hook_secret(args.hook_secret_file)
+    try:
+        runtime = load_project_runtime(args.app)
+        secret = load_hook_secret(args.hook_secret_file)
+    except (ImportError, AttributeError) as exc:
+        print(f"error: --app {args.app}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SystemExit as exc:  # a bad --app or secret file: bad input, not drift (exit 1)
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     compat = None
     if args.build:
         compat = configured_compatibility(
@@ -157,6 +180,7 @@ def _replay(args: argparse.Namespace, histories: Histories) -> int:
             compatibility=compat,
             all_builds=not args.build,
             hook_secret=secret,
+            open_only=args.open,
         )
     )
     print_report(report, sys.stdout, quiet=args.quiet)
@@ -180,11 +204,17 @@ def print_report(report: ReplayReport, out: IO[str], *, quiet: bool = False) -> 
         for drift in run.drifts:
             print(describe(drift), file=out)
             print(_indent(drift.diff()), file=out)
-    drifted = sum(1 for run in report.runs if run.drifts)
-    verdict = "no drift" if report.ok else f"{len(report.drifts)} drifts in {drifted} runs"
+    drifted = [run for run in report.runs if run.drifts]
+    verdict = "no drift" if report.ok else f"{len(report.drifts)} drifts in {len(drifted)} runs"
     skipped = len(report.runs) - report.replayed
     tail = f", {skipped} skipped" if skipped else ""
+    if report.ended:
+        tail += f", {report.ended} ended runs left out (--open)"
     print(f"replayed {report.replayed} runs{tail}: {verdict}", file=out)
+    for run in drifted:
+        first = run.drifts[0]
+        step = f" step={first.step_id}" if first.step_id else ""
+        print(f"drifted: {run.run_id} from seq={first.sequence}{step}", file=out)
 
 
 def describe(drift: Drift) -> str:

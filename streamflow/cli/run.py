@@ -187,6 +187,20 @@ def load_runtime(spec: str | None) -> FlowRuntime:
     return runtime
 
 
+def project_on_path() -> None:
+    """Put the current directory, the project's, first on the import path (as ``streamflow
+    serve`` does): ``--app shop:app`` then names a module of the directory the command runs in,
+    with no ``PYTHONPATH``."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def load_project_runtime(spec: str | None) -> FlowRuntime:
+    """:func:`load_runtime`, imported from the project directory (:func:`project_on_path`)."""
+    project_on_path()
+    return load_runtime(spec)
+
+
 def load_api_key(path: Path | None) -> str | None:
     """The API key in ``path`` (never echoed: errors name the file, not its content)."""
     if path is None:

@@ -3,13 +3,19 @@ every point where it would decide differently (``streamflow replay``).
 
 The comparison rules are pure and live in :mod:`streamflow.core.replay`; this module invokes the
 code. Nothing is written anywhere: a replay is safe to run against production histories.
+
+A replay needs no hook secret. Without the hosts' one, code that derives hook tokens
+(``ctx.hook_token``) derives them from :data:`REPLAY_HOOK_SECRET`, a fixed secret no host may
+use; the digest of a token derived that way cannot match the recorded one, so the recorded
+digest stands in for it (code that passes its own token is still compared digest for digest).
+No token is ever printed: events hold digests only.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from streamflow.core import decide as d
@@ -18,7 +24,7 @@ from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministic
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.replay import Drift, DriftKind, compare, refused
-from streamflow.core.tokens import HookSecret
+from streamflow.core.tokens import HookSecret, token_digest
 from streamflow.workflow.durable import from_the_top
 from streamflow.workflow.runtime import (
     FlowRuntime,
@@ -28,6 +34,9 @@ from streamflow.workflow.runtime import (
 )
 
 DEFAULT_LIMITS = d.Limits()
+REPLAY_HOOK_SECRET = HookSecret(b"streamflow replay only: never a host's hook secret")
+"""The secret hook tokens are derived from in a replay given no hosts' secret (see the module
+docstring); public, so never one a host may configure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +63,8 @@ class ReplayReport:
     """The verdicts of one ``streamflow replay``: one per run read."""
 
     runs: tuple[RunReplay, ...] = field(default_factory=tuple)
+    ended: int = 0
+    """Runs left out because they had ended (``open_only``): not in ``runs``."""
 
     @property
     def drifts(self) -> list[Drift]:
@@ -114,9 +125,31 @@ async def _decide(
         text = error.reason if isinstance(error, NonDeterministic) else str(error)
         rejection = f"{type(error).__name__}: {text}"
         return refused(snap.run_id, sequence, recorded, DriftKind.REJECTED, rejection), 1
+    if hook_secret is REPLAY_HOOK_SECRET:
+        decision = replace(decision, events=_recorded_digests(snap.run_id, decision, recorded))
     if not recorded:
         return None, 0
     return compare(snap.run_id, sequence, recorded, decision.events), len(decision.events)
+
+
+def _recorded_digests(
+    run_id: str, decision: d.Decision, recorded: Sequence[ev.FlowEvent]
+) -> tuple[ev.FlowEvent, ...]:
+    """The events of ``decision``, where a hook whose token the code derived from
+    :data:`REPLAY_HOOK_SECRET` carries the digest recorded for the same hook at the same place
+    instead (the hosts' secret derived that one; the replay cannot know it)."""
+    out = []
+    for index, event in enumerate(decision.events):
+        match = recorded[index] if index < len(recorded) else None
+        if (
+            isinstance(event, ev.HookCreated)
+            and isinstance(match, ev.HookCreated)
+            and match.hook_id == event.hook_id
+            and event.token_digest == token_digest(REPLAY_HOOK_SECRET.token(run_id, event.hook_id))
+        ):
+            event = replace(event, token_digest=match.token_digest)
+        out.append(event)
+    return tuple(out)
 
 
 # Whether a run was decidable must not depend on clocks: the next recorded event already says
@@ -145,7 +178,10 @@ async def replay_history(
     hook_secret: HookSecret | None = None,
 ) -> RunReplay:
     """Replay one run's recorded history through ``runtime``'s current workflow code (with the
-    hosts' ``hook_secret`` if the code derives hook tokens)."""
+    hosts' ``hook_secret`` if the code derives hook tokens; without it, see the module
+    docstring)."""
+    if hook_secret is None:
+        hook_secret = REPLAY_HOOK_SECRET
     run = ProjectedRun(run_id)
     drifts: list[Drift] = []
     decisions = 0
@@ -186,12 +222,19 @@ async def replay_histories(
     all_builds: bool = True,
     limits: d.Limits = DEFAULT_LIMITS,
     hook_secret: HookSecret | None = None,
+    open_only: bool = False,
 ) -> ReplayReport:
     """Replay many runs. With ``all_builds=False`` only the runs ``compatibility`` admits are
-    replayed (the runs a deploy of that build would take over); the rest are reported skipped."""
+    replayed (the runs a deploy of that build would take over); the rest are reported skipped.
+    With ``open_only`` the runs that have ended are left out (counted in ``ended``): a deploy
+    changes nothing for them."""
     items = histories.items() if isinstance(histories, Mapping) else histories
     runs: list[RunReplay] = []
+    ended = 0
     for run_id, history in sorted(items, key=lambda item: item[0]):
+        if open_only and history and history[-1].event.is_terminal():
+            ended += 1
+            continue
         build = _pinned_build(history)
         if not all_builds and not admits(compatibility, build):
             runs.append(
@@ -201,7 +244,7 @@ async def replay_histories(
         runs.append(
             await replay_history(runtime, run_id, history, limits=limits, hook_secret=hook_secret)
         )
-    return ReplayReport(tuple(runs))
+    return ReplayReport(tuple(runs), ended)
 
 
 def _pinned_build(history: Sequence[ev.FlowEventEnvelope]) -> str | None:
