@@ -86,11 +86,12 @@ class _Body(BaseModel):
 
 class StartBody(_Body):
     """The body of ``POST /v1/runs``: the workflow to start, the run's id (a fresh one when
-    absent) and its input."""
+    absent), its input and the workflow version (the latest registered one when absent)."""
 
     workflow: str
     run_id: str | None = None
     input: Any = None
+    version: str | None = None
 
 
 class SignalBody(_Body):
@@ -210,7 +211,10 @@ def create_app(
 
     @app.post("/v1/runs", status_code=201, dependencies=[key, none])
     async def start(body: StartBody) -> Response:
-        started = await control.start(body.workflow, body.run_id, body.input)
+        if body.version is None:  # a control plane written before versions takes three
+            started = await control.start(body.workflow, body.run_id, body.input)
+        else:
+            started = await control.start(body.workflow, body.run_id, body.input, body.version)
         answer = {"run_id": started.run_id, "created": started.created}
         return json_response(answer, 201 if started.created else 200)
 

@@ -22,11 +22,11 @@ from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 from streamflow.api.errors import InvalidWorkflowInput
 from streamflow.api.index import DelegatedReads, FlowIndex, RunIndex
+from streamflow.core.builds import admits
 from streamflow.core.errors import (
     InvalidPayload,
     PayloadTooLarge,
     SerializationError,
-    UnknownWorkflow,
 )
 from streamflow.core.jsonvalue import JsonValue, check_json
 from streamflow.core.spec import WorkflowSpec
@@ -40,6 +40,7 @@ from streamflow.engine.engine import FlowEngine
 from streamflow.flow import Flow
 from streamflow.workflow.app import App
 from streamflow.workflow.runtime import FlowRuntime
+from streamflow.workflow.versions import WorkflowVersions
 
 log = logging.getLogger("streamflow.api")
 Json = dict[str, Any]
@@ -50,7 +51,9 @@ class ControlPlane(RunIndex, Protocol):
     """What the HTTP API and the command line ask of a backend: the reads of a
     :class:`~streamflow.api.index.RunIndex` and one method per mutation route."""
 
-    async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
+    async def start(
+        self, workflow: str, run_id: str | None, input: object, version: str | None = None
+    ) -> StartResult:
         """Start run ``run_id`` (a fresh id for ``None``) of ``workflow``; the run id, whose
         ``created`` is false when the same start was already recorded.
 
@@ -59,6 +62,8 @@ class ControlPlane(RunIndex, Protocol):
             run_id: the run's id, or ``None`` for a fresh one.
             input: the workflow's input, as the request's JSON gave it
                 (``InvalidWorkflowInput`` when its annotation refuses it).
+            version: the workflow version to start (``None``: the latest registered one;
+                ``UnknownWorkflow``, naming the registered versions, when it is not one).
         """
         ...
 
@@ -103,10 +108,19 @@ class ControlPlane(RunIndex, Protocol):
         ...
 
 
-def _registry(app: FlowRuntime, specs: Iterable[WorkflowSpec]) -> dict[str, WorkflowSpec]:
-    found = {spec.name: spec for spec in specs}
+def _registry(
+    app: FlowRuntime | None, specs: Iterable[WorkflowSpec]
+) -> WorkflowVersions[WorkflowSpec]:
+    """Every spec a start may name, by name and version: the App's registered workflows (read
+    when the start is made, so a version registered later is there), and ``specs``."""
+    found: WorkflowVersions[WorkflowSpec] = WorkflowVersions()
     if isinstance(app, App):
-        found.update((name, w.spec) for name, w in app.workflows.items())
+        for versions in app.workflow_versions.values():
+            for version, workflow in versions.items():
+                found.add(workflow.name, version, workflow.spec)
+    for spec in specs:
+        if (spec.name, spec.version) not in found:
+            found.add(spec.name, spec.version, spec)
     return found
 
 
@@ -137,16 +151,14 @@ class FlowControl(DelegatedReads):
         """
         self._flow = flow
         self._app = app
-        self._specs = _registry(app, specs) if app is not None else {s.name: s for s in specs}
+        self._extra = tuple(specs)
         self.index = FlowIndex(flow) if index is None else index
 
     # -- mutations ----------------------------------------------------------------------------
 
-    def _spec(self, workflow: str) -> WorkflowSpec:
-        spec = self._specs.get(workflow)
-        if spec is None:
-            raise UnknownWorkflow(workflow, sorted(self._specs))
-        return spec
+    def _spec(self, workflow: str, version: str | None = None) -> WorkflowSpec:
+        """The spec a start of ``workflow`` runs: ``version``, or the latest registered one."""
+        return _registry(self._app, self._extra).resolve(workflow, version)
 
     checks_input = True
     """Whether :meth:`start` checks the input itself, before the flow is called: a Kafka
@@ -166,8 +178,10 @@ class FlowControl(DelegatedReads):
         self._moved(run_id)
         return result
 
-    async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
-        spec = self._spec(workflow)
+    async def start(
+        self, workflow: str, run_id: str | None, input: object, version: str | None = None
+    ) -> StartResult:
+        spec = self._spec(workflow, version)
         try:
             if self.checks_input and self._app is not None:
                 # A value no store could give back is refused as such (400 InvalidPayload),
@@ -247,6 +261,23 @@ class EmbeddedControl(FlowControl):
             await self._engine.drive(run_id)
         except Exception as exc:  # the engine records an incident; recovery retries
             log.warning("driving workflow run %s failed: %s", run_id, type(exc).__name__)
+
+    async def builds(self) -> Json:
+        """:meth:`~streamflow.api.index.RunIndex.builds`, each build with ``route``: whether
+        this engine admits (runs) it; and ``host``: the builds it admits (``build``,
+        ``compatible``, ``accepts_unpinned``; ``build`` null when it runs unpinned runs
+        only)."""
+        answer = dict(await self.index.builds())
+        compat = self._engine.compatibility
+        answer["builds"] = [
+            {**entry, "route": admits(compat, entry["build"])} for entry in answer["builds"]
+        ]
+        answer["host"] = {
+            "build": None if compat is None else str(compat.current),
+            "compatible": [] if compat is None else compat.builds()[1:],
+            "accepts_unpinned": compat is None or compat.accepts_unpinned,
+        }
+        return answer
 
     async def aclose(self) -> None:
         """Wait for the drives this control started (call before closing the engine)."""

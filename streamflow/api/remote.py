@@ -96,10 +96,14 @@ class HttpControl(DelegatedReads):
     async def _post(self, path: str, body: object = None) -> Json:
         return (await self._http.request("POST", path, body))[1]
 
-    async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
+    async def start(
+        self, workflow: str, run_id: str | None, input: object, version: str | None = None
+    ) -> StartResult:
         body: Json = {"workflow": workflow, "input": input}
         if run_id is not None:
             body["run_id"] = run_id
+        if version is not None:
+            body["version"] = version
         answer = await self._post("/runs", body)
         return StartResult(str(answer["run_id"]), bool(answer["created"]))
 

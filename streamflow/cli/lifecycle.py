@@ -59,6 +59,12 @@ def register(sub: Sub) -> None:
     start.add_argument(
         "--input", type=read_json_argument, default=None, help="JSON, or @file holding it"
     )
+    start.add_argument(
+        "--version",
+        dest="version",
+        metavar="VERSION",
+        help="the workflow version to start (default: the latest one registered)",
+    )
     signal = _command(sub, "signal", "send a signal to a run")
     signal.add_argument("run_id", metavar="RUN_ID")
     signal.add_argument("name", metavar="NAME")
@@ -156,7 +162,7 @@ async def _dispatch(args: argparse.Namespace, source: ControlPlane) -> int:
     if command == "result":
         return await _result(args, source)
     if command == "start":
-        started = await source.start(args.workflow, args.run_id, args.input)
+        started = await source.start(args.workflow, args.run_id, args.input, version=args.version)
         answer = {"run_id": started.run_id, "created": started.created}
         how = "started" if started.created else "already started (same workflow and input)"
         _print(args, answer, f"run {started.run_id} {how}")

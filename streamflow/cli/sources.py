@@ -153,8 +153,12 @@ class DirControl(DelegatedReads):
         finally:
             store.close()
 
-    async def start(self, workflow: str, run_id: str | None, input: object) -> StartResult:
-        started: StartResult = await self._mutate(lambda c: c.start(workflow, run_id, input))
+    async def start(
+        self, workflow: str, run_id: str | None, input: object, version: str | None = None
+    ) -> StartResult:
+        started: StartResult = await self._mutate(
+            lambda c: c.start(workflow, run_id, input, version)
+        )
         return started
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -64,6 +64,13 @@ def admitted_by(registration: BuildRegistration, build: str | None) -> bool:
     return admits(compatibility_of(registration), build)
 
 
+def _served(
+    workflows: Mapping[str, str] | Iterable[tuple[str, str]] | None,
+) -> tuple[ServedWorkflow, ...]:
+    pairs = workflows.items() if isinstance(workflows, Mapping) else workflows or ()
+    return tuple(ServedWorkflow(n, v) for n, v in sorted(set(pairs)))
+
+
 class Advertiser:
     """Keeps one instance's registration alive on ``{ns}.builds``."""
 
@@ -75,11 +82,12 @@ class Advertiser:
         instance: str,
         role: str,
         compatibility: RuntimeBuildCompatibility | None,
-        workflows: Mapping[str, str] | None = None,
+        workflows: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
         heartbeat: timedelta = DEFAULT_HEARTBEAT,
         ttl: timedelta = DEFAULT_TTL,
     ) -> None:
-        """``workflows``: the workflows the instance's runtime runs, name to version (``None``:
+        """``workflows``: the workflows the instance's runtime runs, as ``(name, version)``
+        pairs (every version of a name it runs) or a mapping of name to version (``None``:
         any), advertised with the route."""
         self._names = Names(settings.namespace)
         self._producer = producer(settings)
@@ -97,7 +105,7 @@ class Advertiser:
             accepts_unpinned=compatibility is None or compatibility.accepts_unpinned,
             heartbeat_at=utc_now(),
             ttl_ms=int(ttl.total_seconds() * 1000),
-            workflows=tuple(ServedWorkflow(n, v) for n, v in sorted((workflows or {}).items())),
+            workflows=_served(workflows),
         )
 
     def beat(self, now: datetime, *, force: bool = False) -> None:

@@ -25,7 +25,7 @@ from streamflow.serde import codec
 from streamflow.topologies.common import DeadLetters
 from streamflow.topologies.options import Serving, ServingOptions
 from streamflow.topologies.registry import Advertiser
-from streamflow.workflow.runtime import FlowRuntime
+from streamflow.workflow.runtime import FlowRuntime, served_pairs
 
 
 def served_builds(compatibility: RuntimeBuildCompatibility | None) -> list[str | None]:
@@ -77,7 +77,7 @@ class BuildServer:
             instance=serving.instance,
             role=self.component,
             compatibility=compatibility,
-            workflows=runtime.served_workflows() if self.component == "processor" else None,
+            workflows=served_pairs(runtime) if self.component == "processor" else None,
         )
         self.ready = threading.Event()
 

@@ -22,6 +22,7 @@ low-level API is in :mod:`streamflow.workflow.durable`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import typing
 from collections.abc import Callable, Coroutine, Iterable
@@ -33,6 +34,7 @@ from weakref import WeakKeyDictionary
 from streamflow import cron
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import InvalidWorkflow, NonRetryable
+from streamflow.core.ids import RuntimeBuildId
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.projection import project
 from streamflow.core.retry import RetryPolicy
@@ -42,9 +44,10 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import derive_hook_token
 from streamflow.core.values import Completed
 from streamflow.workflow.durable import DurableContext, ParkedRuns, drive
-from streamflow.workflow.errors import NotAStep, RunNotCompleted, UnknownWorkflow
+from streamflow.workflow.errors import NotAStep, RunNotCompleted
 from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
 from streamflow.workflow.typed import decode, encode
+from streamflow.workflow.versions import WorkflowVersions
 
 if typing.TYPE_CHECKING:
     from streamflow.flow import Flow
@@ -261,7 +264,10 @@ WorkflowFn = Callable[..., Coroutine[Any, Any, Any]]
 
 class App(FlowRuntime):
     """Workflows and steps registered by decorator; a :class:`FlowRuntime`, so every backend
-    and every command that takes a runtime takes it. ``build``: pin every registered
+    and every command that takes a runtime takes it. Several versions of one workflow name may
+    be registered side by side: a run is always replayed by the code of its spec's exact
+    ``(name, version)``, and a start by name alone goes to the latest version
+    (:func:`~streamflow.workflow.versions.version_key`). ``build``: pin every registered
     workflow's spec to that runtime build. ``export``: where the App is importable from,
     ``"module:attribute"``, recorded as the runtime of every workflow's spec (by default each
     spec names the workflow function itself). ``parked_runs``: how many suspended workflow
@@ -276,7 +282,7 @@ class App(FlowRuntime):
         self._build = build
         self._export = export
         self._parked = ParkedRuns(parked_runs) if parked_runs > 0 else None
-        self._workflows: dict[str, Workflow[Any, Any]] = {}
+        self._workflows: WorkflowVersions[Workflow[Any, Any]] = WorkflowVersions()
         self._steps: dict[str, Step[Any, Any]] = {}
         self._schedules: dict[str, Schedule] = {}
 
@@ -288,8 +294,37 @@ class App(FlowRuntime):
 
     @property
     def workflows(self) -> dict[str, Workflow[Any, Any]]:
-        """Registered workflows by name."""
-        return dict(self._workflows)
+        """Registered workflows by name: the latest version of each (what starts by name run)."""
+        return self._workflows.latest_by_name()
+
+    @property
+    def workflow_versions(self) -> dict[str, dict[str, Workflow[Any, Any]]]:
+        """Every registered workflow, by name, then by version (oldest first)."""
+        return dict(self._workflows.by_name())
+
+    def resolve(self, name: str, version: str | None = None) -> Workflow[Any, Any]:
+        """The workflow a start of ``name`` runs: ``version`` exactly, or the latest version
+        when ``version`` is ``None``; ``UnknownWorkflow`` (naming the registered versions)
+        otherwise."""
+        return self._workflows.resolve(name, version)
+
+    @property
+    def build(self) -> str | None:
+        """The runtime build the registered workflows' specs are pinned to (``None``: none)."""
+        return self._build
+
+    def pin_build(self, build: str) -> None:
+        """Pin every registered workflow's spec (and every declared schedule's) to runtime
+        build ``build`` from now on, as ``App(build=build)`` would have, and every workflow
+        registered later too: new runs and children are pinned to it. ``streamflow serve
+        --build`` does this to the App it hosts. Runs already created keep their pin."""
+        self._build = str(RuntimeBuildId(build))
+        for workflow in self._workflows.values():
+            workflow.spec = workflow.spec.with_runtime_build(self._build)
+        self._schedules = {
+            key: dataclasses.replace(s, spec=s.spec.with_runtime_build(self._build))
+            for key, s in self._schedules.items()
+        }
 
     @property
     def steps(self) -> dict[str, Step[Any, Any]]:
@@ -346,7 +381,7 @@ class App(FlowRuntime):
 
         ``schedule``: a cron expression (read in ``timezone``) that starts a run of it at each
         fire time once a scheduler hosts the App; ``schedule_id`` (default: the workflow's
-        name), ``schedule_input``, ``overlap`` and ``catch_up`` as on
+        name, its dots made dashes: ``reports.daily`` is ``reports-daily``), ``schedule_input``, ``overlap`` and ``catch_up`` as on
         :class:`streamflow.Schedule`."""
         cron_options = None
         if schedule is not None:
@@ -364,8 +399,8 @@ class App(FlowRuntime):
         signals: tuple[str, ...],
         options: _CronOptions | None = None,
     ) -> Workflow[Any, Any]:
-        if name in self._workflows:
-            raise InvalidWorkflow(f"workflow {name!r} is registered twice")
+        if (name, version) in self._workflows:
+            raise InvalidWorkflow(f"workflow {name!r} version {version!r} is registered twice")
         module, attribute = (
             self._export.split(":") if self._export else (fn.__module__, fn.__qualname__)
         )
@@ -378,7 +413,7 @@ class App(FlowRuntime):
         if options is not None:
             scheduled = cron.validate(
                 Schedule(
-                    schedule_id=options.schedule_id or name,
+                    schedule_id=options.schedule_id or name.replace(".", "-"),
                     spec=workflow.spec,
                     cron=options.expression,
                     timezone=options.timezone,
@@ -390,7 +425,7 @@ class App(FlowRuntime):
             if scheduled.schedule_id in self._schedules:
                 raise InvalidWorkflow(f"schedule {scheduled.schedule_id!r} is declared twice")
             self._schedules[scheduled.schedule_id] = scheduled
-        self._workflows[name] = workflow
+        self._workflows.add(name, version, workflow)
         return workflow
 
     @overload
@@ -439,9 +474,9 @@ class App(FlowRuntime):
 
     def include(self, other: App) -> App:
         """Serve ``other``'s workflows and steps from this App too, their specs unchanged (so
-        runs started through either App replay through both). A workflow or step name both
-        register is ``InvalidWorkflow``, and then nothing is added. Returns this App."""
-        workflows = sorted(set(self._workflows) & set(other._workflows))
+        runs started through either App replay through both). A workflow version or a step name
+        both register is ``InvalidWorkflow``, and then nothing is added. Returns this App."""
+        workflows = [f"{n} version {v}" for n, v in other._workflows if (n, v) in self._workflows]
         steps = sorted(set(self._steps) & set(other._steps))
         if workflows or steps:
             raise InvalidWorkflow(
@@ -454,28 +489,25 @@ class App(FlowRuntime):
     # -- the FlowRuntime contract ---------------------------------------------------------------
 
     def registered(self, spec: WorkflowSpec) -> Workflow[Any, Any]:
-        """The workflow that runs ``spec``; ``UnknownWorkflow`` when none is registered."""
-        workflow = self._workflows.get(spec.name)
+        """The workflow that runs ``spec``: the one registered as exactly its ``(name,
+        version)``, never another version of the name. ``UnknownWorkflow`` when none is (it
+        names the versions of that name that are registered)."""
+        workflow = self._workflows.get(spec.name, spec.version)
         if workflow is None:
-            raise UnknownWorkflow(spec.name, list(self._workflows))
+            raise self._workflows.unknown_version(spec.name, spec.version)
         return workflow
 
     def check_start(self, spec: WorkflowSpec, input: JsonValue) -> None:
-        """Refuse, before anything is written, a start of a workflow this App does not register
-        (``UnknownWorkflow``, also for another version) or with an input its annotation refuses
-        (``SerializationError``)."""
+        """Refuse, before anything is written, a start of a workflow version this App does not
+        register (``UnknownWorkflow``, naming the versions that are) or with an input its
+        annotation refuses (``SerializationError``)."""
         workflow = self.registered(spec)
-        if spec.version != workflow.spec.version:
-            raise UnknownWorkflow(
-                f"{spec.name} version {spec.version}",
-                [f"{n} version {w.spec.version}" for n, w in self._workflows.items()],
-            )
         if workflow.takes_input:
             decode(input, workflow.input_type, f"workflow {spec.name} input")
 
-    def served_workflows(self) -> dict[str, str]:
-        """Every registered workflow's name and version."""
-        return {name: w.spec.version for name, w in self._workflows.items()}
+    def served_workflows(self) -> list[tuple[str, str]]:
+        """Every registered ``(name, version)``: each version of a name is served."""
+        return list(self._workflows)
 
     def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
         """The next command of the run (its registered workflow run against its history)."""

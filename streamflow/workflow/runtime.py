@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -232,6 +232,21 @@ def step_error(exc: Exception) -> str:
     return f"{text[:MAX_ERROR_TEXT]}… ({cut} characters cut)"
 
 
+ServedWorkflows = Mapping[str, str] | Iterable[tuple[str, str]]
+"""What :meth:`FlowRuntime.served_workflows` returns: ``(name, version)`` pairs, or (the older
+shape) a mapping of each name to its one version."""
+
+
+def served_pairs(runtime: FlowRuntime) -> list[tuple[str, str]] | None:
+    """``runtime.served_workflows()`` as sorted, unique ``(name, version)`` pairs, whichever
+    shape it returned (``None``: the runtime runs any workflow)."""
+    served = runtime.served_workflows()
+    if served is None:
+        return None
+    pairs = served.items() if isinstance(served, Mapping) else served
+    return sorted({(str(name), str(version)) for name, version in pairs})
+
+
 class FlowRuntime:
     """Application code: decide the next command by replay, and run steps.
 
@@ -253,11 +268,12 @@ class FlowRuntime:
         does not register and inputs their annotation refuses."""
         return None
 
-    def served_workflows(self) -> dict[str, str] | None:
-        """The workflows this runtime runs, name to version, or ``None`` for "any" (the
-        default). A Kafka processor advertises them with its build route, so that the journal
-        refuses a start no live processor would run; ``streamflow.App`` lists what it
-        registers."""
+    def served_workflows(self) -> ServedWorkflows | None:
+        """The workflows this runtime runs, or ``None`` for "any" (the default): ``(name,
+        version)`` pairs, several versions of a name included (a mapping of name to one version
+        is read as its items). A Kafka processor advertises them with its build route, so that
+        the journal refuses a start no live processor would run; ``streamflow.App`` lists
+        every version it registers."""
         return None
 
     def run_step(self, invocation: StepInvocation) -> object:

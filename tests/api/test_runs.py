@@ -297,7 +297,10 @@ def test_summary_builds_health_metrics_and_console_redirect(api_stack: ApiStack)
     assert summary.status_code == 200
     assert (summary.json()["total"], summary.json()["completed"]) == (1, 1)
     builds = api_stack.client.get("/v1/builds").json()
-    assert builds == {"builds": [{"build": None, "runs": 1, "open": 0}]}
+    assert builds == {
+        "builds": [{"build": None, "runs": 1, "open": 0, "route": True}],
+        "host": {"build": None, "compatible": [], "accepts_unpinned": True},
+    }
     health = httpx.get(f"{api_stack.url}/healthz")
     assert (health.status_code, health.text) == (200, "ok")
     metrics = httpx.get(f"{api_stack.url}/metrics")
