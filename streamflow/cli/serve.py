@@ -18,6 +18,7 @@ from streamflow.api.limits import HttpLimits
 from streamflow.core.errors import FlowError
 from streamflow.core.tokens import HookSecret
 from streamflow.host import DEFAULT_HOST, DEFAULT_PORT, ensure_secret_file, read_secret_file
+from streamflow.host.serve import host_compatibility
 from streamflow.workflow.runtime import FlowRuntime
 
 DEFAULT_DIR = Path(".streamflow")
@@ -102,6 +103,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="how many plain-def step attempts may run at once, each on its own thread",
     )
     serve.add_argument(
+        "--build",
+        metavar="BUILD",
+        help="the runtime build the host runs; new runs are pinned to it (default: the App's "
+        "App(build=...); without one, runs are unpinned)",
+    )
+    serve.add_argument(
+        "--compatible-build",
+        action="append",
+        default=[],
+        metavar="BUILD",
+        help="an older build whose open runs this code still replays (repeatable; needs a build)",
+    )
+    serve.add_argument(
+        "--accept-unpinned",
+        action="store_true",
+        help="with a build: admit runs without a build pin too (runs started before builds)",
+    )
+    serve.add_argument(
         "--kafka", action="store_true", help="serve the API in front of a Kafka deployment"
     )
     serve.add_argument(
@@ -184,6 +203,12 @@ async def _serve(args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
     app = load_runtime(args.app) if args.app else bundle.app
     if args.kafka:
+        if args.compatible_build or args.accept_unpinned:
+            raise ValueError(
+                "--compatible-build and --accept-unpinned configure the embedded engine; with "
+                "--kafka the processors' own options say which builds they replay"
+            )
+        host_compatibility(app, args.build)  # new starts are pinned to --build
         return await _serve_kafka(args, app, key, key_file, stop, limits)
     from streamflow.host import serve
     from streamflow.observe.metrics import FlowMetrics
@@ -215,6 +240,9 @@ async def _serve(args: argparse.Namespace) -> int:
         insecure=args.insecure,
         allowed_hosts=args.allowed_host,
         limits=limits,
+        build=args.build,
+        compatible_builds=args.compatible_build,
+        accept_unpinned=args.accept_unpinned,
     ) as served:
         _announce(served.url, key_file)
         await stop.wait()

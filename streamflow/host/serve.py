@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     # framework, engine, RocksDB or Prometheus client until an app is served.
     from streamflow.api import EmbeddedControl
     from streamflow.api.edge import HttpLimits
+    from streamflow.core.builds import RuntimeBuildCompatibility
     from streamflow.core.tokens import HookSecret
     from streamflow.engine.engine import FlowEngine
     from streamflow.observe.metrics import FlowMetrics
@@ -61,6 +62,65 @@ def _open_store(
     return store, None
 
 
+def host_compatibility(
+    app: FlowRuntime,
+    build: str | None,
+    compatible_builds: Iterable[str] = (),
+    *,
+    accept_unpinned: bool = False,
+) -> RuntimeBuildCompatibility | None:
+    """The runtime builds a host of ``app`` runs: ``build`` (default: the App's own,
+    ``App(build=...)``) and the older ``compatible_builds`` whose runs it still replays;
+    ``accept_unpinned`` admits runs without a pin too. ``None`` (no build): only unpinned runs.
+    An App given another ``build`` than its own is pinned to it (:meth:`App.pin_build`), so
+    new runs and their children carry the build the host runs. ``ValueError`` for compatible
+    builds without a build; ``InvalidRuntimeBuildId`` for a build id that breaks the rules."""
+    from streamflow.core.builds import configured_compatibility
+    from streamflow.workflow.app import App
+
+    compatible = list(compatible_builds)
+    if build is None and isinstance(app, App):
+        build = app.build
+    if build is None:
+        if compatible:
+            raise ValueError("compatible builds need a build of the host's own (--build)")
+        return None
+    compat = configured_compatibility(build, compatible, accepts_unpinned=accept_unpinned)
+    assert compat is not None
+    if isinstance(app, App) and app.build != str(compat.current):
+        app.pin_build(str(compat.current))
+    return compat
+
+
+def _builds_line(compat: RuntimeBuildCompatibility | None) -> str:
+    if compat is None:
+        return "no runtime build: unpinned runs"
+    line = f"runtime build {compat.current}"
+    if len(compat.builds()) > 1:
+        line += f", replaying {', '.join(compat.builds()[1:])}"
+    return line + (", and unpinned runs" if compat.accepts_unpinned else "")
+
+
+async def _report_routes(control: EmbeddedControl) -> None:
+    """Log the open runs pinned to a build this host does not run: nothing drives them here,
+    and every request to them is refused with ``RuntimeBuildUnavailable``."""
+    try:
+        builds = (await control.builds())["builds"]
+    except Exception:  # a report only: the host serves anyway
+        log.exception("could not count the runs per build")
+        return
+    for entry in builds:
+        if entry["open"] and not entry["route"]:
+            pin = entry["build"] or "no build (unpinned)"
+            log.warning(
+                "%d open runs are pinned to %s, which this host does not run: they wait, and "
+                "requests to them are refused (RuntimeBuildUnavailable), until a host admits "
+                "it (serve --compatible-build)",
+                entry["open"],
+                pin if entry["build"] is None else f"runtime build {pin}",
+            )
+
+
 @asynccontextmanager
 async def serve(
     app: FlowRuntime,
@@ -77,6 +137,9 @@ async def serve(
     insecure: bool = False,
     allowed_hosts: Iterable[str] = (),
     limits: HttpLimits | None = None,
+    build: str | None = None,
+    compatible_builds: Iterable[str] = (),
+    accept_unpinned: bool = False,
 ) -> AsyncIterator[Served]:
     """Host ``app`` and serve the HTTP API until the block exits.
 
@@ -95,6 +158,14 @@ async def serve(
     name, the advertised name, or one of ``allowed_hosts``). ``limits``: the edge's limits on
     bodies, connections and unkeyed requests (``docs/http-api.md``, "Limits").
 
+    ``build``: the runtime build the host runs (default: the App's ``App(build=...)``; without
+    one, runs are unpinned); new runs are pinned to it. ``compatible_builds``: older builds
+    whose open runs this code still replays (a rolling deploy: restart with the new build and
+    the old one listed). ``accept_unpinned``: admit runs without a pin too. Open runs of a
+    build the host does not admit are logged at start, shown with ``"route": false`` by
+    ``/v1/builds``, and requests to them are refused with ``RuntimeBuildUnavailable``
+    (:func:`host_compatibility`).
+
     On start the scheduler recovers the runs a previous process left open, then fires timers
     and delayed retries as they fall due. On exit the server stops accepting, lets requests
     in flight finish (up to ``shutdown_timeout`` seconds), stops the scheduler and waits as
@@ -110,6 +181,9 @@ async def serve(
 
     key = api_key if api_key is not None else secrets.token_urlsafe(32)
     check_api_key(key)
+    compatibility = host_compatibility(
+        app, build, compatible_builds, accept_unpinned=accept_unpinned
+    )
     opened, owned = _open_store(store)
     sock = None
     try:
@@ -117,6 +191,8 @@ async def serve(
         if on_bind is not None:
             on_bind(url)
         builder = FlowEngine.builder(app).with_store(opened)
+        if compatibility is not None:
+            builder = builder.with_runtime_build_compatibility(compatibility)
         if hook_secret is not None:
             builder = builder.with_hook_secret(hook_secret)
         if metrics is not None:
@@ -125,6 +201,7 @@ async def serve(
             builder = builder.with_step_threads(step_threads)
         engine = builder.build()
         control = EmbeddedControl(engine, app)
+        await _report_routes(control)
         stop = asyncio.Event()
         scheduler = FlowScheduler(engine, InProcessTaskRunner(engine))
         hosted = asyncio.create_task(
@@ -139,7 +216,7 @@ async def serve(
                 allowed_hosts=[url_host(url), host, *allowed_hosts],
             )
             async with serve_http(api, sock, shutdown_timeout=shutdown_timeout, limits=limits):
-                log.info("serving on %s", url)
+                log.info("serving on %s (%s)", url, _builds_line(compatibility))
                 yield Served(url=url, engine=engine, api_key=key)
         finally:
             stop.set()
