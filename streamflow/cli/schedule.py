@@ -1,5 +1,10 @@
 """``streamflow schedule add|list|pause|resume|remove``: manage cron schedules in an embedded
-store (``--dir``, when no other process holds it) or in a Kafka namespace (``--kafka``)."""
+store (``--dir``) or in a Kafka namespace (``--kafka``).
+
+On ``--dir``, ``list`` opens the store read only, so it works beside a running ``streamflow
+serve``; a change needs the store to itself and, while another process holds it, fails with one
+line, as the lifecycle commands do (``is streamflow serve running? ...``). Without
+``--dir`` the store is ``.streamflow/demo`` (the demo's), and a change says so on stderr."""
 
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, store_path
-from streamflow.core.errors import InvalidInputError
+from streamflow.cli.run import project_on_path
+from streamflow.core.errors import InvalidInputError, StoreError
 from streamflow.core.schedules import CatchUp, Overlap, Schedule
 from streamflow.core.timeutil import format_utc
 from streamflow.engine.engine import FlowEngine
@@ -21,6 +27,7 @@ from streamflow.workflow.app import App
 
 if TYPE_CHECKING:
     from streamflow.kafka.schedules import KafkaSchedules
+    from streamflow.stores.rocksdb import RocksDBEventStore
 
 ACTIONS = ("add", "list", "pause", "resume", "remove")
 
@@ -31,7 +38,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = schedule.add_subparsers(dest="action", required=True)
     parsers = {name: actions.add_parser(name, help=f"{name} schedules") for name in ACTIONS}
     for name, parser in parsers.items():
-        parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="embedded store")
+        parser.add_argument(
+            "--dir", type=Path, help=f"embedded store (default: {DEFAULT_DIR}, the demo's)"
+        )
         parser.add_argument("--kafka", action="store_true", help="the schedules of a namespace")
         parser.add_argument("--bootstrap", help=f"with --kafka (default ${ENV_BOOTSTRAP})")
         parser.add_argument("--namespace", help=f"with --kafka (default ${ENV_NAMESPACE})")
@@ -69,14 +78,40 @@ async def _run(args: argparse.Namespace) -> int:
             return await _act(args, kafka, schedule)
         finally:
             kafka.close()
-    from streamflow.stores.rocksdb import RocksDBEventStore
-
-    store = RocksDBEventStore(store_path(args.dir))
+    directory = DEFAULT_DIR if args.dir is None else args.dir
+    store = _open_store(directory, read_only=args.action == "list")
     try:
         engine = FlowEngine.builder(schedule_app(args)).with_store(store).build()
-        return await _act(args, FlowSchedules.of(engine), schedule)
+        done = await _act(args, FlowSchedules.of(engine), schedule)
     finally:
         store.close()
+    if args.dir is None and args.action != "list":
+        print(
+            f"note: schedule stored in {directory} (the default store; --dir names another, "
+            "e.g. --dir .streamflow for the one streamflow serve uses)",
+            file=sys.stderr,
+        )
+    return done
+
+
+def _open_store(directory: Path, *, read_only: bool) -> RocksDBEventStore:
+    """The RocksDB store in ``directory``: read only for a listing (it works beside a running
+    host); for a change, the store to itself, or a one-line ``StoreError`` when another
+    process holds it."""
+    from streamflow.stores.rocksdb import RocksDBEventStore
+
+    path = store_path(directory)
+    if read_only and (path / "CURRENT").exists():  # a store not made yet is made, and empty
+        return RocksDBEventStore(path, read_only=True)
+    try:
+        return RocksDBEventStore(path)
+    except StoreError as exc:
+        if "LOCK" in str(exc):
+            raise StoreError(
+                f"{path} is held by another process (is streamflow serve running? stop it "
+                "first, or declare the schedule in the App: @app.workflow(schedule=...))"
+            ) from None
+        raise
 
 
 async def _act(
@@ -107,8 +142,7 @@ def schedule_app(args: argparse.Namespace) -> App:
     directory."""
     from streamflow.cli.run import load_object
 
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+    project_on_path()
     app = load_object(getattr(args, "app", DEFAULT_APP))
     if not isinstance(app, App):
         raise InvalidInputError(f"{args.app} is not a streamflow App")
