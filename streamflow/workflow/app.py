@@ -381,8 +381,8 @@ class App(FlowRuntime):
 
         ``schedule``: a cron expression (read in ``timezone``) that starts a run of it at each
         fire time once a scheduler hosts the App; ``schedule_id`` (default: the workflow's
-        name, its dots made dashes: ``reports.daily`` is ``reports-daily``), ``schedule_input``, ``overlap`` and ``catch_up`` as on
-        :class:`streamflow.Schedule`."""
+        name, its dots made dashes: ``reports.daily`` is ``reports-daily``),
+        ``schedule_input``, ``overlap`` and ``catch_up`` as on :class:`streamflow.Schedule`."""
         cron_options = None
         if schedule is not None:
             cron_options = _CronOptions(
