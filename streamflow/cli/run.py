@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamflow.cli.paths import project_on_path
 from streamflow.core.builds import RuntimeBuildCompatibility, configured_compatibility
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.decide import Limits
@@ -185,14 +186,6 @@ def load_runtime(spec: str | None) -> FlowRuntime:
     if not isinstance(runtime, FlowRuntime):
         raise SystemExit(f"{spec} is not a streamflow FlowRuntime")
     return runtime
-
-
-def project_on_path() -> None:
-    """Put the current directory, the project's, first on the import path (as ``streamflow
-    serve`` does): ``--app shop:app`` then names a module of the directory the command runs in,
-    with no ``PYTHONPATH``."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
 
 
 def load_project_runtime(spec: str | None) -> FlowRuntime:

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, store_path
-from streamflow.cli.run import project_on_path
+from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, project_on_path, store_path
 from streamflow.core.errors import InvalidInputError, StoreError
 from streamflow.core.schedules import CatchUp, Overlap, Schedule
 from streamflow.core.timeutil import format_utc

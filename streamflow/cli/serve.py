@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from streamflow.api.limits import HttpLimits
+from streamflow.cli.paths import project_on_path
 from streamflow.core.errors import FlowError
 from streamflow.core.tokens import HookSecret
 from streamflow.host import DEFAULT_HOST, DEFAULT_PORT, ensure_secret_file, read_secret_file
@@ -148,8 +149,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT; the exit status (2 when it cannot start)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     os.umask(0o077)  # the store, keys and outbox: readable by this user only
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # `--app mymod:app` names a module of this directory
+    project_on_path()  # `--app mymod:app` names a module of this directory
     try:
         return asyncio.run(_serve(args))
     except (FlowError, OSError, ValueError) as exc:

@@ -30,7 +30,6 @@ import argparse
 import importlib
 import json
 import os
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +39,7 @@ from streamflow.api.control import ControlPlane, EmbeddedControl
 from streamflow.api.errors import ApiError, status_of
 from streamflow.api.index import DelegatedReads, InspectorIndex, RemoteError, Unreachable
 from streamflow.api.remote import HttpControl
-from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, store_path
+from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, project_on_path, store_path
 from streamflow.core.errors import FlowError, StoreError
 from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
@@ -191,8 +190,7 @@ def load_app(spec: str) -> FlowRuntime:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise AppNotFound(f"--app must be module:attribute, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    project_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
