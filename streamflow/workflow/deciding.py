@@ -13,7 +13,7 @@ appends them in its open transaction). The answer is the core's (``prepare``,
   retry; ``decided``: the code ran and returned a valid command, so whatever failed before is
   gone; ``effects``: steps to run again, such as an attempt a crash interrupted);
 - :class:`Stuck`: the run cannot make progress: its incident (but a run whose cancellation
-  was requested ends ``cancelled`` instead when its code fails: cancellation wins);
+  was requested ends ``cancelled`` instead when its code raises: cancellation wins);
 - :class:`Elsewhere`: the run belongs to a build this decider does not run;
 - ``None``: the run has ended (or was created and not started yet: its host starts it).
 """
@@ -31,7 +31,7 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
-from streamflow.core.errors import FlowError, ReplayLimitExceeded
+from streamflow.core.errors import FlowError, ReplayLimitExceeded, RuntimeFailure
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.tokens import HookSecret
@@ -193,7 +193,7 @@ class RunDecider:
             snap, command, now, new_run_id=self._new_run_id, limits=self.limits
         )
         if isinstance(decision, d.Rejected):
-            return self._failed(snap, decision.error, now)
+            return Stuck(decision.error)
         if decision.events:
             return Propose(decision.events, decision.effects, decision.suspend, decided=True)
         if not decision.effects and not decision.suspend:
@@ -203,11 +203,13 @@ class RunDecider:
         return Idle(decided=True, effects=decision.effects)
 
     def _failed(self, snap: WorkflowRunSnapshot, error: FlowError, now: datetime) -> NextStep:
-        """The run's code failed its decision: the run is stuck, unless its cancellation was
-        requested. Then cancellation wins: the run ends ``cancelled`` as if its code had let
-        ``Cancelled`` through, and ``run_cancelled`` says the cleanup failed and why (code
-        that cannot finish its cleanup must not hold a cancelled run open)."""
-        if snap.cancellation is None:
+        """Running the run's code failed: the run is stuck, unless the code raised
+        (``RuntimeFailure``) after the run's cancellation was requested. Then cancellation
+        wins: the run ends ``cancelled`` as if its code had let ``Cancelled`` through, and
+        ``run_cancelled`` says the cleanup failed and why (code that cannot finish its cleanup
+        must not hold a cancelled run open). A drift from history or a command the core
+        refuses stays the run's incident, cancelled or not (``force_cancel`` ends it)."""
+        if snap.cancellation is None or not isinstance(error, RuntimeFailure):
             return Stuck(error)
         decision = d.decide_command(
             snap, RuntimeCommand.cancel(), now, new_run_id=self._new_run_id, limits=self.limits
