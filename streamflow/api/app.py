@@ -33,6 +33,7 @@ from streamflow.api.query import (
     run_filter,
 )
 from streamflow.api.render import json_response
+from streamflow.api.schedules import ScheduleControl, ScheduleDefinition, SchedulesUnavailable
 from streamflow.core.values import WorkflowProgress
 from streamflow.observe.metrics import FlowMetrics
 
@@ -132,6 +133,21 @@ class TokenBody(_Body):
 
     token: str
     payload: Any = None
+
+
+class ScheduleBody(_Body):
+    """The body of ``POST /v1/schedules``: the schedule's id, the workflow it starts (by name;
+    the latest registered version unless ``version``), its cron expression and timezone, the
+    input of every run and its overlap and catch-up policies."""
+
+    schedule_id: str
+    workflow: str
+    cron: str
+    version: str | None = None
+    timezone: str = "UTC"
+    input: Any = None
+    overlap: str = "skip"
+    catch_up: str = "none"
 
 
 MIN_API_KEY_CHARS = 16
@@ -307,6 +323,36 @@ def create_app(
     @app.get("/v1/builds", dependencies=[key, none])
     async def builds() -> Response:
         return json_response(await control.builds())
+
+    def schedules() -> ScheduleControl:
+        if isinstance(control, ScheduleControl):
+            return control
+        raise SchedulesUnavailable(f"{type(control).__name__} does not manage schedules")
+
+    @app.get("/v1/schedules", dependencies=[key, none])
+    async def list_schedules() -> Response:
+        return json_response(await schedules().list_schedules())
+
+    @app.post("/v1/schedules", status_code=201, dependencies=[key, none])
+    async def add_schedule(body: ScheduleBody) -> Response:
+        added = await schedules().add_schedule(ScheduleDefinition(**body.model_dump()))
+        return json_response(added.schedule, 201 if added.created else 200)
+
+    @app.get("/v1/schedules/{schedule_id}", dependencies=[key, none])
+    async def get_schedule(schedule_id: str) -> Response:
+        return json_response(await schedules().get_schedule(schedule_id))
+
+    @app.delete("/v1/schedules/{schedule_id}", dependencies=[key, none])
+    async def remove_schedule(schedule_id: str) -> Response:
+        return json_response(await schedules().remove_schedule(schedule_id))
+
+    @app.post("/v1/schedules/{schedule_id}/pause", dependencies=[key, none])
+    async def pause_schedule(schedule_id: str) -> Response:
+        return json_response(await schedules().pause_schedule(schedule_id))
+
+    @app.post("/v1/schedules/{schedule_id}/resume", dependencies=[key, none])
+    async def resume_schedule(schedule_id: str) -> Response:
+        return json_response(await schedules().resume_schedule(schedule_id))
 
     @app.get("/v1/summary", dependencies=[none])
     async def summary() -> Response:

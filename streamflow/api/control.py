@@ -3,7 +3,9 @@
 mutations), and its implementation over any :class:`streamflow.Flow` (:class:`FlowControl`), of
 which :class:`EmbeddedControl` serves the embedded engine.
 (:class:`~streamflow.api.remote.HttpControl` is the same protocol over another server's HTTP
-API.)
+API.) Both also have the schedule calls of
+:class:`~streamflow.api.schedules.ScheduleControl` (``/v1/schedules``), which
+:class:`FlowControl` answers from an embedded engine's schedules.
 
 Every method answers JSON-ready values in the shapes of ``docs/http-api.md`` and raises
 ``FlowError`` / :mod:`streamflow.api.errors` errors, which the app maps to statuses. A
@@ -22,6 +24,13 @@ from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 from streamflow.api.errors import InvalidWorkflowInput
 from streamflow.api.index import DelegatedReads, FlowIndex, RunIndex
+from streamflow.api.schedules import (
+    AddedSchedule,
+    EngineSchedules,
+    ScheduleControl,
+    ScheduleDefinition,
+    SchedulesUnavailable,
+)
 from streamflow.core.builds import admits
 from streamflow.core.errors import (
     InvalidPayload,
@@ -29,6 +38,7 @@ from streamflow.core.errors import (
     SerializationError,
 )
 from streamflow.core.jsonvalue import JsonValue, check_json
+from streamflow.core.schedules import InvalidSchedule
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
     CancellationRequest,
@@ -37,6 +47,7 @@ from streamflow.core.values import (
     WorkflowSignal,
 )
 from streamflow.engine.engine import FlowEngine
+from streamflow.engine.schedules import FlowSchedules
 from streamflow.flow import Flow
 from streamflow.workflow.app import App
 from streamflow.workflow.runtime import FlowRuntime
@@ -229,6 +240,46 @@ class FlowControl(DelegatedReads):
         run_id, hook_id = await self._flow.dispose_hook_by_token(token, **self._recording)
         self._moved(run_id)
         return {"run_id": run_id, "hook_id": hook_id}
+
+    # -- schedules (ScheduleControl) -----------------------------------------------------------
+
+    def _schedule_control(self) -> ScheduleControl:
+        """Where the schedule calls go: the engine's schedules when the flow is an embedded
+        engine whose store keeps them; 501 ``SchedulesUnavailable`` otherwise."""
+        if not isinstance(self._flow, FlowEngine):
+            raise SchedulesUnavailable(
+                f"this control plane's {type(self._flow).__name__} keeps no schedules"
+            )
+        try:
+            schedules = FlowSchedules.of(self._flow)
+        except InvalidSchedule as exc:  # a custom event store
+            raise SchedulesUnavailable(str(exc)) from None
+        return EngineSchedules(schedules, self._spec, self._app)
+
+    async def list_schedules(self) -> Json:
+        """``{"schedules": [...]}``: every schedule, by id, in its stored JSON form."""
+        return await self._schedule_control().list_schedules()
+
+    async def get_schedule(self, schedule_id: str) -> Json:
+        """The schedule (``ScheduleNotFound`` when there is none)."""
+        return await self._schedule_control().get_schedule(schedule_id)
+
+    async def add_schedule(self, definition: ScheduleDefinition) -> AddedSchedule:
+        """Store a schedule of a workflow a start may name (``UnknownWorkflow`` otherwise),
+        its input checked as a start's; replacing one keeps its pause state and progress."""
+        return await self._schedule_control().add_schedule(definition)
+
+    async def pause_schedule(self, schedule_id: str) -> Json:
+        """Stop the schedule starting runs; the schedule as stored."""
+        return await self._schedule_control().pause_schedule(schedule_id)
+
+    async def resume_schedule(self, schedule_id: str) -> Json:
+        """Start runs again from the next fire time after now; the schedule as stored."""
+        return await self._schedule_control().resume_schedule(schedule_id)
+
+    async def remove_schedule(self, schedule_id: str) -> Json:
+        """Drop the schedule; ``{"schedule_id": ..., "removed": true}``."""
+        return await self._schedule_control().remove_schedule(schedule_id)
 
     async def aclose(self) -> None:
         """Nothing to release: the flow belongs to the caller."""

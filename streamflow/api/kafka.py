@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from streamflow.api.control import FlowControl
 from streamflow.api.errors import ReadOnlyServer
 from streamflow.api.index import FlowIndex, InspectorIndex
+from streamflow.api.schedules import ScheduleControl, SchedulesUnavailable
 from streamflow.core.spec import WorkflowSpec
 from streamflow.flow import Flow
 from streamflow.observe.http import Inspector
@@ -66,6 +67,16 @@ class KafkaControl(FlowControl):
             reads = InspectorIndex(index, results=results)
         super().__init__(cast(Flow, client or _ReadOnly()), app, specs=specs, index=reads)
         self._client = client if owns_client else None
+
+    def _schedule_control(self) -> ScheduleControl:
+        """On Kafka the API does not manage schedules: 501 ``SchedulesUnavailable``, naming
+        where they are managed."""
+        raise SchedulesUnavailable(
+            "this server fronts a Kafka deployment, whose schedules live in the namespace's "
+            "schedules topic and are not managed through this API: use streamflow schedule "
+            "... --kafka, or FlowClient.schedules (add, list, pause, resume, remove; "
+            "register(app) for the App's declared schedules)"
+        )
 
     async def aclose(self) -> None:
         """Close the client when this control owns it."""

@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 from streamflow.api.index import DelegatedReads, HttpIndex, Json, quoted
+from streamflow.api.schedules import AddedSchedule, ScheduleDefinition
 from streamflow.core.errors import InspectionUnavailable
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.core.values import StartResult, WorkflowProgress
@@ -81,8 +82,9 @@ class HttpControl(DelegatedReads):
     one request, each answer the API's JSON, each refusal a
     :class:`~streamflow.api.index.RemoteError` named as the API named it
     (:class:`~streamflow.api.index.Unreachable` when nothing answers). Reads go through its
-    :class:`~streamflow.api.index.HttpIndex`. What ``streamflow ... --url`` drives. Needs
-    ``httpx``."""
+    :class:`~streamflow.api.index.HttpIndex`; the schedule calls are those of
+    :class:`~streamflow.api.schedules.ScheduleControl`. What ``streamflow ... --url`` drives.
+    Needs ``httpx``."""
 
     def __init__(self, url: str, api_key: str | None, *, timeout: float = 30.0) -> None:
         """
@@ -134,6 +136,33 @@ class HttpControl(DelegatedReads):
 
     async def dispose_hook(self, token: str) -> Json:
         return await self._post(f"/hooks/{quoted(token)}/dispose")
+
+    # -- schedules (ScheduleControl) -----------------------------------------------------------
+
+    async def list_schedules(self) -> Json:
+        """``GET /v1/schedules``: ``{"schedules": [...]}``, by id."""
+        return (await self._http.request("GET", "/schedules"))[1]
+
+    async def get_schedule(self, schedule_id: str) -> Json:
+        """``GET /v1/schedules/{schedule_id}``: the schedule."""
+        return (await self._http.request("GET", f"/schedules/{quoted(schedule_id)}"))[1]
+
+    async def add_schedule(self, definition: ScheduleDefinition) -> AddedSchedule:
+        """``POST /v1/schedules``: the schedule as stored, and whether it is new (201)."""
+        status, answer = await self._http.request("POST", "/schedules", definition.to_json())
+        return AddedSchedule(answer, status == 201)
+
+    async def pause_schedule(self, schedule_id: str) -> Json:
+        """``POST /v1/schedules/{schedule_id}/pause``: the schedule as stored."""
+        return await self._post(f"/schedules/{quoted(schedule_id)}/pause")
+
+    async def resume_schedule(self, schedule_id: str) -> Json:
+        """``POST /v1/schedules/{schedule_id}/resume``: the schedule as stored."""
+        return await self._post(f"/schedules/{quoted(schedule_id)}/resume")
+
+    async def remove_schedule(self, schedule_id: str) -> Json:
+        """``DELETE /v1/schedules/{schedule_id}``: ``{"schedule_id", "removed": true}``."""
+        return (await self._http.request("DELETE", f"/schedules/{quoted(schedule_id)}"))[1]
 
     async def aclose(self) -> None:
         """Close the connections."""
