@@ -1,21 +1,27 @@
 """``streamflow schedule add|list|pause|resume|remove``: manage cron schedules in an embedded
-store (``--dir``) or in a Kafka namespace (``--kafka``).
+store (``--dir``), in a Kafka namespace (``--kafka``), or through the HTTP API of a running
+``streamflow serve`` (``--url``, the key as for the lifecycle commands).
 
 On ``--dir``, ``list`` opens the store read only, so it works beside a running ``streamflow
 serve``; a change needs the store to itself and, while another process holds it, fails with one
-line, as the lifecycle commands do (``is streamflow serve running? ...``). Without
-``--dir`` the store is ``.streamflow/demo`` (the demo's), and a change says so on stderr."""
+line naming the way out (``is streamflow serve running? use --url ...``). Without ``--dir``
+the store is ``.streamflow/demo`` (the demo's), and a change says so on stderr. Over ``--url``
+the server resolves the workflow against the App it hosts, and the output is the same as on
+``--dir``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import builtins
 import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamflow.api.schedules import ScheduleDefinition
 from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, project_on_path, store_path
+from streamflow.cli.sources import DEFAULT_URL_HINT, api_key
 from streamflow.core.errors import InvalidInputError, StoreError
 from streamflow.core.schedules import CatchUp, Overlap, Schedule
 from streamflow.core.timeutil import format_utc
@@ -25,6 +31,7 @@ from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from streamflow.workflow.app import App
 
 if TYPE_CHECKING:
+    from streamflow.api.remote import HttpControl
     from streamflow.kafka.schedules import KafkaSchedules
     from streamflow.stores.rocksdb import RocksDBEventStore
 
@@ -37,10 +44,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = schedule.add_subparsers(dest="action", required=True)
     parsers = {name: actions.add_parser(name, help=f"{name} schedules") for name in ACTIONS}
     for name, parser in parsers.items():
-        parser.add_argument(
+        source = parser.add_mutually_exclusive_group()
+        source.add_argument(
             "--dir", type=Path, help=f"embedded store (default: {DEFAULT_DIR}, the demo's)"
         )
-        parser.add_argument("--kafka", action="store_true", help="the schedules of a namespace")
+        source.add_argument("--kafka", action="store_true", help="the schedules of a namespace")
+        source.add_argument(
+            "--url", help=f"the HTTP API of a running streamflow serve, e.g. {DEFAULT_URL_HINT}"
+        )
+        parser.add_argument("--api-key-file", type=Path, help="bearer key for --url")
         parser.add_argument("--bootstrap", help=f"with --kafka (default ${ENV_BOOTSTRAP})")
         parser.add_argument("--namespace", help=f"with --kafka (default ${ENV_NAMESPACE})")
         if name != "list":
@@ -49,18 +61,81 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             parser.add_argument("--json", action="store_true", help="one JSON object per line")
     add = parsers["add"]
     add.add_argument("--workflow", required=True, help="registered workflow name")
+    add.add_argument(
+        "--version", help="the workflow version every run starts (default: the latest one)"
+    )
     add.add_argument("--cron", required=True, help='five-field expression, e.g. "0 9 * * MON-FRI"')
     add.add_argument("--timezone", default="UTC", help="IANA timezone (default UTC)")
     add.add_argument("--input", default=None, help="JSON input of every run, or @file")
     add.add_argument("--overlap", choices=[o.value for o in Overlap], default=Overlap.SKIP.value)
     add.add_argument("--catch-up", choices=[c.value for c in CatchUp], default=CatchUp.NONE.value)
-    add.add_argument("--app", default=DEFAULT_APP, help="module:App registering the workflow")
+    add.add_argument(
+        "--app", default=DEFAULT_APP, help="module:App registering the workflow (not with --url)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``streamflow schedule`` action; exit 0, or 1 with one error line (raised as a
-    ``FlowError`` to ``main``)."""
+    ``FlowError`` to ``main``; over ``--url``, the API's refusal, named as the API names it)."""
+    if args.url:
+        from streamflow.cli.lifecycle import guarded
+
+        return guarded(lambda: asyncio.run(_run_url(args)))
     return asyncio.run(_run(args))
+
+
+async def _run_url(args: argparse.Namespace) -> int:
+    from streamflow.api.remote import HttpControl
+
+    control = HttpControl(args.url, api_key(args))
+    try:
+        return await _act(args, _HttpSchedules(control), _remote_definition(args))
+    finally:
+        await control.aclose()
+
+
+class _HttpSchedules:
+    """The schedule calls of ``_act`` over the HTTP API, each answer read back as a
+    ``Schedule`` (so the output is the ``--dir`` form's)."""
+
+    def __init__(self, control: HttpControl) -> None:
+        self._control = control
+
+    async def add(self, definition: ScheduleDefinition) -> Schedule:
+        return Schedule.from_json((await self._control.add_schedule(definition)).schedule)
+
+    async def list(self) -> builtins.list[Schedule]:
+        answer = await self._control.list_schedules()
+        return [Schedule.from_json(s) for s in answer["schedules"]]
+
+    async def get(self, schedule_id: str) -> Schedule:
+        return Schedule.from_json(await self._control.get_schedule(schedule_id))
+
+    async def pause(self, schedule_id: str) -> Schedule:
+        return Schedule.from_json(await self._control.pause_schedule(schedule_id))
+
+    async def resume(self, schedule_id: str) -> Schedule:
+        return Schedule.from_json(await self._control.resume_schedule(schedule_id))
+
+    async def remove(self, schedule_id: str) -> bool:
+        await self._control.remove_schedule(schedule_id)  # ScheduleNotFound when there is none
+        return True
+
+
+def _remote_definition(args: argparse.Namespace) -> ScheduleDefinition | None:
+    """What ``add --url`` sends: the workflow by name, resolved by the server's App."""
+    if args.action != "add":
+        return None
+    return ScheduleDefinition(
+        schedule_id=args.schedule_id,
+        workflow=args.workflow,
+        version=args.version,
+        cron=args.cron,
+        timezone=args.timezone,
+        input=_input(args.input),
+        overlap=args.overlap,
+        catch_up=args.catch_up,
+    )
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -107,18 +182,25 @@ def _open_store(directory: Path, *, read_only: bool) -> RocksDBEventStore:
     except StoreError as exc:
         if "LOCK" in str(exc):
             raise StoreError(
-                f"{path} is held by another process (is streamflow serve running? stop it "
-                "first, or declare the schedule in the App: @app.workflow(schedule=...))"
+                f"{path} is held by another process (is streamflow serve running? use --url "
+                f"{DEFAULT_URL_HINT}, or declare the schedule in the App: "
+                "@app.workflow(schedule=...))"
             ) from None
         raise
 
 
 async def _act(
-    args: argparse.Namespace, schedules: FlowSchedules | KafkaSchedules, schedule: Schedule | None
+    args: argparse.Namespace,
+    schedules: FlowSchedules | KafkaSchedules | _HttpSchedules,
+    schedule: Schedule | ScheduleDefinition | None,
 ) -> int:
     if args.action == "add":
-        assert schedule is not None
-        _print_one(await schedules.add(schedule))
+        if isinstance(schedules, _HttpSchedules):
+            assert isinstance(schedule, ScheduleDefinition)
+            _print_one(await schedules.add(schedule))
+        else:
+            assert isinstance(schedule, Schedule)
+            _print_one(await schedules.add(schedule))
     elif args.action == "list":
         for found in await schedules.list():
             if args.json:
@@ -154,6 +236,8 @@ def _definition(args: argparse.Namespace) -> Schedule:
     if workflow is None:
         known = ", ".join(sorted(app.workflows)) or "none"
         raise InvalidInputError(f"{args.app} registers no workflow {args.workflow!r} ({known})")
+    if args.version is not None:
+        workflow = app.resolve(args.workflow, args.version)  # UnknownWorkflow names the versions
     return Schedule(
         schedule_id=args.schedule_id,
         spec=workflow.spec,

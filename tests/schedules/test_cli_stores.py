@@ -67,7 +67,8 @@ def test_list_works_beside_a_host_and_a_change_names_the_way_out(tmp_path):
         assert refused.returncode == 1
         assert refused.stderr.splitlines() == [
             f"error: StoreError: {d} is held by another process (is streamflow serve running? "
-            "stop it first, or declare the schedule in the App: @app.workflow(schedule=...))"
+            "use --url http://127.0.0.1:8233, or declare the schedule in the App: "
+            "@app.workflow(schedule=...))"
         ]
         paused = cli("schedule", "pause", "nightly", "--dir", d)
         assert paused.returncode == 1
