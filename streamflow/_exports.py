@@ -94,6 +94,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "HookCreated",
         "HookDisposed",
         "HookReceived",
+        "PatchRecorded",
         "RunCancellationRequested",
         "RunCancelled",
         "RunCompleted",

@@ -34,7 +34,7 @@ PINNED = {
     "ChildWorkflowRequested", "ChildWorkflowResolved", "SignalReceived", "SignalWaitCreated",
     "SignalWaitCompleted", "StepCreated", "StepStarted", "StepCompleted", "StepRetrying",
     "StepFailed", "WaitCreated", "WaitCompleted", "HookCreated", "HookReceived", "HookDisposed",
-    "TimeoutArmed", "TimeoutElapsed", "TimeoutDisarmed", "TimeoutSubject",
+    "TimeoutArmed", "TimeoutElapsed", "TimeoutDisarmed", "TimeoutSubject", "PatchRecorded",
     # scheduling, tasks, observers, stores
     "FlowScheduler", "FlowSchedulerTick", "FlowTask", "FlowTaskKind", "FlowTaskLease",
     "FlowTaskOutcome", "FlowTaskDispatcher", "FlowWorker", "InMemoryFlowTaskQueue",

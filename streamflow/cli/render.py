@@ -76,6 +76,8 @@ def render_event(envelope: ev.FlowEventEnvelope) -> str:
         detail = f"deadline {format_utc(event.deadline)} {event.reason or ''}"
     elif isinstance(event, ev.ChildOperationLinked):
         detail = f"{event.child.reference_id} {event.child.kind} {event.child.operation_id}"
+    elif isinstance(event, ev.PatchRecorded):
+        detail = event.patch_id
     return f"{event.event_key():<32} {detail}".rstrip()
 
 

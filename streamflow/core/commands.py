@@ -1,4 +1,4 @@
-"""The 15 ``RuntimeCommand`` types a workflow returns from one replay.
+"""The 16 ``RuntimeCommand`` types a workflow returns from one replay.
 
 A command never leaves the process that decides it: what is stored and sent is the events it
 leads to. Its JSON fields are normalised on construction, so it compares with history exactly
@@ -168,6 +168,14 @@ class RuntimeCommand(_Normalized):
         return LinkChildOperation(child=child)
 
     @staticmethod
+    def record_patch(patch_id: str) -> RecordPatch:
+        """Record patch marker ``patch_id`` (``patch_recorded``) and go on without suspending:
+        from then on the run takes the patched branch on every replay (``ctx.patched``). The
+        id follows the ``WorkflowPatchId`` rules (``InvalidWorkflowPatchId``); an id the run
+        recorded already is ``InvalidTransition`` (no progress)."""
+        return RecordPatch(patch_id=patch_id)
+
+    @staticmethod
     def schedule_step(
         step_id: str, step_name: str, input: object = None, retry: RetryPolicy | None = None
     ) -> ScheduleStep:
@@ -300,6 +308,14 @@ class LinkChildOperation(RuntimeCommand):
 
     TYPE = "link_child_operation"
     child: ChildOperationReference
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordPatch(RuntimeCommand):
+    """``RuntimeCommand.record_patch``: record that the run takes patched branch ``patch_id``."""
+
+    TYPE = "record_patch"
+    patch_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -64,8 +64,10 @@ from streamflow.core.errors import (
     ContinueAsNewLimitExceeded,
     InvalidTransition,
     InvalidWorkflow,
+    InvalidWorkflowPatchId,
     NonDeterministic,
 )
+from streamflow.core.ids import WorkflowPatchId
 from streamflow.core.jsonvalue import canonical, dumps_compact, json_equal
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import (
@@ -315,6 +317,8 @@ def decide_command(
         return record_progress_or_link(snapshot, command.progress, host=False)
     if isinstance(command, cmd.LinkChildOperation):
         return record_progress_or_link(snapshot, command.child, host=False)
+    if isinstance(command, cmd.RecordPatch):
+        return _decide_patch(snapshot, command.patch_id)
     if isinstance(command, cmd.CreateHook):
         return no_recorded_timeout(snapshot, command, None) or decide_hook(snapshot, command)
     if isinstance(command, cmd.WaitForSignal):
@@ -328,6 +332,18 @@ def decide_command(
     if isinstance(command, cmd.ContinueAsNew):
         return _decide_continue_as_new(snapshot, command, new_run_id, limits)
     return invalid(f"workflow run {run_id} returned unknown command {command.TYPE}")
+
+
+def _decide_patch(snapshot: WorkflowRunSnapshot, patch_id: str) -> Decision | Rejected:
+    """Record patch marker ``patch_id`` once: it suspends nothing, so the run is decided again
+    at once; recording it again would repeat forever (no progress)."""
+    try:
+        patch = WorkflowPatchId(patch_id)
+    except InvalidWorkflowPatchId as exc:
+        return Rejected(exc)
+    if patch in snapshot.patches:
+        return invalid(f"workflow recorded patch marker {patch} again without progress")
+    return Decision(events=(ev.PatchRecorded(patch_id=str(patch)),))
 
 
 def _child_json(child: cmd.ChildWorkflowCommand | ChildWorkflowSnapshot) -> str:

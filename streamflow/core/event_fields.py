@@ -149,6 +149,7 @@ _BOUNDED_FIELDS = frozenset(
         "resume_at",
         "retry_after",
         "no_retry",
+        "patch_id",
     }
 )
 """The event fields that are an identifier, a count or a time: every other field may carry data

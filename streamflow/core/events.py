@@ -1,4 +1,4 @@
-"""The 30 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
+"""The 31 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
 
 JSON is internally tagged: ``{"type": "step_completed", "step_id": …, "output": …}``. Each event
 class declares its fields once, as dataclass fields; a field's codec follows from its annotation
@@ -479,6 +479,17 @@ class TimeoutDisarmed(FlowEvent):
     a signal wait paired): the timer is cancelled, in the same append as that resolution."""
 
     wait_id: str
+
+
+@_event("patch_recorded", "flow.patch.recorded", origin=Origin.CODE)
+class PatchRecorded(FlowEvent):
+    """Workflow code reached ``ctx.patched(patch_id)`` as new code (this replay had reached
+    every operation the history records), so the run takes the patched branch from here on, on
+    every replay. At most once per patch id; it suspends nothing. Code that no longer asks for
+    the patch replays past it."""
+
+    patch_id: str
+    """A ``WorkflowPatchId``: 1-128 of ``a-z 0-9 - _ .``, first and last ``a-z0-9``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,6 @@
 """Projection handlers of a run's own lifecycle and of its children: creation, start, the
 terminal events (one terminal transition for all of them), the cancellation request, progress,
-linked child operations and child workflows requested and resolved.
+patch markers, linked child operations and child workflows requested and resolved.
 
 Registered in :data:`HANDLERS`, which :mod:`streamflow.core.projection` merges.
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from streamflow.core import events as ev
-from streamflow.core.ids import is_valid_run_id
+from streamflow.core.errors import InvalidWorkflowPatchId
+from streamflow.core.ids import WorkflowPatchId, is_valid_run_id
 from streamflow.core.projection_rules import (
     NOT_TERMINAL,
     RUN_ACTIVE,
@@ -216,6 +217,18 @@ def _run_progress_recorded(s: S, e: ev.RunProgressRecorded, env: Env) -> None:
         raise fail(s, f"duplicate progress id {e.progress.progress_id}")
     s.progress.append(e.progress)
     s.progress_by_id[e.progress.progress_id] = e.progress
+
+
+@handles(ev.PatchRecorded)
+def _patch_recorded(s: S, e: ev.PatchRecorded, env: Env) -> None:
+    require_status(s, RUN_ACTIVE, e.TYPE)
+    try:
+        WorkflowPatchId(e.patch_id)
+    except InvalidWorkflowPatchId as exc:
+        raise fail(s, str(exc)) from exc
+    if e.patch_id in s.patches:
+        raise fail(s, f"duplicate patch marker {e.patch_id}")
+    s.patches[e.patch_id] = env.sequence
 
 
 # -- children --------------------------------------------------------------------------------

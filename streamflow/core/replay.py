@@ -13,6 +13,12 @@ and ``CODE_OR_HOST``. Some events come from workflow code *or* from the host (``
 from ``cancel`` or ``force_cancel``, ``run_timed_out``, progress and child-operation links).
 At such a point a replay that yields a different event type is taken to mean the host wrote
 it, and is not a drift; a replay that yields the same type with different content is.
+
+A ``patch_recorded`` the replay does not record is not a drift either: code that no longer
+asks for the patch (its old branch removed) replays past the marker, and the decision after it
+is compared at the next point. And since the code runs on a prefix, it is told what the history
+holds from the decision point on (``from_the_top(recorded)``), so that ``ctx.patched`` answers
+as a process replaying the whole history would.
 """
 
 from __future__ import annotations
@@ -116,6 +122,8 @@ def compare(
     head = recorded[0]
     if head.ORIGIN is Origin.CODE_OR_HOST and (not replayed or type(replayed[0]) is not type(head)):
         return None  # the host wrote it
+    if _skipped_marker(recorded, replayed):
+        return None  # code that no longer asks for the patch replays past its marker
     window = list(recorded[: max(1, len(replayed))])
     first = next(
         (
@@ -139,6 +147,25 @@ def compare(
         replay=render(replayed),
         step_id=_step_id(window[first:]) or _step_id(replayed[first:]),
     )
+
+
+def _skipped_marker(recorded: Sequence[ev.FlowEvent], replayed: Sequence[ev.FlowEvent]) -> bool:
+    """Whether the recorded event at the decision point is a patch marker the replay does not
+    record: the patch's old branch is gone (``ctx.deprecate_patch``, or the call removed), and
+    the marker is no operation the code must reach."""
+    head = recorded[0]
+    if not isinstance(head, ev.PatchRecorded):
+        return False
+    return not replayed or comparable(replayed[0]) != comparable(head)
+
+
+def accounted(recorded: Sequence[ev.FlowEvent], replayed: Sequence[ev.FlowEvent]) -> int:
+    """How many of the ``recorded`` events (the rest of the history from the decision point)
+    the decision that ``replayed`` accounts for: as many as it produced, but only the marker
+    when it replays past a patch marker (the events after it are the next decision's)."""
+    if recorded and _skipped_marker(recorded, replayed):
+        return 1
+    return len(replayed)
 
 
 def refused(

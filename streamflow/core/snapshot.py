@@ -336,6 +336,7 @@ class WorkflowRunSnapshot:
         "open_waits",
         "output",
         "parent",
+        "patches",
         "predecessor",
         "progress",
         "progress_by_id",
@@ -381,6 +382,9 @@ class WorkflowRunSnapshot:
         """Linked external operations by reference id."""
         self.child_workflows: dict[str, ChildWorkflowSnapshot] = {}
         """Child workflows by child id."""
+        self.patches: dict[str, int] = {}
+        """The patch markers workflow code recorded (``patch_recorded``, ``ctx.patched``), by
+        patch id, each with the sequence that recorded it."""
         self.output: JsonValue = None
         """The output of ``run_completed``."""
         self.error: str | None = None

@@ -23,7 +23,7 @@ from streamflow.core import events as ev
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministic
 from streamflow.core.projection import ProjectedRun
-from streamflow.core.replay import Drift, DriftKind, compare, refused
+from streamflow.core.replay import Drift, DriftKind, accounted, compare, refused
 from streamflow.core.tokens import HookSecret, token_digest
 from streamflow.workflow.durable import from_the_top
 from streamflow.workflow.runtime import (
@@ -110,7 +110,7 @@ async def _decide(
     sequence = snap.last_sequence + 1
     now = now_event.timestamp if now_event is not None else run.history[-1].timestamp
     try:
-        with workflow_failures(), from_the_top():
+        with workflow_failures(), from_the_top(recorded):
             result = runtime.run_workflow(workflow_invocation(run, hook_secret))
             if inspect.isawaitable(result):
                 result = await result
@@ -129,7 +129,8 @@ async def _decide(
         decision = replace(decision, events=_recorded_digests(snap.run_id, decision, recorded))
     if not recorded:
         return None, 0
-    return compare(snap.run_id, sequence, recorded, decision.events), len(decision.events)
+    drift = compare(snap.run_id, sequence, recorded, decision.events)
+    return drift, accounted(recorded, decision.events)
 
 
 def _recorded_digests(

@@ -122,6 +122,11 @@ class WorkflowContext(RunFacts):
         """The linked operation ``reference_id``, or ``None``."""
         return self._snapshot.child_operations.get(reference_id)
 
+    def patch_recorded(self, patch_id: str) -> bool:
+        """Whether the run recorded patch marker ``patch_id`` (:meth:`record_patch`; what
+        ``ctx.patched`` of a durable function records)."""
+        return patch_id in self._snapshot.patches
+
     # -- signals, hooks, children ----------------------------------------------------------------
 
     def signal(self, signal_id: str) -> WorkflowSignalSnapshot | None:
@@ -215,6 +220,12 @@ class WorkflowContext(RunFacts):
     def link_child_operation(self, child: ChildOperationReference) -> RuntimeCommand:
         """Return this to link an external operation (``RuntimeCommand.link_child_operation``)."""
         return RuntimeCommand.link_child_operation(child)
+
+    def record_patch(self, patch_id: str) -> RuntimeCommand:
+        """Return this to record patch marker ``patch_id`` (``RuntimeCommand.record_patch``): the
+        run is decided again at once, and :meth:`patch_recorded` is true from then on. Record
+        it only where history holds nothing the old code decided after this point."""
+        return RuntimeCommand.record_patch(patch_id)
 
     def step(
         self,

@@ -22,6 +22,14 @@ The coroutine is driven by hand (``send``/``close``), never by an event loop:
 
 ``ctx.now()`` is the commit time of the event that resolved the most recent ``await`` (the run's
 start before any), so a deadline computed from it is the same on every replay.
+
+``ctx.patched(id)`` lets changed code branch on when the run reached the change: it is true
+when the run holds marker ``id`` or when this replay has reached every operation its history
+records (the code runs as new code there); false when history holds operations beyond the call
+and no marker (old code wrote them). A true answer not recorded yet is recorded before anything
+else: the driver turns the decision into ``record_patch`` (the operation the code went on to, if
+any, is issued at the next decision, from the parked coroutine or from the top), so every
+replay after it answers true.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from streamflow.core import events as ev
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import FlowError, InvalidWorkflow, NonDeterministic, RuntimeFailure
+from streamflow.core.ids import WorkflowPatchId
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.lru import LruCache
 from streamflow.core.retry import RetryPolicy
@@ -110,6 +119,7 @@ class DurableContext(RunFacts):
         self._draws = 0
         self._index: dict[tuple[str, str], Resolution] | None = None
         self._position = _start_of(invocation.history)
+        self._patching: list[WorkflowPatchId] = []
 
     # -- facts ---------------------------------------------------------------------------------
 
@@ -296,6 +306,33 @@ class DurableContext(RunFacts):
         """Return or raise this to hand over to a successor run with ``input``."""
         return ContinueAsNewRequest(encode(input, None, "continue-as-new input"))
 
+    # -- changing code while runs are in flight -----------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the patched branch ``patch_id``: ``if ctx.patched(id):`` the
+        new code, ``else:`` the old. True when the run recorded the marker, or when the run
+        reaches this call as new code (this replay has reached every operation its history
+        records): the marker is then recorded before the run goes on, so every later replay
+        answers true too. False when history holds operations beyond this point and no marker:
+        old code wrote them, and the old branch replays them. Recording the same id again
+        answers true without a second marker. ``InvalidWorkflowPatchId`` for an id that breaks
+        the ``WorkflowPatchId`` rules."""
+        patch = WorkflowPatchId(patch_id)
+        if patch in self._snapshot.patches or patch in self._patching:
+            return True
+        if self._unwinding or not self._caught_up() or _decided_without(patch):
+            return False
+        self._patching.append(patch)
+        return True
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Say that patch ``patch_id`` is the only branch left: call it where
+        ``if ctx.patched(patch_id):`` stood once no open run predates the patch, and keep the
+        new branch alone. It records nothing, returns nothing and never fails, whether or not
+        the run holds the marker (the id must still follow the ``WorkflowPatchId`` rules); once
+        no open run holds the marker either, delete the call."""
+        WorkflowPatchId(patch_id)
+
     # -- the driver's side ---------------------------------------------------------------------
 
     def _step_of(self, fn: object) -> Step[Any, Any]:
@@ -344,6 +381,22 @@ class DurableContext(RunFacts):
         ]
         return [f"{kind} {key!r}" for kind, key in recorded if (kind, key) not in self._reached]
 
+    def _caught_up(self) -> bool:
+        """Whether this replay has reached every operation its history records as made by
+        workflow code: from here on the code runs as new code."""
+        if not self._checked and not self._unreached():
+            self._checked = True  # what _guard concludes too: nothing recorded is left behind
+        return self._checked
+
+    def _patch_to_record(self) -> RuntimeCommand | None:
+        """``record_patch`` for the first patch this replay took as new code that history
+        does not record yet: the decision, whatever the code went on to."""
+        for patch in self._patching:
+            if patch not in self._snapshot.patches:
+                self._guard()
+                return RuntimeCommand.record_patch(patch)
+        return None
+
     def _guard(self) -> None:
         if self._checked:
             # A parked coroutine that passed once: everything recorded since was made by the
@@ -359,6 +412,24 @@ class DurableContext(RunFacts):
                 "outside history) skipped them",
             )
         self._checked = True
+
+
+_RECORDED_AHEAD: ContextVar[Sequence[ev.FlowEvent]] = ContextVar(
+    "streamflow_recorded_ahead", default=()
+)
+
+
+def _decided_without(patch: str) -> bool:
+    """In replay verification, which runs the code on a prefix of a recorded history: whether
+    the history goes on from this point with decisions of code and never records ``patch``.
+    The code that wrote it did not take the patched branch here, and a process replaying the
+    whole history would find operations beyond the call and answer false."""
+    ahead = _RECORDED_AHEAD.get()
+    if not ahead:
+        return False
+    if any(isinstance(e, ev.PatchRecorded) and e.patch_id == patch for e in ahead):
+        return False
+    return any(e.ORIGIN.from_code for e in ahead)
 
 
 def _start_of(history: Sequence[ev.FlowEventEnvelope]) -> Resolution:
@@ -451,13 +522,17 @@ _FROM_THE_TOP: ContextVar[bool] = ContextVar("streamflow_from_the_top", default=
 
 
 @contextmanager
-def from_the_top() -> Iterator[None]:
+def from_the_top(recorded_ahead: Sequence[ev.FlowEvent] = ()) -> Iterator[None]:
     """Within it, every decision runs its workflow from the top, parked coroutines aside:
-    replay verification checks each decision as a freshly deployed process makes it."""
+    replay verification checks each decision as a freshly deployed process makes it.
+    ``recorded_ahead``: the events the recorded history holds from the decided point on, so
+    that ``ctx.patched`` answers as a process replaying the whole history would."""
     token = _FROM_THE_TOP.set(True)
+    ahead = _RECORDED_AHEAD.set(tuple(recorded_ahead))
     try:
         yield
     finally:
+        _RECORDED_AHEAD.reset(ahead)
         _FROM_THE_TOP.reset(token)
 
 
@@ -506,26 +581,27 @@ def _step(
 ) -> tuple[RuntimeCommand, bool]:
     """Run ``coro`` to its next suspension or its end: the command, and whether it suspended
     (then it is still open; otherwise it is finished or closed)."""
+    # A patch taken as new code and not recorded yet is the decision, whatever the code went
+    # on to: the next decision replays it with the marker and issues what follows.
     try:
         yielded = coro.send(None)
     except StopIteration as done:
-        return _ending(ctx, done.value, output_type), False
+        return ctx._patch_to_record() or _ending(ctx, done.value, output_type), False
     except ContinueAsNewRequest as request:
-        ctx._guard()
-        return RuntimeCommand.continue_as_new(request.input), False
+        return ctx._patch_to_record() or _guarded(
+            ctx, RuntimeCommand.continue_as_new(request.input)
+        ), False
     except Cancelled:
         if ctx._snapshot.cancellation is None:
             raise RuntimeFailure(
                 f"workflow run {ctx.run_id} raised Cancelled without a cancellation request"
             ) from None
-        ctx._guard()
-        return RuntimeCommand.cancel(), False
+        return ctx._patch_to_record() or _guarded(ctx, RuntimeCommand.cancel()), False
     except WorkflowFailure as failure:
-        ctx._guard()
-        return RuntimeCommand.fail(failure.message), False
+        return ctx._patch_to_record() or _guarded(ctx, RuntimeCommand.fail(failure.message)), False
     except WorkflowTimedOut as timed_out:
-        ctx._guard()
-        return RuntimeCommand.timeout(timed_out.deadline, timed_out.reason), False
+        command = RuntimeCommand.timeout(timed_out.deadline, timed_out.reason)
+        return ctx._patch_to_record() or _guarded(ctx, command), False
     except FlowError:
         raise
     except RuntimeError as exc:
@@ -539,6 +615,9 @@ def _step(
     try:
         if not isinstance(yielded, _Pending):
             raise UnsupportedAwait(ctx.run_id, f"{type(yielded).__name__} {yielded!r}")
+        patch = ctx._patch_to_record()
+        if patch is not None:
+            return patch, True  # parked at the operation: it is issued once the marker is in
         operation = yielded.operation
         if operation._is_new():
             ctx._guard()
@@ -546,6 +625,12 @@ def _step(
     except BaseException:
         _close(coro, ctx)
         raise
+
+
+def _guarded(ctx: DurableContext, command: RuntimeCommand) -> RuntimeCommand:
+    """``command``, once every operation history records was reached (``_guard``)."""
+    ctx._guard()
+    return command
 
 
 def _ending(ctx: DurableContext, value: object, output_type: Any) -> RuntimeCommand:

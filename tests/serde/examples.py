@@ -183,6 +183,7 @@ EVENTS_FULL: list[FlowEvent] = [
     ev.TimeoutArmed(wait_id="h-1:timeout", subject="hook", subject_id="h-1"),
     ev.TimeoutElapsed(wait_id="h-1:timeout"),
     ev.TimeoutDisarmed(wait_id="w-1:timeout"),
+    ev.PatchRecorded(patch_id="orders.charge-first_v2"),
 ]
 EVENTS_MIN: list[FlowEvent] = [
     ev.RunCreated(spec=SPEC_MIN),
@@ -215,6 +216,7 @@ EVENTS_MIN: list[FlowEvent] = [
     ev.TimeoutArmed(wait_id="t", subject="signal_wait", subject_id="w"),
     ev.TimeoutElapsed(wait_id="t"),
     ev.TimeoutDisarmed(wait_id="t"),
+    ev.PatchRecorded(patch_id="p"),
 ]
 
 PROPOSAL_FULL = Proposal(

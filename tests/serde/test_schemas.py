@@ -54,14 +54,14 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "32e2c3b21bf35469",
-    "HistoryRecord": "7c49784f4c880974",
+    "Request": "849694ead6a34ed8",
+    "HistoryRecord": "4ea4af60effad010",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "e4595c8a1d35824f",
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "ecde2e2014323af5",
-    "HookRequest": "ddaaf601d20e8295",
+    "HookRequest": "505c5829d103b671",
     "TokenRecord": "c1e6433bc5811e9b",
     "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
@@ -88,6 +88,9 @@ RETIRED_FINGERPRINTS = {
     "208fd4879d180d82": "Request",
     "40c805455f1b412b": "HistoryRecord",
     "ff5c4ae72df863df": "HookRequest",
+    "32e2c3b21bf35469": "Request",
+    "7c49784f4c880974": "HistoryRecord",
+    "ddaaf601d20e8295": "HookRequest",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
@@ -190,7 +193,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 94
+    assert len(FILES) == len(DEFINITIONS) == 95
 
 
 def test_shipped_fingerprints_are_pinned() -> None:
@@ -407,20 +410,66 @@ def _copy_schemas(target: Path) -> Path:
 
 
 TIMEOUT_EVENTS = ("TimeoutArmed", "TimeoutElapsed", "TimeoutDisarmed")
+PATCH_EVENTS = ("PatchRecorded",)
 
 
-def _before_timeouts(schemas: Path) -> Path:
-    """``schemas`` as they were before the event union gained the timeout events."""
+def _without_events(schemas: Path, names: tuple[str, ...]) -> Path:
+    """``schemas`` with the events ``names`` left out of the event union (and their files)."""
     for record in ("HistoryRecord", "Proposal"):
         path = schemas / f"{record}.avsc"
         schema = json.loads(path.read_text())
         events = next(f for f in schema["fields"] if f["name"] in ("event", "events"))
         union = events["type"] if isinstance(events["type"], list) else events["type"]["items"]
-        union[:] = [branch for branch in union if branch not in TIMEOUT_EVENTS]
+        union[:] = [branch for branch in union if branch not in names]
         path.write_text(json.dumps(schema))
-    for name in TIMEOUT_EVENTS:
+    for name in names:
         (schemas / f"{name}.avsc").unlink()
     return schemas
+
+
+def _before_patches(schemas: Path) -> Path:
+    """``schemas`` as they were before the event union gained ``PatchRecorded``."""
+    return _without_events(schemas, PATCH_EVENTS)
+
+
+def _before_timeouts(schemas: Path) -> Path:
+    """``schemas`` as they were before the event union gained the timeout events (and what it
+    gained after them)."""
+    return _without_events(schemas, TIMEOUT_EVENTS + PATCH_EVENTS)
+
+
+def _events_before(name: str) -> list[ev.FlowEvent]:
+    """The full examples of the events the union held before it gained event ``name``."""
+    return ex.EVENTS_FULL[: [type(e).__name__ for e in ex.EVENTS_FULL].index(name)]
+
+
+def test_buffers_written_before_the_patch_events_still_decode(tmp_path: Path) -> None:
+    old = WireCodec(build_registry(_before_patches(_copy_schemas(tmp_path / "old"))))
+    before = _events_before("PatchRecorded")
+    envelope = FlowEventEnvelope(
+        run_id="run-1", sequence=3, event_id="e-3", timestamp=ex.T0, event=before[-1]
+    )
+    proposal = ex.request(dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(before)))
+    claim = messages.HookRequest(
+        body=messages.ClaimToken(
+            token_digest=ex.DIGEST,
+            run_id="run-1",
+            hook_id="h-1",
+            proposal=dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(before)),
+        )
+    )
+    for value, fingerprint in (
+        (envelope, "7c49784f4c880974"),
+        (proposal, "32e2c3b21bf35469"),
+        (claim, "ddaaf601d20e8295"),
+    ):
+        data = old.encode(value)
+        assert data[2:10].hex() == fingerprint
+        assert codec.decode(data) == value
+    # An old reader meets the new event as an unknown writer schema, never as something else.
+    marked = dataclasses.replace(envelope, event=ev.PatchRecorded(patch_id="charge-first"))
+    with pytest.raises(SerializationError, match="unknown schema fingerprint"):
+        old.decode(codec.encode(marked))
 
 
 def test_buffers_written_before_the_timeout_events_still_decode(tmp_path: Path) -> None:
@@ -430,9 +479,10 @@ def test_buffers_written_before_the_timeout_events_still_decode(tmp_path: Path) 
         sequence=3,
         event_id="e-3",
         timestamp=ex.T0,
-        event=ex.EVENTS_FULL[-4],  # the last event before the timeout events: hook_disposed
+        event=_events_before("TimeoutArmed")[-1],  # hook_disposed
     )
-    proposal = ex.request(dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(ex.EVENTS_FULL[:-3])))
+    before = tuple(_events_before("TimeoutArmed"))
+    proposal = ex.request(dataclasses.replace(ex.PROPOSAL_FULL, events=before))
     for value, fingerprint in ((envelope, "40c805455f1b412b"), (proposal, "208fd4879d180d82")):
         data = old.encode(value)
         assert data[2:10].hex() == fingerprint

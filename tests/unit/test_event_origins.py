@@ -28,6 +28,7 @@ CODE_ONLY = {
     ev.RunFailed,
     ev.RunContinuedAsNew,
     ev.TimeoutArmed,  # beyond the sets above: the timeout events came later
+    ev.PatchRecorded,  # and the patch markers of ctx.patched later still
 }
 CODE_OR_HOST = {ev.RunCancelled, ev.RunTimedOut, ev.RunProgressRecorded, ev.ChildOperationLinked}
 PROPOSABLE = {
@@ -48,6 +49,7 @@ PROPOSABLE = {
     ev.RunContinuedAsNew,
     ev.TimeoutArmed,
     ev.TimeoutDisarmed,
+    ev.PatchRecorded,
 }
 
 
@@ -58,7 +60,7 @@ def test_every_event_type_is_registered_with_exactly_one_origin():
         if isinstance(c, type) and issubclass(c, FlowEvent) and c is not FlowEvent
     }
     assert classes == set(EVENT_TYPES.values())
-    assert len(classes) == 30
+    assert len(classes) == 31
     for cls in classes:
         assert "ORIGIN" in vars(cls), f"{cls.TYPE} declares no origin of its own"
         assert isinstance(cls.ORIGIN, Origin)
@@ -127,6 +129,9 @@ def test_the_deciders_write_what_the_origins_declare():
         ev.StepFailed(step_id="s", attempt=1, error="boom"),
     )
     assert origins(d.prepare(failed, T0, None)) == [Origin.DERIVED]
+    # A patch marker is workflow code's choice alone (ctx.patched), never the host's.
+    marked = d.decide_command(run(), cmd.RecordPatch(patch_id="charge-first"), T0)
+    assert origins(marked) == [Origin.CODE]
     # Host requests and outcomes.
     signal = WorkflowSignal.new("s-2", "go", None)
     assert origins(d.decide_signal(run(), signal)) == [Origin.HOST]

@@ -85,11 +85,12 @@ ONE_OF_EACH_EVENT = [
     ev.TimeoutArmed(wait_id="h:timeout", subject="hook", subject_id="h"),
     ev.TimeoutElapsed(wait_id="h:timeout"),
     ev.TimeoutDisarmed(wait_id="h:timeout"),
+    ev.PatchRecorded(patch_id="charge-first"),
 ]
 
 
-def test_the_catalogue_covers_all_30_event_types():
-    assert len(ev.EVENT_TYPES) == 30
+def test_the_catalogue_covers_all_31_event_types():
+    assert len(ev.EVENT_TYPES) == 31
     assert {type(e) for e in ONE_OF_EACH_EVENT} == set(ev.EVENT_TYPES.values())
 
 
@@ -175,17 +176,18 @@ ONE_OF_EACH_COMMAND = [
     RuntimeCommand.wait_for_signal("w", "go"),
     RuntimeCommand.start_child_workflows([ChildWorkflowCommand.new("c", SPEC)]),
     RuntimeCommand.with_timeout(RuntimeCommand.create_hook("h", "token"), "h:timeout", T0),
+    RuntimeCommand.record_patch("charge-first"),
 ]
 
 
-def test_the_command_helpers_cover_all_15_variants():
+def test_the_command_helpers_cover_all_16_variants():
     variants = {
         value
         for value in vars(commands).values()
         if isinstance(value, type) and issubclass(value, RuntimeCommand) and value.TYPE
     }
     assert {type(c) for c in ONE_OF_EACH_COMMAND} == variants
-    assert len(variants) == len({v.TYPE for v in variants}) == 15
+    assert len(variants) == len({v.TYPE for v in variants}) == 16
 
 
 def test_command_json_values_are_normalised_like_a_store_round_trip():
