@@ -179,16 +179,19 @@ class DurableContext(RunFacts):
         decides what follows."""
         return StepOperation(self, step_id, self._step_of(fn), arg, retry, handle_failure)
 
-    def all(self, *operations: Operation[Any]) -> BatchOperation:
+    def all(self, *operations: Operation[Any], return_exceptions: bool = False) -> BatchOperation:
         """Steps (or child workflows) run side by side as one atomic batch (at most 64);
-        awaiting it gives their outputs in order, once every member has resolved. With
-        ``handle_failure``, the first failed member's ``StepFailedError`` is raised then."""
+        awaiting it gives their outputs in order, once every member has resolved. A member that
+        failed (a step with ``handle_failure=True``, a child that did not complete) raises its
+        ``StepFailedError``/``ChildWorkflowFailed`` then, the first in order; with
+        ``return_exceptions=True`` every failed member's error stands in its place in the list
+        instead, so the code sees which members succeeded and what each gave."""
         members: list[StepOperation[Any] | ChildOperation[Any]] = []
         for operation in operations:
             if not isinstance(operation, (StepOperation, ChildOperation)):
                 raise InvalidWorkflow("ctx.all batches ctx.step(...) or ctx.child(...) only")
             members.append(operation)
-        return BatchOperation(self, members)
+        return BatchOperation(self, members, return_exceptions)
 
     def sleep(self, wait_id: str, delay: timedelta) -> SleepOperation:
         """A durable timer ``delay`` after :meth:`now`."""

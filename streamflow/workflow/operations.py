@@ -226,12 +226,17 @@ class ChildOperation(Operation[R]):
 
 
 class BatchOperation(Operation[list[Any]]):
-    """``await ctx.all(...)``: the members' outputs in order, scheduled as one atomic batch."""
+    """``await ctx.all(...)``: the members' outputs in order, scheduled as one atomic batch
+    (``return_exceptions``: a failed member's ``StepFailedError``/``ChildWorkflowFailed`` in its
+    place instead of raised)."""
 
-    __slots__ = ("_members",)
+    __slots__ = ("_members", "_return_exceptions")
 
     def __init__(
-        self, ctx: DurableContext, members: Sequence[StepOperation[Any] | ChildOperation[Any]]
+        self,
+        ctx: DurableContext,
+        members: Sequence[StepOperation[Any] | ChildOperation[Any]],
+        return_exceptions: bool = False,
     ) -> None:
         super().__init__(ctx)
         if not members:
@@ -242,6 +247,7 @@ class BatchOperation(Operation[list[Any]]):
         if len(kinds) != 1 or not kinds <= {StepOperation, ChildOperation}:
             raise InvalidWorkflow("ctx.all batches steps only, or child workflows only")
         self._members = list(members)
+        self._return_exceptions = return_exceptions
 
     def _reach(self) -> None:
         for member in self._members:
@@ -254,7 +260,15 @@ class BatchOperation(Operation[list[Any]]):
         return max((r for r in resolutions if r is not None), key=lambda r: r.sequence)
 
     def _value(self) -> list[Any]:
-        return [m._value() for m in self._members]
+        if not self._return_exceptions:
+            return [m._value() for m in self._members]
+        values: list[Any] = []
+        for member in self._members:
+            try:
+                values.append(member._value())
+            except (StepFailedError, ChildWorkflowFailed) as failed:
+                values.append(failed)
+        return values
 
     def _command(self) -> RuntimeCommand:
         if isinstance(self._members[0], StepOperation):

@@ -139,6 +139,47 @@ async def test_a_batch_runs_as_one_and_gives_outputs_in_order(make_driver):
     assert sum(k.startswith("step_created") for k in keys[:first_start]) == 4
 
 
+async def test_a_failed_batch_tells_which_members_succeeded(make_driver):
+    """``return_exceptions=True``: each failed member's error in its place, the others'
+    outputs beside it; without it the first failure is raised."""
+    app = App()
+
+    @app.step(retry=RetryPolicy.none())
+    async def check(name: str) -> str:
+        if name.startswith("bad"):
+            raise ValueError(f"{name} refused")
+        return f"{name} ok"
+
+    def batch(ctx: DurableContext, **options: bool) -> object:
+        names = ("budget", "bad-policy", "duplicate", "bad-limit")
+        members = (ctx.step(n, check, n, handle_failure=True) for n in names)
+        return ctx.all(*members, **options)
+
+    @app.workflow
+    async def every(ctx: DurableContext) -> list[str]:
+        results = await batch(ctx, return_exceptions=True)  # type: ignore[misc]
+        return [r if isinstance(r, str) else f"{r.step_id} failed" for r in results]
+
+    @app.workflow
+    async def first(ctx: DurableContext) -> str:
+        try:
+            await batch(ctx)  # type: ignore[misc]
+        except StepFailedError as failed:
+            return f"{failed.step_id} failed first"
+        return "no failure"
+
+    driver = await make_driver(app)
+    await driver.start_with_id("run-1", every.spec)
+    await driver.start_with_id("run-2", first.spec)
+    assert await every.result(driver.flow, "run-1", timeout=30) == [
+        "budget ok",
+        "bad-policy failed",
+        "duplicate ok",
+        "bad-limit failed",
+    ]
+    assert await first.result(driver.flow, "run-2", timeout=30) == "bad-policy failed first"
+
+
 async def test_a_handled_step_failure_raises_in_the_workflow_and_an_unhandled_one_fails_the_run(
     make_driver,
 ):
