@@ -71,12 +71,9 @@ class RunCache:
     async def sync(self, run_id: str) -> ProjectedRun | None:
         """Bring the cached run up to date with the store (``None``: no such run). The caller
         holds the run's lock (a drive, a start)."""
-        cached = self._runs.peek(run_id)
-        after = 0 if cached is None else cached.snapshot.last_sequence
         try:
-            new = await read_from(self._store, run_id, after)
+            cached, new = await self._unseen(run_id)
         except RunNotFound:
-            self._runs.pop(run_id)
             return None
         if cached is None:
             cached = ProjectedRun(run_id)
@@ -94,13 +91,7 @@ class RunCache:
         brought up to date with the store (``RunNotFound``: no such run). Takes no lock. A run
         being driven keeps its entry to the drive (a replay must not see it move): the copy
         is brought up to date instead; otherwise the entry itself is."""
-        cached = self._runs.peek(run_id)
-        after = 0 if cached is None else cached.snapshot.last_sequence
-        try:
-            new = await read_from(self._store, run_id, after)
-        except RunNotFound:
-            self._runs.pop(run_id)
-            raise
+        cached, new = await self._unseen(run_id)
         if self.is_locked(run_id):
             snap = WorkflowRunSnapshot(run_id) if cached is None else cached.snapshot.copy()
             for envelope in new:
@@ -118,6 +109,17 @@ class RunCache:
             raise
         self._remember(run_id, cached)
         return cached.snapshot.copy()
+
+    async def _unseen(self, run_id: str) -> tuple[ProjectedRun | None, list[ev.FlowEventEnvelope]]:
+        """The cached entry of ``run_id`` and the events the store holds after it
+        (``RunNotFound``, the entry dropped, for a run the store does not hold)."""
+        cached = self._runs.peek(run_id)
+        after = 0 if cached is None else cached.snapshot.last_sequence
+        try:
+            return cached, await read_from(self._store, run_id, after)
+        except RunNotFound:
+            self._runs.pop(run_id)
+            raise
 
     def forget(self, run_id: str) -> None:
         """Drop the cached entry of ``run_id`` (the next sync reads it again)."""
