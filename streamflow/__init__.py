@@ -79,6 +79,9 @@ if TYPE_CHECKING:
         HookDisposed,
         HookReceived,
         PatchRecorded,
+        RaceArmed,
+        RaceLost,
+        RaceMember,
         RunCancellationRequested,
         RunCancelled,
         RunCompleted,
@@ -195,6 +198,7 @@ if TYPE_CHECKING:
         WorkflowFailure,
         WorkflowTimedOut,
     )
+    from streamflow.workflow.operations import FirstResult
     from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
 
 if not TYPE_CHECKING:  # hidden from type checkers: an unknown name stays an error to them
@@ -219,6 +223,7 @@ __all__ = [
     "Cancelled",
     "ChildWorkflowFailed",
     "DurableContext",
+    "FirstResult",
     "HookDisposedError",
     "NotAStep",
     "RunNotCompleted",
@@ -305,6 +310,9 @@ __all__ = [
     "FlowIncident",
     "NoopFlowEventObserver",
     "PatchRecorded",
+    "RaceArmed",
+    "RaceLost",
+    "RaceMember",
     "ReplayLimitExceeded",
     "RetryBackoff",
     "RetryPolicy",

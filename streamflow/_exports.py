@@ -95,6 +95,9 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "HookDisposed",
         "HookReceived",
         "PatchRecorded",
+        "RaceArmed",
+        "RaceLost",
+        "RaceMember",
         "RunCancellationRequested",
         "RunCancelled",
         "RunCompleted",
@@ -230,6 +233,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "streamflow.workflow.context": ("WorkflowContext",),
     "streamflow.workflow.durable": ("DurableContext",),
+    "streamflow.workflow.operations": ("FirstResult",),
     "streamflow.workflow.errors": (
         "Cancelled",
         "ChildWorkflowFailed",

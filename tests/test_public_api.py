@@ -8,7 +8,7 @@ PINNED = {
     # durable functions: the Python-native workflow API and what it raises
     "App", "Workflow", "Step", "StepInfo", "step_info", "DurableContext", "Cancelled",
     "StepFailedError", "ChildWorkflowFailed", "HookDisposedError", "WorkflowFailure",
-    "WaitTimedOut", "WorkflowTimedOut",
+    "WaitTimedOut", "WorkflowTimedOut", "FirstResult",
     "RunNotCompleted", "UnknownWorkflow", "UnsupportedAwait", "NotAStep",
     # the calls both backends offer, the engine, runtime contract, context
     "Flow", "FlowEngine", "FlowEngineBuilder", "FlowRuntime", "WorkflowInvocation",
@@ -35,6 +35,7 @@ PINNED = {
     "SignalWaitCompleted", "StepCreated", "StepStarted", "StepCompleted", "StepRetrying",
     "StepFailed", "WaitCreated", "WaitCompleted", "HookCreated", "HookReceived", "HookDisposed",
     "TimeoutArmed", "TimeoutElapsed", "TimeoutDisarmed", "TimeoutSubject", "PatchRecorded",
+    "RaceArmed", "RaceLost", "RaceMember",
     # scheduling, tasks, observers, stores
     "FlowScheduler", "FlowSchedulerTick", "FlowTask", "FlowTaskKind", "FlowTaskLease",
     "FlowTaskOutcome", "FlowTaskDispatcher", "FlowWorker", "InMemoryFlowTaskQueue",

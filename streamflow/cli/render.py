@@ -78,6 +78,10 @@ def render_event(envelope: ev.FlowEventEnvelope) -> str:
         detail = f"{event.child.reference_id} {event.child.kind} {event.child.operation_id}"
     elif isinstance(event, ev.PatchRecorded):
         detail = event.patch_id
+    elif isinstance(event, ev.RaceArmed):
+        detail = f"{event.member.replace('_', ' ')} {event.member_id} in race {event.race_id}"
+    elif isinstance(event, ev.RaceLost):
+        detail = f"{event.member.replace('_', ' ')} {event.member_id}"
     return f"{event.event_key():<32} {detail}".rstrip()
 
 

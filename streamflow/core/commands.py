@@ -1,4 +1,4 @@
-"""The 16 ``RuntimeCommand`` types a workflow returns from one replay.
+"""The 17 ``RuntimeCommand`` types a workflow returns from one replay.
 
 A command never leaves the process that decides it: what is stored and sent is the events it
 leads to. Its JSON fields are normalised on construction, so it compares with history exactly
@@ -227,6 +227,14 @@ class RuntimeCommand(_Normalized):
         return AwaitWithTimeout(subject=command, wait_id=wait_id, timeout_at=timeout_at)
 
     @staticmethod
+    def first(members: Sequence[CreateHook | WaitForSignal | WaitUntil]) -> AwaitFirst:
+        """Suspend on a race of hooks, signal waits and timers (1 to 16, ids unique), created
+        in one append (``race_armed`` per member): the first member to resolve wins and the
+        others are cancelled in the same append (``race_lost``). A race recorded with other
+        members (or other parameters) is ``NonDeterministic`` on replay."""
+        return AwaitFirst(members=tuple(members))
+
+    @staticmethod
     def start_child_workflow(
         child_id: str,
         spec: WorkflowSpec,
@@ -413,3 +421,13 @@ class AwaitWithTimeout(RuntimeCommand):
     subject: CreateHook | WaitForSignal
     wait_id: str
     timeout_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AwaitFirst(RuntimeCommand):
+    """``RuntimeCommand.first``: hooks, signal waits and timers racing; the first to resolve
+    wins."""
+
+    TYPE = "await_first"
+    TUPLE_FIELDS = ("members",)
+    members: tuple[CreateHook | WaitForSignal | WaitUntil, ...]

@@ -69,6 +69,7 @@ from streamflow.core.errors import (
 )
 from streamflow.core.ids import WorkflowPatchId
 from streamflow.core.jsonvalue import canonical, dumps_compact, json_equal
+from streamflow.core.races import Member, decide_first, member_of, no_recorded_race
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import (
     ChildWorkflowSnapshot,
@@ -291,7 +292,7 @@ def decide_command(
             seen.add(step.step_id)
         return _plan_steps(snapshot, steps, now)
     if isinstance(command, cmd.WaitUntil):
-        return decide_wait(snapshot, command)
+        return _alone(snapshot, command) or decide_wait(snapshot, command)
     if isinstance(command, cmd.Complete):
         if cancelling:
             return invalid(
@@ -320,11 +321,21 @@ def decide_command(
     if isinstance(command, cmd.RecordPatch):
         return _decide_patch(snapshot, command.patch_id)
     if isinstance(command, cmd.CreateHook):
-        return no_recorded_timeout(snapshot, command, None) or decide_hook(snapshot, command)
+        return (
+            _alone(snapshot, command)
+            or no_recorded_timeout(snapshot, command, None)
+            or decide_hook(snapshot, command)
+        )
     if isinstance(command, cmd.WaitForSignal):
-        return no_recorded_timeout(snapshot, command, None) or decide_signal_wait(snapshot, command)
+        return (
+            _alone(snapshot, command)
+            or no_recorded_timeout(snapshot, command, None)
+            or decide_signal_wait(snapshot, command)
+        )
     if isinstance(command, cmd.AwaitWithTimeout):
-        return decide_with_timeout(snapshot, command)
+        return _alone(snapshot, command.subject) or decide_with_timeout(snapshot, command)
+    if isinstance(command, cmd.AwaitFirst):
+        return decide_first(snapshot, command)
     if isinstance(command, cmd.StartChildWorkflow):
         return _decide_children(snapshot, (command.as_child(),), new_run_id, limits, batch=False)
     if isinstance(command, cmd.StartChildWorkflows):
@@ -332,6 +343,12 @@ def decide_command(
     if isinstance(command, cmd.ContinueAsNew):
         return _decide_continue_as_new(snapshot, command, new_run_id, limits)
     return invalid(f"workflow run {run_id} returned unknown command {command.TYPE}")
+
+
+def _alone(snapshot: WorkflowRunSnapshot, command: Member) -> Rejected | None:
+    """``NonDeterministic`` when history records the hook, signal wait or timer ``command``
+    makes as a member of a race (``first``)."""
+    return no_recorded_race(snapshot, *member_of(command)) if snapshot.races else None
 
 
 def _decide_patch(snapshot: WorkflowRunSnapshot, patch_id: str) -> Decision | Rejected:

@@ -150,6 +150,9 @@ _BOUNDED_FIELDS = frozenset(
         "retry_after",
         "no_retry",
         "patch_id",
+        "race_id",
+        "member",
+        "member_id",
     }
 )
 """The event fields that are an identifier, a count or a time: every other field may carry data

@@ -1,4 +1,4 @@
-"""The 31 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
+"""The 33 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
 
 JSON is internally tagged: ``{"type": "step_completed", "step_id": …, "output": …}``. Each event
 class declares its fields once, as dataclass fields; a field's codec follows from its annotation
@@ -490,6 +490,41 @@ class PatchRecorded(FlowEvent):
 
     patch_id: str
     """A ``WorkflowPatchId``: 1-128 of ``a-z 0-9 - _ .``, first and last ``a-z0-9``."""
+
+
+class RaceMember(StrEnum):
+    """What a member of a race is (``race_armed.member``, ``race_lost.member``)."""
+
+    HOOK = "hook"
+    """A hook: the member id is the hook id."""
+    SIGNAL_WAIT = "signal_wait"
+    """A signal wait: the member id is the signal wait id."""
+    TIMER = "timer"
+    """A timer: the member id is the wait id."""
+
+
+@_event("race_armed", "flow.race.armed", origin=Origin.CODE)
+class RaceArmed(FlowEvent):
+    """Workflow code's ``first``: the hook, signal wait or timer ``member_id``, created in the
+    same append, races the other members of race ``race_id`` (one ``race_armed`` per member, in
+    order; ``race_id`` is ``"<member>:<member_id>"`` of the first). The first member to resolve
+    wins; the others lose in the same append (``race_lost``)."""
+
+    race_id: str
+    member: str
+    """``"hook"``, ``"signal_wait"`` or ``"timer"`` (:class:`RaceMember`)."""
+    member_id: str
+
+
+@_event("race_lost", "flow.race.lost", origin=Origin.DERIVED)
+class RaceLost(FlowEvent):
+    """Another member of the race of ``member_id`` resolved first (a hook received or disposed,
+    a signal wait paired, a timer completed): this open member is cancelled, in the same append
+    as that resolution (a lost hook lets go of its token)."""
+
+    member: str
+    """``"hook"``, ``"signal_wait"`` or ``"timer"`` (:class:`RaceMember`)."""
+    member_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

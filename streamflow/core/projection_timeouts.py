@@ -1,9 +1,12 @@
-"""Projection handlers of the timeout events: a timer racing a hook or a signal wait.
+"""Projection handlers of the timeout events (a timer racing a hook or a signal wait) and of
+the race events (hooks, signal waits and timers racing, ``first``).
 
 Beyond the reference semantics (``docs/semantics.md``, *Event or timeout*): ``timeout_armed``
 links a timer created in the same append to its subject; ``timeout_elapsed`` completes the timer
 and times the subject out; ``timeout_disarmed`` cancels the timer once its subject resolved
-first. Registered in :data:`HANDLERS`, which :mod:`streamflow.core.projection` merges.
+first. ``race_armed`` adds a member created in the same append to its race; ``race_lost``
+cancels an open member once another member of its race resolved. Registered in
+:data:`HANDLERS`, which :mod:`streamflow.core.projection` merges.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from streamflow.core.projection_rules import (
     require_status,
     resolved_by,
 )
+from streamflow.core.races import MAX_RACE, member_state, race_key, race_of
 from streamflow.core.snapshot import HookStatus, WaitSnapshot, WaitStatus
 
 HANDLERS = HandlerTable()
@@ -98,3 +102,55 @@ def _timeout_disarmed(s: S, e: ev.TimeoutDisarmed, env: Env) -> None:
         raise fail(s, f"timeout_disarmed for timer {e.wait_id} whose subject is still open")
     s.waits[e.wait_id] = replace(wait, status=WaitStatus.CANCELLED)
     s.open_waits.discard(e.wait_id)
+
+
+@handles(ev.RaceArmed)
+def _race_armed(s: S, e: ev.RaceArmed, env: Env) -> None:
+    require_status(s, RUN_ACTIVE, "race_armed")
+    if e.member not in tuple(ev.RaceMember):
+        raise fail(s, f"race_armed names unknown member kind {e.member!r}")
+    if member_state(s, e.member, e.member_id) != "open":
+        raise fail(s, f"race_armed names {e.member} {e.member_id}, which is not open")
+    if race_of(s, e.member, e.member_id) is not None:
+        raise fail(s, f"{e.member} {e.member_id} is already a member of a race")
+    timeout = (
+        s.hooks[e.member_id].timeout_wait_id
+        if e.member == ev.RaceMember.HOOK
+        else s.signal_waits[e.member_id].timeout_wait_id
+        if e.member == ev.RaceMember.SIGNAL_WAIT
+        else s.waits[e.member_id].timeout_subject
+    )
+    if timeout is not None:
+        raise fail(s, f"{e.member} {e.member_id} races a timeout already")
+    members = s.races.get(e.race_id)
+    if members is None:
+        if e.race_id != race_key(e.member, e.member_id):
+            raise fail(s, f"race {e.race_id} must be named after its first member")
+        s.races[e.race_id] = ((e.member, e.member_id),)
+        return
+    if any(state != "open" for state in (member_state(s, k, i) for k, i in members)):
+        raise fail(s, f"race_armed joins race {e.race_id}, which is settled")
+    if len(members) >= MAX_RACE or e.member_id in (i for _, i in members):
+        raise fail(s, f"race_armed cannot add {e.member} {e.member_id} to race {e.race_id}")
+    s.races[e.race_id] = (*members, (e.member, e.member_id))
+
+
+@handles(ev.RaceLost)
+def _race_lost(s: S, e: ev.RaceLost, env: Env) -> None:
+    race_id = race_of(s, e.member, e.member_id)
+    if race_id is None:
+        raise fail(s, f"race_lost for {e.member} {e.member_id}, which is in no race")
+    if member_state(s, e.member, e.member_id) != "open":
+        raise fail(s, f"race_lost for {e.member} {e.member_id}, which is not open")
+    if not any(member_state(s, k, i) == "resolved" for k, i in s.races[race_id]):
+        raise fail(s, f"race_lost for {e.member} {e.member_id} before race {race_id} was won")
+    if e.member == ev.RaceMember.HOOK:
+        s.hooks[e.member_id] = replace(s.hooks[e.member_id], status=HookStatus.CANCELLED)
+        s.active_hooks.discard(e.member_id)
+    elif e.member == ev.RaceMember.SIGNAL_WAIT:
+        wait = s.signal_waits[e.member_id]
+        s.signal_waits[e.member_id] = replace(wait, status=WaitStatus.CANCELLED)
+        s.open_signal_waits.discard(e.member_id)
+    else:
+        s.waits[e.member_id] = replace(s.waits[e.member_id], status=WaitStatus.CANCELLED)
+        s.open_waits.discard(e.member_id)

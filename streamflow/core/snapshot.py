@@ -340,6 +340,7 @@ class WorkflowRunSnapshot:
         "predecessor",
         "progress",
         "progress_by_id",
+        "races",
         "retry_steps",
         "run_id",
         "running_steps",
@@ -385,6 +386,9 @@ class WorkflowRunSnapshot:
         self.patches: dict[str, int] = {}
         """The patch markers workflow code recorded (``patch_recorded``, ``ctx.patched``), by
         patch id, each with the sequence that recorded it."""
+        self.races: dict[str, tuple[tuple[str, str], ...]] = {}
+        """The races of ``first`` (``race_armed``) by race id: their members in order, each
+        ``(member kind, member id)`` (:class:`~streamflow.core.events.RaceMember`)."""
         self.output: JsonValue = None
         """The output of ``run_completed``."""
         self.error: str | None = None

@@ -44,6 +44,7 @@ from streamflow.core.errors import (
     SignalConflict,
 )
 from streamflow.core.jsonvalue import JsonValue, canonical, dumps_compact, json_equal
+from streamflow.core.races import losers
 from streamflow.core.snapshot import (
     ChildWorkflowSnapshot,
     HookSnapshot,
@@ -195,7 +196,8 @@ def pair_signal(snapshot: WorkflowRunSnapshot) -> Decision | None:
         for signal in signals:
             if signal.name == wait.signal_name:
                 paired = ev.SignalWaitCompleted(wait_id=wait.wait_id, signal_id=signal.signal_id)
-                return Decision(events=(paired, *_disarm(wait.timeout_wait_id)))
+                lost = losers(snapshot, ev.RaceMember.SIGNAL_WAIT, wait.wait_id)
+                return Decision(events=(paired, *_disarm(wait.timeout_wait_id), *lost))
     return None
 
 
@@ -393,7 +395,8 @@ def decide_resume_hook(
     run_id = snapshot.run_id
     if hook.status is HookStatus.ACTIVE:
         received = ev.HookReceived(hook_id=hook_id, payload=payload)
-        return Decision(events=(received, *_disarm(hook.timeout_wait_id)))
+        lost = losers(snapshot, ev.RaceMember.HOOK, hook_id)
+        return Decision(events=(received, *_disarm(hook.timeout_wait_id), *lost))
     if hook.status is HookStatus.RECEIVED:
         if json_equal(hook.payload, payload):
             return Decision()
@@ -414,7 +417,9 @@ def decide_dispose_hook(
         return hook
     run_id = snapshot.run_id
     if hook.status is HookStatus.ACTIVE:
-        return Decision(events=(ev.HookDisposed(hook_id=hook_id), *_disarm(hook.timeout_wait_id)))
+        lost = losers(snapshot, ev.RaceMember.HOOK, hook_id)
+        disposed = ev.HookDisposed(hook_id=hook_id)
+        return Decision(events=(disposed, *_disarm(hook.timeout_wait_id), *lost))
     if hook.status is HookStatus.DISPOSED:
         return Decision()
     if hook.status is HookStatus.RECEIVED:
@@ -539,7 +544,8 @@ def decide_resume_wait(snapshot: WorkflowRunSnapshot, wait_id: str) -> Outcome:
     if wait.timeout_subject is not None:
         # A timeout timer: it fired first, so its hook or signal wait times out with it.
         return Decision(events=(ev.TimeoutElapsed(wait_id=wait_id),))
-    return Decision(events=(ev.WaitCompleted(wait_id=wait_id),))
+    lost = losers(snapshot, ev.RaceMember.TIMER, wait_id)
+    return Decision(events=(ev.WaitCompleted(wait_id=wait_id), *lost))
 
 
 def due_waits(snapshot: WorkflowRunSnapshot, now: datetime) -> list[str]:

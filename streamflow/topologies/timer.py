@@ -2,7 +2,8 @@
 
 Timeout timers (``timeout_armed``) are timer waits too: indexed from their ``wait_created``,
 closed by ``timeout_elapsed`` or ``timeout_disarmed``; the journal turns their wake-up into
-``timeout_elapsed``.
+``timeout_elapsed``. A timer in a race (``first``) closes by completing or by losing the race
+(``race_lost``).
 
 One consumer group (``{ns}.timer``) tails ``{ns}.history`` and keeps, in local RocksDB, every
 waiting ``wait_created`` of a non-terminal run ordered by ``resume_at``, and the runtime build
@@ -70,7 +71,7 @@ _OFFSET = -to_micros(datetime.min.replace(tzinfo=EPOCH.tzinfo))
 _CLOSING = (ev.WaitCompleted, ev.TimeoutElapsed, ev.TimeoutDisarmed)
 """Events that close one timer wait (a timeout timer closes by firing or being disarmed)."""
 _INDEXED = frozenset(
-    {"run_created", "wait_created", "run_cancellation_requested"}
+    {"run_created", "wait_created", "run_cancellation_requested", ev.RaceLost.TYPE}
     | {cls.TYPE for cls in _CLOSING}
     | {t for t, cls in ev.EVENT_TYPES.items() if cls.TERMINAL}
 )
@@ -218,6 +219,8 @@ class Timer:
         if event.is_terminal():
             batch.delete("builds", run_id.encode())
         relevant = isinstance(event, (ev.WaitCreated, ev.RunCancellationRequested, *_CLOSING))
+        if isinstance(event, ev.RaceLost):  # a timer that lost its race closes like a disarmed one
+            relevant = event.member == ev.RaceMember.TIMER
         if not relevant and not event.is_terminal():
             return
         if run_id not in waits:
@@ -228,7 +231,12 @@ class Timer:
             open_waits[event.wait_id] = format_utc(event.resume_at)
             batch.put("due", _due_key(event.resume_at, run_id, event.wait_id), b"")
             return
-        closing = [event.wait_id] if isinstance(event, _CLOSING) else list(open_waits)
+        if isinstance(event, ev.RaceLost):
+            closing = [event.member_id]
+        elif isinstance(event, _CLOSING):
+            closing = [event.wait_id]
+        else:
+            closing = list(open_waits)
         for wait_id in closing:
             due = open_waits.pop(wait_id, None)
             if due is not None:

@@ -16,6 +16,7 @@ from streamflow.core.commands import (
     RuntimeCommand,
     StepCommand,
     WaitForSignal,
+    WaitUntil,
 )
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
@@ -307,6 +308,17 @@ class WorkflowContext(RunFacts):
         if not isinstance(command, CreateHook | WaitForSignal):
             raise TypeError(f"with_timeout races a hook or a signal wait, not {command.TYPE}")
         return RuntimeCommand.with_timeout(command, wait_id, timeout_at)
+
+    def first(self, commands: Sequence[RuntimeCommand]) -> RuntimeCommand:
+        """Race hooks, signal waits and timers (what :meth:`create_hook`,
+        :meth:`wait_for_signal` and :meth:`wait_until` returned; 1 to 16, ids unique) with
+        ``RuntimeCommand.first``: the first to resolve wins and the others are cancelled in the
+        same append; read which resolved with :meth:`hook_payload`, :meth:`signal_payload` and
+        :meth:`wait_completed`."""
+        for command in commands:
+            if not isinstance(command, CreateHook | WaitForSignal | WaitUntil):
+                raise TypeError(f"first races hooks, signal waits and timers, not {command.TYPE}")
+        return RuntimeCommand.first(commands)  # type: ignore[arg-type]
 
     def child_workflow(
         self,

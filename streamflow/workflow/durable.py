@@ -2,11 +2,11 @@
 
 A workflow registered with ``@app.workflow`` is an ``async def f(ctx, input)``. Every decision
 runs it from the top against the run's history: an ``await`` of a durable operation (a step, a
-timer, a signal, a hook, a child, progress) returns at once when history already holds its
-result, and otherwise *suspends* the run: the coroutine yields the operation to the driver,
-which closes it and returns the operation's command, exactly the command a hand-written
-``FlowRuntime.run_workflow`` would return. Nothing else is new underneath: the same core
-validates, records and replays it, on every backend.
+timer, a signal, a hook, the first of several, a child, progress) returns at once when history
+already holds its result, and otherwise *suspends* the run: the coroutine yields the operation
+to the driver, which closes it and returns the operation's command, exactly the command a
+hand-written ``FlowRuntime.run_workflow`` would return. Nothing else is new underneath: the
+same core validates, records and replays it, on every backend.
 
 The coroutine is driven by hand (``send``/``close``), never by an event loop:
 
@@ -70,6 +70,7 @@ from streamflow.workflow.errors import (
 from streamflow.workflow.operations import (
     BatchOperation,
     ChildOperation,
+    FirstOperation,
     HookOperation,
     LinkOperation,
     Operation,
@@ -192,6 +193,15 @@ class DurableContext(RunFacts):
                 raise InvalidWorkflow("ctx.all batches ctx.step(...) or ctx.child(...) only")
             members.append(operation)
         return BatchOperation(self, members, return_exceptions)
+
+    def first(
+        self, *operations: SleepOperation | SignalOperation[Any] | HookOperation[Any]
+    ) -> FirstOperation:
+        """Await the first of hooks, signal waits and timers (1 to 16, ids unique, none with a
+        ``timeout=``) to resolve: a ``FirstResult`` with the winner's ``id`` and ``value`` (its
+        payload; ``None`` for a timer). The others are cancelled in the same append, so a later
+        callback or delivery for them resolves nothing."""
+        return FirstOperation(self, operations)
 
     def sleep(self, wait_id: str, delay: timedelta) -> SleepOperation:
         """A durable timer ``delay`` after :meth:`now`."""

@@ -5,7 +5,7 @@ that makes it. Awaiting one resolves it from history or suspends the run on it.
 Each operation maps to one command of the low-level API: a step to ``schedule_step``, a batch
 to ``schedule_steps`` or ``start_child_workflows``, a sleep to ``wait_until``, a signal to
 ``wait_for_signal``, a hook to ``create_hook`` (either, given a timeout, wrapped in
-``with_timeout``), a child to ``start_child_workflow``, progress
+``with_timeout``), a race of them to ``first``, a child to ``start_child_workflow``, progress
 to ``record_progress`` and a link to ``link_child_operation``.
 """
 
@@ -22,6 +22,7 @@ from streamflow.core.commands import (
     RuntimeCommand,
     StepCommand,
     WaitForSignal,
+    WaitUntil,
 )
 from streamflow.core.errors import InvalidWorkflow
 from streamflow.core.retry import RetryPolicy
@@ -303,8 +304,11 @@ class SleepOperation(Operation[None]):
     def _value(self) -> None:
         return None
 
-    def _command(self) -> RuntimeCommand:
+    def _member(self) -> WaitUntil:
         return RuntimeCommand.wait_until(self._id, self._at)
+
+    def _command(self) -> RuntimeCommand:
+        return self._member()
 
     def _is_new(self) -> bool:
         return self._id not in self._ctx._snapshot.waits
@@ -340,6 +344,9 @@ class _Timed(Operation[T]):
 
     def _subject(self) -> CreateHook | WaitForSignal:
         raise NotImplementedError
+
+    def _member(self) -> CreateHook | WaitForSignal:
+        return self._subject()
 
     def _command(self) -> RuntimeCommand:
         subject = self._subject()
@@ -426,6 +433,77 @@ class HookOperation(_Timed[T]):
 
     def _is_new(self) -> bool:
         return self._id not in self._ctx._snapshot.hooks
+
+
+MAX_RACE = 16
+"""Members of one ``ctx.first`` race at most (the core's limit)."""
+
+RaceMember = SleepOperation | SignalOperation[Any] | HookOperation[Any]
+"""What ``ctx.first`` races."""
+
+
+@dataclass(frozen=True, slots=True)
+class FirstResult:
+    """What ``await ctx.first(...)`` gives: the member that resolved first."""
+
+    id: str
+    """The winner's id (its hook id, signal wait id or timer id)."""
+    value: Any
+    """The hook's payload, the signal's payload (each decoded as its ``as_type``), or ``None``
+    for a timer."""
+
+
+class FirstOperation(Operation[FirstResult]):
+    """``await ctx.first(...)``: hooks, signal waits and timers made in one append; the first to
+    resolve wins and the others are cancelled in the same append. A winning hook that was
+    disposed raises ``HookDisposedError``."""
+
+    __slots__ = ("_members",)
+
+    def __init__(self, ctx: DurableContext, members: Sequence[object]) -> None:
+        super().__init__(ctx)
+        if not members:
+            raise InvalidWorkflow("ctx.first needs at least one member")
+        if len(members) > MAX_RACE:
+            raise InvalidWorkflow(f"ctx.first races at most {MAX_RACE} members, got {len(members)}")
+        ids: set[str] = set()
+        for member in members:
+            if not isinstance(member, SleepOperation | SignalOperation | HookOperation):
+                raise InvalidWorkflow(
+                    "ctx.first races ctx.hook(...), ctx.signal(...) and ctx.sleep(...) only, "
+                    f"not {type(member).__name__}"
+                )
+            if not isinstance(member, SleepOperation) and member._timeout is not None:
+                raise InvalidWorkflow(
+                    f"{member._KIND} {member._id} races a timer in ctx.first: give it no timeout="
+                )
+            if member._id in ids:
+                raise InvalidWorkflow(f"ctx.first names member id {member._id!r} twice")
+            ids.add(member._id)
+        self._members: list[RaceMember] = list(members)  # type: ignore[arg-type]
+
+    def _reach(self) -> None:
+        for member in self._members:
+            member._reach()
+
+    def _winner(self) -> tuple[RaceMember, Resolution] | None:
+        resolved = [(m, r) for m in self._members if (r := m._resolution()) is not None]
+        return min(resolved, key=lambda found: found[1].sequence, default=None)
+
+    def _resolution(self) -> Resolution | None:
+        winner = self._winner()
+        return None if winner is None else winner[1]
+
+    def _value(self) -> FirstResult:
+        winner = self._winner()
+        assert winner is not None
+        return FirstResult(winner[0]._id, winner[0]._value())
+
+    def _command(self) -> RuntimeCommand:
+        return RuntimeCommand.first([m._member() for m in self._members])
+
+    def _is_new(self) -> bool:
+        return any(m._is_new() for m in self._members)
 
 
 class ProgressOperation(Operation[None]):

@@ -184,6 +184,8 @@ EVENTS_FULL: list[FlowEvent] = [
     ev.TimeoutElapsed(wait_id="h-1:timeout"),
     ev.TimeoutDisarmed(wait_id="w-1:timeout"),
     ev.PatchRecorded(patch_id="orders.charge-first_v2"),
+    ev.RaceArmed(race_id="hook:approval", member="signal_wait", member_id="withdrawn"),
+    ev.RaceLost(member="timer", member_id="deadline"),
 ]
 EVENTS_MIN: list[FlowEvent] = [
     ev.RunCreated(spec=SPEC_MIN),
@@ -217,6 +219,8 @@ EVENTS_MIN: list[FlowEvent] = [
     ev.TimeoutElapsed(wait_id="t"),
     ev.TimeoutDisarmed(wait_id="t"),
     ev.PatchRecorded(patch_id="p"),
+    ev.RaceArmed(race_id="r", member="hook", member_id="h"),
+    ev.RaceLost(member="hook", member_id="h"),
 ]
 
 PROPOSAL_FULL = Proposal(

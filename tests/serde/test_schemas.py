@@ -54,14 +54,14 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "849694ead6a34ed8",
-    "HistoryRecord": "4ea4af60effad010",
+    "Request": "cd10d49709a9f1a3",
+    "HistoryRecord": "bf90043cebdb0365",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "e4595c8a1d35824f",
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "ecde2e2014323af5",
-    "HookRequest": "505c5829d103b671",
+    "HookRequest": "5ff22dafd92822d3",
     "TokenRecord": "c1e6433bc5811e9b",
     "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
@@ -91,6 +91,9 @@ RETIRED_FINGERPRINTS = {
     "32e2c3b21bf35469": "Request",
     "7c49784f4c880974": "HistoryRecord",
     "ddaaf601d20e8295": "HookRequest",
+    "849694ead6a34ed8": "Request",
+    "4ea4af60effad010": "HistoryRecord",
+    "505c5829d103b671": "HookRequest",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
@@ -193,7 +196,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 95
+    assert len(FILES) == len(DEFINITIONS) == 97
 
 
 def test_shipped_fingerprints_are_pinned() -> None:
@@ -411,6 +414,7 @@ def _copy_schemas(target: Path) -> Path:
 
 TIMEOUT_EVENTS = ("TimeoutArmed", "TimeoutElapsed", "TimeoutDisarmed")
 PATCH_EVENTS = ("PatchRecorded",)
+RACE_EVENTS = ("RaceArmed", "RaceLost")
 
 
 def _without_events(schemas: Path, names: tuple[str, ...]) -> Path:
@@ -427,20 +431,58 @@ def _without_events(schemas: Path, names: tuple[str, ...]) -> Path:
     return schemas
 
 
+def _before_races(schemas: Path) -> Path:
+    """``schemas`` as they were before the event union gained the race events."""
+    return _without_events(schemas, RACE_EVENTS)
+
+
 def _before_patches(schemas: Path) -> Path:
-    """``schemas`` as they were before the event union gained ``PatchRecorded``."""
-    return _without_events(schemas, PATCH_EVENTS)
+    """``schemas`` as they were before the event union gained ``PatchRecorded`` (and what it
+    gained after it)."""
+    return _without_events(schemas, PATCH_EVENTS + RACE_EVENTS)
 
 
 def _before_timeouts(schemas: Path) -> Path:
     """``schemas`` as they were before the event union gained the timeout events (and what it
     gained after them)."""
-    return _without_events(schemas, TIMEOUT_EVENTS + PATCH_EVENTS)
+    return _without_events(schemas, TIMEOUT_EVENTS + PATCH_EVENTS + RACE_EVENTS)
 
 
 def _events_before(name: str) -> list[ev.FlowEvent]:
     """The full examples of the events the union held before it gained event ``name``."""
     return ex.EVENTS_FULL[: [type(e).__name__ for e in ex.EVENTS_FULL].index(name)]
+
+
+def test_buffers_written_before_the_race_events_still_decode(tmp_path: Path) -> None:
+    old = WireCodec(build_registry(_before_races(_copy_schemas(tmp_path / "old"))))
+    before = _events_before("RaceArmed")
+    envelope = FlowEventEnvelope(
+        run_id="run-1", sequence=3, event_id="e-3", timestamp=ex.T0, event=before[-1]
+    )
+    proposal = ex.request(dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(before)))
+    claim = messages.HookRequest(
+        body=messages.ClaimToken(
+            token_digest=ex.DIGEST,
+            run_id="run-1",
+            hook_id="h-1",
+            proposal=dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(before)),
+        )
+    )
+    for value, fingerprint in (
+        (envelope, "4ea4af60effad010"),
+        (proposal, "849694ead6a34ed8"),
+        (claim, "505c5829d103b671"),
+    ):
+        data = old.encode(value)
+        assert data[2:10].hex() == fingerprint
+        assert codec.decode(data) == value
+    # An old reader meets the new events as an unknown writer schema, never as something else.
+    for event in (
+        ev.RaceArmed(race_id="hook:h-1", member="hook", member_id="h-1"),
+        ev.RaceLost(member="timer", member_id="deadline"),
+    ):
+        with pytest.raises(SerializationError, match="unknown schema fingerprint"):
+            old.decode(codec.encode(dataclasses.replace(envelope, event=event)))
 
 
 def test_buffers_written_before_the_patch_events_still_decode(tmp_path: Path) -> None:

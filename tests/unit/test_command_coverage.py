@@ -57,6 +57,12 @@ EXAMPLES: dict[str, Callable[[], cmd.RuntimeCommand]] = {
     "wait_for_signal": lambda: cmd.WaitForSignal(wait_id="w1", signal_name="go"),
     "start_child_workflows": lambda: cmd.StartChildWorkflows(children=(_child("c1"),)),
     "record_patch": lambda: cmd.RecordPatch(patch_id="charge-first"),
+    "await_first": lambda: cmd.AwaitFirst(
+        members=(
+            cmd.CreateHook(hook_id="h1", token=TOKEN),
+            cmd.WaitUntil(wait_id="t1", resume_at=LATER),
+        )
+    ),
     "await_with_timeout": lambda: cmd.AwaitWithTimeout(
         subject=cmd.WaitForSignal(wait_id="w1", signal_name="go"), wait_id="w1", timeout_at=LATER
     ),

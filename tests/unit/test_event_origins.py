@@ -29,6 +29,7 @@ CODE_ONLY = {
     ev.RunContinuedAsNew,
     ev.TimeoutArmed,  # beyond the sets above: the timeout events came later
     ev.PatchRecorded,  # and the patch markers of ctx.patched later still
+    ev.RaceArmed,  # and the races of ctx.first after them
 }
 CODE_OR_HOST = {ev.RunCancelled, ev.RunTimedOut, ev.RunProgressRecorded, ev.ChildOperationLinked}
 PROPOSABLE = {
@@ -50,6 +51,8 @@ PROPOSABLE = {
     ev.TimeoutArmed,
     ev.TimeoutDisarmed,
     ev.PatchRecorded,
+    ev.RaceArmed,
+    ev.RaceLost,
 }
 
 
@@ -60,7 +63,7 @@ def test_every_event_type_is_registered_with_exactly_one_origin():
         if isinstance(c, type) and issubclass(c, FlowEvent) and c is not FlowEvent
     }
     assert classes == set(EVENT_TYPES.values())
-    assert len(classes) == 31
+    assert len(classes) == 33
     for cls in classes:
         assert "ORIGIN" in vars(cls), f"{cls.TYPE} declares no origin of its own"
         assert isinstance(cls.ORIGIN, Origin)
@@ -87,6 +90,7 @@ def test_a_processor_may_propose_everything_but_the_hosts_events():
         ev.RunRetryExhausted,
         ev.SignalWaitCompleted,
         ev.TimeoutDisarmed,
+        ev.RaceLost,
     }
     assert event_types(Origin.HOST) == set(EVENT_TYPES.values()) - PROPOSABLE
 
@@ -132,6 +136,22 @@ def test_the_deciders_write_what_the_origins_declare():
     # A patch marker is workflow code's choice alone (ctx.patched), never the host's.
     marked = d.decide_command(run(), cmd.RecordPatch(patch_id="charge-first"), T0)
     assert origins(marked) == [Origin.CODE]
+    # A race is code's choice (its members and race_armed); who loses follows from history.
+    raced = d.decide_command(
+        run(),
+        cmd.AwaitFirst(
+            members=(
+                cmd.WaitForSignal(wait_id="w", signal_name="go"),
+                cmd.WaitUntil(wait_id="t", resume_at=T0 + timedelta(days=1)),
+            )
+        ),
+        T0,
+    )
+    assert origins(raced) == [Origin.CODE] * 4
+    assert isinstance(raced, d.Decision)
+    racing = run(*raced.events, ev.SignalReceived(signal=WorkflowSignal.new("s-1", "go", None)))
+    assert origins(d.prepare(racing, T0, None)) == [Origin.DERIVED, Origin.DERIVED]
+    assert origins(d.decide_resume_wait(run(*raced.events), "t")) == [Origin.HOST, Origin.DERIVED]
     # Host requests and outcomes.
     signal = WorkflowSignal.new("s-2", "go", None)
     assert origins(d.decide_signal(run(), signal)) == [Origin.HOST]

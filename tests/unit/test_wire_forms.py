@@ -86,11 +86,13 @@ ONE_OF_EACH_EVENT = [
     ev.TimeoutElapsed(wait_id="h:timeout"),
     ev.TimeoutDisarmed(wait_id="h:timeout"),
     ev.PatchRecorded(patch_id="charge-first"),
+    ev.RaceArmed(race_id="hook:h", member="hook", member_id="h"),
+    ev.RaceLost(member="timer", member_id="t"),
 ]
 
 
-def test_the_catalogue_covers_all_31_event_types():
-    assert len(ev.EVENT_TYPES) == 31
+def test_the_catalogue_covers_all_33_event_types():
+    assert len(ev.EVENT_TYPES) == 33
     assert {type(e) for e in ONE_OF_EACH_EVENT} == set(ev.EVENT_TYPES.values())
 
 
@@ -177,17 +179,20 @@ ONE_OF_EACH_COMMAND = [
     RuntimeCommand.start_child_workflows([ChildWorkflowCommand.new("c", SPEC)]),
     RuntimeCommand.with_timeout(RuntimeCommand.create_hook("h", "token"), "h:timeout", T0),
     RuntimeCommand.record_patch("charge-first"),
+    RuntimeCommand.first(
+        [RuntimeCommand.create_hook("h", "token"), RuntimeCommand.wait_until("t", T0)]
+    ),
 ]
 
 
-def test_the_command_helpers_cover_all_16_variants():
+def test_the_command_helpers_cover_all_17_variants():
     variants = {
         value
         for value in vars(commands).values()
         if isinstance(value, type) and issubclass(value, RuntimeCommand) and value.TYPE
     }
     assert {type(c) for c in ONE_OF_EACH_COMMAND} == variants
-    assert len(variants) == len({v.TYPE for v in variants}) == 16
+    assert len(variants) == len({v.TYPE for v in variants}) == 17
 
 
 def test_command_json_values_are_normalised_like_a_store_round_trip():

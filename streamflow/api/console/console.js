@@ -507,6 +507,8 @@
     timeout_disarmed: ["timeout", "wait_id", "disarmed"],
   };
 
+  const RACE_KINDS = { hook: "hook", signal_wait: "signal", timer: "timer" };
+
   // Every timer, signal wait, hook and timeout of the run, resolved or not, in order of creation.
   function waitRecords(run, events) {
     const records = new Map();
@@ -528,12 +530,14 @@
         else if (e.type === "signal_wait_created") detail = "signal " + orDash(field(e.body, "signal_name"));
         else if (e.type === "timeout_armed") detail = "for " + orDash(field(e.body, "subject")) + " " + orDash(field(e.body, "subject_id"));
         records.set(key, { key, kind: opener[0], id, detail, created: e.timestamp, resolved: null, status: null });
-      } else if (closer) {
-        const id = field(e.body, closer[1]);
-        const record = id === null ? null : records.get(closer[0] + ":" + id);
+      } else if (closer || e.type === "race_lost") {
+        // A race member that lost closes as "lost" (its kind is in the event).
+        const kind = closer ? closer[0] : RACE_KINDS[field(e.body, "member")];
+        const id = field(e.body, closer ? closer[1] : "member_id");
+        const record = id === null || !kind ? null : records.get(kind + ":" + id);
         if (record && record.resolved === null) {
           record.resolved = e.timestamp;
-          record.status = closer[2];
+          record.status = closer ? closer[2] : "lost";
         }
       }
     }
@@ -561,6 +565,8 @@
       case "child_operation_linked": return linked ? [field(linked, "reference_id"), field(linked, "operation_id")] : null;
       case "run_continued_as_new": return [field(body, "successor_run_id"), null];
       case "timeout_armed": return [field(body, "wait_id"), field(body, "subject_id")];
+      case "race_armed": return [field(body, "member_id"), field(body, "race_id")];
+      case "race_lost": return [field(body, "member_id"), field(body, "member")];
       default:
         for (const name of ["step_id", "wait_id", "hook_id", "child_id"]) {
           if (field(body, name) !== null) return [field(body, name), null];
