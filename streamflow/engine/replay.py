@@ -25,7 +25,7 @@ from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministi
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.replay import Drift, DriftKind, accounted, compare, refused
 from streamflow.core.tokens import HookSecret, token_digest
-from streamflow.workflow.durable import from_the_top
+from streamflow.workflow.driving import from_the_top
 from streamflow.workflow.runtime import (
     FlowRuntime,
     checked_command,

@@ -43,7 +43,8 @@ from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import derive_hook_token
 from streamflow.core.values import Completed
-from streamflow.workflow.durable import DurableContext, ParkedRuns, drive
+from streamflow.workflow.driving import ParkedRuns, drive
+from streamflow.workflow.durable import DurableContext
 from streamflow.workflow.errors import NotAStep, RunNotCompleted
 from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
 from streamflow.workflow.typed import decode, encode
