@@ -126,7 +126,7 @@ def render_runs(listing: dict[str, Any]) -> str:
 
 def render_run(view: dict[str, Any]) -> str:
     """The header of ``streamflow show``: a run's status, origin, steps, waits, hooks (digests
-    only), signal waits, children, error and incident."""
+    only), signal waits, races, patches, children, error and incident."""
     lines = [
         f"run {view['run_id']}: {view['status']}",
         f"  workflow {view['workflow']} v{view['version']}, build {view['build'] or 'unpinned'}",
@@ -149,6 +149,13 @@ def render_run(view: dict[str, Any]) -> str:
         )
     for wait in view.get("signal_waits", []):
         lines.append(f"  signal wait {wait['wait_id']} ({wait['signal_name']}) {wait['status']}")
+    for race in view.get("races", []):
+        members = ", ".join(f"{m['member']} {m['member_id']}" for m in race["members"])
+        winner = race.get("winner")
+        outcome = f"won by {winner['member']} {winner['member_id']}" if winner else race["status"]
+        lines.append(f"  race {race['race_id']} ({members}) {outcome}")
+    for patch in view.get("patches", []):
+        lines.append(f"  patch {patch['patch_id']} recorded at sequence {patch['sequence']}")
     for child in view.get("children", []):
         outcome = child["outcome"]["type"] if child.get("outcome") else "open"
         lines.append(f"  child {child['child_id']} -> {child['run_id']} {outcome}")

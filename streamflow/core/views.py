@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from streamflow.core.inspect import WorkflowRunRow, WorkflowRunSummary, WorkflowRunSuspension
+from streamflow.core.races import member_state
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.timeutil import format_utc
 
@@ -100,9 +101,42 @@ def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
                 }
                 for c in sorted(snap.child_workflows.values(), key=lambda c: c.child_id)
             ],
+            "patches": [
+                {"patch_id": patch_id, "sequence": sequence}
+                for patch_id, sequence in sorted(snap.patches.items(), key=lambda p: (p[1], p[0]))
+            ],
+            "races": [race_view(snap, race_id) for race_id in sorted(snap.races)],
         }
     )
     return view
+
+
+def race_view(snap: WorkflowRunSnapshot, race_id: str) -> dict[str, Any]:
+    """One race of ``ctx.first`` in ``/v1/runs/{id}``: its id, its status (``open`` while
+    every member is, ``won`` once one resolved, ``cancelled`` when the run cancelled them all),
+    the winner (``{"member", "member_id"}`` or ``None``) and the members in the order the code
+    named them, each ``{"member", "member_id", "status"}`` with status ``open``, ``won``,
+    ``lost`` or ``cancelled``."""
+    members = snap.races[race_id]
+    states = [member_state(snap, kind, member_id) for kind, member_id in members]
+    winner = next(
+        (m for m, state in zip(members, states, strict=True) if state == "resolved"), None
+    )
+
+    def status_of(member: tuple[str, str], state: str | None) -> str:
+        if winner is not None:
+            return "won" if member == winner else "lost"
+        return "open" if state == "open" else "cancelled"
+
+    return {
+        "race_id": race_id,
+        "status": ("won" if winner is not None else "open" if "open" in states else "cancelled"),
+        "winner": None if winner is None else {"member": winner[0], "member_id": winner[1]},
+        "members": [
+            {"member": kind, "member_id": member_id, "status": status_of((kind, member_id), state)}
+            for (kind, member_id), state in zip(members, states, strict=True)
+        ],
+    }
 
 
 def event_view(envelope: dict[str, Any]) -> dict[str, Any]:

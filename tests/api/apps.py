@@ -1,9 +1,11 @@
 """The App the HTTP API tests serve: a one-step echo with a typed input, an approval hook
-whose token a step hands to the test (as an approval e-mail would), and a signal wait."""
+whose token a step hands to the test (as an approval e-mail would), a signal wait, a patched
+branch (``ctx.patched``) and a race of a signal wait and a timer (``ctx.first``)."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from pydantic import BaseModel
 
@@ -48,3 +50,16 @@ async def wait_for_go(ctx: DurableContext) -> object:
 @app.workflow(name="api.broken")
 async def broken(ctx: DurableContext) -> None:
     await asyncio.sleep(0)  # not a durable await: the run gets an incident
+
+
+@app.workflow(name="api.patched")
+async def patched(ctx: DurableContext) -> str:
+    if ctx.patched("fast-path"):
+        return "new"
+    return "old"
+
+
+@app.workflow(name="api.first", signals=("go",))
+async def first(ctx: DurableContext) -> object:
+    won = await ctx.first(ctx.signal("go", "go"), ctx.sleep("deadline", timedelta(hours=1)))
+    return {"id": won.id, "value": won.value}

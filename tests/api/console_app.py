@@ -2,7 +2,8 @@
 then waits for a ``go`` signal, so it stays open for the browser to look at and cancel; a run
 that takes any JSON input and waits for ``go``; a run of three steps created in an order that is
 not their ids' alphabetical order, a short timer and a ``go`` signal wait; and a run whose code
-does a non-durable ``await``, so it is stuck with an incident."""
+does a non-durable ``await``, so it is stuck with an incident; and a run that records a patch and
+races a ``go`` signal wait against a timer."""
 
 from __future__ import annotations
 
@@ -57,3 +58,13 @@ async def steps(ctx: DurableContext) -> object:
 @app.workflow(name="console.broken")
 async def broken(ctx: DurableContext) -> None:
     await asyncio.sleep(0)  # not a durable await: every decision fails, the run gets an incident
+
+
+@app.workflow(name="console.first", signals=("go",))
+async def first(ctx: DurableContext) -> object:
+    """Records patch ``fast-path`` (``ctx.patched``), then races the ``go`` signal wait ``go``
+    against an hour's timer ``deadline`` (``ctx.first``)."""
+    if not ctx.patched("fast-path"):
+        return "old"
+    won = await ctx.first(ctx.signal("go", "go"), ctx.sleep("deadline", timedelta(hours=1)))
+    return won.id

@@ -6,7 +6,8 @@ progress bar, and cancels it from the page; the API confirms the run ended ``can
 screenshot of the run page is kept in ``test-artifacts/console-run.png``. A stuck run shows its
 incident in a banner at the top; a finished run lists its steps in the order they were created
 with their times, its resolved timer and signal wait, and a timeline naming each event's subject
-(screenshot ``test-artifacts/console-steps.png``). Hostile input: malformed
+(screenshot ``test-artifacts/console-steps.png``). A run that races a signal wait against a
+timer shows its race open, then won, and the patch it recorded. Hostile input: malformed
 run links leave the console usable, direction controls and markup in run data are shown as marked
 text, JSON nested too deeply is cut, and nothing the console does violates its
 Content-Security-Policy (read from the browser's console log). Without Chromium these tests fail:
@@ -512,3 +513,31 @@ def test_steps_in_creation_order_with_times_waits_and_timeline_subjects(
         assert page_errors(browser) == []
         ARTIFACTS.mkdir(exist_ok=True)
         assert browser.save_screenshot(str(ARTIFACTS / "console-steps.png"))
+
+
+def test_a_run_page_shows_its_race_and_its_patches(console: tuple[str, httpx.Client]) -> None:
+    url, client = console
+    started = client.post("/v1/runs", json={"workflow": "console.first", "run_id": "first-1"})
+    assert started.status_code == 201, started.text
+    with chromium() as browser:
+        wait = WebDriverWait(browser, WAIT)
+        enter_key(browser, url)
+        browser.get(f"{url}/console/#/runs/first-1")
+        race = (By.CSS_SELECTOR, '#races tr.race[data-race-id="signal_wait:go"]')
+        row = wait.until(ec.presence_of_element_located(race))
+        assert cells(row, ".race-members") == "signal_wait go (open), timer deadline (open)"
+        assert cells(row, ".race-outcome") == "open"
+        signalled = client.post("/v1/runs/first-1/signals", json={"name": "go", "payload": 1})
+        assert signalled.status_code == 202, signalled.text
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-status"), "completed"))
+        assert wait_for_end(client, "first-1") == "completed"
+        row = browser.find_element(*race)
+        assert cells(row, ".race-members") == "signal_wait go (won), timer deadline (lost)"
+        assert cells(row, ".race-outcome") == "won by signal_wait go"
+        history = client.get("/v1/runs/first-1/history").json()["events"]
+        (recorded,) = [e["sequence"] for e in history if e["type"] == "patch_recorded"]
+        patches = browser.find_elements(By.CSS_SELECTOR, "#patches tr.patch")
+        assert [
+            (p.get_attribute("data-patch-id"), cells(p, "td:nth-child(2)")) for p in patches
+        ] == [("fast-path", str(recorded))]
+        assert page_errors(browser) == []

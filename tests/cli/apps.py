@@ -1,10 +1,12 @@
 """The App the CLI tests run: a workflow that records progress around a signal wait (so a
 follower sees it half way), an approval hook whose token a step hands to the test, and one
-that fails, and one whose code cannot be replayed (it gets an incident and stays stuck)."""
+that fails, one whose code cannot be replayed (it gets an incident and stays stuck), one that
+takes a patched branch and one that races a signal wait against a timer."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from pydantic import BaseModel
 
@@ -63,3 +65,16 @@ async def fails(ctx: DurableContext) -> None:
 @app.workflow(name="cli.stuck")
 async def stuck(ctx: DurableContext) -> None:
     await asyncio.sleep(0)  # not a durable await: each decision fails, an incident stays open
+
+
+@app.workflow(name="cli.patched")
+async def patched(ctx: DurableContext) -> str:
+    if ctx.patched("fast-path"):
+        return "new"
+    return "old"
+
+
+@app.workflow(name="cli.first", signals=("go",))
+async def first(ctx: DurableContext) -> object:
+    won = await ctx.first(ctx.signal("go", "go"), ctx.sleep("deadline", timedelta(hours=1)))
+    return {"id": won.id, "value": won.value}

@@ -287,3 +287,26 @@ def test_racing_identical_starts_create_the_run_once(kafka_api: KafkaApi) -> Non
         racer.join(timeout=90)
     assert sorted(a.status_code for a in answers) == [200] * 7 + [201]
     assert [a.json()["created"] for a in answers].count(True) == 1
+
+
+def test_run_detail_on_kafka_shows_patches_and_races(kafka_api: KafkaApi) -> None:
+    """The observers' index answers ``/v1/runs/{id}`` with the run view the embedded host
+    gives: the patch a run recorded, and its race, won."""
+    api = kafka_api
+    assert api.start("k-patched", "api.patched").status_code == 201
+    assert api.start("k-first", "api.first").status_code == 201
+    api.wait_for(lambda: api.status("k-patched") == "completed", "k-patched to end")
+    events = api.client.get("/v1/runs/k-patched/history").json()["events"]
+    (sequence,) = [e["sequence"] for e in events if e["type"] == "patch_recorded"]
+    patches = api.client.get("/v1/runs/k-patched").json()["patches"]
+    assert patches == [{"patch_id": "fast-path", "sequence": sequence}]
+    api.wait_for(lambda: api.status("k-first") == "suspended", "k-first to wait")
+    sent = api.client.post("/v1/runs/k-first/signals", json={"name": "go", "payload": 1})
+    assert sent.status_code == 202
+    api.wait_for(lambda: api.status("k-first") == "completed", "k-first to end")
+    (race,) = api.client.get("/v1/runs/k-first").json()["races"]
+    assert race["winner"] == {"member": "signal_wait", "member_id": "go"}
+    assert [(m["member_id"], m["status"]) for m in race["members"]] == [
+        ("go", "won"),
+        ("deadline", "lost"),
+    ]

@@ -660,6 +660,12 @@
     const suspended = suspensions.map((s) => h("tr", { className: "suspension" },
       h("td", {}, s.kind), h("td", { className: "mono" }, s.subject_id),
       h("td", {}, orDash(s.scheduled_at)), h("td", {}, s.due ? "due" : "")));
+    const races = (run.races || []).map((r) => h("tr", { className: "race", "data-race-id": r.race_id },
+      h("td", { className: "mono" }, r.race_id),
+      h("td", { className: "mono race-members" }, r.members.map((m) => m.member + " " + m.member_id + " (" + m.status + ")").join(", ")),
+      h("td", { className: "race-outcome" }, r.winner ? "won by " + r.winner.member + " " + r.winner.member_id : status(r.status))));
+    const patches = (run.patches || []).map((p) => h("tr", { className: "patch", "data-patch-id": p.patch_id },
+      h("td", { className: "mono" }, p.patch_id), h("td", { className: "mono" }, String(p.sequence))));
     const hooks = run.hooks.map((k) => h("tr", {},
       h("td", { className: "mono" }, k.hook_id), h("td", {}, status(k.status)),
       h("td", { className: "mono" }, k.token_digest)));
@@ -680,6 +686,10 @@
         run.error === null || run.error === undefined ? null : [h("h2", {}, "Error"), h("pre", { id: "run-error" }, pretty(run.error))]),
       h("section", { className: "panel" }, h("h2", {}, "Steps"), stepsTable(run, events, open)),
       h("section", { className: "panel" }, h("h2", {}, "Timers, signal waits and hooks"), waitsTable(run, events, open)),
+      h("section", { className: "panel" }, h("h2", {}, "Races"),
+        table("races", ["Race", "Members", "Outcome"], races, "No races.")),
+      h("section", { className: "panel" }, h("h2", {}, "Patches"),
+        table("patches", ["Patch", "Recorded at sequence"], patches, "No patches recorded.")),
       h("section", { className: "panel" }, h("h2", {}, "Open suspensions"),
         table("suspensions", ["Kind", "Subject", "Scheduled at", ""], suspended, "Nothing open.")),
       h("section", { className: "panel" }, h("h2", {}, "Hooks"),
