@@ -7,17 +7,26 @@ journal recorded it); reads come from the observers' run index, an
 history partition, an :class:`~streamflow.api.remote.ObserversIndex` asks an observers
 instance's endpoint). Without an index, reads go through the client (it reads every history:
 fine for development).
+
+The schedule routes (:class:`~streamflow.api.schedules.ScheduleControl`) go through the
+client's schedules (``FlowClient.schedules``: the namespace's ``{ns}.schedules`` topic, the
+same calls as ``streamflow schedule --kafka``), reads included; the timer fires them. A server
+without a client refuses them all with 403 ``ReadOnlyServer``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import builtins
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from streamflow.api.control import FlowControl
 from streamflow.api.errors import ReadOnlyServer
 from streamflow.api.index import FlowIndex, InspectorIndex
-from streamflow.api.schedules import ScheduleControl, SchedulesUnavailable
+from streamflow.api.schedules import EngineSchedules, ScheduleControl
+from streamflow.core.schedules import Schedule
 from streamflow.core.spec import WorkflowSpec
 from streamflow.flow import Flow
 from streamflow.observe.http import Inspector
@@ -25,6 +34,7 @@ from streamflow.workflow.runtime import FlowRuntime
 
 if TYPE_CHECKING:
     from streamflow.kafka.client import FlowClient
+    from streamflow.kafka.schedules import KafkaSchedules
 
 
 class _ReadOnly:
@@ -34,6 +44,44 @@ class _ReadOnly:
         raise ReadOnlyServer(
             "this server answers reads only: start it with an API key to take mutations"
         )
+
+
+class _ClientSchedules:
+    """A :class:`~streamflow.api.schedules.ScheduleStore` over ``client.schedules``, opened
+    (it reads the schedules topic) on a worker thread at the first call."""
+
+    def __init__(self, client: FlowClient) -> None:
+        self._client = client
+        self._opened: KafkaSchedules | None = None
+        self._lock = threading.Lock()
+
+    async def _schedules(self) -> KafkaSchedules:
+        if self._opened is None:
+
+            def open_() -> KafkaSchedules:
+                with self._lock:  # one KafkaSchedules, however many first calls race
+                    return self._client.schedules
+
+            self._opened = await asyncio.to_thread(open_)
+        return self._opened
+
+    async def list(self) -> builtins.list[Schedule]:
+        return await (await self._schedules()).list()
+
+    async def get(self, schedule_id: str) -> Schedule:
+        return await (await self._schedules()).get(schedule_id)
+
+    async def add(self, schedule: Schedule) -> Schedule:
+        return await (await self._schedules()).add(schedule)
+
+    async def pause(self, schedule_id: str) -> Schedule:
+        return await (await self._schedules()).pause(schedule_id)
+
+    async def resume(self, schedule_id: str) -> Schedule:
+        return await (await self._schedules()).resume(schedule_id)
+
+    async def remove(self, schedule_id: str) -> bool:
+        return await (await self._schedules()).remove(schedule_id)
 
 
 class KafkaControl(FlowControl):
@@ -67,16 +115,24 @@ class KafkaControl(FlowControl):
             reads = InspectorIndex(index, results=results)
         super().__init__(cast(Flow, client or _ReadOnly()), app, specs=specs, index=reads)
         self._client = client if owns_client else None
+        self._client_or_none = client
+        self._schedules: ScheduleControl | None = None
 
     def _schedule_control(self) -> ScheduleControl:
-        """On Kafka the API does not manage schedules: 501 ``SchedulesUnavailable``, naming
-        where they are managed."""
-        raise SchedulesUnavailable(
-            "this server fronts a Kafka deployment, whose schedules live in the namespace's "
-            "schedules topic and are not managed through this API: use streamflow schedule "
-            "... --kafka, or FlowClient.schedules (add, list, pause, resume, remove; "
-            "register(app) for the App's declared schedules)"
-        )
+        """The namespace's schedules through the client (as ``streamflow schedule --kafka``
+        manages them; the timer fires them); without a client, 403 ``ReadOnlyServer`` for
+        reads too, as the schedules topic is read through the client."""
+        if self._schedules is None:
+            if self._client_or_none is None:
+                raise ReadOnlyServer(
+                    "this server has no Kafka client, through which schedules are read and "
+                    "changed: use a server that takes mutations (streamflow serve --kafka), or "
+                    "streamflow schedule ... --kafka"
+                )
+            self._schedules = EngineSchedules(
+                _ClientSchedules(self._client_or_none), self._spec, self._app
+            )
+        return self._schedules
 
     async def aclose(self) -> None:
         """Close the client when this control owns it."""

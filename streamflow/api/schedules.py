@@ -1,8 +1,9 @@
 """Cron schedules through the control plane: :class:`ScheduleControl`, the schedule methods of
 a control plane that manages them (``/v1/schedules`` in ``docs/http-api.md``), and
-:class:`EngineSchedules`, those methods over the embedded engine's schedules
-(:class:`~streamflow.engine.schedules.FlowSchedules`, the same store and calls as
-``engine.schedules`` and ``streamflow schedule --dir``).
+:class:`EngineSchedules`, those methods over a :class:`ScheduleStore`: the embedded engine's
+schedules (:class:`~streamflow.engine.schedules.FlowSchedules`, the same store and calls as
+``engine.schedules`` and ``streamflow schedule --dir``) or a Kafka namespace's
+(``FlowClient.schedules``, the same topic and calls as ``streamflow schedule --kafka``).
 
 A schedule is answered in its stored JSON form (``Schedule.to_json``: ``schedule_id``, ``spec``,
 ``cron``, ``timezone``, ``input``, ``overlap``, ``catch_up``, ``paused``, ``created_at``), so a
@@ -17,6 +18,7 @@ client can read it back with ``Schedule.from_json``. A definition names its work
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -41,8 +43,8 @@ Json = dict[str, Any]
 
 class SchedulesUnavailable(ApiError):
     """Raised by the schedule routes of a control plane that does not manage schedules (a
-    Kafka deployment's: there they live in the ``{ns}.schedules`` topic). The message says
-    where to manage them instead."""
+    flow other than an embedded engine or a Kafka client, an event store that keeps none).
+    The message says which."""
 
     status = 501
 
@@ -144,19 +146,50 @@ class ScheduleControl(Protocol):
         ...
 
 
+class ScheduleStore(Protocol):
+    """Where schedules are kept, with the calls of
+    :class:`~streamflow.engine.schedules.FlowSchedules` (an embedded engine's) and of
+    ``KafkaSchedules`` (a Kafka namespace's ``{ns}.schedules`` topic)."""
+
+    async def list(self) -> builtins.list[Schedule]:
+        """Every schedule, by id."""
+        ...
+
+    async def get(self, schedule_id: str) -> Schedule:
+        """The schedule; ``ScheduleNotFound`` when there is none."""
+        ...
+
+    async def add(self, schedule: Schedule) -> Schedule:
+        """Store it (a replaced one keeps its creation time, pause state and progress)."""
+        ...
+
+    async def pause(self, schedule_id: str) -> Schedule:
+        """Stop it starting runs."""
+        ...
+
+    async def resume(self, schedule_id: str) -> Schedule:
+        """Start runs again from the next fire time after now."""
+        ...
+
+    async def remove(self, schedule_id: str) -> bool:
+        """Drop it; whether it existed."""
+        ...
+
+
 class EngineSchedules:
-    """:class:`ScheduleControl` over an engine's :class:`FlowSchedules`: a change wakes the
-    host's scheduler as any change through ``engine.schedules`` does."""
+    """:class:`ScheduleControl` over a :class:`ScheduleStore`: an engine's
+    :class:`FlowSchedules` (a change wakes the host's scheduler as any change through
+    ``engine.schedules`` does) or a Kafka namespace's schedules (the timer fires them)."""
 
     def __init__(
         self,
-        schedules: FlowSchedules,
+        schedules: FlowSchedules | ScheduleStore,
         resolve: Callable[[str, str | None], WorkflowSpec],
         runtime: FlowRuntime | None,
     ) -> None:
         """
         Args:
-            schedules: the engine's schedules.
+            schedules: where the schedules are kept (the engine's, or a Kafka namespace's).
             resolve: the spec of a workflow name and version (``UnknownWorkflow`` otherwise).
             runtime: checks a definition's input against the workflow's annotation.
         """

@@ -1,8 +1,9 @@
 """``/v1/schedules`` on a real uvicorn server over the embedded engine on RocksDB: add (and
 replace), list, get, pause, resume and delete a schedule; every refusal is a typed 4xx and
 stores nothing; every route needs the key; a schedule added over the API fires under the
-host's scheduler; ``HttpControl`` makes the same calls from Python; in front of Kafka the
-routes answer 501 ``SchedulesUnavailable`` naming where Kafka's schedules are managed."""
+host's scheduler; ``HttpControl`` makes the same calls from Python; in front of Kafka without
+a client (a read-only server) the routes answer 403 ``ReadOnlyServer``, reads included (the
+Kafka versions of the rest are in ``tests/kafka/test_api_schedules.py``)."""
 
 from __future__ import annotations
 
@@ -270,7 +271,7 @@ def test_http_control_makes_the_same_calls(api_stack: ApiStack) -> None:
     assert answers["errors"] == ["ScheduleNotFound", "UnknownWorkflow", "InvalidSchedule"]
 
 
-def test_in_front_of_kafka_the_routes_say_where_schedules_are_managed() -> None:
+def test_a_read_only_kafka_server_refuses_the_schedule_routes() -> None:
     control = KafkaControl(None, ObserversIndex("http://127.0.0.1:9"), test_app)
     with (
         served_api(control, API_KEY) as url,
@@ -286,8 +287,8 @@ def test_in_front_of_kafka_the_routes_say_where_schedules_are_managed() -> None:
             api.post("/v1/schedules/nightly/resume"),
             api.delete("/v1/schedules/nightly"),
         ):
-            assert answer.status_code == 501
-            assert answer.json()["error"] == "SchedulesUnavailable"
+            assert answer.status_code == 403
+            assert answer.json()["error"] == "ReadOnlyServer"
             assert "streamflow schedule ... --kafka" in answer.json()["message"]
 
 
