@@ -22,13 +22,14 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from streamflow.api.control import FlowControl
+from streamflow.api.control import FlowControl, Json
 from streamflow.api.errors import ReadOnlyServer
 from streamflow.api.index import FlowIndex, InspectorIndex
 from streamflow.api.schedules import EngineSchedules, ScheduleControl
 from streamflow.core.schedules import Schedule
 from streamflow.core.spec import WorkflowSpec
 from streamflow.flow import Flow
+from streamflow.kafka.config import KafkaSettings
 from streamflow.observe.http import Inspector
 from streamflow.workflow.runtime import FlowRuntime
 
@@ -138,3 +139,43 @@ class KafkaControl(FlowControl):
         """Close the client when this control owns it."""
         if self._client is not None:
             self._client.close()
+
+    async def builds(self) -> Json:
+        """:meth:`~streamflow.api.index.RunIndex.builds`, each build with ``route``: whether a
+        live processor registration on ``{ns}.builds`` admits it (the route the journal and
+        the timer require, what ``streamflow builds --kafka`` shows), read afresh at each call.
+        A server without a client has no settings to read the routes with: ``route`` is left
+        out."""
+        answer = dict(await self.index.builds())
+        settings = _settings_of(self._flow)
+        if settings is None:
+            return answer
+        entries = answer["builds"]
+        routes = await asyncio.to_thread(_routes, settings, [e["build"] for e in entries])
+        answer["builds"] = [
+            {**entry, "route": route} for entry, route in zip(entries, routes, strict=True)
+        ]
+        return answer
+
+
+def _settings_of(flow: object) -> KafkaSettings | None:
+    """The settings of the :class:`~streamflow.kafka.client.FlowClient` behind ``flow``;
+    ``None`` for a server without a client."""
+    from streamflow.kafka.client import FlowClient
+
+    return flow._settings if isinstance(flow, FlowClient) else None  # no public accessor
+
+
+def _routes(settings: KafkaSettings, builds: list[str | None]) -> list[bool]:
+    """For each build (``None``: unpinned runs), whether a live processor admits it:
+    :meth:`~streamflow.topologies.registry.RouteTable.has_route` on a route table read to the
+    end of ``{ns}.builds`` (blocking: call it on a worker thread)."""
+    from streamflow.clock import utc_now
+    from streamflow.topologies.registry import RouteTable
+
+    table = RouteTable(settings)
+    try:
+        now = utc_now()
+        return [table.has_route(build, now) for build in builds]
+    finally:
+        table.close()

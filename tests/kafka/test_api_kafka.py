@@ -310,3 +310,14 @@ def test_run_detail_on_kafka_shows_patches_and_races(kafka_api: KafkaApi) -> Non
         ("go", "won"),
         ("deadline", "lost"),
     ]
+
+
+def test_builds_on_kafka_say_whether_a_live_processor_routes_each(kafka_api: KafkaApi) -> None:
+    """``/v1/builds`` in front of Kafka gives each build's ``route`` from the live processor
+    registrations, as ``streamflow builds --kafka`` does: the deployment's processor admits
+    the unpinned runs the API started."""
+    api = kafka_api
+    assert api.start("k-built", "api.echo", {"n": 1}).status_code == 201
+    api.wait_for(lambda: api.status("k-built") == "completed", "k-built to end")
+    builds = api.client.get("/v1/builds").json()["builds"]
+    assert builds == [{"build": None, "runs": 1, "open": 0, "route": True}]
