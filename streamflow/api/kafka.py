@@ -163,7 +163,7 @@ def _settings_of(flow: object) -> KafkaSettings | None:
     ``None`` for a server without a client."""
     from streamflow.kafka.client import FlowClient
 
-    return flow._settings if isinstance(flow, FlowClient) else None  # no public accessor
+    return flow.settings if isinstance(flow, FlowClient) else None
 
 
 def _routes(settings: KafkaSettings, builds: list[str | None]) -> list[bool]:

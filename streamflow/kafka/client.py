@@ -292,6 +292,11 @@ class FlowClient:
         return await asyncio.to_thread(lambda: open_suspensions(self._snapshots(), now))
 
     @property
+    def settings(self) -> KafkaSettings:
+        """The deployment this client talks to (bootstrap servers, namespace, limits)."""
+        return self._settings
+
+    @property
     def max_continue_as_new_hops(self) -> int:
         """The hop limit this client walks chains with."""
         return self._max_hops
