@@ -81,16 +81,8 @@ def shipping(directory: Path) -> Path:
     return path
 
 
-def until(check: Any, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_the_shipping_deploy_under_serve(tmp_path):
-    from tests.host.support import ServeProcess
+    from tests.host.support import ServeProcess, wait_until
 
     shipping(tmp_path)
     directory = tmp_path / ".streamflow"
@@ -98,7 +90,7 @@ def test_the_shipping_deploy_under_serve(tmp_path):
     def start(api: httpx.Client, run_id: str, item: str) -> None:
         body = {"workflow": "shop.order", "run_id": run_id, "input": item}
         assert api.post("/v1/runs", json=body).status_code == 201
-        until(lambda: api.get(f"/v1/runs/{run_id}").json()["status"] == "suspended", run_id)
+        wait_until(lambda: api.get(f"/v1/runs/{run_id}").json()["status"] == "suspended", run_id)
 
     before = ServeProcess(directory, "--app", "shipping:before", cwd=tmp_path)
     try:

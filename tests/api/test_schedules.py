@@ -8,7 +8,6 @@ Kafka versions of the rest are in ``tests/kafka/test_api_schedules.py``)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,6 +27,7 @@ from streamflow.engine.tasks import InProcessTaskRunner
 from streamflow.stores.rocksdb import RocksDBEventStore
 from tests.api.apps import app as test_app
 from tests.api.conftest import API_KEY, ApiStack, served_api
+from tests.host.support import wait_until
 from tests.support import FakeClock
 
 NIGHTLY: dict[str, Any] = {
@@ -192,14 +192,6 @@ def clocked(tmp_path: Path) -> Iterator[tuple[httpx.Client, FakeClock]]:
     store.close()
 
 
-def wait_for(predicate: Any, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def test_a_schedule_added_over_the_api_fires(clocked: tuple[httpx.Client, FakeClock]) -> None:
     api, clock = clocked
     body = {"schedule_id": "every5", "workflow": "api.echo", "cron": "*/5 * * * *"}
@@ -212,7 +204,7 @@ def test_a_schedule_added_over_the_api_fires(clocked: tuple[httpx.Client, FakeCl
         answer = api.get(f"/v1/runs/{run_id}")
         return answer.status_code == 200 and answer.json()["status"] == "completed"
 
-    wait_for(completed, f"run {run_id} to complete")
+    wait_until(completed, f"run {run_id} to complete")
     assert api.get(f"/v1/runs/{run_id}").json()["output"] == 42
     # Paused over the API, the next fire time passes without a run.
     assert api.post("/v1/schedules/every5/pause").json()["paused"] is True
@@ -220,7 +212,7 @@ def test_a_schedule_added_over_the_api_fires(clocked: tuple[httpx.Client, FakeCl
     assert api.post("/v1/schedules/every5/resume").json()["paused"] is False
     clock.advance(timedelta(minutes=5))  # past 07:45: the first fire time after the resume
     later = "sched-every5-20260302T074500Z"
-    wait_for(lambda: api.get(f"/v1/runs/{later}").status_code == 200, f"run {later}")
+    wait_until(lambda: api.get(f"/v1/runs/{later}").status_code == 200, f"run {later}")
     runs = sorted(r["run_id"] for r in api.get("/v1/runs").json()["runs"])
     assert runs == [run_id, later]  # 07:40, passed while paused, started nothing
 
