@@ -13,11 +13,10 @@ the JSON forms that history and the limits records will carry.
 - :class:`SlotGrant`: a recorded admission: ``grant_id``, the limit ``group`` (``wf:<name>`` or
   ``step:<name>``), ``seq`` (the group's grant counter, a total order) and ``granted_at_ms``.
 
-Errors. A value that breaks a rule raises ``InvalidTransition`` (a ``LimitSpec``:
-``InvalidWorkflow``, since it is a declaration); ``from_json`` raises ``SerializationError`` for
-any malformed form. The design's dedicated ``InvalidPriority`` / ``InvalidLimitKey`` join the
-error tree with the public API (every class of the tree is exported from ``streamflow``, and
-nothing of flow control is yet).
+Errors. A priority outside 1..5 raises ``InvalidPriority`` and a key a keyed limit cannot use
+(or a non-empty key of a group-wide limit) ``InvalidLimitKey``; any other value that breaks a
+rule raises ``InvalidTransition`` (a ``LimitSpec``: ``InvalidWorkflow``, since it is a
+declaration); ``from_json`` raises ``SerializationError`` for any malformed form.
 
 Nothing here is used by a backend yet: :mod:`streamflow.core.ledger` folds these values.
 """
@@ -30,6 +29,8 @@ from typing import Any, Literal, TypeVar
 
 from streamflow.core.errors import (
     InvalidInputError,
+    InvalidLimitKey,
+    InvalidPriority,
     InvalidTransition,
     InvalidWorkflow,
     SerializationError,
@@ -51,14 +52,14 @@ _T = TypeVar("_T")
 
 
 def check_priority(priority: object) -> int:
-    """Return ``priority`` if it is an int of 1..5; otherwise raise ``InvalidTransition``."""
+    """Return ``priority`` if it is an int of 1..5; otherwise raise ``InvalidPriority``."""
     if (
         isinstance(priority, bool)
         or not isinstance(priority, int)
         or not MIN_PRIORITY <= priority <= MAX_PRIORITY
     ):
-        raise InvalidTransition(
-            f"invalid priority {priority!r}: use an int from {MIN_PRIORITY} (first) "
+        raise InvalidPriority(
+            f"invalid priority {_shown(priority)}: use an int from {MIN_PRIORITY} (first) "
             f"to {MAX_PRIORITY} (last)"
         )
     return priority
@@ -67,20 +68,26 @@ def check_priority(priority: object) -> int:
 def check_limit_key(key: object, *, keyed: bool = True) -> str:
     """Return ``key`` if a keyed limit may use it (a non-blank ``str`` of at most 256 characters,
     no control character) or, with ``keyed=False``, if it is the group-wide key ``""``; otherwise
-    raise ``InvalidTransition``."""
+    raise ``InvalidLimitKey``."""
     if not keyed:
         if key != "":
-            raise InvalidTransition(f"a group-wide limit takes the key '', not {key!r}")
+            raise InvalidLimitKey(f"a group-wide limit takes the key '', not {_shown(key)}")
         return ""
     if not isinstance(key, str) or not key.strip():
-        raise InvalidTransition(f"invalid limit key {key!r}: use a non-blank str")
+        raise InvalidLimitKey(f"invalid limit key {_shown(key)}: use a non-blank str")
     if len(key) > MAX_LIMIT_KEY_CHARS:
-        raise InvalidTransition(
+        raise InvalidLimitKey(
             f"invalid limit key of {len(key)} characters: use at most {MAX_LIMIT_KEY_CHARS}"
         )
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
-        raise InvalidTransition(f"invalid limit key {key!r}: control characters are refused")
+        raise InvalidLimitKey(f"invalid limit key {_shown(key)}: control characters are refused")
     return key
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut to 64 characters (a key function may return anything)."""
+    text = repr(value)
+    return text if len(text) <= 64 else f"{text[:64]}…"
 
 
 def _check_id(value: object, what: str) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import ClassVar
 
+from streamflow.core.admission import Admission, LimitClaim
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
@@ -56,6 +57,9 @@ class _StepFields(_Normalized):
     """JSON input handed to ``run_step``."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """Attempt budget and delays."""
+    limits: tuple[LimitClaim, ...] = ()
+    """The limit claims of the step's input (filled by the decider from the step's declared
+    limits, not by workflow code; empty: not limited)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +78,9 @@ class _ChildFields(_Normalized):
         ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
     )
     """What the parent's cancellation does to this child."""
+    admission: Admission | None = None
+    """The child's priority and limit claims (filled by the decider from the child workflow's
+    declared limits, not by workflow code)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -339,6 +346,7 @@ class StartChildWorkflow(RuntimeCommand, _ChildFields):
             spec=self.spec,
             input=self.input,
             cancellation_policy=self.cancellation_policy,
+            admission=self.admission,
         )
 
 
@@ -351,7 +359,11 @@ class ScheduleStep(RuntimeCommand, _StepFields):
     def as_step(self) -> StepCommand:
         """The same step as a one-member ``schedule_steps`` batch."""
         return StepCommand(
-            step_id=self.step_id, step_name=self.step_name, input=self.input, retry=self.retry
+            step_id=self.step_id,
+            step_name=self.step_name,
+            input=self.input,
+            retry=self.retry,
+            limits=self.limits,
         )
 
 

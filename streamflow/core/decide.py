@@ -51,6 +51,7 @@ from streamflow.core.decisions import (
     Rejected,
     ResolveParent,
     RunStep,
+    SlotRelease,
     StepErrored,
     StepSucceeded,
     TokenRelease,
@@ -71,6 +72,7 @@ from streamflow.core.ids import WorkflowPatchId
 from streamflow.core.jsonvalue import canonical, dumps_compact, json_equal
 from streamflow.core.races import Member, decide_first, member_of, no_recorded_race
 from streamflow.core.retry import RetryPolicy
+from streamflow.core.slots import next_attempt
 from streamflow.core.snapshot import (
     ChildWorkflowSnapshot,
     StepSnapshot,
@@ -126,6 +128,7 @@ __all__ = [
     "TokenRelease",
     "ResolveParent",
     "RunStep",
+    "SlotRelease",
     "LaunchRun",
     "StepErrored",
     "AttemptResult",
@@ -224,10 +227,13 @@ def _plan_steps(
                     step_name=step.step_name,
                     input=step.input,
                     retry=step.retry,
+                    limits=step.limits,
                 )
             )
-            started.append(ev.StepStarted(step_id=step.step_id, attempt=1))
-            effects.append(run_step(snapshot, step, 1))
+            begun, effect = next_attempt(step.step_id, 1, step.limits, run_step(snapshot, step, 1))
+            started.append(begun)
+            if effect is not None:
+                effects.append(effect)
             continue
         drift = _step_drift(snapshot, existing, step)
         if drift is not None:
@@ -237,9 +243,16 @@ def _plan_steps(
         elif existing.status is StepStatus.RUNNING:
             # The process that started this attempt died: redeliver the same attempt.
             effects.append(run_step(snapshot, existing, existing.attempt))
+        elif existing.queued_attempt is not None:
+            pass  # the queued attempt starts with its grant
         elif existing.retry_after is None or existing.retry_after <= now:
-            started.append(ev.StepStarted(step_id=step.step_id, attempt=existing.attempt + 1))
-            effects.append(run_step(snapshot, existing, existing.attempt + 1))
+            attempt = existing.attempt + 1
+            begun, effect = next_attempt(
+                step.step_id, attempt, existing.limits, run_step(snapshot, existing, attempt)
+            )
+            started.append(begun)
+            if effect is not None:
+                effects.append(effect)
     if len(terminal) == len(steps):
         if len(steps) == 1:
             return invalid(
@@ -446,6 +459,7 @@ def _decide_children(
             spec=child.spec,
             input=child.input,
             cancellation_policy=child.cancellation_policy,
+            admission=child.admission,
         )
         for child in missing
     )

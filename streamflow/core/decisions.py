@@ -14,6 +14,7 @@ from enum import Enum
 from typing import TypeAlias
 
 from streamflow.core import events as ev
+from streamflow.core.admission import Admission, Holder, SlotGrant
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.commands import StepCommand
 from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministic
@@ -76,14 +77,25 @@ class LaunchRun:
     input: JsonValue
     parent: ParentLink | None = None
     predecessor: ContinuationLink | None = None
+    admission: Admission | None = None
+    """The child's recorded admission, or the slot a successor inherits."""
 
-    def events(self) -> tuple[ev.FlowEvent, ev.FlowEvent]:
-        return (
-            ev.RunCreated(
-                spec=self.spec, input=self.input, parent=self.parent, predecessor=self.predecessor
-            ),
-            ev.RunStarted(),
+    def events(self) -> tuple[ev.FlowEvent, ...]:
+        """What creating the run appends: ``run_created``, and ``run_started`` unless the run
+        is queued for a slot (a successor starts with the slot it inherits)."""
+        created = ev.RunCreated(
+            spec=self.spec,
+            input=self.input,
+            parent=self.parent,
+            predecessor=self.predecessor,
+            admission=self.admission,
         )
+        admission = self.admission
+        if admission is None or not admission.claims:
+            return (created, ev.RunStarted())
+        if admission.inherited is None:
+            return (created,)
+        return (created, ev.RunStarted(grant=admission.inherited))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,8 +151,18 @@ class AskChild:
     child_id: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlotRelease:
+    """Effect: ``holder`` does not take (or no longer holds) ``grant``: its limit group gets
+    the slot back."""
+
+    holder: Holder
+    grant: SlotGrant
+
+
 Effect: TypeAlias = (
     RunStep
+    | SlotRelease
     | LaunchRun
     | ResolveParent
     | PropagateCancellation

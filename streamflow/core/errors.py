@@ -25,6 +25,8 @@ class for each thing that can go wrong.
     │   │   └── NotAStep                   ctx.step given a function no App registers
     │   ├── UnknownWorkflow                a start or replay of a workflow the App lacks
     │   ├── InvalidTransition              corrupt history or an invalid command
+    │   ├── InvalidPriority                a priority outside 1..5, or not an int
+    │   ├── InvalidLimitKey                a limit key function returned no usable key
     │   ├── InvalidWorkerConfiguration     bad worker / router / queue / host settings
     │   ├── HookTokenTooShort              a new hook's token has fewer than 16 characters
     │   ├── ContinueAsNewCycle             a continuation link revisits a run
@@ -328,6 +330,18 @@ class InvalidTransition(InvalidInputError):
     """Raised for corrupt or out-of-order history and for invalid workflow commands."""
 
 
+class InvalidPriority(InvalidInputError):
+    """Raised for a priority outside 1..5, or not an int (``bool`` included): a start, an
+    admission or a ledger command with it is refused and nothing is written."""
+
+
+class InvalidLimitKey(InvalidInputError):
+    """Raised when a limit key function (``Concurrency(key=...)``, ``RateLimit(key=...)``)
+    raised, or returned something other than a non-blank ``str`` of at most 256 characters
+    without control characters; the message names the workflow or step and the limit. Nothing
+    is written: fix the key function or the input."""
+
+
 class InvalidWorkerConfiguration(InvalidInputError):
     """Raised for invalid worker, router, queue or host settings (a hook secret too short, or
     missing where ``hook_token`` is called)."""
@@ -492,6 +506,8 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     UnknownWorkflow,
     UnsupportedAwait,
     NotAStep,
+    InvalidPriority,
+    InvalidLimitKey,
 )
 """Every class of the tree that is raised, in a fixed order (the order the tree's classes were
 defined in when it was one module): each crosses a process boundary by name and fields

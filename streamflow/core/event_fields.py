@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from streamflow.core.admission import Admission, LimitClaim, SlotGrant
 from streamflow.core.errors import SerializationError
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
@@ -37,8 +38,8 @@ class Codec:
     decode: Callable[[Any], Any]
     optional: bool = False
     omit_none: bool = False
-    """Leave the field out of the JSON form when it is ``None`` (fields added to an existing
-    event, so histories without them encode exactly as before)."""
+    """Leave the field out of the JSON form when it is ``None`` or an empty tuple (fields added
+    to an existing event, so histories without them encode exactly as before)."""
 
 
 def _ident(value: Any) -> Any:
@@ -106,6 +107,29 @@ CHILD_POLICY = Codec(
     optional=True,
 )
 NO_RETRY = Codec(_ident, _opt_bool, optional=True, omit_none=True)
+ADMISSION = Codec(
+    lambda v: v.to_json(),
+    lambda v: None if v is None else Admission.from_json(v),
+    optional=True,
+    omit_none=True,
+)
+GRANT = Codec(
+    lambda v: v.to_json(),
+    lambda v: None if v is None else SlotGrant.from_json(v),
+    optional=True,
+    omit_none=True,
+)
+
+
+def _claims_dec(value: Any) -> tuple[LimitClaim, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SerializationError(f"expected a list of limit claims, got {value!r}")
+    return tuple(LimitClaim.from_json(item) for item in value)
+
+
+CLAIMS = Codec(lambda v: [c.to_json() for c in v], _claims_dec, optional=True, omit_none=True)
 
 FIELD_CODECS: Mapping[str, Codec] = {
     "JsonValue": JSON,
@@ -125,10 +149,13 @@ FIELD_CODECS: Mapping[str, Codec] = {
     "ParentLink | None": PARENT,
     "ContinuationLink | None": PREDECESSOR,
     "ChildWorkflowCancellationPolicy": CHILD_POLICY,
+    "Admission | None": ADMISSION,
+    "SlotGrant | None": GRANT,
+    "tuple[LimitClaim, ...]": CLAIMS,
 }
 """The codec of an event field by its annotation, as written: a field's JSON form follows
 from its type (every ``int`` of an event is a u32 attempt; a ``bool | None`` and the links are
-left out of the JSON form when ``None``)."""
+left out of the JSON form when ``None``, flow-control fields when ``None`` or empty)."""
 
 
 _BOUNDED_FIELDS = frozenset(
@@ -153,6 +180,9 @@ _BOUNDED_FIELDS = frozenset(
         "race_id",
         "member",
         "member_id",
+        "admission",
+        "grant",
+        "limits",
     }
 )
 """The event fields that are an identifier, a count or a time: every other field may carry data

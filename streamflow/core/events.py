@@ -1,4 +1,4 @@
-"""The 33 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
+"""The 34 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
 
 JSON is internally tagged: ``{"type": "step_completed", "step_id": …, "output": …}``. Each event
 class declares its fields once, as dataclass fields; a field's codec follows from its annotation
@@ -19,11 +19,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar, dataclass_transform
 
+from streamflow.core.admission import Admission, LimitClaim, SlotGrant
 from streamflow.core.errors import SerializationError
 from streamflow.core.event_fields import _BOUNDED_FIELDS, _req_str
+from streamflow.core.event_fields import ADMISSION as ADMISSION
 from streamflow.core.event_fields import CHILD_POLICY as CHILD_POLICY
 from streamflow.core.event_fields import CHILD_REF as CHILD_REF
+from streamflow.core.event_fields import CLAIMS as CLAIMS
 from streamflow.core.event_fields import FIELD_CODECS as FIELD_CODECS
+from streamflow.core.event_fields import GRANT as GRANT
 from streamflow.core.event_fields import JSON as JSON
 from streamflow.core.event_fields import NO_RETRY as NO_RETRY
 from streamflow.core.event_fields import OPT_STR as OPT_STR
@@ -120,7 +124,7 @@ class FlowEvent:
         out: dict[str, Any] = {"type": self.TYPE}
         for name, codec in self.FIELDS:
             value = getattr(self, name)
-            if value is None and codec.omit_none:
+            if codec.omit_none and (value is None or value == ()):
                 continue
             out[name] = None if value is None else codec.encode(value)
         return out
@@ -201,13 +205,20 @@ class RunCreated(FlowEvent):
     """Set on a child workflow (and every run of its continue-as-new chain)."""
     predecessor: ContinuationLink | None = None
     """Set on a continue-as-new successor."""
+    admission: Admission | None = None
+    """Set on a run of a workflow that declares limits: its priority and the limit claims its
+    input made (the run is ``queued`` until a grant starts it), or, on a continue-as-new
+    successor, the grant it inherits."""
 
 
 @_event("run_started", "flow.run.started", origin=Origin.HOST)
 class RunStarted(FlowEvent):
     """The run may now be driven. Written right after ``run_created`` by a new start, or, when a
     crash lost it, by the next start retry, drive or cancellation request (not charged to the replay
-    budget)."""
+    budget). A run with limit claims starts only with the ``grant`` its limit group decided."""
+
+    grant: SlotGrant | None = None
+    """The slot the run holds until its chain ends (set iff its admission claims limits)."""
 
 
 @_event("run_completed", "flow.run.completed", origin=Origin.CODE, terminal=True)
@@ -308,6 +319,8 @@ class ChildWorkflowRequested(FlowEvent):
     cancellation_policy: ChildWorkflowCancellationPolicy = (
         ChildWorkflowCancellationPolicy.REQUEST_CANCELLATION
     )
+    admission: Admission | None = None
+    """The child's priority and limit claims, decided where the parent's code ran."""
 
 
 @_event("child_workflow_resolved", "flow.child.workflow.resolved", origin=Origin.HOST)
@@ -353,6 +366,9 @@ class StepCreated(FlowEvent):
     step_name: str
     input: JsonValue = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    limits: tuple[LimitClaim, ...] = ()
+    """The limit claims of the step's input (empty: the step is not limited). Each attempt of a
+    limited step is queued (``step_attempt_queued``) and starts with a grant."""
 
 
 @_event("step_started", "flow.step.started", origin=Origin.DERIVED)
@@ -363,6 +379,8 @@ class StepStarted(FlowEvent):
 
     step_id: str
     attempt: int
+    grant: SlotGrant | None = None
+    """The slot the attempt holds until it ends (set iff the step is limited)."""
 
 
 @_event("step_completed", "flow.step.completed", origin=Origin.HOST)
@@ -525,6 +543,15 @@ class RaceLost(FlowEvent):
     member: str
     """``"hook"``, ``"signal_wait"`` or ``"timer"`` (:class:`RaceMember`)."""
     member_id: str
+
+
+@_event("step_attempt_queued", "flow.step.attempt.queued", origin=Origin.DERIVED)
+class StepAttemptQueued(FlowEvent):
+    """An attempt of a limited step waits for a slot: written where ``step_started`` would be
+    for a step without limits."""
+
+    step_id: str
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

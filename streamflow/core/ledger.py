@@ -35,10 +35,10 @@ Rules of :meth:`Ledger.admit`:
 
 Defined behaviour of the edge cases: enqueuing a holder that is queued or held with the same
 claims and priority is a no-op (returns ``False``: the first arrival stays), with other claims or
-another priority ``InvalidTransition``; an empty claim list, a priority outside 1..5 or a
-negative arrival is ``InvalidTransition``. Releasing an unknown holder, or with a grant id that
-is not the holder's, is a no-op returning ``False`` (releases may be delivered again). A
-released holder is forgotten: enqueued again, it queues anew.
+another priority ``InvalidTransition``; an empty claim list or a negative arrival is
+``InvalidTransition``, a priority outside 1..5 ``InvalidPriority``. Releasing an unknown holder,
+or with a grant id that is not the holder's, is a no-op returning ``False`` (releases may be
+delivered again). A released holder is forgotten: enqueued again, it queues anew.
 
 The served record of a key (its last grant ``seq``) is kept while the key has an entry; an idle
 key's record is dropped once it is older than that of every active key, where dropping it

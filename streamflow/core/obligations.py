@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
+from streamflow.core.admission import Admission
 from streamflow.core.decide import (
     AskChild,
     LaunchRun,
@@ -46,7 +47,13 @@ def child_start(parent: WorkflowRunSnapshot, child: ChildWorkflowSnapshot) -> La
         child_run_id=child.run_id,
         depth=parent.depth + 1,
     )
-    return LaunchRun(run_id=child.run_id, spec=child.spec, input=child.input, parent=link)
+    return LaunchRun(
+        run_id=child.run_id,
+        spec=child.spec,
+        input=child.input,
+        parent=link,
+        admission=child.admission,
+    )
 
 
 def successor_start(snapshot: WorkflowRunSnapshot) -> LaunchRun | None:
@@ -61,7 +68,17 @@ def successor_start(snapshot: WorkflowRunSnapshot) -> LaunchRun | None:
         input=continuation.input,
         parent=snapshot.parent,
         predecessor=ContinuationLink(run_id=snapshot.run_id, hop=snapshot.hop + 1),
+        admission=inherited_admission(snapshot),
     )
+
+
+def inherited_admission(snapshot: WorkflowRunSnapshot) -> Admission | None:
+    """What a continue-as-new successor of ``snapshot`` starts with: the slot the chain holds
+    (and the claims and priority it was granted for), so it never queues again."""
+    admission, slot = snapshot.admission, snapshot.slot
+    if admission is None or slot is None:
+        return None
+    return Admission(priority=admission.priority, claims=admission.claims, inherited=slot)
 
 
 def cancellations_owed(snapshot: WorkflowRunSnapshot) -> list[PropagateCancellation]:

@@ -136,26 +136,55 @@ def _step_created(s: S, e: ev.StepCreated, env: Env) -> None:
         status=StepStatus.PENDING,
         input=e.input,
         retry=e.retry,
+        limits=e.limits,
     )
+
+
+def _next_attempt(s: S, step: StepSnapshot, attempt: int, what: str) -> None:
+    if step.status is not StepStatus.PENDING:
+        raise fail(s, f"{what} for step {step.step_id} which is {step.status.value}")
+    if attempt != step.attempt + 1:
+        raise fail(
+            s,
+            f"step {step.step_id} attempt {attempt} does not follow attempt {step.attempt}",
+        )
+    if attempt > step.retry.max_attempts:
+        raise fail(
+            s,
+            f"step {step.step_id} attempt {attempt} exceeds its budget of "
+            f"{step.retry.max_attempts}",
+        )
+
+
+@handles(ev.StepAttemptQueued)
+def _step_attempt_queued(s: S, e: ev.StepAttemptQueued, env: Env) -> None:
+    step = known_step(s, e.step_id, "step_attempt_queued")
+    if not step.limits:
+        raise fail(s, f"step_attempt_queued for step {e.step_id}, which has no limits")
+    if step.queued_attempt is not None:
+        raise fail(s, f"step {e.step_id} attempt {step.queued_attempt} is already queued")
+    _next_attempt(s, step, e.attempt, "step_attempt_queued")
+    s.steps[e.step_id] = replace(step, queued_attempt=e.attempt, retry_after=None)
+    s.retry_steps.discard(e.step_id)
 
 
 @handles(ev.StepStarted)
 def _step_started(s: S, e: ev.StepStarted, env: Env) -> None:
     step = known_step(s, e.step_id, "step_started")
-    if step.status is not StepStatus.PENDING:
-        raise fail(s, f"step_started for step {e.step_id} which is {step.status.value}")
-    if e.attempt != step.attempt + 1:
+    _next_attempt(s, step, e.attempt, "step_started")
+    if step.limits and (step.queued_attempt != e.attempt or e.grant is None):
         raise fail(
-            s,
-            f"step {e.step_id} attempt {e.attempt} does not follow attempt {step.attempt}",
+            s, f"step {e.step_id} is limited: attempt {e.attempt} starts queued, with a grant"
         )
-    if e.attempt > step.retry.max_attempts:
-        raise fail(
-            s,
-            f"step {e.step_id} attempt {e.attempt} exceeds its budget of {step.retry.max_attempts}",
-        )
+    if not step.limits and e.grant is not None:
+        raise fail(s, f"step_started with a grant for step {e.step_id}, which has no limits")
     s.steps[e.step_id] = replace(
-        step, status=StepStatus.RUNNING, attempt=e.attempt, retry_after=None
+        step,
+        status=StepStatus.RUNNING,
+        attempt=e.attempt,
+        retry_after=None,
+        queued_attempt=None,
+        grant=e.grant,
     )
     s.retry_steps.discard(e.step_id)
     s.running_steps.add(e.step_id)

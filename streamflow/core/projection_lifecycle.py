@@ -82,10 +82,17 @@ def _run_created(s: S, e: ev.RunCreated, env: Env) -> None:
         raise fail(s, f"run_created names an invalid parent link {e.parent.to_json()}")
     if e.predecessor is not None and e.predecessor.run_id == s.run_id:
         raise fail(s, "a run cannot continue itself")
+    admission = e.admission
+    if admission is not None and admission.inherited is not None:
+        if e.predecessor is None:
+            raise fail(s, "only a continue-as-new successor inherits a slot")
+        if not admission.claims:
+            raise fail(s, "an inherited slot comes with the claims it was granted for")
     s.spec = e.spec
     s.input = e.input
     s.parent = e.parent
     s.predecessor = e.predecessor
+    s.admission = admission
     s.base_status = WorkflowRunStatus.PENDING
     s.created_at = env.timestamp
 
@@ -93,6 +100,16 @@ def _run_created(s: S, e: ev.RunCreated, env: Env) -> None:
 @handles(ev.RunStarted)
 def _run_started(s: S, e: ev.RunStarted, env: Env) -> None:
     require_status(s, (WorkflowRunStatus.PENDING,), "run_started")
+    admission = s.admission
+    claims = admission is not None and bool(admission.claims)
+    if claims and e.grant is None:
+        raise fail(s, "run_started without a grant for a run with limit claims")
+    if not claims and e.grant is not None:
+        raise fail(s, "run_started with a grant for a run without limit claims")
+    inherited = None if admission is None else admission.inherited
+    if inherited is not None and e.grant != inherited:
+        raise fail(s, "run_started with another grant than the slot the run inherits")
+    s.slot = e.grant
     s.base_status = WorkflowRunStatus.RUNNING
 
 
@@ -189,7 +206,8 @@ def _run_continued_as_new(s: S, e: ev.RunContinuedAsNew, env: Env) -> None:
 def _run_cancellation_requested(s: S, e: ev.RunCancellationRequested, env: Env) -> None:
     if s.cancellation is not None:
         raise fail(s, "run_cancellation_requested may appear at most once")
-    require_status(s, (WorkflowRunStatus.RUNNING,), "run_cancellation_requested")
+    if not s.is_queued:  # a queued run is cancelled before any code ran
+        require_status(s, (WorkflowRunStatus.RUNNING,), "run_cancellation_requested")
     s.cancellation = CancellationSnapshot(
         request=e.request, requested_at=env.timestamp, sequence=env.sequence
     )
@@ -258,6 +276,7 @@ def _child_workflow_requested(s: S, e: ev.ChildWorkflowRequested, env: Env) -> N
         cancellation_policy=e.cancellation_policy,
         requested_at=env.timestamp,
         requested_sequence=env.sequence,
+        admission=e.admission,
     )
     s.open_children.add(e.child_id)
 

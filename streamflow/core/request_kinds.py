@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import Enum
 from typing import TypeAlias
 
+from streamflow.core.admission import Admission, Holder, SlotGrant
 from streamflow.core.events import FlowEvent
 from streamflow.core.jsonvalue import JsonValue, check_json, check_text
 from streamflow.core.spec import WorkflowSpec
@@ -41,6 +42,9 @@ class StartRun:
     """Set when a parent's ``child_workflow_requested`` starts this run (journal only)."""
     predecessor: ContinuationLink | None = None
     """Set when a predecessor's ``run_continued_as_new`` starts this run (journal only)."""
+    admission: Admission | None = None
+    """The run's priority and limit claims (its workflow declares limits: the run is recorded
+    queued), or the slot a continue-as-new successor inherits."""
 
     @property
     def system(self) -> bool:
@@ -143,6 +147,15 @@ class Proposal:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GrantSlot:
+    """A limit group admitted ``holder`` (the run, or one attempt of one of its steps) under
+    ``grant``: the run or attempt starts, or, if it no longer waits, the grant is given back."""
+
+    holder: Holder
+    grant: SlotGrant
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SendSignal:
     """Deliver a named signal (de-duplicated by ``signal_id`` along the continuation chain)."""
 
@@ -201,6 +214,7 @@ RequestKind: TypeAlias = (
     | DisposeHook
     | ResolveChild
     | QueryChild
+    | GrantSlot
 )
 """Every request :func:`decide_request` decides."""
 

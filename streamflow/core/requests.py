@@ -40,6 +40,7 @@ from streamflow.core.decisions import (
     Outcome,
     Rejected,
     ResolveParent,
+    SlotRelease,
     StepErrored,
     StepSucceeded,
     TokenRelease,
@@ -50,6 +51,7 @@ from streamflow.core.request_kinds import (
     CancelRun,
     DisposeHook,
     ForceCancelRun,
+    GrantSlot,
     LinkChild,
     Proposal,
     QueryChild,
@@ -66,6 +68,7 @@ from streamflow.core.request_kinds import (
     check_request,
 )
 from streamflow.core.retention import pruned_run
+from streamflow.core.slots import decide_slot_granted
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.values import WorkflowTerminalOutcome
 
@@ -75,6 +78,7 @@ __all__ = [
     "DisposeHook",
     "Facts",
     "ForceCancelRun",
+    "GrantSlot",
     "Forward",
     "LinkChild",
     "Nothing",
@@ -171,7 +175,7 @@ def concerned_build(snapshot: WorkflowRunSnapshot | None, request: RequestKind) 
     return snapshot.runtime_build_id
 
 
-QUIET = (Proposal, StepResult, WakeUp, ResolveChild, QueryChild)
+QUIET = (Proposal, StepResult, WakeUp, ResolveChild, QueryChild, GrantSlot)
 """Requests the system sends for itself: for a run that does not exist (pruned, or never
 started), they are dropped without an error unless the sender waits for a reply."""
 
@@ -205,6 +209,10 @@ def decide_request(
     run are then refused rather than dropped)."""
     if isinstance(request, StartRun):
         return _start(snapshot, request, facts, run_id)
+    if isinstance(request, GrantSlot):
+        if snapshot is None or snapshot.spec is None:
+            return Nothing(effects=(SlotRelease(holder=request.holder, grant=request.grant),))
+        return _from(decide_slot_granted(snapshot, request.holder, request.grant))
     if snapshot is None or snapshot.spec is None:
         if isinstance(request, QUIET) and not reply:
             return Nothing()
@@ -293,6 +301,7 @@ def _start(
         parent=request.parent,
         predecessor=request.predecessor,
         system=request.system,
+        admission=request.admission,
     )
     if isinstance(decision, Rejected):
         # A child or successor whose id is taken by another run fails closed; nobody waits

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from streamflow.core.admission import Admission, LimitClaim, SlotGrant
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
@@ -30,6 +31,9 @@ class WorkflowRunStatus(StrEnum):
 
     PENDING = "pending"
     """Created (``run_created``), not yet started."""
+    QUEUED = "queued"
+    """Derived, never recorded: created with limit claims, waiting for a slot (no code has run;
+    ``run_started`` with the grant ends it)."""
     RUNNING = "running"
     """Started, with nothing open to wait for."""
     SUSPENDED = "suspended"
@@ -143,6 +147,12 @@ class StepSnapshot:
     """Commit time of its ``step_completed`` or ``step_failed``."""
     resolved_sequence: int | None = None
     """Sequence of its ``step_completed`` or ``step_failed``."""
+    limits: tuple[LimitClaim, ...] = ()
+    """Its recorded limit claims (empty: not limited)."""
+    queued_attempt: int | None = None
+    """The attempt waiting for a slot (``step_attempt_queued``), while Pending."""
+    grant: SlotGrant | None = None
+    """The slot the running attempt holds (a limited step's)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,6 +275,8 @@ class ChildWorkflowSnapshot:
     """Commit time of the resolution."""
     resolved_sequence: int | None = None
     """Sequence of the resolution."""
+    admission: Admission | None = None
+    """The child's priority and limit claims, as its parent's decision recorded them."""
 
     @property
     def is_open(self) -> bool:
@@ -320,6 +332,7 @@ class WorkflowRunSnapshot:
 
     __slots__ = (
         "active_hooks",
+        "admission",
         "base_status",
         "cancellation",
         "child_operations",
@@ -346,6 +359,7 @@ class WorkflowRunSnapshot:
         "running_steps",
         "signal_waits",
         "signals",
+        "slot",
         "spec",
         "steps",
         "terminal_outcome",
@@ -402,6 +416,11 @@ class WorkflowRunSnapshot:
         """Set on a child workflow (and every run of its chain)."""
         self.predecessor: ContinuationLink | None = None
         """Set on a continue-as-new successor."""
+        self.admission: Admission | None = None
+        """The run's priority and limit claims (``run_created``), if its workflow declares
+        limits."""
+        self.slot: SlotGrant | None = None
+        """The grant the run holds (``run_started``, or inherited by a successor)."""
         self.last_sequence = 0
         """Sequence of the last event folded in (0 for an empty history)."""
         self.created_at: datetime | None = None
@@ -436,7 +455,21 @@ class WorkflowRunSnapshot:
         base = self.base_status or WorkflowRunStatus.PENDING
         if base is WorkflowRunStatus.RUNNING and self.has_open_suspension():
             return WorkflowRunStatus.SUSPENDED
+        if base is WorkflowRunStatus.PENDING and self.is_queued:
+            return WorkflowRunStatus.QUEUED
         return base
+
+    @property
+    def is_queued(self) -> bool:
+        """Created with limit claims and not started: it waits for a slot, and only a grant
+        (``run_started``) or its end changes that."""
+        admission = self.admission
+        return (
+            admission is not None
+            and bool(admission.claims)
+            and admission.inherited is None
+            and self.base_status is WorkflowRunStatus.PENDING
+        )
 
     @property
     def is_terminal(self) -> bool:

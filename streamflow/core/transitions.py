@@ -17,6 +17,7 @@ from datetime import datetime
 from enum import Enum
 
 from streamflow.core import events as ev
+from streamflow.core.admission import Admission
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.decisions import (
     DEFERRED,
@@ -45,6 +46,7 @@ from streamflow.core.errors import (
 )
 from streamflow.core.jsonvalue import JsonValue, canonical, dumps_compact, json_equal
 from streamflow.core.races import losers
+from streamflow.core.slots import next_attempt, start_repair
 from streamflow.core.snapshot import (
     ChildWorkflowSnapshot,
     HookSnapshot,
@@ -98,14 +100,26 @@ def decide_start(
     parent: ParentLink | None = None,
     predecessor: ContinuationLink | None = None,
     system: bool = False,
+    admission: Admission | None = None,
 ) -> StartDecision | Rejected:
     """Idempotent start: compare the persisted spec, then the input, before any admission.
 
     ``system`` starts (a child requested by its parent, a continue-as-new successor) also
     compare the origin: an existing run that came from somewhere else fails closed.
+
+    A start whose ``admission`` claims limits is recorded **queued** (``run_created`` alone):
+    a grant starts it (:func:`decide_slot_granted`). A successor's admission that inherits a
+    slot starts at once with it. A retry with another priority is ``RunConflict``; the claims
+    are not compared (the first recorded claims win, even if a deploy changed a key function).
     """
     if snapshot is None or snapshot.spec is None:
-        created = ev.RunCreated(spec=spec, input=input, parent=parent, predecessor=predecessor)
+        created = ev.RunCreated(
+            spec=spec, input=input, parent=parent, predecessor=predecessor, admission=admission
+        )
+        if admission is not None and admission.claims:
+            if admission.inherited is None:
+                return StartDecision(StartKind.NEW, (created,))  # queued: a grant starts it
+            return StartDecision(StartKind.NEW, (created, ev.RunStarted(grant=admission.inherited)))
         return StartDecision(StartKind.NEW, (created, ev.RunStarted()))
     if snapshot.spec.to_json() != spec.to_json():
         return Rejected(RunConflict(run_id, "workflow spec differs"))
@@ -113,8 +127,18 @@ def decide_start(
         return Rejected(RunConflict(run_id, "workflow input differs"))
     if system and (snapshot.parent != parent or snapshot.predecessor != predecessor):
         return Rejected(RunConflict(run_id, "workflow origin differs"))
+    recorded = snapshot.admission
+    if (
+        recorded is not None
+        and admission is not None
+        and recorded.priority != admission.priority
+        and not system
+    ):
+        return Rejected(RunConflict(run_id, "priority differs"))
     if snapshot.is_terminal:
         return StartDecision(StartKind.TERMINAL)
+    if snapshot.is_queued:
+        return StartDecision(StartKind.EXISTING)  # it starts with its grant
     if snapshot.base_status is WorkflowRunStatus.PENDING:
         return StartDecision(StartKind.REPAIR, (ev.RunStarted(),))
     return StartDecision(StartKind.EXISTING)
@@ -137,8 +161,12 @@ def admission_error(
 
 
 def needs_start_repair(snapshot: WorkflowRunSnapshot) -> Decision | None:
-    """A run created but never started gets ``run_started`` (not charged to the replay budget)."""
-    if snapshot.base_status is WorkflowRunStatus.PENDING:
+    """A run created but never started gets ``run_started`` (not charged to the replay budget);
+    a queued run waits for its grant, and a successor starts with the slot it inherits."""
+    if snapshot.base_status is WorkflowRunStatus.PENDING and not snapshot.is_queued:
+        admission = snapshot.admission
+        if admission is not None and admission.inherited is not None:
+            return Decision(events=(ev.RunStarted(grant=admission.inherited),))
         return Decision(events=(ev.RunStarted(),))
     return None
 
@@ -237,10 +265,10 @@ def decide_step_result(
         )
         if deadline is not None:
             return Decision(events=(retrying,))
-        return Decision(
-            events=(retrying, ev.StepStarted(step_id=step_id, attempt=attempt + 1)),
-            effects=(run_step(snapshot, step, attempt + 1),),
+        begun, effect = next_attempt(
+            step_id, attempt + 1, step.limits, run_step(snapshot, step, attempt + 1)
         )
+        return Decision(events=(retrying, begun), effects=() if effect is None else (effect,))
     early = not result.retryable and attempt < step.retry.max_attempts
     failed = ev.StepFailed(step_id=step_id, attempt=attempt, error=error, no_retry=early or None)
     if step.retry.continues_workflow:
@@ -268,8 +296,10 @@ def decide_cancellation_request(
             )
         return Decision()
     requested = ev.RunCancellationRequested(request=request)
+    if snapshot.is_queued:  # no code ran: nothing to clean up
+        return Decision(events=(requested, ev.RunCancelled(reason=request.reason)))
     if snapshot.base_status is WorkflowRunStatus.PENDING:
-        return Decision(events=(ev.RunStarted(), requested))
+        return Decision(events=(*start_repair(snapshot), requested))
     return Decision(events=(requested,))
 
 
@@ -354,7 +384,7 @@ def decide_signal(snapshot: WorkflowRunSnapshot, signal: WorkflowSignal) -> Outc
         return invalid(f"workflow run {snapshot.run_id} does not declare signal {signal.name}")
     received = ev.SignalReceived(signal=signal)
     if snapshot.base_status is WorkflowRunStatus.PENDING:
-        return Decision(events=(ev.RunStarted(), received))
+        return Decision(events=(*start_repair(snapshot), received))
     return Decision(events=(received,))
 
 

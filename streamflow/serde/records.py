@@ -30,6 +30,7 @@ from enum import Enum
 from typing import Any, TypeAlias, cast
 
 import streamflow.core.events as ev
+from streamflow.core.admission import Admission, LimitClaim, SlotGrant
 from streamflow.core.errors import InvalidPayload, SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue, deeper_than_allowed
@@ -424,6 +425,30 @@ PREDECESSOR = RecordMap(
     (("run_id", SAME), ("hop", LONG)),
     build=ContinuationLink.from_json,
 )
+LIMIT_CLAIM = RecordMap(
+    "LimitClaim",
+    LimitClaim,
+    (
+        ("limit_id", SAME),
+        ("key", SAME),
+        ("max", LONG),
+        ("period_ms", Conv(_optional(_long), _same)),
+    ),
+)
+SLOT_GRANT = RecordMap(
+    "SlotGrant",
+    SlotGrant,
+    (("grant_id", SAME), ("group", SAME), ("seq", LONG), ("granted_at_ms", LONG)),
+)
+_CLAIMS = Conv(
+    lambda claims: [LIMIT_CLAIM.to_avro(c) for c in claims],
+    lambda records: tuple(LIMIT_CLAIM.from_avro(r) for r in records),
+)
+ADMISSION = RecordMap(
+    "Admission",
+    Admission,
+    (("priority", LONG), ("claims", _CLAIMS), ("inherited", _optional_nested(SLOT_GRANT))),
+)
 ERROR_INFO = RecordMap(
     "ErrorInfo", ErrorInfo, (("type", SAME), ("message", SAME), ("fields", Conv(dict, dict)))
 )
@@ -467,6 +492,9 @@ _EVENT_FIELD_CONVS: dict[ev.Codec, Conv] = {
     ev.PARENT: _optional_nested(PARENT),
     ev.PREDECESSOR: _optional_nested(PREDECESSOR),
     ev.NO_RETRY: Conv(_same, ev.NO_RETRY.decode),
+    ev.ADMISSION: _optional_nested(ADMISSION),
+    ev.GRANT: _optional_nested(SLOT_GRANT),
+    ev.CLAIMS: _CLAIMS,
 }
 
 EVENTS: tuple[RecordMap, ...] = tuple(

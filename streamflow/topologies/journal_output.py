@@ -175,6 +175,10 @@ class JournalOutput:
         """Produce the record that carries one follow-up to its run (or to the token index)."""
         if isinstance(effect, d.RunStep):
             return  # step tasks go with their step_started
+        if isinstance(effect, d.SlotRelease):
+            # Only a grant gives a slot back, and no limit group grants on Kafka yet: its
+            # processors refuse to decide for limited workflows and steps.
+            raise AssertionError(f"no limit group runs on Kafka: {effect}")
         if isinstance(effect, d.TokenRelease):
             self.release(effect)
             return

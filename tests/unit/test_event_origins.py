@@ -53,6 +53,7 @@ PROPOSABLE = {
     ev.PatchRecorded,
     ev.RaceArmed,
     ev.RaceLost,
+    ev.StepAttemptQueued,
 }
 
 
@@ -63,7 +64,7 @@ def test_every_event_type_is_registered_with_exactly_one_origin():
         if isinstance(c, type) and issubclass(c, FlowEvent) and c is not FlowEvent
     }
     assert classes == set(EVENT_TYPES.values())
-    assert len(classes) == 33
+    assert len(classes) == 34
     for cls in classes:
         assert "ORIGIN" in vars(cls), f"{cls.TYPE} declares no origin of its own"
         assert isinstance(cls.ORIGIN, Origin)
@@ -91,6 +92,7 @@ def test_a_processor_may_propose_everything_but_the_hosts_events():
         ev.SignalWaitCompleted,
         ev.TimeoutDisarmed,
         ev.RaceLost,
+        ev.StepAttemptQueued,
     }
     assert event_types(Origin.HOST) == set(EVENT_TYPES.values()) - PROPOSABLE
 

@@ -88,11 +88,12 @@ ONE_OF_EACH_EVENT = [
     ev.PatchRecorded(patch_id="charge-first"),
     ev.RaceArmed(race_id="hook:h", member="hook", member_id="h"),
     ev.RaceLost(member="timer", member_id="t"),
+    ev.StepAttemptQueued(step_id="charge", attempt=1),
 ]
 
 
-def test_the_catalogue_covers_all_33_event_types():
-    assert len(ev.EVENT_TYPES) == 33
+def test_the_catalogue_covers_all_34_event_types():
+    assert len(ev.EVENT_TYPES) == 34
     assert {type(e) for e in ONE_OF_EACH_EVENT} == set(ev.EVENT_TYPES.values())
 
 
