@@ -58,7 +58,7 @@ PINNED = {
     "InvalidTransition", "InvalidWorkerConfiguration", "TaskManagement", "StoreError",
     "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
     "PayloadTooLarge", "RequestDeadLettered", "NonRetryable", "HookAlreadyResolved",
-    "HookTokenTooShort", "InvalidPayload",
+    "HookTokenTooShort", "InvalidPayload", "InvalidPriority", "InvalidLimitKey",
     # the families under FlowError (caught, never raised)
     "ConflictError", "NotFoundError", "InvalidInputError", "InfrastructureError",
     # errors of timeouts and of Kafka deployments

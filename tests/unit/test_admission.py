@@ -15,7 +15,13 @@ from streamflow.core.admission import (
     check_priority,
     fairness_key,
 )
-from streamflow.core.errors import InvalidTransition, InvalidWorkflow, SerializationError
+from streamflow.core.errors import (
+    InvalidLimitKey,
+    InvalidPriority,
+    InvalidTransition,
+    InvalidWorkflow,
+    SerializationError,
+)
 
 GLOBAL = LimitSpec("concurrency.0", "concurrency", 1)
 
@@ -89,22 +95,22 @@ def test_an_invalid_limit_spec_is_an_invalid_workflow(kwargs):
 def test_priorities_keys_and_claims_follow_their_rules():
     assert [check_priority(p) for p in (1, 3, 5)] == [1, 3, 5]
     for bad in (0, 6, -1, True, "3", 3.0, None):
-        with pytest.raises(InvalidTransition, match="priority"):
+        with pytest.raises(InvalidPriority, match="priority"):
             check_priority(bad)
     assert check_limit_key("customer-42") == "customer-42"
     assert check_limit_key("k" * 256) == "k" * 256
     assert check_limit_key("", keyed=False) == ""
     for bad in ("", "   ", "k" * 257, "a\x1fb", "a\nb", None, 42):
-        with pytest.raises(InvalidTransition, match="limit key"):
+        with pytest.raises(InvalidLimitKey, match="limit key"):
             check_limit_key(bad)
-    with pytest.raises(InvalidTransition, match="group-wide"):
+    with pytest.raises(InvalidLimitKey, match="group-wide"):
         check_limit_key("k", keyed=False)
     keyed = LimitSpec("per-key", "concurrency", 2, keyed=True)
     assert keyed.claim("k") == c("per-key", "k", 2)
     assert GLOBAL.claim() == c("concurrency.0", "", 1)
-    with pytest.raises(InvalidTransition):
+    with pytest.raises(InvalidLimitKey):
         keyed.claim("")
-    with pytest.raises(InvalidTransition):
+    with pytest.raises(InvalidLimitKey):
         GLOBAL.claim("k")
     assert fairness_key([c("a", "", 1), c("b", "x", 1), c("d", "y", 1, 10)]) == "x\x1fy"
     assert fairness_key([c("a", "", 1)]) == ""

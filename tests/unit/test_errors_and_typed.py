@@ -39,9 +39,10 @@ def test_every_raised_error_is_a_flow_error_and_exported():
     # FlowTimeout (every wait that gives up) and the five errors of Kafka deployments that
     # joined the tree: Fenced, InspectionUnavailable, TopicsRefused, ClusterUnavailable and
     # ManifestError; then the three of durable functions (streamflow.App): UnknownWorkflow,
-    # UnsupportedAwait and NotAStep; then InvalidPayload (a value no store could read back).
+    # UnsupportedAwait and NotAStep; then InvalidPayload (a value no store could read back);
+    # then the two of flow control: InvalidPriority and InvalidLimitKey.
     # The families (and AdminError) are caught, never raised: not in the list.
-    assert len(errors.ALL_ERRORS) == 43
+    assert len(errors.ALL_ERRORS) == 45
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
@@ -98,6 +99,8 @@ FAMILY_OF = {
         errors.ManifestError,
         errors.UnknownWorkflow,
         errors.NotAStep,
+        errors.InvalidPriority,
+        errors.InvalidLimitKey,
     },
     errors.InfrastructureError: {
         errors.StoreError,
@@ -203,6 +206,8 @@ ONE_OF_EACH_ERROR = [
     errors.UnknownWorkflow("orders.fulfil", ["orders.fulfill"]),
     errors.UnsupportedAwait("run-1", "an asyncio operation"),
     errors.NotAStep("helper is not a registered step"),
+    errors.InvalidPriority("invalid priority 0: use an int from 1 (first) to 5 (last)"),
+    errors.InvalidLimitKey("workflow orders.fulfil: limit 'concurrency': invalid limit key ''"),
 ]
 
 

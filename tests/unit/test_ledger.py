@@ -20,7 +20,7 @@ from streamflow.core.admission import (
     SlotGrant,
     fairness_key,
 )
-from streamflow.core.errors import InvalidTransition
+from streamflow.core.errors import InvalidPriority, InvalidTransition
 from streamflow.core.ledger import Granted, Ledger
 
 GLOBAL = LimitSpec("concurrency.0", "concurrency", 1)
@@ -219,20 +219,20 @@ def test_release_and_enqueue_have_defined_outcomes():
 
 
 @pytest.mark.parametrize(
-    ("args", "match"),
+    ("args", "error", "match"),
     [
-        ((run(0), []), "claims no limit"),
-        ((run(0), [GLOBAL.claim()], 0), "priority"),
-        ((run(0), [GLOBAL.claim()], 6), "priority"),
-        ((run(0), [GLOBAL.claim()], 3, -1), "arrival"),
-        ((run(0), [GLOBAL.claim(), GLOBAL.claim()]), "claimed twice"),
-        ((run(0), ["concurrency.0"]), "not a limit claim"),
-        (("r-0", [GLOBAL.claim()]), "not a holder"),
+        ((run(0), []), InvalidTransition, "claims no limit"),
+        ((run(0), [GLOBAL.claim()], 0), InvalidPriority, "priority"),
+        ((run(0), [GLOBAL.claim()], 6), InvalidPriority, "priority"),
+        ((run(0), [GLOBAL.claim()], 3, -1), InvalidTransition, "arrival"),
+        ((run(0), [GLOBAL.claim(), GLOBAL.claim()]), InvalidTransition, "claimed twice"),
+        ((run(0), ["concurrency.0"]), InvalidTransition, "not a limit claim"),
+        (("r-0", [GLOBAL.claim()]), InvalidTransition, "not a holder"),
     ],
 )
-def test_invalid_enqueues_are_refused_and_change_nothing(args, match):
+def test_invalid_enqueues_are_refused_and_change_nothing(args, error, match):
     ledger = Ledger("wf:x")
-    with pytest.raises(InvalidTransition, match=match):
+    with pytest.raises(error, match=match):
         ledger.enqueue(*args)
     assert len(ledger) == 0
     with pytest.raises(InvalidTransition):
