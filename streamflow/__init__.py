@@ -200,6 +200,7 @@ if TYPE_CHECKING:
         WorkflowFailure,
         WorkflowTimedOut,
     )
+    from streamflow.workflow.flow_control import Concurrency, RateLimit
     from streamflow.workflow.operations import FirstResult
     from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
 
@@ -224,10 +225,12 @@ __all__ = [
     "App",
     "Cancelled",
     "ChildWorkflowFailed",
+    "Concurrency",
     "DurableContext",
     "FirstResult",
     "HookDisposedError",
     "NotAStep",
+    "RateLimit",
     "RunNotCompleted",
     "Step",
     "StepFailedError",

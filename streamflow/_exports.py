@@ -235,6 +235,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "streamflow.workflow.context": ("WorkflowContext",),
     "streamflow.workflow.durable": ("DurableContext",),
+    "streamflow.workflow.flow_control": ("Concurrency", "RateLimit"),
     "streamflow.workflow.operations": ("FirstResult",),
     "streamflow.workflow.errors": (
         "Cancelled",

@@ -10,6 +10,8 @@ PINNED = {
     "StepFailedError", "ChildWorkflowFailed", "HookDisposedError", "WorkflowFailure",
     "WaitTimedOut", "WorkflowTimedOut", "FirstResult",
     "RunNotCompleted", "UnknownWorkflow", "UnsupportedAwait", "NotAStep",
+    # flow control: the limits a workflow or step declares
+    "Concurrency", "RateLimit",
     # the calls both backends offer, the engine, runtime contract, context
     "Flow", "FlowEngine", "FlowEngineBuilder", "FlowRuntime", "WorkflowInvocation",
     "StepInvocation", "WorkflowContext",

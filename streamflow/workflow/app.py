@@ -21,17 +21,15 @@ low-level API is in :mod:`streamflow.workflow.durable`.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import typing
 from collections.abc import Callable, Coroutine, Iterable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast, overload
-from weakref import WeakKeyDictionary
 
 from streamflow import cron
+from streamflow.core.admission import Admission, LimitClaim, check_priority
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import InvalidWorkflow, NonRetryable
 from streamflow.core.ids import RuntimeBuildId
@@ -41,12 +39,20 @@ from streamflow.core.retry import RetryPolicy
 from streamflow.core.schedules import CatchUp, Overlap, Schedule
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
-from streamflow.core.tokens import derive_hook_token
 from streamflow.core.values import Completed
 from streamflow.workflow.driving import ParkedRuns, drive
 from streamflow.workflow.durable import DurableContext
-from streamflow.workflow.errors import NotAStep, RunNotCompleted
+from streamflow.workflow.errors import RunNotCompleted
+from streamflow.workflow.flow_control import DeclaredLimits, LimitDeclarations
 from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
+from streamflow.workflow.steps import (
+    Step,
+    StepInfo,
+    remember_step,
+    signature_of,
+    step_info,
+    step_of,
+)
 from streamflow.workflow.typed import decode, encode
 from streamflow.workflow.versions import WorkflowVersions
 
@@ -61,148 +67,20 @@ I = TypeVar("I")  # noqa: E741 - the input type, as in Workflow[I, O]
 O = TypeVar("O")  # noqa: E741 - the output type
 
 
-@dataclass(frozen=True, slots=True)
-class StepInfo:
-    """What a running step attempt may know about itself (``streamflow.step_info()``)."""
-
-    run_id: str
-    """The run the step belongs to."""
-    step_id: str
-    """The step's stable id in the run."""
-    step_name: str
-    """The registered step's name."""
-    attempt: int
-    """1-based attempt; a redelivery after a crash repeats the same number."""
-    idempotency_key: str
-    """``flow:{run_id}:{step_id}``: the same for every attempt; give it to the service called."""
-    _invocation: StepInvocation
-
-    def hook_token(self, hook_id: str) -> str:
-        """The token of hook ``hook_id`` of this run (``ctx.hook_token`` in the workflow gives the
-        same): put it in the link this step sends, never in its output."""
-        return derive_hook_token(self._invocation.hook_secret, self.run_id, hook_id)
-
-
-_CURRENT: ContextVar[StepInfo | None] = ContextVar("streamflow_step_info", default=None)
-
-
-def step_info() -> StepInfo:
-    """The attempt running in this context; ``RuntimeError`` outside a step (a step function
-    called directly, in a unit test, has none)."""
-    info = _CURRENT.get()
-    if info is None:
-        raise RuntimeError("streamflow.step_info() is only available inside a running step")
-    return info
-
-
-def _signature(fn: Callable[..., Any], skip: int) -> tuple[bool, Any, Any]:
-    """Whether ``fn`` takes an input after its first ``skip`` parameters, that input's
-    annotation and the return annotation (``Any`` where there is none)."""
-    params = list(inspect.signature(fn).parameters.values())[skip:]
-    if len(params) > 1:
-        raise InvalidWorkflow(f"{fn.__qualname__} takes at most one input argument")
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception as exc:  # an annotation that does not resolve: say which
-        raise InvalidWorkflow(
-            f"the annotations of {fn.__qualname__} do not resolve: {exc}"
-        ) from exc
-    takes = bool(params)
-    input_type = hints.get(params[0].name, Any) if takes else None
-    output_type = hints.get("return", Any)
-    if output_type is type(None):
-        output_type = None
-    return takes, input_type, output_type
-
-
-class Step(Generic[A, R]):
-    """A registered step function. Calling it calls the function (for unit tests); a workflow
-    runs it durably with ``await ctx.step(step_id, step, arg)``."""
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        name: str,
-        retry: RetryPolicy | None,
-        timeout: float | None,
-    ) -> None:
-        if timeout is not None and timeout <= 0:
-            raise InvalidWorkflow(f"step {name}: timeout must be positive, got {timeout}")
-        self.fn = fn
-        self.name = name
-        self.retry = None if retry is None else retry.validate()
-        self.timeout = timeout
-        self.takes_input, self.input_type, self.output_type = _signature(fn, 0)
-        self.is_async = inspect.iscoroutinefunction(fn)
-        self.__doc__ = fn.__doc__
-        self.__wrapped__ = fn
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"Step({self.name!r})"
-
-    async def run(self, invocation: StepInvocation) -> JsonValue:
-        """One attempt: decode the input, call the function (a plain ``def`` on a thread), bound
-        by ``timeout``, and encode what it returns."""
-        args: tuple[Any, ...] = ()
-        if self.takes_input:
-            args = (decode(invocation.input, self.input_type, f"step {invocation.step_id} input"),)
-        info = StepInfo(
-            run_id=invocation.run_id,
-            step_id=invocation.step_id,
-            step_name=invocation.step_name,
-            attempt=invocation.attempt,
-            idempotency_key=invocation.idempotency_key,
-            _invocation=invocation,
-        )
-        token = _CURRENT.set(info)
-        try:
-            call: Coroutine[Any, Any, Any] = (
-                self.fn(*args) if self.is_async else asyncio.to_thread(self.fn, *args)
-            )
-            if self.timeout is None:
-                result = await call
-            else:
-                try:
-                    result = await asyncio.wait_for(call, self.timeout)
-                except TimeoutError:
-                    raise TimeoutError(
-                        f"step {invocation.step_id} ({self.name}) did not finish within "
-                        f"{self.timeout:g}s"
-                    ) from None
-        finally:
-            _CURRENT.reset(token)
-        return encode(result, self.output_type, f"step {invocation.step_id} output")
-
-
-_STEPS: WeakKeyDictionary[Callable[..., Any], Step[Any, Any]] = WeakKeyDictionary()
-
-
-def step_of(fn: object) -> Step[Any, Any]:
-    """The registered step ``fn`` is (a :class:`Step`, or a function given to ``app.step``)."""
-    if isinstance(fn, Step):
-        return fn
-    try:
-        return _STEPS[cast(Callable[..., Any], fn)]
-    except (KeyError, TypeError):
-        pass
-    name = getattr(fn, "__qualname__", repr(fn))
-    raise NotAStep(f"{name} is not a registered step: decorate it with @app.step")
-
-
 class Workflow(Generic[I, O]):
     """A registered workflow: its :attr:`spec` starts runs on any backend, and
-    :meth:`start` / :meth:`result` do so with typed input and output."""
+    :meth:`start` / :meth:`result` do so with typed input and output. :attr:`limits` holds its
+    ``concurrency=`` and ``rate_limit=`` declarations (``None``: none)."""
 
-    def __init__(self, fn: Callable[..., Any], spec: WorkflowSpec) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], spec: WorkflowSpec, limits: DeclaredLimits | None = None
+    ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise InvalidWorkflow(f"workflow {spec.name} must be an async def")
         self.fn = fn
         self.spec = spec.validate()
-        self.takes_input, self.input_type, self.output_type = _signature(fn, 1)
+        self.limits = limits
+        self.takes_input, self.input_type, self.output_type = signature_of(fn, 1)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -222,6 +100,28 @@ class Workflow(Generic[I, O]):
                 raise InvalidWorkflow(f"workflow {self.name} takes no input")
             return None
         return encode(input, self.input_type, f"workflow {self.name} input")
+
+    def admission(self, input: I | None = None, priority: int = 3) -> Admission | None:
+        """What a start of this workflow with typed ``input`` at ``priority`` (1 first .. 5,
+        default 3) asks of its limits: ``None`` when it declares none, else the priority and one
+        claim per limit, its key function called on ``input``. ``InvalidPriority`` for a
+        priority outside 1..5, ``InvalidLimitKey`` when a key function fails."""
+        check_priority(priority)
+        if self.limits is None:
+            return None
+        return Admission(priority=priority, claims=self.limits.claims(input))
+
+    def admission_of(self, input: JsonValue, priority: int = 3) -> Admission | None:
+        """:meth:`admission` of a recorded (JSON) input, decoded to the input annotation first
+        (``SerializationError`` when it does not fit)."""
+        check_priority(priority)
+        if self.limits is None:
+            return None
+        value = self._decode_input(input, f"workflow {self.name} input")
+        return Admission(priority=priority, claims=self.limits.claims(value))
+
+    def _decode_input(self, input: JsonValue, what: str) -> Any:
+        return decode(input, self.input_type, what) if self.takes_input else None
 
     async def start(self, flow: Flow, run_id: str, input: I | None = None) -> str:
         """Start run ``run_id`` of this workflow (idempotent, like ``start_with_id``); the input
@@ -359,6 +259,8 @@ class App(FlowRuntime):
         schedule_input: object = None,
         overlap: Overlap | str = Overlap.SKIP,
         catch_up: CatchUp | str = CatchUp.NONE,
+        concurrency: LimitDeclarations = None,
+        rate_limit: LimitDeclarations = None,
     ) -> _WorkflowDecorator: ...
 
     def workflow(
@@ -375,6 +277,8 @@ class App(FlowRuntime):
         schedule_input: object = None,
         overlap: Overlap | str = Overlap.SKIP,
         catch_up: CatchUp | str = CatchUp.NONE,
+        concurrency: LimitDeclarations = None,
+        rate_limit: LimitDeclarations = None,
     ) -> Workflow[Any, Any] | _WorkflowDecorator:
         """Register ``async def f(ctx, input)`` (or ``f(ctx)``) as workflow ``name`` (default:
         the function's name) at ``version``, accepting the declared ``signals``. Use bare
@@ -383,13 +287,19 @@ class App(FlowRuntime):
         ``schedule``: a cron expression (read in ``timezone``) that starts a run of it at each
         fire time once a scheduler hosts the App; ``schedule_id`` (default: the workflow's
         name, its dots made dashes: ``reports.daily`` is ``reports-daily``),
-        ``schedule_input``, ``overlap`` and ``catch_up`` as on :class:`streamflow.Schedule`."""
+        ``schedule_input``, ``overlap`` and ``catch_up`` as on :class:`streamflow.Schedule`.
+
+        ``concurrency``: a :class:`streamflow.Concurrency` (or a list of them) limiting how many
+        of its runs hold a slot at once; ``rate_limit``: a :class:`streamflow.RateLimit` (or a
+        list) limiting how many begin per period. Each is kept in :attr:`Workflow.limits`;
+        :meth:`Workflow.admission` computes what a start asks of them."""
         cron_options = None
         if schedule is not None:
             cron_options = _CronOptions(
                 schedule, timezone, schedule_id, schedule_input, Overlap(overlap), CatchUp(catch_up)
             )
-        decorator = _WorkflowDecorator(self, name, version, tuple(signals), cron_options)
+        limits = (concurrency, rate_limit)
+        decorator = _WorkflowDecorator(self, name, version, tuple(signals), cron_options, limits)
         return decorator if fn is None else decorator(fn)
 
     def _add_workflow(
@@ -399,6 +309,7 @@ class App(FlowRuntime):
         version: str,
         signals: tuple[str, ...],
         options: _CronOptions | None = None,
+        limits: tuple[LimitDeclarations, LimitDeclarations] = (None, None),
     ) -> Workflow[Any, Any]:
         if (name, version) in self._workflows:
             raise InvalidWorkflow(f"workflow {name!r} version {version!r} is registered twice")
@@ -410,7 +321,8 @@ class App(FlowRuntime):
             spec = spec.with_signal(signal)
         if self._build is not None:
             spec = spec.with_runtime_build(self._build)
-        workflow: Workflow[Any, Any] = Workflow(fn, spec)
+        declared = DeclaredLimits.of(f"workflow {name}", *limits)
+        workflow: Workflow[Any, Any] = Workflow(fn, spec, declared)
         if options is not None:
             scheduled = cron.validate(
                 Schedule(
@@ -450,6 +362,8 @@ class App(FlowRuntime):
         name: str | None = None,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
+        concurrency: LimitDeclarations = None,
+        rate_limit: LimitDeclarations = None,
     ) -> _StepDecorator: ...
 
     def step(
@@ -460,18 +374,22 @@ class App(FlowRuntime):
         name: str | None = None,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
+        concurrency: LimitDeclarations = None,
+        rate_limit: LimitDeclarations = None,
     ) -> Step[Any, Any] | _StepDecorator:
         """Register a step function (``def`` or ``async def``, at most one argument) as step
         ``name`` (default: the function's name), with a default ``retry`` policy and a
-        per-attempt ``timeout`` in seconds. Use bare (``@app.step``) or with options."""
-        decorator = _StepDecorator(self, name, retry, timeout)
+        per-attempt ``timeout`` in seconds. Use bare (``@app.step``) or with options.
+        ``concurrency`` and ``rate_limit`` limit its attempts across every worker, as on
+        :meth:`workflow` (kept in :attr:`Step.limits`; :meth:`Step.claims`)."""
+        decorator = _StepDecorator(self, name, retry, timeout, (concurrency, rate_limit))
         return decorator if fn is None else decorator(fn)
 
     def _add_step(self, step: Step[Any, Any]) -> None:
         if step.name in self._steps:
             raise InvalidWorkflow(f"step {step.name!r} is registered twice")
         self._steps[step.name] = step
-        _STEPS[step.fn] = step
+        remember_step(step)
 
     def include(self, other: App) -> App:
         """Serve ``other``'s workflows and steps from this App too, their specs unchanged (so
@@ -506,6 +424,22 @@ class App(FlowRuntime):
         if workflow.takes_input:
             decode(input, workflow.input_type, f"workflow {spec.name} input")
 
+    def admission(
+        self, spec: WorkflowSpec, input: JsonValue, priority: int = 3
+    ) -> Admission | None:
+        """What a start of ``spec`` with ``input`` at ``priority`` asks of the registered
+        workflow's limits (:meth:`Workflow.admission_of`): ``InvalidPriority`` first, then
+        ``UnknownWorkflow`` for a version this App does not register."""
+        check_priority(priority)
+        return self.registered(spec).admission_of(input, priority)
+
+    def step_claims(self, step_name: str, input: JsonValue) -> tuple[LimitClaim, ...]:
+        """The limit claims of an attempt of step ``step_name`` with ``input``
+        (:meth:`Step.claims`); ``()`` for a step this App does not register (its attempt fails
+        as ``run_step`` says)."""
+        step = self._steps.get(step_name)
+        return () if step is None else step.claims(input)
+
     def served_workflows(self) -> list[tuple[str, str]]:
         """Every registered ``(name, version)``: each version of a name is served."""
         return list(self._workflows)
@@ -526,15 +460,21 @@ class App(FlowRuntime):
 
 
 class _StepDecorator:
-    """``@app.step(name=..., retry=..., timeout=...)``."""
+    """``@app.step(name=..., retry=..., timeout=..., concurrency=..., rate_limit=...)``."""
 
     def __init__(
-        self, app: App, name: str | None, retry: RetryPolicy | None, timeout: float | None
+        self,
+        app: App,
+        name: str | None,
+        retry: RetryPolicy | None,
+        timeout: float | None,
+        limits: tuple[LimitDeclarations, LimitDeclarations] = (None, None),
     ) -> None:
         self._app = app
         self._name = name
         self._retry = retry
         self._timeout = timeout
+        self._limits = limits
 
     @overload
     def __call__(self, fn: Callable[[], Coroutine[Any, Any, R]], /) -> Step[None, R]: ...
@@ -549,8 +489,13 @@ class _StepDecorator:
     def __call__(self, fn: Callable[[A], R], /) -> Step[A, R]: ...
 
     def __call__(self, fn: Callable[..., Any], /) -> Step[Any, Any]:
+        name = self._name or fn.__name__
         step: Step[Any, Any] = Step(
-            fn, name=self._name or fn.__name__, retry=self._retry, timeout=self._timeout
+            fn,
+            name=name,
+            retry=self._retry,
+            timeout=self._timeout,
+            limits=DeclaredLimits.of(f"step {name}", *self._limits),
         )
         self._app._add_step(step)
         return step
@@ -569,7 +514,8 @@ class _CronOptions:
 
 
 class _WorkflowDecorator:
-    """``@app.workflow(name=..., version=..., signals=..., schedule=...)``."""
+    """``@app.workflow(name=..., version=..., signals=..., schedule=..., concurrency=...,
+    rate_limit=...)``."""
 
     def __init__(
         self,
@@ -578,12 +524,14 @@ class _WorkflowDecorator:
         version: str,
         signals: tuple[str, ...],
         options: _CronOptions | None = None,
+        limits: tuple[LimitDeclarations, LimitDeclarations] = (None, None),
     ) -> None:
         self._app = app
         self._name = name
         self._version = version
         self._signals = signals
         self._options = options
+        self._limits = limits
 
     @overload
     def __call__(
@@ -597,4 +545,6 @@ class _WorkflowDecorator:
 
     def __call__(self, fn: WorkflowFn, /) -> Workflow[Any, Any]:
         name = self._name or fn.__name__
-        return self._app._add_workflow(fn, name, self._version, self._signals, self._options)
+        return self._app._add_workflow(
+            fn, name, self._version, self._signals, self._options, self._limits
+        )

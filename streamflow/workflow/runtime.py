@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from streamflow.core.admission import Admission, LimitClaim, check_priority
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import FlowError, NonRetryable, RuntimeFailure
 from streamflow.core.events import FlowEventEnvelope
@@ -267,6 +268,26 @@ class FlowRuntime:
         ``FlowError``). The default admits every start; ``streamflow.App`` refuses workflows it
         does not register and inputs their annotation refuses."""
         return None
+
+    def admission(
+        self, spec: WorkflowSpec, input: JsonValue, priority: int = 3
+    ) -> Admission | None:
+        """What a start of ``spec`` with ``input`` at ``priority`` (1 first .. 5, default 3)
+        asks of the workflow's concurrency and rate limits, computed before anything is
+        written: ``None`` when the workflow declares none, else an ``Admission`` (the priority
+        and one claim per limit). Raise ``InvalidPriority`` for a priority outside 1..5 and
+        ``InvalidLimitKey`` when a limit's key cannot be computed from ``input``. The default
+        checks the priority and declares no limits; ``streamflow.App`` answers from the
+        workflow's ``concurrency=`` and ``rate_limit=``."""
+        check_priority(priority)
+        return None
+
+    def step_claims(self, step_name: str, input: JsonValue) -> tuple[LimitClaim, ...]:
+        """The limit claims an attempt of step ``step_name`` with ``input`` makes: one per
+        concurrency or rate limit the step declares (``InvalidLimitKey`` when a key cannot be
+        computed from ``input``). The default is ``()``: no limits; ``streamflow.App`` answers
+        from the step's ``concurrency=`` and ``rate_limit=``."""
+        return ()
 
     def served_workflows(self) -> ServedWorkflows | None:
         """The workflows this runtime runs, or ``None`` for "any" (the default): ``(name,
