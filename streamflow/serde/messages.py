@@ -28,11 +28,11 @@ from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.requests import CancelRun as CancelRun
 from streamflow.core.requests import DisposeHook as DisposeHook
 from streamflow.core.requests import ForceCancelRun as ForceCancelRun
+from streamflow.core.requests import GrantSlot as GrantSlot
 from streamflow.core.requests import LinkChild as LinkChild
 from streamflow.core.requests import Proposal as Proposal
 from streamflow.core.requests import QueryChild as QueryChild
 from streamflow.core.requests import RecordProgress as RecordProgress
-from streamflow.core.requests import RequestKind
 from streamflow.core.requests import ResolveChild as ResolveChild
 from streamflow.core.requests import ResumeHook as ResumeHook
 from streamflow.core.requests import SendSignal as SendSignal
@@ -115,9 +115,30 @@ class ForgetRun:
 
 
 RequestBody: TypeAlias = (
-    RequestKind | HoldHistory | ReleaseHistoryHold | PruneComponent | UnsealRun | ForgetRun
+    StartRun
+    | CancelRun
+    | ForceCancelRun
+    | TerminateRun
+    | RecordProgress
+    | LinkChild
+    | StepResult
+    | WakeUp
+    | Proposal
+    | SendSignal
+    | ResumeHook
+    | DisposeHook
+    | ResolveChild
+    | QueryChild
+    | HoldHistory
+    | ReleaseHistoryHold
+    | PruneComponent
+    | UnsealRun
+    | ForgetRun
+    | GrantSlot
 )
-"""A request's body: one of the core's request kinds, or a step of the prune protocol."""
+"""A request's body: one of the core's request kinds (``RequestKind``), or a step of the prune
+protocol. Listed one by one, in the branch order of the ``Request.body`` union: a kind added
+later is appended, so the branches that shipped before keep their place."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,7 +30,7 @@ from enum import Enum
 from typing import Any, TypeAlias, cast
 
 import streamflow.core.events as ev
-from streamflow.core.admission import Admission, LimitClaim, SlotGrant
+from streamflow.core.admission import Admission, Holder, LimitClaim, SlotGrant
 from streamflow.core.errors import InvalidPayload, SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue, deeper_than_allowed
@@ -66,6 +66,7 @@ from streamflow.serde.messages import (
     ErrorInfo,
     ForceCancelRun,
     ForgetRun,
+    GrantSlot,
     HoldHistory,
     HookRequest,
     Incident,
@@ -434,20 +435,44 @@ LIMIT_CLAIM = RecordMap(
         ("max", LONG),
         ("period_ms", Conv(_optional(_long), _same)),
     ),
+    build=LimitClaim.from_json,
 )
 SLOT_GRANT = RecordMap(
     "SlotGrant",
     SlotGrant,
     (("grant_id", SAME), ("group", SAME), ("seq", LONG), ("granted_at_ms", LONG)),
+    build=SlotGrant.from_json,
+)
+HOLDER = RecordMap(
+    "Holder",
+    Holder,
+    (("run_id", SAME), ("step_id", SAME), ("attempt", Conv(_optional(_long), _same))),
+    build=Holder.from_json,
 )
 _CLAIMS = Conv(
     lambda claims: [LIMIT_CLAIM.to_avro(c) for c in claims],
     lambda records: tuple(LIMIT_CLAIM.from_avro(r) for r in records),
 )
+
+
+def _admission(attributes: dict[str, Any]) -> Admission:
+    # Admission.from_json checks the priority and that no limit is claimed twice; its claims
+    # and inherited grant are decoded (and checked) already.
+    inherited = attributes["inherited"]
+    return Admission.from_json(
+        {
+            "priority": attributes["priority"],
+            "claims": [c.to_json() for c in attributes["claims"]],
+            "inherited": None if inherited is None else inherited.to_json(),
+        }
+    )
+
+
 ADMISSION = RecordMap(
     "Admission",
     Admission,
     (("priority", LONG), ("claims", _CLAIMS), ("inherited", _optional_nested(SLOT_GRANT))),
+    build=_admission,
 )
 ERROR_INFO = RecordMap(
     "ErrorInfo", ErrorInfo, (("type", SAME), ("message", SAME), ("fields", Conv(dict, dict)))
@@ -591,6 +616,7 @@ BODY = _union(
             ("input", JSON),
             ("parent", _optional_nested(PARENT)),
             ("predecessor", _optional_nested(PREDECESSOR)),
+            ("admission", _optional_nested(ADMISSION)),
         ),
     ),
     RecordMap("CancelRun", CancelRun, (("request", _nested(CANCELLATION)), ("propagated", SAME))),
@@ -650,6 +676,9 @@ BODY = _union(
     ),
     RecordMap("UnsealRun", UnsealRun, (("component_id", SAME),)),
     RecordMap("ForgetRun", ForgetRun, (("component_id", SAME), ("tombstone", _nested(TOMBSTONE)))),
+    RecordMap(
+        "GrantSlot", GrantSlot, (("holder", _nested(HOLDER)), ("grant", _nested(SLOT_GRANT)))
+    ),
 )
 """The request body union (``Request.body``)."""
 

@@ -7,6 +7,7 @@ import json
 from datetime import timedelta, timezone
 
 import streamflow.core.events as ev
+from streamflow.core.admission import Admission, Holder, LimitClaim, SlotGrant
 from streamflow.core.events import FlowEvent, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
@@ -41,6 +42,7 @@ from streamflow.serde.messages import (
     ErrorInfo,
     ForceCancelRun,
     ForgetRun,
+    GrantSlot,
     HoldHistory,
     HookRequest,
     HookRequestBody,
@@ -121,6 +123,17 @@ ERROR_FULL = ErrorInfo(
 ERROR_MIN = ErrorInfo(type="RuntimeFailure", message="")
 PARENT_FULL = ParentLink(run_id="parent-1", child_id="c", child_run_id="order-1", depth=3)
 PREDECESSOR_FULL = ContinuationLink(run_id="order-1-1", hop=2)
+CLAIMS_FULL = (
+    LimitClaim(limit_id="one-per-customer", key="customer-42 ✓", max=1),
+    LimitClaim(limit_id="payments", key="", max=20, period_ms=1_000),
+)
+GRANT_FULL = SlotGrant(
+    grant_id="g-7f3a", group="wf:orders.fulfill", seq=2**40, granted_at_ms=1_767_528_000_123
+)
+STEP_GRANT = SlotGrant(grant_id="g-9", group="step:chargeCard", seq=9, granted_at_ms=0)
+GRANT_MIN = SlotGrant(grant_id="g", group="wf:w", seq=1, granted_at_ms=0)
+ADMISSION_FULL = Admission(priority=1, claims=CLAIMS_FULL, inherited=GRANT_FULL)
+ADMISSION_MIN = Admission()
 
 TOKEN = "tok-S3cr3t-9f8e7d6c5b4a"
 """A plaintext hook token: only ``HookCallback`` may carry it."""
@@ -147,8 +160,14 @@ OUTCOMES_MIN: list[WorkflowTerminalOutcome] = [
 ]
 
 EVENTS_FULL: list[FlowEvent] = [
-    ev.RunCreated(spec=SPEC_FULL, input=RICH, parent=PARENT_FULL, predecessor=PREDECESSOR_FULL),
-    ev.RunStarted(),
+    ev.RunCreated(
+        spec=SPEC_FULL,
+        input=RICH,
+        parent=PARENT_FULL,
+        predecessor=PREDECESSOR_FULL,
+        admission=ADMISSION_FULL,
+    ),
+    ev.RunStarted(grant=GRANT_FULL),
     ev.RunCompleted(output=RICH),
     ev.RunFailed(error="boom"),
     ev.RunCancellationRequested(request=CancellationRequest("customer asked")),
@@ -165,13 +184,16 @@ EVENTS_FULL: list[FlowEvent] = [
         spec=SPEC_FULL,
         input=[1, "two"],
         cancellation_policy=ChildWorkflowCancellationPolicy.ABANDON,
+        admission=Admission(priority=5, claims=CLAIMS_FULL[:1]),
     ),
     ev.ChildWorkflowResolved(child_id="c", outcome=TimedOut(deadline=T1, reason="sla")),
     ev.SignalReceived(signal=WorkflowSignal("sig-1", "approve", {"by": "ana", "ok": True})),
     ev.SignalWaitCreated(wait_id="w-1", signal_name="approve"),
     ev.SignalWaitCompleted(wait_id="w-1", signal_id="sig-1"),
-    ev.StepCreated(step_id="s-1", step_name="chargeCard", input=RICH, retry=RETRY_FULL),
-    ev.StepStarted(step_id="s-1", attempt=1),
+    ev.StepCreated(
+        step_id="s-1", step_name="chargeCard", input=RICH, retry=RETRY_FULL, limits=CLAIMS_FULL
+    ),
+    ev.StepStarted(step_id="s-1", attempt=1, grant=STEP_GRANT),
     ev.StepCompleted(step_id="s-1", output=RICH),
     ev.StepRetrying(step_id="s-1", attempt=1, error="503", retry_after=T_OFFSET),
     ev.StepFailed(step_id="s-1", attempt=7, error="503"),
@@ -186,6 +208,7 @@ EVENTS_FULL: list[FlowEvent] = [
     ev.PatchRecorded(patch_id="orders.charge-first_v2"),
     ev.RaceArmed(race_id="hook:approval", member="signal_wait", member_id="withdrawn"),
     ev.RaceLost(member="timer", member_id="deadline"),
+    ev.StepAttemptQueued(step_id="s-1", attempt=2**32 - 1),
 ]
 EVENTS_MIN: list[FlowEvent] = [
     ev.RunCreated(spec=SPEC_MIN),
@@ -221,6 +244,7 @@ EVENTS_MIN: list[FlowEvent] = [
     ev.PatchRecorded(patch_id="p"),
     ev.RaceArmed(race_id="r", member="hook", member_id="h"),
     ev.RaceLost(member="hook", member_id="h"),
+    ev.StepAttemptQueued(step_id="s", attempt=0),
 ]
 
 PROPOSAL_FULL = Proposal(
@@ -256,7 +280,13 @@ SEALED_FULL = SealedRun(
 )
 
 BODIES_FULL: list[RequestBody] = [
-    StartRun(spec=SPEC_FULL, input=RICH, parent=PARENT_FULL, predecessor=PREDECESSOR_FULL),
+    StartRun(
+        spec=SPEC_FULL,
+        input=RICH,
+        parent=PARENT_FULL,
+        predecessor=PREDECESSOR_FULL,
+        admission=ADMISSION_FULL,
+    ),
     CancelRun(request=CancellationRequest("customer asked"), propagated=True),
     ForceCancelRun(reason="stuck", propagated=True),
     TerminateRun(kind=TerminationKind.TIMEOUT, deadline=T1, reason="sla"),
@@ -280,6 +310,7 @@ BODIES_FULL: list[RequestBody] = [
     ),
     UnsealRun(component_id="cmp-1"),
     ForgetRun(component_id="cmp-1", tombstone=TOMBSTONE_FULL),
+    GrantSlot(holder=Holder(run_id="order-1", step_id="s-1", attempt=3), grant=STEP_GRANT),
 ]
 BODIES_MIN: list[RequestBody] = [
     StartRun(spec=SPEC_MIN),
@@ -301,6 +332,7 @@ BODIES_MIN: list[RequestBody] = [
     PruneComponent(component_id="", members=(), cutoff=T0),
     UnsealRun(component_id=""),
     ForgetRun(component_id="", tombstone=TOMBSTONE_MIN),
+    GrantSlot(holder=Holder(run_id="r"), grant=GRANT_MIN),
 ]
 
 HOOK_BODIES_FULL: list[HookRequestBody] = [
@@ -523,6 +555,8 @@ EVERY_VALUE: list[WireValue] = [
     *(envelope(event, n) for n, event in enumerate(EVENTS_MIN, start=1)),
     *(envelope(ev.ChildWorkflowResolved(child_id="c", outcome=o)) for o in OUTCOMES_FULL),
     *(envelope(ev.ChildWorkflowResolved(child_id="c", outcome=o)) for o in OUTCOMES_MIN),
+    envelope(ev.RunCreated(spec=SPEC_MIN, admission=ADMISSION_MIN)),
+    request(StartRun(spec=SPEC_MIN, admission=Admission(claims=CLAIMS_FULL)), full=False),
 ]
 """Every example wrapped as a topic value (events in envelopes, bodies in requests and hook
 requests)."""

@@ -89,6 +89,7 @@ def test_a_request_built_by_hand_with_apache_avro_decodes() -> None:
                 "input": json.dumps({"paymentId": "pay-8842", "amount": 12.5}).encode(),
                 "parent": None,
                 "predecessor": None,
+                "admission": None,
             },
         ),
         "forwarded": 0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from streamflow.serde.records import WireValue
 from tests.serde import examples as ex
 
 REQUEST = codec.encode_request(ex.request(ex.PROPOSAL_FULL))
-"""A Proposal request with all 30 events: every schema feature in one buffer."""
+"""A Proposal request with one event of every type (34): every schema feature in one buffer."""
 TASK = codec.encode_task(ex.TASK_FULL)
 CALLBACK = codec.encode_hook_request(ex.hook_request(ex.HOOK_BODIES_FULL[2]))
 """A HookCallback: the one record with a plaintext token (``ex.TOKEN``)."""
@@ -179,6 +180,44 @@ def test_an_invalid_spec_is_rejected_with_the_core_reason() -> None:
         codec.decode_request(codec.encode_record("Request", record))
     record["body"][1]["spec"]["patch_markers"] = ["a", "a"]
     with pytest.raises(SerializationError, match="duplicates"):
+        codec.decode_request(codec.encode_record("Request", record))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda a: a.update(priority=6), "invalid priority 6"),
+        (lambda a: a["claims"][0].update(max=0), "invalid limit claim: .*max"),
+        (lambda a: a["claims"][0].update(key="a\nb"), "control characters"),
+        (lambda a: a["claims"][0].update(period_ms=0), "invalid limit claim: .*period"),
+        (lambda a: a["claims"][1].update(limit_id=a["claims"][0]["limit_id"]), "claimed twice"),
+        (lambda a: a["inherited"].update(seq=0), "invalid slot grant: .*seq"),
+        (lambda a: a["inherited"].update(group=""), "invalid slot grant: .*group"),
+    ],
+)
+def test_an_invalid_admission_is_rejected_with_the_core_reason(
+    change: Callable[[dict[str, Any]], None], reason: str
+) -> None:
+    record = _start_record()
+    change(record["body"][1]["admission"])
+    with pytest.raises(SerializationError, match=f"invalid Request: .*{reason}"):
+        codec.decode_request(codec.encode_record("Request", record))
+
+
+@pytest.mark.parametrize(
+    ("holder", "reason"),
+    [
+        ({"run_id": "order-1", "step_id": "s-1", "attempt": None}, "names both"),
+        ({"run_id": "order-1", "step_id": "s-1", "attempt": 0}, "attempt"),
+        ({"run_id": "not a run id", "step_id": None, "attempt": None}, "holder run id"),
+    ],
+)
+def test_an_invalid_grant_holder_is_rejected(holder: dict[str, Any], reason: str) -> None:
+    _, record = codec.decode_record(codec.encode_request(ex.request(ex.BODIES_FULL[-1])))
+    kind, body = record["body"]
+    assert kind == "streamflow.v1.GrantSlot"
+    record["body"] = (kind, {**body, "holder": holder})
+    with pytest.raises(SerializationError, match=f"invalid Request: .*{reason}"):
         codec.decode_request(codec.encode_record("Request", record))
 
 

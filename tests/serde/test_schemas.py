@@ -14,8 +14,10 @@ import pytest
 from fastavro import parse_schema
 
 import streamflow.core.events as ev
+from streamflow.core.admission import Admission, Holder, LimitClaim, SlotGrant
 from streamflow.core.errors import SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope, StepFailed
+from streamflow.core.request_kinds import RequestKind
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
 from streamflow.core.schedules import Schedule, ScheduleState
@@ -54,14 +56,14 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "cd10d49709a9f1a3",
-    "HistoryRecord": "bf90043cebdb0365",
+    "Request": "8405132bc5b203e1",
+    "HistoryRecord": "d0502d1751d7dc18",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "e4595c8a1d35824f",
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "ecde2e2014323af5",
-    "HookRequest": "5ff22dafd92822d3",
+    "HookRequest": "07cca32548f232e3",
     "TokenRecord": "c1e6433bc5811e9b",
     "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
@@ -94,6 +96,9 @@ RETIRED_FINGERPRINTS = {
     "849694ead6a34ed8": "Request",
     "4ea4af60effad010": "HistoryRecord",
     "505c5829d103b671": "HookRequest",
+    "cd10d49709a9f1a3": "Request",
+    "bf90043cebdb0365": "HistoryRecord",
+    "5ff22dafd92822d3": "HookRequest",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
@@ -137,6 +142,11 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "DisposeHook": messages.DisposeHook,
     "ResolveChild": messages.ResolveChild,
     "QueryChild": messages.QueryChild,
+    "GrantSlot": messages.GrantSlot,
+    "Holder": Holder,
+    "SlotGrant": SlotGrant,
+    "LimitClaim": LimitClaim,
+    "Admission": Admission,
     "ClaimToken": messages.ClaimToken,
     "ReleaseToken": messages.ReleaseToken,
     "HookCallback": messages.TokenCallback,
@@ -196,7 +206,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 97
+    assert len(FILES) == len(DEFINITIONS) == 103
 
 
 def test_shipped_fingerprints_are_pinned() -> None:
@@ -278,8 +288,35 @@ def test_unions_list_every_variant_in_python_order() -> None:
     assert resolve_child["outcome"]["type"] == resolved["outcome"]["type"]
 
 
+def test_every_request_kind_is_a_request_body() -> None:
+    """``RequestBody`` lists the core's request kinds one by one (in wire branch order): a kind
+    the core adds must be given its wire form."""
+    assert set(get_args(RequestKind)) <= set(get_args(messages.RequestBody))
+
+
+def _branches(schema: dict[str, Any], field: str) -> list[str]:
+    kind = next(f for f in schema["fields"] if f["name"] == field)["type"]
+    union = kind["items"] if isinstance(kind, dict) else kind
+    return union_names(union)
+
+
+@pytest.mark.parametrize("name", ["Request", "HistoryRecord"])
+def test_a_union_only_ever_gains_branches_at_its_end(name: str) -> None:
+    """Schema evolution rule 3: every retired version's union is a prefix of the current one,
+    so a branch keeps its index (and its meaning) in every version."""
+    field = "body" if name == "Request" else "event"
+    current = _branches(shipped_registry().schema(name).expanded, field)
+    retired = [
+        s for s in shipped_registry().by_fingerprint.values() if s.name == name and not s.current
+    ]
+    assert retired
+    for shipped in retired:
+        old = _branches(shipped.expanded, field)
+        assert current[: len(old)] == old, shipped.fingerprint.hex()
+
+
 ADDED_FIELDS: dict[str, dict[str, object]] = {
-    "StartRun": {"parent": None, "predecessor": None},
+    "StartRun": {"parent": None, "predecessor": None, "admission": None},
     "CancelRun": {"propagated": False},
     "ForceCancelRun": {"propagated": False},
     "Proposal": {"claim_id": None},
@@ -298,6 +335,7 @@ ADDED_BODIES = [
     "PruneComponent",
     "UnsealRun",
     "ForgetRun",
+    "GrantSlot",
 ]
 
 
@@ -415,6 +453,17 @@ def _copy_schemas(target: Path) -> Path:
 TIMEOUT_EVENTS = ("TimeoutArmed", "TimeoutElapsed", "TimeoutDisarmed")
 PATCH_EVENTS = ("PatchRecorded",)
 RACE_EVENTS = ("RaceArmed", "RaceLost")
+FLOW_CONTROL_EVENTS = ("StepAttemptQueued",)
+FLOW_CONTROL_FIELDS: dict[str, str] = {
+    "RunCreated": "admission",
+    "RunStarted": "grant",
+    "ChildWorkflowRequested": "admission",
+    "StepCreated": "limits",
+    "StepStarted": "grant",
+    "StartRun": "admission",
+}
+"""The flow-control fields added to records that had shipped before (record -> field)."""
+FLOW_CONTROL_RECORDS = ("Admission", "LimitClaim", "SlotGrant", "Holder", "GrantSlot")
 
 
 def _without_events(schemas: Path, names: tuple[str, ...]) -> Path:
@@ -431,26 +480,113 @@ def _without_events(schemas: Path, names: tuple[str, ...]) -> Path:
     return schemas
 
 
+def _before_flow_control(schemas: Path) -> Path:
+    """``schemas`` as they were before flow control: no ``step_attempt_queued``, none of the
+    admission and grant fields, no ``GrantSlot`` request body."""
+    _without_events(schemas, FLOW_CONTROL_EVENTS)
+    for record, added in FLOW_CONTROL_FIELDS.items():
+        path = schemas / f"{record}.avsc"
+        schema = json.loads(path.read_text())
+        schema["fields"] = [f for f in schema["fields"] if f["name"] != added]
+        path.write_text(json.dumps(schema))
+    path = schemas / "Request.avsc"
+    schema = json.loads(path.read_text())
+    body = next(f for f in schema["fields"] if f["name"] == "body")
+    body["type"] = [b for b in body["type"] if b != "GrantSlot"]
+    path.write_text(json.dumps(schema))
+    for name in FLOW_CONTROL_RECORDS:
+        (schemas / f"{name}.avsc").unlink()
+    return schemas
+
+
 def _before_races(schemas: Path) -> Path:
-    """``schemas`` as they were before the event union gained the race events."""
-    return _without_events(schemas, RACE_EVENTS)
+    """``schemas`` as they were before the event union gained the race events (and what came
+    after them)."""
+    return _without_events(_before_flow_control(schemas), RACE_EVENTS)
 
 
 def _before_patches(schemas: Path) -> Path:
     """``schemas`` as they were before the event union gained ``PatchRecorded`` (and what it
     gained after it)."""
-    return _without_events(schemas, PATCH_EVENTS + RACE_EVENTS)
+    return _without_events(_before_flow_control(schemas), PATCH_EVENTS + RACE_EVENTS)
 
 
 def _before_timeouts(schemas: Path) -> Path:
     """``schemas`` as they were before the event union gained the timeout events (and what it
     gained after them)."""
-    return _without_events(schemas, TIMEOUT_EVENTS + PATCH_EVENTS + RACE_EVENTS)
+    return _without_events(
+        _before_flow_control(schemas), TIMEOUT_EVENTS + PATCH_EVENTS + RACE_EVENTS
+    )
+
+
+def _unlimited(event: ev.FlowEvent) -> ev.FlowEvent:
+    """``event`` without the flow-control fields (as written before they existed)."""
+    added = FLOW_CONTROL_FIELDS.get(type(event).__name__)
+    if added is None:
+        return event
+    default = next(f for f in dataclasses.fields(event) if f.name == added).default
+    return dataclasses.replace(event, **{added: default})
 
 
 def _events_before(name: str) -> list[ev.FlowEvent]:
-    """The full examples of the events the union held before it gained event ``name``."""
-    return ex.EVENTS_FULL[: [type(e).__name__ for e in ex.EVENTS_FULL].index(name)]
+    """The full examples of the events the union held before it gained event ``name``, as
+    they were written then (without the fields added after)."""
+    names = [type(e).__name__ for e in ex.EVENTS_FULL]
+    return [_unlimited(e) for e in ex.EVENTS_FULL[: names.index(name)]]
+
+
+def test_buffers_written_before_flow_control_still_decode(tmp_path: Path) -> None:
+    old = WireCodec(build_registry(_before_flow_control(_copy_schemas(tmp_path / "old"))))
+    before = _events_before("StepAttemptQueued")
+    envelopes = [
+        FlowEventEnvelope(run_id="run-1", sequence=n, event_id=f"e-{n}", timestamp=ex.T0, event=e)
+        for n, e in enumerate(before, start=1)
+    ]
+    proposal = ex.request(dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(before)))
+    start = ex.request(messages.StartRun(spec=ex.SPEC_FULL, input=ex.RICH))
+    claim = messages.HookRequest(
+        body=messages.ClaimToken(
+            token_digest=ex.DIGEST,
+            run_id="run-1",
+            hook_id="h-1",
+            proposal=dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(before)),
+        )
+    )
+    for value, fingerprint in (
+        *((envelope, "bf90043cebdb0365") for envelope in envelopes),
+        (proposal, "cd10d49709a9f1a3"),
+        (start, "cd10d49709a9f1a3"),
+        (claim, "5ff22dafd92822d3"),
+    ):
+        data = old.encode(value)
+        assert data[2:10].hex() == fingerprint
+        assert codec.decode(data) == value
+    # The added fields read as "not limited": no admission, no grant, no claims.
+    created, started = (codec.decode(old.encode(e)).event for e in envelopes[:2])
+    assert (created.admission, started.grant) == (None, None)
+    step = next(e for e in envelopes if isinstance(e.event, ev.StepCreated))
+    assert codec.decode(old.encode(step)).event.limits == ()
+    # An old reader meets the new event, a limited run and a grant as an unknown writer
+    # schema, never as something else (a queued run taken for a started one).
+    for value in (
+        dataclasses.replace(envelopes[0], event=ev.StepAttemptQueued(step_id="s", attempt=1)),
+        dataclasses.replace(envelopes[0], event=ex.EVENTS_FULL[0]),
+        ex.request(ex.BODIES_FULL[-1]),
+    ):
+        with pytest.raises(SerializationError, match="unknown schema fingerprint"):
+            old.decode(codec.encode(value))
+
+
+def test_the_flow_control_fields_default_to_not_limited() -> None:
+    """Fields added to shipped records need defaults (schema evolution rule 3): null, or an
+    empty array for the step's claims, which are the Python defaults too."""
+    for record, added in FLOW_CONTROL_FIELDS.items():
+        field = next(f for f in definition(record)["fields"] if f["name"] == added)
+        python = next(f for f in dataclasses.fields(RECORD_TYPES[record]) if f.name == added)
+        if added == "limits":
+            assert (field["default"], python.default) == ([], ())
+        else:
+            assert (field["default"], python.default) == (None, None), record
 
 
 def test_buffers_written_before_the_race_events_still_decode(tmp_path: Path) -> None:
