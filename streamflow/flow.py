@@ -28,6 +28,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from streamflow.core.admission import Admission
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
@@ -60,12 +61,20 @@ class Flow(Protocol):
 
     # -- starting -----------------------------------------------------------------------------
 
-    async def start(self, spec: WorkflowSpec, input: object = None) -> StartResult:
+    async def start(
+        self, spec: WorkflowSpec, input: object = None, *, priority: int = 3
+    ) -> StartResult:
         """Start a run under a fresh id; returns the id (a :class:`StartResult`)."""
         ...
 
     async def start_with_id(
-        self, run_id: str, spec: WorkflowSpec, input: object = None
+        self,
+        run_id: str,
+        spec: WorkflowSpec,
+        input: object = None,
+        *,
+        priority: int = 3,
+        admission: Admission | None = None,
     ) -> StartResult:
         """Start ``run_id``; returns it (the chain's root, even if the run continued as new)
         as a :class:`StartResult`, a ``str`` whose ``created`` says whether this call created
@@ -74,6 +83,13 @@ class Flow(Protocol):
         Idempotent: the same spec and input again writes nothing. Another spec or input for an
         existing (or pruned) id is ``RunConflict``; a build no engine or processor admits is
         ``RuntimeBuildUnavailable``; an invalid spec ``InvalidWorkflow``.
+
+        A workflow that declares concurrency or rate limits is recorded **queued** and begins
+        when its limit group grants it a slot, ``priority`` first (1 first .. 5, default 3;
+        ``InvalidPriority`` otherwise), first come first served within a priority and key.
+        ``admission`` is the run's claims computed by the caller (``Workflow.start`` does);
+        without it the backend computes them with its runtime. A retry with another priority
+        is ``RunConflict``.
         """
         ...
 

@@ -252,6 +252,7 @@ def hosted_decisions(args: argparse.Namespace) -> HostedDecisions:
             compatibility=compatibility(args),
             limits=limits(args),
             hook_secret=load_hook_secret(args.hook_secret_file),
+            flow_control=False,  # no limit group runs on Kafka yet
         )
     )
 

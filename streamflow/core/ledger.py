@@ -55,7 +55,7 @@ expire ``O(H + W)``. 10,000 holders over 100 keys cost about 100 head checks per
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_right, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -177,6 +177,32 @@ class Ledger:
         self._key_entries[key] = self._key_entries.get(key, 0) + 1
         heapq.heappush(self._queues[priority].setdefault(key, []), (arrival, entry.order, holder))
         self._live[(priority, key)] = self._live.get((priority, key), 0) + 1
+        return True
+
+    def restore(
+        self, holder: Holder, claims: Iterable[LimitClaim], priority: int, grant: SlotGrant
+    ) -> bool:
+        """Hold ``holder`` under ``grant`` as a history records it (a shell rebuilding its
+        ledger): its slots and rate-window entry count, and later grants follow it (``seq``
+        and time). ``False``, changing nothing, when the holder is known already."""
+        if holder in self._entries:
+            return False
+        checked = check_claims(claims)
+        check_priority(priority)
+        if not checked:
+            raise InvalidTransition(f"holder {holder} claims no limit: nothing to hold")
+        key = fairness_key(checked)
+        entry = LedgerEntry(
+            holder, checked, priority, key, self._next_arrival, self._next_order, "held", grant
+        )
+        self._next_arrival += 1
+        self._next_order += 1
+        self._entries[holder] = entry
+        self._key_entries[key] = self._key_entries.get(key, 0) + 1
+        self._count(entry, grant.granted_at_ms)
+        self._served[key] = max(self._served.get(key, 0), grant.seq)
+        self._next_seq = max(self._next_seq, grant.seq + 1)
+        self._last_granted_at = max(self._last_granted_at, grant.granted_at_ms)
         return True
 
     def release(self, holder: Holder, grant_id: str | None = None) -> bool:
@@ -364,6 +390,14 @@ class Ledger:
         self._leave_queue(entry)
         entry.state = "held"
         entry.grant = grant
+        self._count(entry, at)
+        self._served[entry.fairness_key] = seq
+        self._last_granted_at = at
+        return Granted(entry.holder, grant)
+
+    def _count(self, entry: LedgerEntry, at: int) -> None:
+        """Count a held ``entry``'s concurrency slots, and its grant at ``at`` in its rate
+        windows."""
         for claim in entry.claims:
             slot = (claim.limit_id, claim.key)
             if claim.period_ms is None:
@@ -376,10 +410,7 @@ class Ledger:
             window.min_period = min(window.min_period, claim.period_ms)
             window.max_period = max(window.max_period, claim.period_ms)
             del window.times[: bisect_right(window.times, at - window.max_period)]
-            window.times.append(at)
-        self._served[entry.fairness_key] = seq
-        self._last_granted_at = at
-        return Granted(entry.holder, grant)
+            insort(window.times, at)
 
     def _leave_queue(self, entry: LedgerEntry) -> None:
         """Count ``entry`` out of its queue (its heap item goes stale, popped at the head)."""

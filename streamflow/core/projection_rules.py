@@ -103,8 +103,10 @@ def require_new(
     """``event`` opens a ``what`` (a step, a timer, a hook, a child, a signal wait or delivery)
     under ``item_id``: the run must be active, the id not empty, the ``signal`` it names (if
     any) declared, and ``known``, the run's items of that kind, must not hold the id yet (else
-    ``"<duplicate> <item_id>"``)."""
-    require_status(s, RUN_ACTIVE, event.TYPE)
+    ``"<duplicate> <item_id>"``). A signal may also be delivered to a run queued for a slot
+    (it stays unconsumed until the run's code waits for it)."""
+    if not (signal is not None and what == "signal" and s.is_queued):
+        require_status(s, RUN_ACTIVE, event.TYPE)
     require_id(s, item_id, f"{what} id")
     if signal is not None:
         require_declared_signal(s, signal, f"{what} {item_id}")

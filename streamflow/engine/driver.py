@@ -23,6 +23,7 @@ from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import requests as rq
+from streamflow.core.admission import DEFAULT_PRIORITY, Admission, check_priority
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.chains import ChainWalk
 from streamflow.core.errors import (
@@ -46,6 +47,7 @@ from streamflow.engine.children import Children, child_debts, successor_owed
 from streamflow.engine.incidents import Incidents, recorded
 from streamflow.engine.runs import RunCache
 from streamflow.engine.settings import EngineSettings
+from streamflow.engine.slots import EngineStoreView, SlotDesk
 from streamflow.engine.steps import StepRunner
 from streamflow.observe.observers import notify
 from streamflow.stores.base import FlowEventStore
@@ -104,6 +106,9 @@ class Driver:
         self.incidents = Incidents(store, settings)
         """The runs' incidents: recorded when a drive fails, healed when one succeeds."""
         self._children = Children(self)
+        view = EngineStoreView(store, self._runs.read, runtime.limit_specs())
+        self.slots = SlotDesk(settings.clock, self._grant, self._drive_granted, view)
+        """The limit groups' ledgers (flow control), rebuilt from the store on first use."""
 
     @property
     def compatibility(self) -> RuntimeBuildCompatibility | None:
@@ -118,18 +123,30 @@ class Driver:
     # -- starts -------------------------------------------------------------------------------
 
     async def record_start(
-        self, run_id: str, spec: WorkflowSpec, input: object
+        self,
+        run_id: str,
+        spec: WorkflowSpec,
+        input: object,
+        *,
+        priority: int = DEFAULT_PRIORITY,
+        admission: Admission | None = None,
     ) -> tuple[WorkflowRunSnapshot, bool]:
         """Validate a start and append what starting ``run_id`` takes (nothing for an exact
         retry; drift raises ``RunConflict``, a build this engine does not run
-        ``RuntimeBuildUnavailable``). Returns the engine's own snapshot (copy it before
-        handing it out) and whether this call created the run."""
+        ``RuntimeBuildUnavailable``). A workflow that declares limits is recorded queued with
+        the claims ``admission`` gives (default: the runtime computes them at ``priority``).
+        Returns the engine's own snapshot (copy it before handing it out) and whether this
+        call created the run."""
         validate_run_id(run_id)
         spec.validate()
+        check_priority(priority)
         value = normalize(input, "workflow input")
         check_payload(value, "workflow input", self._s.record_limits)
         self._runtime.check_start(spec, value)
-        request = rq.StartRun(spec=spec, input=value)
+        if admission is None:
+            admission = self._runtime.admission(spec, value, priority)
+        await self.slots_ready()
+        request = rq.StartRun(spec=spec, input=value, admission=admission)
         rq.check_request(request)  # a value no store could give back is refused here
         route_error = self._route_error(run_id, rq.concerned_build(None, request))
         return await self._create(run_id, request, rq.Facts(route_error=route_error))
@@ -141,8 +158,13 @@ class Driver:
         fails closed with ``RunConflict``. No workflow code runs.
         """
         request = rq.StartRun(
-            spec=start.spec, input=start.input, parent=start.parent, predecessor=start.predecessor
+            spec=start.spec,
+            input=start.input,
+            parent=start.parent,
+            predecessor=start.predecessor,
+            admission=start.admission,
         )
+        await self.slots_ready()
         await self._create(start.run_id, request, rq.Facts())
 
     async def _create(
@@ -301,6 +323,7 @@ class Driver:
     async def recover(self, concurrency: int) -> list[str]:
         """Drive, ``concurrency`` at a time, every open run with work in flight and nothing to
         wait for; the ids of the runs it drove (a failing drive is the run's incident)."""
+        await self.slots_ready()
         now = self._s.clock()
         gate = asyncio.Semaphore(max(1, concurrency))
         driven: list[str] = []
@@ -395,6 +418,7 @@ class Driver:
             faults.hit("engine.after_append")
             cached.apply(envelope)
             await self._notify(envelope)
+        self.slots.observe(cached.snapshot, events)
 
     async def _append(
         self, run_id: str, expected: int, event: ev.FlowEvent
@@ -510,6 +534,7 @@ class Driver:
                     await self._notify(envelope)
             except EventConflict:
                 continue
+            self.slots.observe(snap, outcome.events)
             return HostResult(snap, True, outcome.effects)
         raise ReplayLimitExceeded(self._s.max_replay_iterations)
 
@@ -517,6 +542,20 @@ class Driver:
         """:meth:`host` on the active leaf of ``run_id``'s chain."""
         leaf = await self.leaf(run_id)
         return await self.host(leaf.run_id, request, current=leaf)
+
+    # -- flow control ---------------------------------------------------------------------------
+
+    async def slots_ready(self) -> None:
+        """Rebuild the limit groups' ledgers from the store, the first time only."""
+        if not self.slots.built:
+            await self.slots.build()
+
+    async def _grant(self, run_id: str, request: rq.GrantSlot) -> tuple[bool, tuple[object, ...]]:
+        result = await self.host(run_id, request)
+        return result.appended, result.effects
+
+    async def _drive_granted(self, run_id: str) -> WorkflowRunSnapshot:
+        return await self.drive(run_id, self._s.clock())
 
     # -- results --------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import requests as rq
+from streamflow.core.admission import Admission
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.errors import FlowTimeout, RuntimeBuildUnavailable
 from streamflow.core.ids import validate_run_id
@@ -186,12 +187,21 @@ class FlowEngine:
 
     # -- start and drive ----------------------------------------------------------------------
 
-    async def start(self, spec: WorkflowSpec, input: object = None) -> StartResult:
+    async def start(
+        self, spec: WorkflowSpec, input: object = None, *, priority: int = 3
+    ) -> StartResult:
         """Start a run with a fresh id and drive it; the run id (``created`` true)."""
-        return await self.start_with_id(self.new_run_id(), spec, input)
+        return await self.start_with_id(self.new_run_id(), spec, input, priority=priority)
 
     async def start_with_id(
-        self, run_id: str, spec: WorkflowSpec, input: object = None, *, drive: bool = True
+        self,
+        run_id: str,
+        spec: WorkflowSpec,
+        input: object = None,
+        *,
+        priority: int = 3,
+        admission: Admission | None = None,
+        drive: bool = True,
     ) -> StartResult:
         """Idempotent start: an exact retry appends nothing; drift raises ``RunConflict``.
 
@@ -200,13 +210,26 @@ class FlowEngine:
         chain is driven to its active leaf; with ``drive=False`` the call returns once the
         start is durable and the run is left for its host (a scheduler, or the caller) to
         drive.
+
+        A workflow with concurrency or rate limits is recorded queued (``priority``: 1 first ..
+        5; ``admission``: claims the caller computed, default: the runtime's) and begins once
+        its limit group grants it a slot: at once when one is free, else in the background.
         """
-        _, created = await self._driver.record_start(run_id, spec, input)
+        _, created = await self._driver.record_start(
+            run_id, spec, input, priority=priority, admission=admission
+        )
+        await self._driver.slots.settle()
         if drive:
             # A terminal root is acknowledged without admission; following its continuation
             # links repairs a missing successor code-free and drives the active leaf (if any).
             await self.drive_at(run_id, self._s.clock())
         return StartResult(run_id, created)
+
+    async def close(self) -> None:
+        """Stop this engine's background work: the grants of its limit groups (concurrency and
+        rate limits) and the drives they started. Runs are untouched; another engine on the
+        same store takes over where this one stopped."""
+        await self._driver.slots.close()
 
     async def drive(self, run_id: str) -> WorkflowRunSnapshot:
         """Replay until the run is terminal or durably suspended; returns its snapshot.

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from streamflow.core import decide as d
 from streamflow.core import requests as rq
+from streamflow.core.admission import Admission
 from streamflow.core.errors import HookConflict, HookTokenNotFound, InvalidTransition
 from streamflow.core.ids import validate_run_id
 from streamflow.core.jsonvalue import JsonValue, normalize
@@ -39,15 +40,26 @@ class DurableHalves:
         self._s = settings
 
     async def record_start(
-        self, run_id: str, spec: WorkflowSpec, input: object = None
+        self,
+        run_id: str,
+        spec: WorkflowSpec,
+        input: object = None,
+        *,
+        priority: int = 3,
+        admission: Admission | None = None,
     ) -> WorkflowRunSnapshot:
         """Validate, compare with an existing run, admit and append ``run_created`` +
         ``run_started`` as needed; returns once the start is durable, without driving the run.
+        A run of a workflow with limits is recorded queued and started by its grant (when a
+        slot is free at once, before this returns).
 
         ``FlowEngine.start_with_id(..., drive=False)`` is the same start and says whether it
         created the run; this one returns the run's snapshot."""
-        snap, _ = await self._driver.record_start(run_id, spec, input)
-        return snap.copy()
+        snap, _ = await self._driver.record_start(
+            run_id, spec, input, priority=priority, admission=admission
+        )
+        await self._driver.slots.settle()
+        return (await self._driver.load(run_id)) if snap.is_queued else snap.copy()
 
     async def record_signal(
         self, run_id: str, signal: WorkflowSignal

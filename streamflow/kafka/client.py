@@ -20,8 +20,9 @@ import uuid
 from datetime import UTC, datetime
 
 from streamflow.core import decide as d
+from streamflow.core.admission import Admission, check_priority
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
-from streamflow.core.errors import FlowTimeout, InvalidTransition, RunNotFound
+from streamflow.core.errors import FlowTimeout, InvalidTransition, InvalidWorkflow, RunNotFound
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
@@ -121,17 +122,31 @@ class FlowClient:
         check_payload(payload, what, self._wire.limits)
         return payload
 
-    async def start(self, spec: WorkflowSpec, input: object = None) -> StartResult:
-        return await self.start_with_id(str(uuid.uuid4()), spec, input)
+    async def start(
+        self, spec: WorkflowSpec, input: object = None, *, priority: int = 3
+    ) -> StartResult:
+        return await self.start_with_id(str(uuid.uuid4()), spec, input, priority=priority)
 
     async def start_with_id(
-        self, run_id: str, spec: WorkflowSpec, input: object = None
+        self,
+        run_id: str,
+        spec: WorkflowSpec,
+        input: object = None,
+        *,
+        priority: int = 3,
+        admission: Admission | None = None,
     ) -> StartResult:
         """Idempotent start; raises ``RunConflict``, ``RuntimeBuildUnavailable`` … as the
         embedded engine does. Returns once the journal has recorded (or refused) the start;
         ``created`` is the journal's word on whether this request created the run."""
         validate_run_id(run_id)
         spec.validate()
+        check_priority(priority)
+        if admission is not None and admission.claims:
+            raise InvalidWorkflow(
+                f"workflow {spec.name} declares concurrency or rate limits, which the Kafka "
+                "backend does not enforce yet: run it embedded"
+            )
         body = m.StartRun(spec=spec, input=self._payload(input, "workflow input"))
         # Followed before the request is sent: its run_finished notice may be read before
         # the reply to the start is.

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from streamflow.core.admission import Admission
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.errors import FlowError
 from streamflow.core.events import FlowEventEnvelope
@@ -66,7 +67,15 @@ class RunDriver(Protocol):
     """The backend's own :class:`~streamflow.Flow` (the engine or the client), for tests of
     what its calls return."""
 
-    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
+    async def start_with_id(
+        self,
+        run_id: str,
+        spec: WorkflowSpec,
+        input: object = None,
+        *,
+        priority: int = 3,
+        admission: Admission | None = None,
+    ) -> str:
         """Start ``run_id`` (:meth:`Flow.start_with_id <streamflow.Flow.start_with_id>`);
         returns the run id.
 
@@ -74,6 +83,8 @@ class RunDriver(Protocol):
             run_id: the run's id.
             spec: the workflow to run.
             input: the workflow's input.
+            priority: 1 (first) .. 5, for a workflow with limits.
+            admission: the run's limit claims, computed by the caller.
         """
         ...
 
@@ -442,10 +453,18 @@ class EmbeddedDriver(FlowDriver):
 
     # -- the calls the engine drives in: their durable half, then the drive -----------------
 
-    async def start_with_id(self, run_id: str, spec: WorkflowSpec, input: object = None) -> str:
+    async def start_with_id(
+        self,
+        run_id: str,
+        spec: WorkflowSpec,
+        input: object = None,
+        *,
+        priority: int = 3,
+        admission: Admission | None = None,
+    ) -> str:
         self._incidents.pop(run_id, None)
         await self.engine.durable.record_start(
-            run_id, spec, input
+            run_id, spec, input, priority=priority, admission=admission
         )  # rejections raise from the call
         await self._drive(run_id)
         return run_id
@@ -500,12 +519,14 @@ class EmbeddedDriver(FlowDriver):
     ) -> None:
         if compatibility is not ...:
             self._compatibility = compatibility  # type: ignore[assignment]
+        await self.engine.close()
         if isinstance(self.store, RocksDBEventStore):
             self.store.close()
             self.store = self._open_store()
         self.engine = self._build()
 
     async def close(self) -> None:
+        await self.engine.close()
         close = getattr(self.store, "close", None)
         if close is not None:
             close()

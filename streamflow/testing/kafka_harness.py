@@ -118,6 +118,7 @@ class KafkaDriver(FlowDriver):
                     limits=d.Limits(),
                     hook_secret=self._hook_secret,
                     max_replay_iterations=self._max,
+                    flow_control=False,  # no limit group runs on Kafka yet
                 )
             )
         journal = Journal(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast, overload
 
 from streamflow import cron
-from streamflow.core.admission import Admission, LimitClaim, check_priority
+from streamflow.core.admission import Admission, LimitClaim, LimitSpec, check_priority
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import InvalidWorkflow, NonRetryable
 from streamflow.core.ids import RuntimeBuildId
@@ -123,10 +123,19 @@ class Workflow(Generic[I, O]):
     def _decode_input(self, input: JsonValue, what: str) -> Any:
         return decode(input, self.input_type, what) if self.takes_input else None
 
-    async def start(self, flow: Flow, run_id: str, input: I | None = None) -> str:
+    async def start(
+        self, flow: Flow, run_id: str, input: I | None = None, *, priority: int = 3
+    ) -> str:
         """Start run ``run_id`` of this workflow (idempotent, like ``start_with_id``); the input
-        is checked against the annotation before anything is written. Returns the run id."""
-        return await flow.start_with_id(run_id, self.spec, self.encode_input(input))
+        is checked against the annotation before anything is written. Returns the run id.
+
+        A workflow with ``concurrency=`` or ``rate_limit=`` is recorded queued with the claims
+        its key functions make of ``input`` (computed here) and begins when its limit group
+        grants it a slot, ``priority`` 1 first .. 5 (default 3)."""
+        admission = self.admission(input, priority)
+        return await flow.start_with_id(
+            run_id, self.spec, self.encode_input(input), priority=priority, admission=admission
+        )
 
     async def result(self, flow: Flow, run_id: str, timeout: float | None = None) -> O:
         """Wait for the run's chain to end and return its output, decoded to the workflow's
@@ -439,6 +448,12 @@ class App(FlowRuntime):
         as ``run_step`` says)."""
         step = self._steps.get(step_name)
         return () if step is None else step.claims(input)
+
+    def limit_specs(self) -> list[LimitSpec]:
+        """The limits of every registered workflow version and step."""
+        declared = [w.limits for w in self._workflows.values()]
+        declared += [s.limits for s in self._steps.values()]
+        return [spec for limits in declared if limits is not None for spec in limits.specs]
 
     def served_workflows(self) -> list[tuple[str, str]]:
         """Every registered ``(name, version)``: each version of a name is served."""

@@ -27,11 +27,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from streamflow.core import commands as cmd
 from streamflow.core import decide as d
 from streamflow.core import events as ev
+from streamflow.core.admission import DEFAULT_PRIORITY, Admission, LimitClaim
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
-from streamflow.core.errors import FlowError, ReplayLimitExceeded, RuntimeFailure
+from streamflow.core.errors import (
+    FlowError,
+    InvalidWorkflow,
+    ReplayLimitExceeded,
+    RuntimeFailure,
+)
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.tokens import HookSecret
@@ -104,6 +111,9 @@ class RunDecider:
         await_running_steps: a run whose step attempt is under way elsewhere (a Kafka worker)
             is not decided until its result arrives; the embedded engine, which runs its own
             steps, runs an interrupted attempt again instead.
+        flow_control: whether the backend enforces concurrency and rate limits; when it does
+            not, a new step or child that declares limits is the run's incident instead of
+            running unlimited.
 
     The synchronous :meth:`decide` owns an event loop for an ``async`` ``run_workflow``: one
     decider per deciding thread. :meth:`decide_async` runs the code on the caller's loop.
@@ -119,6 +129,7 @@ class RunDecider:
         new_run_id: Callable[[], str] | None = None,
         max_replay_iterations: int = DEFAULT_MAX_REPLAY_ITERATIONS,
         await_running_steps: bool = True,
+        flow_control: bool = True,
     ) -> None:
         self._runtime = runtime
         self._compat = compatibility
@@ -129,6 +140,7 @@ class RunDecider:
         self._new_run_id = new_run_id or _uuid4
         self._await_running = await_running_steps
         self._max_iterations = max_replay_iterations
+        self._flow_control = flow_control
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def admits(self, snap: WorkflowRunSnapshot) -> bool:
@@ -189,6 +201,10 @@ class RunDecider:
     def _after_code(
         self, snap: WorkflowRunSnapshot, command: RuntimeCommand, now: datetime
     ) -> NextStep:
+        try:
+            command = self._with_limits(snap, command)
+        except FlowError as exc:
+            return Stuck(exc)
         decision = d.decide_command(
             snap, command, now, new_run_id=self._new_run_id, limits=self.limits
         )
@@ -201,6 +217,45 @@ class RunDecider:
             # would return it forever.
             return Stuck(ReplayLimitExceeded(self._max_iterations))
         return Idle(decided=True, effects=decision.effects)
+
+    def _with_limits(self, snap: WorkflowRunSnapshot, command: RuntimeCommand) -> RuntimeCommand:
+        """``command`` with the limit claims of its new steps and the admissions of its new
+        children, computed here, where the App is loaded, to be recorded in history (a step
+        or child already recorded keeps what it recorded)."""
+        if isinstance(command, cmd.ScheduleStep):
+            return replace(command, limits=self._step_limits(snap, command))
+        if isinstance(command, cmd.ScheduleSteps):
+            steps = tuple(replace(s, limits=self._step_limits(snap, s)) for s in command.steps)
+            return replace(command, steps=steps)
+        if isinstance(command, cmd.StartChildWorkflow):
+            return replace(command, admission=self._child_admission(snap, command))
+        if isinstance(command, cmd.StartChildWorkflows):
+            children = tuple(
+                replace(c, admission=self._child_admission(snap, c)) for c in command.children
+            )
+            return replace(command, children=children)
+        return command
+
+    def _step_limits(
+        self, snap: WorkflowRunSnapshot, step: cmd.StepCommand | cmd.ScheduleStep
+    ) -> tuple[LimitClaim, ...]:
+        if step.step_id in snap.steps:
+            return ()
+        claims = self._runtime.step_claims(step.step_name, step.input)
+        if claims and not self._flow_control:
+            raise _unenforced(f"step {step.step_name}")
+        return claims
+
+    def _child_admission(
+        self, snap: WorkflowRunSnapshot, child: cmd.ChildWorkflowCommand | cmd.StartChildWorkflow
+    ) -> Admission | None:
+        if child.child_id in snap.child_workflows:
+            return None
+        priority = DEFAULT_PRIORITY if snap.admission is None else snap.admission.priority
+        admission = self._runtime.admission(child.spec, child.input, priority)
+        if admission is not None and admission.claims and not self._flow_control:
+            raise _unenforced(f"child workflow {child.spec.name}")
+        return admission
 
     def _failed(self, snap: WorkflowRunSnapshot, error: FlowError, now: datetime) -> NextStep:
         """Running the run's code failed: the run is stuck, unless the code raised
@@ -239,6 +294,13 @@ def _cleanup_failed(event: ev.FlowEvent, error: FlowError) -> ev.FlowEvent:
         failure = failure[: MAX_CLEANUP_ERROR_CHARS - 1] + "\u2026"
     why = f"its cleanup failed ({failure})"
     return replace(event, reason=why if not event.reason else f"{event.reason}; {why}")
+
+
+def _unenforced(what: str) -> InvalidWorkflow:
+    return InvalidWorkflow(
+        f"{what} declares concurrency or rate limits, which this backend does not enforce yet: "
+        "run it embedded"
+    )
 
 
 def _uuid4() -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from streamflow.core.admission import Admission, LimitClaim, check_priority
+from streamflow.core.admission import Admission, LimitClaim, LimitSpec, check_priority
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import FlowError, NonRetryable, RuntimeFailure
 from streamflow.core.events import FlowEventEnvelope
@@ -288,6 +288,11 @@ class FlowRuntime:
         computed from ``input``). The default is ``()``: no limits; ``streamflow.App`` answers
         from the step's ``concurrency=`` and ``rate_limit=``."""
         return ()
+
+    def limit_specs(self) -> list[LimitSpec]:
+        """Every limit the runtime's workflows and steps declare (default: none). A backend
+        reads how long its rate windows reach back from them."""
+        return []
 
     def served_workflows(self) -> ServedWorkflows | None:
         """The workflows this runtime runs, or ``None`` for "any" (the default): ``(name,
