@@ -111,6 +111,31 @@ class _Window:
     max_period: int
 
 
+@dataclass(frozen=True, slots=True)
+class RateWindow:
+    """The grant times one rate ``(limit_id, key)`` still counts, ascending, and the shortest
+    and longest periods its claims named."""
+
+    limit_id: str
+    key: str
+    min_period_ms: int
+    max_period_ms: int
+    times_ms: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerCounters:
+    """Everything a ledger keeps besides its entries (a shell that persists a ledger writes
+    these and its entries, and :meth:`Ledger.load` rebuilds it exactly)."""
+
+    next_seq: int = 1
+    next_arrival: int = 0
+    last_granted_at_ms: int = 0
+    served: tuple[tuple[str, int], ...] = ()
+    """The ``seq`` of the last grant to each fairness key the ledger keeps."""
+    windows: tuple[RateWindow, ...] = ()
+
+
 _Item = tuple[int, int, Holder]
 """A queue item: (arrival, order, holder); stale once its holder left the queue."""
 
@@ -180,11 +205,18 @@ class Ledger:
         return True
 
     def restore(
-        self, holder: Holder, claims: Iterable[LimitClaim], priority: int, grant: SlotGrant
+        self,
+        holder: Holder,
+        claims: Iterable[LimitClaim],
+        priority: int,
+        grant: SlotGrant,
+        *,
+        window: bool = True,
     ) -> bool:
         """Hold ``holder`` under ``grant`` as a history records it (a shell rebuilding its
-        ledger): its slots and rate-window entry count, and later grants follow it (``seq``
-        and time). ``False``, changing nothing, when the holder is known already."""
+        ledger): its slots and (unless ``window`` is false: the windows are restored on their
+        own) its rate-window entry count, and later grants follow it (``seq`` and time).
+        ``False``, changing nothing, when the holder is known already."""
         if holder in self._entries:
             return False
         checked = check_claims(claims)
@@ -199,7 +231,7 @@ class Ledger:
         self._next_order += 1
         self._entries[holder] = entry
         self._key_entries[key] = self._key_entries.get(key, 0) + 1
-        self._count(entry, grant.granted_at_ms)
+        self._count(entry, grant.granted_at_ms, windows=window)
         self._served[key] = max(self._served.get(key, 0), grant.seq)
         self._next_seq = max(self._next_seq, grant.seq + 1)
         self._last_granted_at = max(self._last_granted_at, grant.granted_at_ms)
@@ -277,6 +309,54 @@ class Ledger:
             if not window.times:
                 del self._windows[slot]
         return [entry.holder for entry in lost]
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def counters(self) -> LedgerCounters:
+        """The ledger's counters, served records and rate windows."""
+        windows = tuple(
+            RateWindow(limit_id, key, w.min_period, w.max_period, tuple(w.times))
+            for (limit_id, key), w in sorted(self._windows.items())
+        )
+        return LedgerCounters(
+            next_seq=self._next_seq,
+            next_arrival=self._next_arrival,
+            last_granted_at_ms=self._last_granted_at,
+            served=tuple(sorted(self._served.items())),
+            windows=windows,
+        )
+
+    def entries(self) -> list[LedgerEntry]:
+        """Copies of every entry (queued, held, expiring), in enqueue order."""
+        return [replace(e) for e in sorted(self._entries.values(), key=lambda e: e.order)]
+
+    @staticmethod
+    def load(group: str, entries: Iterable[LedgerEntry], counters: LedgerCounters) -> Ledger:
+        """The ledger whose :meth:`entries` and :meth:`counters` these were: queued entries
+        queue again in their arrival order, held ones hold their grants, and the counters,
+        served records and rate windows are those saved."""
+        ledger = Ledger(group)
+        for entry in sorted(entries, key=lambda e: (e.arrival, e.order)):
+            if entry.grant is None:
+                ledger.enqueue(entry.holder, entry.claims, entry.priority, entry.arrival)
+            else:
+                ledger.restore(
+                    entry.holder, entry.claims, entry.priority, entry.grant, window=False
+                )
+                restored = ledger._entries[entry.holder]
+                restored.arrival = entry.arrival
+                if entry.state == "expiring":
+                    restored.state = "expiring"
+                restored.lease_until_ms = entry.lease_until_ms
+        for w in counters.windows:
+            ledger._windows[(w.limit_id, w.key)] = _Window(
+                list(w.times_ms), w.min_period_ms, w.max_period_ms
+            )
+        ledger._served = dict(counters.served)
+        ledger._next_seq = max(ledger._next_seq, counters.next_seq)
+        ledger._next_arrival = max(ledger._next_arrival, counters.next_arrival)
+        ledger._last_granted_at = max(ledger._last_granted_at, counters.last_granted_at_ms)
+        return ledger
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -395,13 +475,15 @@ class Ledger:
         self._last_granted_at = at
         return Granted(entry.holder, grant)
 
-    def _count(self, entry: LedgerEntry, at: int) -> None:
-        """Count a held ``entry``'s concurrency slots, and its grant at ``at`` in its rate
-        windows."""
+    def _count(self, entry: LedgerEntry, at: int, *, windows: bool = True) -> None:
+        """Count a held ``entry``'s concurrency slots, and (``windows``) its grant at ``at`` in
+        its rate windows."""
         for claim in entry.claims:
             slot = (claim.limit_id, claim.key)
             if claim.period_ms is None:
                 self._held[slot] = self._held.get(slot, 0) + 1
+                continue
+            if not windows:
                 continue
             window = self._windows.get(slot)
             if window is None:

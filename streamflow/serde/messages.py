@@ -14,6 +14,9 @@ Topic → value type:
 * ``{ns}.hook-requests`` :class:`HookRequest` (keyed by token digest: claim, release, callback)
 * ``{ns}.hook-tokens``  :class:`TokenRecord` (compacted by token digest; tombstone = released)
 * ``{ns}.retention``    :class:`RetentionRecord` (compacted by run id: holds, seal, tombstone)
+* ``{ns}.limit-requests`` :class:`LimitRequest` (keyed by limit group: enqueue, release, tick)
+* ``{ns}.limits``       :class:`LimitEntry` (key ``group 0x00 holder``; tombstone = gone) and
+  :class:`LimitCounters` (key ``group 0x01``), compacted: each limit group's ledger
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from datetime import datetime
 from enum import Enum
 from typing import TypeAlias
 
+from streamflow.core.admission import Holder, LimitClaim, SlotGrant
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.ledger import LedgerCounters
 from streamflow.core.requests import CancelRun as CancelRun
 from streamflow.core.requests import DisposeHook as DisposeHook
 from streamflow.core.requests import ForceCancelRun as ForceCancelRun
@@ -417,3 +422,74 @@ class ScheduleRecord:
     schedule_id: str
     definition: Schedule | None = None
     fired: ScheduleState | None = None
+
+
+# -- flow control: the limits topology's input and state ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueSlot:
+    """A run or step attempt waits for a slot of ``group``: produced by the journal in the
+    transaction of the event that queued it (``run_created`` with claims,
+    ``step_attempt_queued``)."""
+
+    group: str
+    holder: Holder
+    claims: tuple[LimitClaim, ...]
+    priority: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseSlot:
+    """``holder`` no longer holds (or waits for) a slot of ``group``: produced by the journal
+    in the transaction of the event that ended it (the run's or attempt's end, a cancellation,
+    a grant its run gave back). ``grant_id``: release only that grant (``None``: whatever the
+    holder holds, or its place in the queue)."""
+
+    group: str
+    holder: Holder
+    grant_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitTick:
+    """Wake ``group``'s ledger: a rate window may have freed a slot (the limits topology sends
+    it to itself when the ledger's next change is due)."""
+
+    group: str
+
+
+LimitRequestBody: TypeAlias = EnqueueSlot | ReleaseSlot | LimitTick
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitRequest:
+    """Everything on ``{ns}.limit-requests`` (keyed by limit group)."""
+
+    body: LimitRequestBody
+    sent_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitEntry:
+    """One holder a limit group's ledger knows (``{ns}.limits``, key ``group 0x00 holder``):
+    queued (no grant) or holding ``grant`` (``expiring``: its lease passed, its slots still
+    count until released)."""
+
+    group: str
+    holder: Holder
+    claims: tuple[LimitClaim, ...]
+    priority: int
+    arrival: int
+    grant: SlotGrant | None = None
+    expiring: bool = False
+    lease_until_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitCounters:
+    """A limit group's counters, served records and rate windows (``{ns}.limits``, key
+    ``group 0x01``): with its entries, everything its ledger needs after a failover."""
+
+    group: str
+    counters: LedgerCounters

@@ -570,3 +570,20 @@ def test_next_change_is_when_a_blocking_window_frees_a_slot():
             assert ledger.admit(due - 1) == []  # nothing frees before it
             now = due
             assert ledger.admit(now), "the window freed a slot at next_change"
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_a_ledger_loaded_from_its_entries_and_counters_decides_as_the_original(seed):
+    # A shell that persists a ledger (the Kafka limits topology) writes its entries and
+    # counters and loads them after a failover: every later decision must be the same.
+    checker = Checker(seed, exact=True)
+    for i in range(250):
+        checker.step()
+        if i % 25 == 24:
+            saved = checker.ledger
+            checker.ledger = Ledger.load(saved.group, saved.entries(), saved.counters())
+            assert checker.ledger.counters() == saved.counters()
+            assert sorted(
+                (str(e.holder), e.state, e.grant, e.arrival) for e in checker.ledger.entries()
+            ) == sorted((str(e.holder), e.state, e.grant, e.arrival) for e in saved.entries())
+    checker.drain()
