@@ -33,6 +33,9 @@ from streamflow.serde.messages import (
     DeadLetter,
     HookRequest,
     Incident,
+    LimitCounters,
+    LimitEntry,
+    LimitRequest,
     MetricSample,
     Reply,
     Request,
@@ -508,6 +511,40 @@ def encode_schedule(record: ScheduleRecord, *, max_size: int = DEFAULT_MAX_SIZE)
 def decode_schedule(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> ScheduleRecord:
     """A ``{ns}.schedules`` value."""
     return _codec(max_size).decode_as(data, ScheduleRecord)
+
+
+def encode_limit_request(request: LimitRequest, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.limit-requests`` value (``PayloadTooLarge`` over
+    ``max_size``)."""
+    return _codec(max_size).encode(request)
+
+
+def decode_limit_request(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> LimitRequest:
+    """A ``{ns}.limit-requests`` value; ``SerializationError`` when ``data`` does not carry a
+    ``LimitRequest``."""
+    return _codec(max_size).decode_as(data, LimitRequest)
+
+
+def encode_limit_entry(entry: LimitEntry, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.limits`` entry (key ``group 0x00 holder``)."""
+    return _codec(max_size).encode(entry)
+
+
+def decode_limit_entry(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> LimitEntry:
+    """A ``{ns}.limits`` entry; ``SerializationError`` when ``data`` does not carry a
+    ``LimitEntry``."""
+    return _codec(max_size).decode_as(data, LimitEntry)
+
+
+def encode_limit_counters(counters: LimitCounters, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.limits`` counters record (key ``group 0x01``)."""
+    return _codec(max_size).encode(counters)
+
+
+def decode_limit_counters(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> LimitCounters:
+    """A ``{ns}.limits`` counters record; ``SerializationError`` when ``data`` does not carry a
+    ``LimitCounters``."""
+    return _codec(max_size).decode_as(data, LimitCounters)
 
 
 def fingerprint_of(name: str) -> bytes:

@@ -1,6 +1,6 @@
 """Write the expanded top-level schemas for clients in other languages.
 
-``schemas/expanded/<Name>.json`` holds, for each of the thirteen top-level schemas
+``schemas/expanded/<Name>.json`` holds, for each top-level schema
 (``streamflow.serde.schemas.TOP_LEVEL``), its ``ShippedSchema.expanded``: the self-contained
 schema whose parsing canonical form the single-object header's fingerprint is taken of. The
 files are generated, never edited by hand (JSON, two-space indent, keys in the order the

@@ -27,13 +27,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
+from functools import partial
+from itertools import pairwise
 from typing import Any, TypeAlias, cast
 
 import streamflow.core.events as ev
-from streamflow.core.admission import Admission, Holder, LimitClaim, SlotGrant
-from streamflow.core.errors import InvalidPayload, SerializationError
+from streamflow.core.admission import (
+    Admission,
+    Holder,
+    LimitClaim,
+    SlotGrant,
+    check_claims,
+    check_priority,
+)
+from streamflow.core.errors import InvalidInputError, InvalidPayload, SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue, deeper_than_allowed
+from streamflow.core.ledger import LedgerCounters, RateWindow
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.schedules import CatchUp, Overlap, Schedule, ScheduleState
@@ -63,6 +73,7 @@ from streamflow.serde.messages import (
     ClaimToken,
     DeadLetter,
     DisposeHook,
+    EnqueueSlot,
     ErrorInfo,
     ForceCancelRun,
     ForgetRun,
@@ -70,6 +81,10 @@ from streamflow.serde.messages import (
     HoldHistory,
     HookRequest,
     Incident,
+    LimitCounters,
+    LimitEntry,
+    LimitRequest,
+    LimitTick,
     LinkChild,
     MetricSample,
     Proposal,
@@ -77,6 +92,7 @@ from streamflow.serde.messages import (
     QueryChild,
     RecordProgress,
     ReleaseHistoryHold,
+    ReleaseSlot,
     ReleaseToken,
     Reply,
     ReplyKind,
@@ -117,6 +133,9 @@ WireValue: TypeAlias = (
     | TokenRecord
     | RetentionRecord
     | ScheduleRecord
+    | LimitRequest
+    | LimitEntry
+    | LimitCounters
 )
 """Everything a topic value can be, i.e. what a single-object buffer decodes to."""
 
@@ -725,6 +744,165 @@ HOOK_BODY = _union(
 """The hook request body union (``HookRequest.body``)."""
 
 
+# -- flow control: the limits topology ----------------------------------------------------------
+# Decoded through the core's checks: a holder, claim or grant through its from_json, a priority
+# through check_priority, the claims of an entry through check_claims (and at least one, as the
+# ledger requires); what the ledger's own types do not check (a group, the counters and rate
+# windows) is checked here, so a restored ledger never starts from a state it could not reach.
+
+
+def _core(what: str, check: Callable[[], Any]) -> Any:
+    """``check()``, a core validation error turned into a ``SerializationError`` saying why."""
+    try:
+        return check()
+    except SerializationError:
+        raise
+    except InvalidInputError as error:
+        raise SerializationError(f"invalid {what}: {error}") from None
+
+
+def _group(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SerializationError(f"invalid limit group {value!r}: use a non-blank str")
+    return value
+
+
+def _grant_id(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SerializationError(f"invalid grant id {value!r}: use a non-blank str")
+    return value
+
+
+def _priority(value: Any) -> int:
+    return cast(int, _core("priority", lambda: check_priority(value)))
+
+
+def _holder_claims(claims: Any) -> tuple[LimitClaim, ...]:
+    checked = cast(tuple[LimitClaim, ...], _core("claims", lambda: check_claims(claims)))
+    if not checked:
+        raise SerializationError("a holder claims at least one limit, got none")
+    return checked
+
+
+GROUP = Conv(_group, _group)
+PRIORITY = Conv(_priority, _priority)
+HOLDER_CLAIMS = Conv(
+    lambda claims: [LIMIT_CLAIM.to_avro(c) for c in _holder_claims(claims)],
+    lambda records: _holder_claims(tuple(LIMIT_CLAIM.from_avro(r) for r in records)),
+)
+"""The claims of a queued or held holder: at least one, no limit twice."""
+
+
+def _times(times: Any) -> tuple[int, ...]:
+    checked = tuple(_count(t) for t in times)
+    if any(later < earlier for earlier, later in pairwise(checked)):
+        raise SerializationError("rate window times must be ascending")
+    return checked
+
+
+def _rate_window(attributes: dict[str, Any]) -> RateWindow:
+    window = RateWindow(**attributes)
+    # A claim of each period validates the limit id, the key and the period (>= 1).
+    for period in (window.min_period_ms, window.max_period_ms):
+        _core(
+            "rate window",
+            partial(LimitClaim, limit_id=window.limit_id, key=window.key, max=1, period_ms=period),
+        )
+    if window.min_period_ms > window.max_period_ms:
+        raise SerializationError(
+            f"invalid rate window: min_period_ms {window.min_period_ms} > "
+            f"max_period_ms {window.max_period_ms}"
+        )
+    return window
+
+
+RATE_WINDOW = RecordMap(
+    "RateWindow",
+    RateWindow,
+    (
+        ("limit_id", SAME),
+        ("key", SAME),
+        ("min_period_ms", LONG),
+        ("max_period_ms", LONG),
+        ("times_ms", Conv(lambda times: list(_times(times)), _times)),
+    ),
+    build=_rate_window,
+)
+
+
+def _served_to(served: Any) -> dict[str, int]:
+    record = {key: _long(seq) for key, seq in served}
+    if len(record) != len(served):
+        raise SerializationError("served names a fairness key twice")
+    return record
+
+
+def _served_back(record: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    for key, seq in record.items():
+        if seq < 1:
+            raise SerializationError(f"the last grant seq of fairness key {key!r} must be >= 1")
+    return tuple(record.items())
+
+
+def _ledger_counters(attributes: dict[str, Any]) -> LedgerCounters:
+    if attributes["next_seq"] < 1:
+        raise SerializationError(f"next_seq must be >= 1, got {attributes['next_seq']}")
+    return LedgerCounters(**attributes)
+
+
+LEDGER_COUNTERS = RecordMap(
+    "LedgerCounters",
+    LedgerCounters,
+    (
+        ("next_seq", LONG),
+        ("next_arrival", COUNT),
+        ("last_granted_at_ms", COUNT),
+        ("served", Conv(_served_to, _served_back)),
+        (
+            "windows",
+            Conv(
+                lambda windows: [RATE_WINDOW.to_avro(w) for w in windows],
+                lambda records: tuple(RATE_WINDOW.from_avro(r) for r in records),
+            ),
+        ),
+    ),
+    build=_ledger_counters,
+)
+
+
+def _limit_entry(attributes: dict[str, Any]) -> LimitEntry:
+    entry = LimitEntry(**attributes)
+    if entry.grant is None and (entry.expiring or entry.lease_until_ms is not None):
+        raise SerializationError("a queued entry (no grant) has no lease and is not expiring")
+    return entry
+
+
+LIMIT_BODY = _union(
+    "limit request body",
+    RecordMap(
+        "EnqueueSlot",
+        EnqueueSlot,
+        (
+            ("group", GROUP),
+            ("holder", _nested(HOLDER)),
+            ("claims", HOLDER_CLAIMS),
+            ("priority", PRIORITY),
+        ),
+    ),
+    RecordMap(
+        "ReleaseSlot",
+        ReleaseSlot,
+        (
+            ("group", GROUP),
+            ("holder", _nested(HOLDER)),
+            ("grant_id", Conv(_optional(_grant_id), _optional(_grant_id))),
+        ),
+    ),
+    RecordMap("LimitTick", LimitTick, (("group", GROUP),)),
+)
+"""The limit request body union (``LimitRequest.body``)."""
+
+
 # -- top-level topic values ---------------------------------------------------------------------
 
 TOP_LEVEL: tuple[RecordMap, ...] = (
@@ -897,6 +1075,27 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
             ("definition", _optional_nested(SCHEDULE_DEFINITION)),
             ("fired", _optional_nested(SCHEDULE_FIRED)),
         ),
+    ),
+    RecordMap("LimitRequest", LimitRequest, (("body", LIMIT_BODY), ("sent_at", INSTANT))),
+    RecordMap(
+        "LimitEntry",
+        LimitEntry,
+        (
+            ("group", GROUP),
+            ("holder", _nested(HOLDER)),
+            ("claims", HOLDER_CLAIMS),
+            ("priority", PRIORITY),
+            ("arrival", COUNT),
+            ("grant", _optional_nested(SLOT_GRANT)),
+            ("expiring", SAME),
+            ("lease_until_ms", Conv(_optional(_count), _optional(_count))),
+        ),
+        build=_limit_entry,
+    ),
+    RecordMap(
+        "LimitCounters",
+        LimitCounters,
+        (("group", GROUP), ("counters", _nested(LEDGER_COUNTERS))),
     ),
 )
 _BY_TYPE = {record.cls: record for record in TOP_LEVEL}

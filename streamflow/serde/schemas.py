@@ -46,6 +46,9 @@ TOP_LEVEL: tuple[str, ...] = (
     "AuditRecord",
     "MetricSample",
     "ScheduleRecord",
+    "LimitRequest",
+    "LimitEntry",
+    "LimitCounters",
 )
 """The topic value types: the only schemas a single-object buffer may carry."""
 

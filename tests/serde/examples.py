@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from datetime import timedelta, timezone
@@ -10,6 +11,7 @@ import streamflow.core.events as ev
 from streamflow.core.admission import Admission, Holder, LimitClaim, SlotGrant
 from streamflow.core.events import FlowEvent, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.ledger import LedgerCounters, RateWindow
 from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy, StepFailureAction
 from streamflow.core.schedules import CatchUp, Overlap, Schedule, ScheduleState
@@ -39,6 +41,7 @@ from streamflow.serde.messages import (
     ClaimToken,
     DeadLetter,
     DisposeHook,
+    EnqueueSlot,
     ErrorInfo,
     ForceCancelRun,
     ForgetRun,
@@ -47,6 +50,11 @@ from streamflow.serde.messages import (
     HookRequest,
     HookRequestBody,
     Incident,
+    LimitCounters,
+    LimitEntry,
+    LimitRequest,
+    LimitRequestBody,
+    LimitTick,
     LinkChild,
     MetricSample,
     Proposal,
@@ -54,6 +62,7 @@ from streamflow.serde.messages import (
     QueryChild,
     RecordProgress,
     ReleaseHistoryHold,
+    ReleaseSlot,
     ReleaseToken,
     Reply,
     ReplyKind,
@@ -511,6 +520,63 @@ SCHEDULE_FULL = ScheduleRecord(
 )
 SCHEDULE_MIN = ScheduleRecord(schedule_id="s")
 
+STEP_HOLDER = Holder(run_id="order-1", step_id="s-1", attempt=2**32 - 1)
+LIMIT_BODIES_FULL: list[LimitRequestBody] = [
+    EnqueueSlot(group="step:chargeCard", holder=STEP_HOLDER, claims=CLAIMS_FULL, priority=1),
+    ReleaseSlot(group="wf:orders.fulfill", holder=Holder(run_id="order-1"), grant_id="g-7f3a"),
+    LimitTick(group="step:chargeCard ✓"),
+]
+LIMIT_BODIES_MIN: list[LimitRequestBody] = [
+    EnqueueSlot(group="g", holder=Holder(run_id="r"), claims=CLAIMS_FULL[:1], priority=5),
+    ReleaseSlot(group="g", holder=Holder(run_id="r")),
+    LimitTick(group="g"),
+]
+
+
+def limit_request(body: LimitRequestBody, *, full: bool = True) -> LimitRequest:
+    return LimitRequest(body=body, sent_at=T_OFFSET if full else T0)
+
+
+LIMIT_ENTRY_FULL = LimitEntry(
+    group="step:chargeCard",
+    holder=STEP_HOLDER,
+    claims=CLAIMS_FULL,
+    priority=1,
+    arrival=2**40,
+    grant=STEP_GRANT,
+    expiring=True,
+    lease_until_ms=1_767_528_030_000,
+)
+LIMIT_ENTRY_MIN = LimitEntry(
+    group="g", holder=Holder(run_id="r"), claims=CLAIMS_FULL[1:], priority=3, arrival=0
+)
+LIMIT_COUNTERS_FULL = LimitCounters(
+    group="wf:orders.fulfill",
+    counters=LedgerCounters(
+        next_seq=2**40 + 1,
+        next_arrival=17,
+        last_granted_at_ms=1_767_528_000_123,
+        served=(("", 3), ("customer-42 ✓", 2**40), ("customer-7\x1fus-east", 9)),
+        windows=(
+            RateWindow(
+                limit_id="payments",
+                key="",
+                min_period_ms=1_000,
+                max_period_ms=60_000,
+                times_ms=(1_767_527_999_000, 1_767_528_000_123, 1_767_528_000_123),
+            ),
+            RateWindow(
+                limit_id="per-customer",
+                key="customer-42 ✓",
+                min_period_ms=500,
+                max_period_ms=500,
+                times_ms=(),
+            ),
+        ),
+    ),
+)
+LIMIT_COUNTERS_MIN = LimitCounters(group="g", counters=LedgerCounters())
+
 TOP_LEVEL_FULL: list[WireValue] = [
     request(BODIES_FULL[0]),
     envelope(EVENTS_FULL[0]),
@@ -525,6 +591,9 @@ TOP_LEVEL_FULL: list[WireValue] = [
     AUDIT_FULL,
     METRIC_FULL,
     SCHEDULE_FULL,
+    limit_request(LIMIT_BODIES_FULL[0]),
+    LIMIT_ENTRY_FULL,
+    LIMIT_COUNTERS_FULL,
 ]
 TOP_LEVEL_MIN: list[WireValue] = [
     request(BODIES_MIN[0], full=False),
@@ -540,6 +609,9 @@ TOP_LEVEL_MIN: list[WireValue] = [
     AUDIT_MIN,
     METRIC_MIN,
     SCHEDULE_MIN,
+    limit_request(LIMIT_BODIES_MIN[0], full=False),
+    LIMIT_ENTRY_MIN,
+    LIMIT_COUNTERS_MIN,
 ]
 
 EVERY_VALUE: list[WireValue] = [
@@ -557,6 +629,11 @@ EVERY_VALUE: list[WireValue] = [
     *(envelope(ev.ChildWorkflowResolved(child_id="c", outcome=o)) for o in OUTCOMES_MIN),
     envelope(ev.RunCreated(spec=SPEC_MIN, admission=ADMISSION_MIN)),
     request(StartRun(spec=SPEC_MIN, admission=Admission(claims=CLAIMS_FULL)), full=False),
+    *(limit_request(body) for body in LIMIT_BODIES_FULL),
+    *(limit_request(body, full=False) for body in LIMIT_BODIES_MIN),
+    # Held, without a lease (a run's slot); queued, as it was enqueued.
+    dataclasses.replace(LIMIT_ENTRY_FULL, expiring=False, lease_until_ms=None),
+    dataclasses.replace(LIMIT_ENTRY_FULL, grant=None, expiring=False, lease_until_ms=None),
 ]
 """Every example wrapped as a topic value (events in envelopes, bodies in requests and hook
 requests)."""
@@ -570,6 +647,8 @@ def label(value: object) -> str:
         return f"Request[{type(value.body).__name__}]"
     if isinstance(value, HookRequest):
         return f"HookRequest[{type(value.body).__name__}]"
+    if isinstance(value, LimitRequest):
+        return f"LimitRequest[{type(value.body).__name__}]"
     if isinstance(value, FlowEventEnvelope):
         inner = value.event
         if isinstance(inner, ev.ChildWorkflowResolved):

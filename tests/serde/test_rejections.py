@@ -23,7 +23,7 @@ from streamflow.serde.codec import (
     MAGIC,
     WireCodec,
 )
-from streamflow.serde.messages import DisposeHook, ResumeHook, StartRun
+from streamflow.serde.messages import DisposeHook, LimitRequest, ResumeHook, StartRun
 from streamflow.serde.records import WireValue
 from tests.serde import examples as ex
 
@@ -122,6 +122,9 @@ def test_a_configured_limit_applies_to_both_directions() -> None:
         (codec.decode_registration, "StepTask"),
         (codec.decode_hook_request, "StepTask"),
         (codec.decode_token_record, "StepTask"),
+        (codec.decode_limit_request, "StepTask"),
+        (codec.decode_limit_entry, "StepTask"),
+        (codec.decode_limit_counters, "StepTask"),
     ],
 )
 def test_typed_decoders_refuse_other_record_types(decode: Any, found: str) -> None:
@@ -219,6 +222,139 @@ def test_an_invalid_grant_holder_is_rejected(holder: dict[str, Any], reason: str
     record["body"] = (kind, {**body, "holder": holder})
     with pytest.raises(SerializationError, match=f"invalid Request: .*{reason}"):
         codec.decode_request(codec.encode_record("Request", record))
+
+
+# -- flow control: the limits topology's records ------------------------------------------------
+
+
+def _body(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """Apply ``change`` to the body of a raw ``LimitRequest`` record."""
+    return lambda record: change(record["body"][1])
+
+
+def _window(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """Apply ``change`` to the first rate window of a raw ``LimitCounters`` record."""
+    return lambda record: change(record["counters"]["windows"][0])
+
+
+ENQUEUE = ex.limit_request(ex.LIMIT_BODIES_FULL[0])
+RELEASE = ex.limit_request(ex.LIMIT_BODIES_FULL[1])
+TICK = ex.limit_request(ex.LIMIT_BODIES_FULL[2])
+QUEUED = dataclasses.replace(ex.LIMIT_ENTRY_FULL, grant=None, expiring=False, lease_until_ms=None)
+
+
+@pytest.mark.parametrize(
+    ("value", "change", "reason"),
+    [
+        (ENQUEUE, _body(lambda b: b.update(priority=0)), "invalid priority 0"),
+        (ENQUEUE, _body(lambda b: b.update(priority=6)), "invalid priority 6"),
+        (ENQUEUE, _body(lambda b: b.update(claims=[])), "claims at least one limit"),
+        (ENQUEUE, _body(lambda b: b["claims"][0].update(max=0)), "invalid limit claim: .*max"),
+        (ENQUEUE, _body(lambda b: b["claims"][0].update(key="a\tb")), "control characters"),
+        (
+            ENQUEUE,
+            _body(lambda b: b["claims"][1].update(limit_id=b["claims"][0]["limit_id"])),
+            "claimed twice",
+        ),
+        (ENQUEUE, _body(lambda b: b["holder"].update(attempt=None)), "names both"),
+        (ENQUEUE, _body(lambda b: b["holder"].update(attempt=0)), "holder attempt"),
+        (ENQUEUE, _body(lambda b: b.update(group=" ")), "invalid limit group"),
+        (RELEASE, _body(lambda b: b["holder"].update(run_id="not a run id")), "holder run id"),
+        (RELEASE, _body(lambda b: b.update(grant_id="")), "invalid grant id"),
+        (TICK, _body(lambda b: b.update(group="")), "invalid limit group"),
+        (ex.LIMIT_ENTRY_FULL, lambda e: e.update(priority=9), "invalid priority 9"),
+        (ex.LIMIT_ENTRY_FULL, lambda e: e.update(claims=[]), "claims at least one limit"),
+        (ex.LIMIT_ENTRY_FULL, lambda e: e.update(arrival=-1), r"arrival: must be >= 0"),
+        (ex.LIMIT_ENTRY_FULL, lambda e: e["grant"].update(seq=0), "invalid slot grant: .*seq"),
+        (ex.LIMIT_ENTRY_FULL, lambda e: e["holder"].update(step_id=" "), "holder step id"),
+        (ex.LIMIT_ENTRY_FULL, lambda e: e.update(lease_until_ms=-5), "must be >= 0"),
+        (QUEUED, lambda e: e.update(expiring=True), "queued entry"),
+        (QUEUED, lambda e: e.update(lease_until_ms=1), "queued entry"),
+        (ex.LIMIT_COUNTERS_FULL, lambda c: c["counters"].update(next_seq=0), "next_seq"),
+        (ex.LIMIT_COUNTERS_FULL, lambda c: c["counters"].update(next_arrival=-1), "must be >= 0"),
+        (ex.LIMIT_COUNTERS_FULL, lambda c: c.update(group=""), "invalid limit group"),
+        (ex.LIMIT_COUNTERS_FULL, lambda c: c["counters"]["served"].update(k=0), "seq .*>= 1"),
+        (
+            ex.LIMIT_COUNTERS_FULL,
+            _window(lambda w: w["times_ms"].reverse()),
+            "times must be ascending",
+        ),
+        (ex.LIMIT_COUNTERS_FULL, _window(lambda w: w["times_ms"].append(-1)), "must be >= 0"),
+        (
+            ex.LIMIT_COUNTERS_FULL,
+            _window(lambda w: w.update(min_period_ms=0)),
+            "invalid rate window: .*period",
+        ),
+        (
+            ex.LIMIT_COUNTERS_FULL,
+            _window(lambda w: w.update(max_period_ms=999)),
+            "min_period_ms 1000 > max_period_ms 999",
+        ),
+        (ex.LIMIT_COUNTERS_FULL, _window(lambda w: w.update(key="a\nb")), "control characters"),
+        (ex.LIMIT_COUNTERS_FULL, _window(lambda w: w.update(limit_id="")), "limit id"),
+    ],
+)
+def test_an_invalid_limits_record_is_rejected_with_the_reason(
+    value: WireValue, change: Callable[[dict[str, Any]], None], reason: str
+) -> None:
+    """What the limits topology reads from ``{ns}.limit-requests`` and restores from
+    ``{ns}.limits`` goes through the core's checks: a ledger never starts from a state it
+    could not have reached."""
+    name, record = records.to_avro(value)
+    assert codec.decode(codec.encode_record(name, record)) == value  # unchanged: accepted
+    change(record)
+    with pytest.raises(SerializationError, match=f"invalid {name}: .*{reason}"):
+        codec.decode(codec.encode_record(name, record))
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (
+            ex.limit_request(dataclasses.replace(ex.LIMIT_BODIES_FULL[0], claims=())),
+            "claims at least one limit",
+        ),
+        (
+            ex.limit_request(dataclasses.replace(ex.LIMIT_BODIES_FULL[0], priority=True)),
+            "invalid priority True",
+        ),
+        (
+            dataclasses.replace(ex.LIMIT_ENTRY_FULL, claims=ex.CLAIMS_FULL[:1] * 2),
+            "claimed twice",
+        ),
+        (
+            dataclasses.replace(
+                ex.LIMIT_COUNTERS_FULL,
+                counters=dataclasses.replace(
+                    ex.LIMIT_COUNTERS_FULL.counters, served=(("k", 1), ("k", 2))
+                ),
+            ),
+            "fairness key twice",
+        ),
+        (
+            LimitRequest(body=ex.LIMIT_BODIES_FULL[2], sent_at=ex.T0.replace(tzinfo=None)),
+            "timezone-aware",
+        ),
+    ],
+)
+def test_an_invalid_limits_value_is_refused_on_encode(value: WireValue, reason: str) -> None:
+    with pytest.raises(SerializationError, match=reason):
+        codec.encode(value)
+
+
+def test_the_two_values_of_the_limits_topic_are_told_apart() -> None:
+    """``{ns}.limits`` holds entries and counters: the header says which, so reading one as the
+    other is refused rather than misread."""
+    entry = codec.encode_limit_entry(ex.LIMIT_ENTRY_FULL)
+    counters = codec.encode_limit_counters(ex.LIMIT_COUNTERS_FULL)
+    assert isinstance(codec.decode(entry), type(ex.LIMIT_ENTRY_FULL))
+    with pytest.raises(SerializationError, match="expected a LimitCounters buffer, got LimitEntry"):
+        codec.decode_limit_counters(entry)
+    with pytest.raises(SerializationError, match="expected a LimitEntry buffer, got LimitCounters"):
+        codec.decode_limit_entry(counters)
+    request = codec.encode_limit_request(ENQUEUE)
+    with pytest.raises(SerializationError, match="expected a Request buffer, got LimitRequest"):
+        codec.decode_request(request)
 
 
 def test_a_history_sequence_below_one_is_rejected() -> None:
