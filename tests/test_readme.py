@@ -6,12 +6,17 @@ The deploy of ``shipping.py`` (*Ship a change while runs are in flight*) also ru
 says it does on the other two backends: ``streamflow serve`` restarted from ``--app
 shipping:before`` to ``--app shipping:after`` on one directory, and the Kafka topologies (on the
 real broker) rolled from one App to the other; the run in flight ends down its old branch and
-the new run down the new one."""
+the new run down the new one.
+
+``limits.py`` (*Limit how much runs at once*) is also run against an in-memory engine and its
+limits are checked from the histories it leaves: no customer ever had two runs holding a slot at
+once, no second held more than 20 charges, and every order was paid."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import os
 import re
 import subprocess
@@ -51,7 +56,12 @@ def run(name: str, directory: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_readme_has_the_programs_it_promises():
-    assert [name for name, _ in programs()] == ["orders.py", "approvals.py", "shipping.py"]
+    assert [name for name, _ in programs()] == [
+        "orders.py",
+        "approvals.py",
+        "shipping.py",
+        "limits.py",
+    ]
     for name, code in programs():
         assert expected_output(code), f"{name} says nothing about what it prints"
 
@@ -163,3 +173,44 @@ async def test_the_shipping_deploy_on_kafka(kafka, tmp_path):
         assert history["order-2"].count("patch_recorded") == 1
     finally:
         await new.close()
+
+
+async def test_the_limits_program_keeps_its_limits(tmp_path):
+    from streamflow import FlowEngine, InMemoryEventStore, WorkflowRunStatus
+
+    path = tmp_path / "limits.py"
+    path.write_text(dict(programs())["limits.py"], encoding="utf-8")
+    shop = _module(path)
+    engine = FlowEngine.builder(shop.app).with_store(InMemoryEventStore()).build()
+    try:
+        customers = await shop.place_orders(engine)
+        histories = {run_id: await engine.history(run_id) for run_id in customers}
+    finally:
+        await engine.close()
+    assert len(histories) == 30
+    held: dict[str, list[tuple[int, Any, Any]]] = {}
+    charges = []
+    for run_id, history in histories.items():
+        snapshot = await engine.snapshot(run_id)
+        assert snapshot.status is WorkflowRunStatus.COMPLETED
+        assert snapshot.output == f"pay-{run_id.removeprefix('order-')}-1"
+        events = {e.event.type: e for e in history}
+        admission = events["run_created"].event.admission
+        assert admission.priority == (1 if run_id == "order-0" else 3)
+        assert [(c.limit_id, c.key, c.max) for c in admission.claims] == [
+            ("concurrency", customers[run_id], 1)
+        ]
+        started = events["run_started"]
+        held.setdefault(customers[run_id], []).append(
+            (started.event.grant.seq, started.timestamp, history[-1].timestamp)
+        )
+        assert "step_attempt_queued" in events
+        charges.append(events["step_started"].event.grant.granted_at_ms)
+    assert sorted(held) == ["ada", "grace", "linus"]
+    for customer, spans in held.items():
+        spans.sort()  # in the order the customer's limit granted them
+        for (_, _, ended), (_, began, _) in itertools.pairwise(spans):
+            assert began >= ended, f"two runs of {customer} held a slot at once"
+    charges.sort()
+    for i, at in enumerate(charges):
+        assert sum(1 for t in charges[i:] if t < at + 1000) <= 20, charges
