@@ -31,6 +31,7 @@ from streamflow.api.schedules import (
     ScheduleDefinition,
     SchedulesUnavailable,
 )
+from streamflow.core.admission import DEFAULT_PRIORITY, Admission, check_priority
 from streamflow.core.builds import admits
 from streamflow.core.errors import (
     InvalidPayload,
@@ -55,6 +56,9 @@ from streamflow.workflow.versions import WorkflowVersions
 
 log = logging.getLogger("streamflow.api")
 Json = dict[str, Any]
+StartAdmission = tuple[int, Admission | None]
+"""A start's priority, and the claims the control plane computed (``None``: the backend
+computes them)."""
 
 
 @runtime_checkable
@@ -63,10 +67,17 @@ class ControlPlane(RunIndex, Protocol):
     :class:`~streamflow.api.index.RunIndex` and one method per mutation route."""
 
     async def start(
-        self, workflow: str, run_id: str | None, input: object, version: str | None = None
+        self,
+        workflow: str,
+        run_id: str | None,
+        input: object,
+        version: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> StartResult:
         """Start run ``run_id`` (a fresh id for ``None``) of ``workflow``; the run id, whose
-        ``created`` is false when the same start was already recorded.
+        ``created`` is false when the same start was already recorded. A workflow with
+        concurrency or rate limits is recorded queued, with the claims its key functions
+        compute from ``input``, and begins when its limit group grants it a slot.
 
         Args:
             workflow: the registered workflow's name (``UnknownWorkflow`` otherwise).
@@ -75,6 +86,8 @@ class ControlPlane(RunIndex, Protocol):
                 (``InvalidWorkflowInput`` when its annotation refuses it).
             version: the workflow version to start (``None``: the latest registered one;
                 ``UnknownWorkflow``, naming the registered versions, when it is not one).
+            priority: 1 (served first) .. 5 (last), default 3 (``InvalidPriority``
+                otherwise): the order queued runs of a limited workflow begin in.
         """
         ...
 
@@ -184,24 +197,40 @@ class FlowControl(DelegatedReads):
         """A change to ``run_id`` was recorded (the embedded control drives the run next, in
         the background; on Kafka the processors do)."""
 
-    async def _start(self, run_id: str, spec: WorkflowSpec, input: object) -> StartResult:
-        result = await self._flow.start_with_id(run_id, spec, input, **self._recording)
+    async def _start(
+        self, run_id: str, spec: WorkflowSpec, input: object, admission: StartAdmission
+    ) -> StartResult:
+        priority, claims = admission
+        result = await self._flow.start_with_id(
+            run_id, spec, input, priority=priority, admission=claims, **self._recording
+        )
         self._moved(run_id)
         return result
 
     async def start(
-        self, workflow: str, run_id: str | None, input: object, version: str | None = None
+        self,
+        workflow: str,
+        run_id: str | None,
+        input: object,
+        version: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> StartResult:
+        check_priority(priority)
         spec = self._spec(workflow, version)
+        admission: Admission | None = None
         try:
             if self.checks_input and self._app is not None:
                 # A value no store could give back is refused as such (400 InvalidPayload),
                 # before the annotation looks at it.
                 check_json(cast("JsonValue", input), "workflow input")
                 self._app.check_start(spec, cast("JsonValue", input))
+                # The claims the workflow's key functions compute (the embedded engine
+                # computes them itself, after its own checks of the input).
+                admission = self._app.admission(spec, cast("JsonValue", input), priority)
             # ``created`` is the backend's single writer's word: of racing starts of one id,
             # here or through another server, exactly one says it created the run.
-            return await self._start(str(uuid.uuid4()) if run_id is None else run_id, spec, input)
+            run = str(uuid.uuid4()) if run_id is None else run_id
+            return await self._start(run, spec, input, (priority, admission))
         except (PayloadTooLarge, InvalidPayload):
             raise
         except SerializationError as exc:  # the workflow's annotation refused the input

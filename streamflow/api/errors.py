@@ -9,6 +9,8 @@
     ├── InvalidCursor        400: a ``cursor`` this API did not hand out
     ├── InvalidRequest       400: a body that is not the JSON object the route takes
     ├── IncidentNotFound     404: the run has no incident
+    ├── LimitGroupNotFound   404: no run or step attempt claimed a limit of that group
+    ├── LimitsUnavailable    501: the backend's limit ledgers cannot be read here
     ├── ReadOnlyServer       403: a mutation sent to a server that takes none
     ├── InvalidWorkflowInput 422 ``InvalidInputError``: the workflow's annotation refuses it
     ├── PayloadTooLargeBody  413 ``PayloadTooLarge``: a body too large to read at all
@@ -81,6 +83,20 @@ class IncidentNotFound(ApiError):
     """Raised by ``GET /v1/runs/{run_id}/incident`` when the run has no incident."""
 
     status = 404
+
+
+class LimitGroupNotFound(ApiError):
+    """Raised by ``GET /v1/limits/{group}`` for a group no run or step attempt claimed a limit
+    of since the engine (re)built its ledgers."""
+
+    status = 404
+
+
+class LimitsUnavailable(ApiError):
+    """Raised by ``GET /v1/limits`` on a backend whose limit ledgers this server cannot read
+    (a Kafka deployment, for now)."""
+
+    status = 501
 
 
 class ReadOnlyServer(ApiError):

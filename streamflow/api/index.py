@@ -29,7 +29,8 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from streamflow.api.errors import IncidentNotFound
+from streamflow.api.errors import IncidentNotFound, LimitsUnavailable
+from streamflow.api.flowcontrol import limits_view, needs_positions, with_positions
 from streamflow.api.pages import (
     builds_of_rows,
     builds_of_snapshots,
@@ -51,6 +52,7 @@ from streamflow.core.views import (
     summary_view,
     suspension_view,
 )
+from streamflow.engine.slots import desk_of
 from streamflow.flow import Flow
 from streamflow.observe.http import Inspector
 from streamflow.stores.rows import RunFilter, SnapshotRows, page_rows
@@ -122,6 +124,13 @@ class RunIndex(Protocol):
         """Counts per status and open work."""
         ...
 
+    async def limits(self, group: str | None = None) -> Json:
+        """``{"groups": [...]}``: each limit group the backend keeps a ledger of (``wf:<name>``,
+        ``step:<name>``), or the one ``group`` names (``LimitGroupNotFound`` when none): per
+        limit, its max, period, holders, queued per priority, rate-window use and the keys with
+        the longest queues (``LimitsUnavailable`` where no ledger can be read)."""
+        ...
+
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -149,6 +158,10 @@ class FlowIndex:
         view = run_view(snap)
         view["incident"] = None if incident is None else incident.to_json()
         view["has_incident"] = incident is not None
+        desk = desk_of(self._flow)
+        if desk is not None and needs_positions(view):
+            await desk.build()  # once: the ledgers as the store has them
+            view = with_positions(view, desk, _now())
         return view
 
     async def history(self, run_id: str) -> Json:
@@ -211,6 +224,15 @@ class FlowIndex:
 
     async def summary(self) -> Json:
         return summary_view(await self._flow.run_summary())
+
+    async def limits(self, group: str | None = None) -> Json:
+        desk = desk_of(self._flow)
+        if desk is None:
+            raise LimitsUnavailable(
+                f"a {type(self._flow).__name__} keeps no limit ledger this server can read"
+            )
+        await desk.build()
+        return limits_view(desk, _now(), group)
 
 
 class InspectorIndex:
@@ -320,6 +342,12 @@ class InspectorIndex:
     async def summary(self) -> Json:
         return dict(await self._ask("summary"))
 
+    async def limits(self, group: str | None = None) -> Json:
+        raise LimitsUnavailable(
+            "this run index keeps no limit ledger: the limit groups are read from the embedded "
+            "engine that holds them (streamflow serve, streamflow limits --dir)"
+        )
+
 
 class HttpIndex:
     """:class:`RunIndex` over the HTTP API at ``url`` (``streamflow serve``, an observers
@@ -415,6 +443,9 @@ class HttpIndex:
     async def summary(self) -> Json:
         return await self._get("/summary")
 
+    async def limits(self, group: str | None = None) -> Json:
+        return await self._get("/limits" if group is None else f"/limits/{quoted(group)}")
+
     async def aclose(self) -> None:
         """Close the connections."""
         await self._client.aclose()
@@ -475,6 +506,10 @@ class DelegatedReads:
     async def summary(self) -> Json:
         """:meth:`RunIndex.summary` of :attr:`index`."""
         return await self.index.summary()
+
+    async def limits(self, group: str | None = None) -> Json:
+        """:meth:`RunIndex.limits` of :attr:`index`."""
+        return await self.index.limits(group)
 
 
 class RemoteError(Exception):

@@ -20,6 +20,7 @@ from typing import Any
 
 from streamflow.api.index import DelegatedReads, HttpIndex, Json, quoted
 from streamflow.api.schedules import AddedSchedule, ScheduleDefinition
+from streamflow.core.admission import DEFAULT_PRIORITY
 from streamflow.core.errors import InspectionUnavailable
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.core.values import StartResult, WorkflowProgress
@@ -99,13 +100,20 @@ class HttpControl(DelegatedReads):
         return (await self._http.request("POST", path, body))[1]
 
     async def start(
-        self, workflow: str, run_id: str | None, input: object, version: str | None = None
+        self,
+        workflow: str,
+        run_id: str | None,
+        input: object,
+        version: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> StartResult:
         body: Json = {"workflow": workflow, "input": input}
         if run_id is not None:
             body["run_id"] = run_id
         if version is not None:
             body["version"] = version
+        if priority != DEFAULT_PRIORITY:
+            body["priority"] = priority
         answer = await self._post("/runs", body)
         return StartResult(str(answer["run_id"]), bool(answer["created"]))
 

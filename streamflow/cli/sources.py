@@ -33,18 +33,23 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamflow.api.control import ControlPlane, EmbeddedControl
 from streamflow.api.errors import ApiError, status_of
 from streamflow.api.index import DelegatedReads, InspectorIndex, RemoteError, Unreachable
 from streamflow.api.remote import HttpControl
 from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, project_on_path, store_path
+from streamflow.clock import utc_now
+from streamflow.core.admission import DEFAULT_PRIORITY
 from streamflow.core.errors import FlowError, StoreError
 from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from streamflow.stores.inspect import StoreInspector
 from streamflow.workflow.runtime import FlowRuntime
+
+if TYPE_CHECKING:
+    from streamflow.engine.slots import SlotDesk
 
 Json = dict[str, Any]
 DEFAULT_URL_HINT = "http://127.0.0.1:8233"
@@ -148,17 +153,55 @@ class DirControl(DelegatedReads):
             raise
         try:
             app = self._app()
-            return await call(_Recording(FlowEngine.builder(app).with_store(store).build(), app))
+            engine = FlowEngine.builder(app).with_store(store).build()
+            try:
+                return await call(_Recording(engine, app))
+            finally:
+                await engine.close()  # no grant or drive outlives the call: the host carries on
         finally:
             store.close()
 
     async def start(
-        self, workflow: str, run_id: str | None, input: object, version: str | None = None
+        self,
+        workflow: str,
+        run_id: str | None,
+        input: object,
+        version: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> StartResult:
         started: StartResult = await self._mutate(
-            lambda c: c.start(workflow, run_id, input, version)
+            lambda c: c.start(workflow, run_id, input, version, priority)
         )
         return started
+
+    async def _desk(self) -> SlotDesk:
+        """The store's limit groups, rebuilt read only (as a host on it rebuilds them)."""
+        from streamflow.api.flowcontrol import desk_over
+        from streamflow.stores.rocksdb import RocksDBEventStore
+
+        if not self._dir.is_dir():
+            raise StoreError(f"no store at {self._dir}")
+        store = RocksDBEventStore(self._dir, read_only=True)
+        try:
+            return await desk_over(store, utc_now)
+        finally:
+            store.close()
+
+    async def run(self, run_id: str) -> Json:
+        """:meth:`~streamflow.api.index.RunIndex.run`, with the position of a queued run or
+        step attempt in its limit group's queue."""
+        from streamflow.api.flowcontrol import needs_positions, with_positions
+
+        view = await self.index.run(run_id)
+        if needs_positions(view):
+            view = with_positions(view, await self._desk(), utc_now())
+        return view
+
+    async def limits(self, group: str | None = None) -> Json:
+        """:meth:`~streamflow.api.index.RunIndex.limits` of the store's limit groups."""
+        from streamflow.api.flowcontrol import limits_view
+
+        return limits_view(await self._desk(), utc_now(), group)
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
         return dict(await self._mutate(lambda c: c.signal(run_id, name, payload, signal_id)))

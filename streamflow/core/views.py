@@ -6,12 +6,19 @@ Hooks appear with their token's SHA-256 digest only; nothing here can reveal a t
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from streamflow.core.admission import LimitClaim, SlotGrant, fairness_key
 from streamflow.core.inspect import WorkflowRunRow, WorkflowRunSummary, WorkflowRunSuspension
 from streamflow.core.races import member_state
-from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
+from streamflow.core.slots import step_group, workflow_group
+from streamflow.core.snapshot import (
+    ActiveHookSnapshot,
+    StepSnapshot,
+    StepStatus,
+    WorkflowRunSnapshot,
+)
 from streamflow.core.timeutil import format_utc
 
 
@@ -41,11 +48,75 @@ def row_view(row: WorkflowRunRow) -> dict[str, Any]:
     }
 
 
+def limit_view(claim: LimitClaim) -> dict[str, Any]:
+    """One limit a holder claims: ``{"limit_id", "kind", "key", "max", "period_ms"}`` (``kind``
+    ``concurrency`` or ``rate``; ``period_ms`` null for a concurrency limit, ``key`` ``""`` for
+    a group-wide one)."""
+    return {
+        "limit_id": claim.limit_id,
+        "kind": "rate" if claim.is_rate else "concurrency",
+        "key": claim.key,
+        "max": claim.max,
+        "period_ms": claim.period_ms,
+    }
+
+
+def queued_view(group: str, claims: tuple[LimitClaim, ...], priority: int) -> dict[str, Any]:
+    """What a queued run or step attempt waits for: its limit ``group``, its fairness ``key``
+    (the keys of its keyed limits, ``""`` when every limit is group-wide), its ``priority``,
+    the ``limit`` it waits on (here the first it claims; a reader that sees the group's ledger
+    names the one without room) and every limit it claims. ``position`` (how many queued
+    holders of the same key are ahead of it) is ``None`` here: only a reader of the group's
+    ledger knows it."""
+    return {
+        "group": group,
+        "key": fairness_key(claims),
+        "priority": priority,
+        "position": None,
+        "limit": limit_view(claims[0]) if claims else None,
+        "claims": [limit_view(c) for c in claims],
+    }
+
+
+def slot_view(grant: SlotGrant) -> dict[str, Any]:
+    """The slot a run or step attempt holds: ``{"group", "grant_id", "granted_at"}``."""
+    granted_at = datetime.fromtimestamp(grant.granted_at_ms / 1000, tz=UTC)
+    return {"group": grant.group, "grant_id": grant.grant_id, "granted_at": _when(granted_at)}
+
+
+def _run_queued(snap: WorkflowRunSnapshot) -> dict[str, Any] | None:
+    admission = snap.admission
+    if not snap.is_queued or admission is None or snap.spec is None:
+        return None
+    return queued_view(workflow_group(snap.spec.name), admission.claims, admission.priority)
+
+
+def _step_queued(snap: WorkflowRunSnapshot, step: StepSnapshot) -> dict[str, Any] | None:
+    if not step.limits or step.queued_attempt is None or step.status is not StepStatus.PENDING:
+        return None
+    priority = 3 if snap.admission is None else snap.admission.priority
+    view = queued_view(step_group(step.step_name), step.limits, priority)
+    view["attempt"] = step.queued_attempt
+    return view
+
+
+def _step_slot(step: StepSnapshot) -> dict[str, Any] | None:
+    if step.grant is None or step.status is not StepStatus.RUNNING:
+        return None
+    return slot_view(step.grant)
+
+
 def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
-    """``/v1/runs/{id}``: the run's state, without its history."""
+    """``/v1/runs/{id}``: the run's state, without its history. A run waiting for a slot of its
+    workflow's limits has ``queued`` (:func:`queued_view`), one holding a slot ``slot``
+    (:func:`slot_view`); both are ``None`` otherwise, and so for each step attempt."""
     view = run_row(snap)
+    slot = None if snap.slot is None or snap.is_terminal else slot_view(snap.slot)
     view.update(
         {
+            "priority": None if snap.admission is None else snap.admission.priority,
+            "queued": _run_queued(snap),
+            "slot": slot,
             "input": snap.input,
             "output": snap.output,
             "error": snap.error,
@@ -77,6 +148,8 @@ def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
                     "last_error": s.error,
                     "error": s.error,
                     "retry_after": _when(s.retry_after),
+                    "queued": _step_queued(snap, s),
+                    "slot": _step_slot(s),
                 }
                 for s in sorted(snap.steps.values(), key=lambda s: s.step_id)
             ],

@@ -319,6 +319,29 @@ class SlotDesk:
         """The groups the desk keeps a ledger for."""
         return sorted(self._ledgers)
 
+    def position(self, group: str, holder: Holder) -> tuple[int, str] | None:
+        """Where queued ``holder`` waits in ``group``: how many queued holders of its fairness
+        key are ahead of it (a better priority, or the same one and an earlier arrival), and
+        that key (``""``: group-wide limits only). ``None`` when it is not queued there."""
+        ledger = self._ledgers.get(group)
+        entry = None if ledger is None else ledger.entry(holder)
+        if ledger is None or entry is None or entry.state != "queued":
+            return None
+        rank = (entry.priority, entry.arrival, entry.order)
+        ahead = 0
+        for other in ledger.holders("queued"):
+            seen = ledger.entry(other)
+            if seen is not None and seen.fairness_key == entry.fairness_key:
+                ahead += (seen.priority, seen.arrival, seen.order) < rank
+        return ahead, entry.fairness_key
+
+
+def desk_of(flow: object) -> SlotDesk | None:
+    """The desk of an embedded engine (what its limit groups hold and queue, for reads);
+    ``None`` for any other flow."""
+    desk = getattr(getattr(flow, "_driver", None), "slots", None)
+    return desk if isinstance(desk, SlotDesk) else None
+
 
 class EngineStoreView:
     """A :class:`StoreView` of an engine's store.

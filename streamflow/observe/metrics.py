@@ -7,9 +7,10 @@ id, wait id, hook id or token ever becomes a label value; :data:`LABELS` is the 
 the tests check every exported sample against it.
 
 Gauges (runs by status, oldest suspension age, due wake-ups and scan lag, active hooks, active
-runs and route coverage per build) are computed when scraped from the projected state of open
-runs; counters (events, step attempts, retry exhaustion, conflicts, dead-letters) and the step
-duration histogram count what this process observed since it started, which is how Prometheus
+runs and route coverage per build, slots held and queued per limit) are computed when scraped
+from the projected state of open runs; counters (events, step attempts, retry exhaustion,
+conflicts, dead-letters, limit admissions) and the step duration and queue wait histograms
+count what this process observed since it started, which is how Prometheus
 counters behave across restarts. Terminal runs are folded into per-label totals, so memory
 follows the number of *open* runs.
 """
@@ -31,18 +32,36 @@ from prometheus_client.registry import Collector
 from streamflow.clock import Clock, utc_now
 from streamflow.core import events as ev
 from streamflow.core.projection import evolve
+from streamflow.core.slots import holdings
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 
 log = logging.getLogger("streamflow.metrics")
 
-LABELS = frozenset({"workflow", "version", "event", "status", "build", "source", "kind", "le"})
+LABELS = frozenset(
+    {
+        "workflow",
+        "version",
+        "event",
+        "status",
+        "build",
+        "source",
+        "kind",
+        "le",
+        "group",
+        "limit",
+        "priority",
+    }
+)
 """Every label name streamflow exports. Values come from specs, event keys, statuses, build ids,
-topic roles and component names: bounded sets."""
+topic roles, component names, limit groups and limit ids (declared names) and priorities (1..5):
+bounded sets. A limit's key (what a key function returned) is never a label value."""
 
 UNPINNED = "unpinned"
 """The ``build`` label of runs without a build pin."""
 
 STEP_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+QUEUE_SECONDS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
+"""Buckets of ``streamflow_limit_queue_wait_seconds``: queues may hold runs for hours."""
 
 
 @dataclass(slots=True)
@@ -53,6 +72,8 @@ class _Run:
     snapshot: WorkflowRunSnapshot
     suspended_since: datetime | None = None
     step_started: dict[str, datetime] = field(default_factory=dict)
+    queued_at: dict[str | None, datetime] = field(default_factory=dict)
+    """When the run (``None``) or a step's attempt (its step id) was queued for a slot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +153,20 @@ class FlowMetrics:
             ["source"],
             registry=self.registry,
         )
+        self._admissions = Counter(
+            "streamflow_limit_admissions",
+            "Runs and step attempts a limit admitted (run_started or step_started with a grant; "
+            "a continue-as-new successor keeps its predecessor's slot and is not counted).",
+            ["group", "limit"],
+            registry=self.registry,
+        )
+        self._queue_wait = Histogram(
+            "streamflow_limit_queue_wait_seconds",
+            "From run_created or step_attempt_queued to the grant that admitted it.",
+            ["group", "limit"],
+            buckets=QUEUE_SECONDS,
+            registry=self.registry,
+        )
         self.registry.register(_Gauges(self))
 
     # -- feeding ----------------------------------------------------------------------------
@@ -183,6 +218,10 @@ class FlowMetrics:
             return
         evolve(run.snapshot, envelope)
         self._last[run_id] = envelope.sequence
+        if isinstance(event, ev.RunCreated) and run.snapshot.is_queued:
+            run.queued_at[None] = envelope.timestamp
+        elif isinstance(event, ev.StepAttemptQueued):
+            run.queued_at[event.step_id] = envelope.timestamp
         snap = run.snapshot
         if snap.status is WorkflowRunStatus.SUSPENDED:
             run.suspended_since = run.suspended_since or envelope.timestamp
@@ -208,6 +247,29 @@ class FlowMetrics:
                 self._duration.labels(run.workflow, run.version).observe(seconds)
         if isinstance(event, ev.StepFailed | ev.RunRetryExhausted):
             self._exhausted.labels(run.workflow, run.version, event.KEY).inc()
+        if isinstance(event, ev.RunStarted | ev.StepStarted) and event.grant is not None:
+            self._admitted(run, event)
+
+    def _admitted(self, run: _Run, event: ev.RunStarted | ev.StepStarted) -> None:
+        """Count a grant that admitted the run or a step attempt, and how long it waited."""
+        snap, grant = run.snapshot, event.grant
+        assert grant is not None
+        if isinstance(event, ev.RunStarted):
+            admission = snap.admission
+            if admission is None or admission.inherited is not None:
+                return  # a successor keeps its predecessor's slot: no new admission
+            claims, subject = admission.claims, None
+        else:
+            step = snap.steps.get(event.step_id)
+            claims, subject = (() if step is None else step.limits), event.step_id
+        queued = run.queued_at.pop(subject, None)
+        waited = None
+        if queued is not None:
+            waited = max(0.0, grant.granted_at_ms / 1000 - queued.timestamp())
+        for claim in claims:
+            self._admissions.labels(grant.group, claim.limit_id).inc()
+            if waited is not None:
+                self._queue_wait.labels(grant.group, claim.limit_id).observe(waited)
 
     # -- signals from outside history ---------------------------------------------------------
 
@@ -267,9 +329,12 @@ class FlowMetrics:
             due: Tally[tuple[str, str]] = Tally()
             failing: Tally[tuple[str, str]] = Tally()
             per_build: Tally[str] = Tally()
+            held: Tally[tuple[str, str]] = Tally()
+            queued: Tally[tuple[str, str, str]] = Tally()
             earliest_due: datetime | None = None
             for run in self._open.values():
                 snap = run.snapshot
+                _holdings(snap, held, queued)
                 key = (run.workflow, run.version)
                 counts[(run.workflow, run.version, run.build, snap.status.value)] += 1
                 per_build[run.build] += 1
@@ -320,6 +385,22 @@ class FlowMetrics:
             for build, value in sorted(per_build.items()):
                 active.add_metric([build], value)
             yield active
+            holding = GaugeMetricFamily(
+                "streamflow_limit_held",
+                "Runs and step attempts holding a slot of a concurrency limit.",
+                labels=["group", "limit"],
+            )
+            for slot, count in sorted(held.items()):
+                holding.add_metric(list(slot), count)
+            yield holding
+            waiting = GaugeMetricFamily(
+                "streamflow_limit_queued",
+                "Runs and step attempts waiting for a slot of a limit, by priority.",
+                labels=["group", "limit", "priority"],
+            )
+            for wait, count in sorted(queued.items()):
+                waiting.add_metric(list(wait), count)
+            yield waiting
             if self._routes is not None:
                 live = {UNPINNED if b is None else b for b in self._routes()}
                 covered = GaugeMetricFamily(
@@ -331,6 +412,22 @@ class FlowMetrics:
                 for build in sorted(live | set(per_build)):
                     covered.add_metric([build], 1.0 if build in live else 0.0)
                 yield covered
+
+
+def _holdings(
+    snap: WorkflowRunSnapshot,
+    held: Tally[tuple[str, str]],
+    queued: Tally[tuple[str, str, str]],
+) -> None:
+    """Count what an open run holds (concurrency slots) and waits for, per group and limit."""
+    if snap.admission is None and not any(s.limits for s in snap.steps.values()):
+        return  # cheap for a run without limits
+    for holding in holdings(snap):
+        for claim in holding.claims:
+            if holding.grant is None:
+                queued[(holding.group, claim.limit_id, str(holding.priority))] += 1
+            elif claim.period_ms is None:
+                held[(holding.group, claim.limit_id)] += 1
 
 
 def _wakeups(snap: WorkflowRunSnapshot) -> Iterator[datetime]:

@@ -1,15 +1,18 @@
 """The App the HTTP API tests serve: a one-step echo with a typed input, an approval hook
 whose token a step hands to the test (as an approval e-mail would), a signal wait, a patched
-branch (``ctx.patched``) and a race of a signal wait and a timer (``ctx.first``)."""
+branch (``ctx.patched``), a race of a signal wait and a timer (``ctx.first``), and flow
+control: a workflow limited to one run per customer at a time and a step limited to one
+attempt at a time."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import timedelta
 
 from pydantic import BaseModel
 
-from streamflow import App, DurableContext, step_info
+from streamflow import App, Concurrency, DurableContext, step_info
 
 app = App()
 links: dict[str, str] = {}
@@ -63,3 +66,32 @@ async def patched(ctx: DurableContext) -> str:
 async def first(ctx: DurableContext) -> object:
     won = await ctx.first(ctx.signal("go", "go"), ctx.sleep("deadline", timedelta(hours=1)))
     return {"id": won.id, "value": won.value}
+
+
+class Ticket(BaseModel):
+    customer: str
+
+
+gate = threading.Event()
+"""Holds every attempt of ``api.one_at_a_time``'s step until a test sets it."""
+
+
+@app.step(concurrency=Concurrency(1))
+def one_at_a_time(ticket: Ticket) -> str:
+    gate.wait(60)
+    return ticket.customer
+
+
+@app.workflow(
+    name="api.limited", signals=("go",), concurrency=Concurrency(1, key=lambda t: t.customer)
+)
+async def limited(ctx: DurableContext, ticket: Ticket) -> str:
+    """One run per customer at a time: each holds its slot until it is sent ``go``."""
+    await ctx.signal("go", "go")
+    return ticket.customer
+
+
+@app.workflow(name="api.limited_step")
+async def limited_step(ctx: DurableContext, ticket: Ticket) -> str:
+    """Its step runs one attempt at a time across every run."""
+    return await ctx.step("one", one_at_a_time, ticket)

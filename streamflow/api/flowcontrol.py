@@ -1,0 +1,205 @@
+"""Reads of flow control (concurrency and rate limits) from an embedded engine's limit groups:
+where a queued run or step attempt waits (``position`` in ``/v1/runs/{id}``) and what each
+group holds and queues (``/v1/limits``).
+
+The groups' ledgers (:class:`~streamflow.engine.slots.SlotDesk`) live in the process that
+hosts the engine; :func:`desk_over` rebuilds them read only from a store (what ``streamflow
+show --dir`` and ``streamflow limits --dir`` read), as a host rebuilds them when it starts. A
+Kafka deployment keeps no ledger this server can read yet: its views carry ``position`` null and
+``/v1/limits`` answers 501 ``LimitsUnavailable``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from streamflow.api.errors import LimitGroupNotFound
+from streamflow.core.admission import MAX_PRIORITY, MIN_PRIORITY, Holder, LimitClaim
+from streamflow.core.ledger import Ledger, LedgerEntry
+from streamflow.core.projection import project
+from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.views import limit_view
+from streamflow.engine.slots import EngineStoreView, SlotDesk, epoch_ms
+from streamflow.stores.base import FlowEventStore
+
+Json = dict[str, Any]
+
+TOP_KEYS = 20
+"""How many keys ``/v1/limits`` lists per limit: those with the longest queues."""
+
+
+def needs_positions(view: Json) -> bool:
+    """Whether a run view has a queued run or step attempt (whose position a ledger tells)."""
+    return view.get("queued") is not None or any(
+        s.get("queued") is not None for s in view.get("steps", [])
+    )
+
+
+def with_positions(view: Json, desk: SlotDesk, now: datetime) -> Json:
+    """``view`` with the ``position`` and the waited-on ``limit`` of its queued run and step
+    attempts, as ``desk`` knows them (left as they are where it does not know the holder).
+
+    Args:
+        view: a run's detail (``/v1/runs/{id}``), changed in place and returned.
+        desk: the limit groups' ledgers.
+        now: the time rate windows are measured at.
+    """
+    now_ms = epoch_ms(now)
+    run_id = str(view["run_id"])
+    queued = view.get("queued")
+    if queued is not None:
+        view["queued"] = _placed(desk, queued, Holder(run_id=run_id), now_ms)
+    steps = []
+    for step in view.get("steps", []):
+        waiting = step.get("queued")
+        if waiting is not None:
+            holder = Holder(run_id=run_id, step_id=step["step_id"], attempt=waiting["attempt"])
+            step = {**step, "queued": _placed(desk, waiting, holder, now_ms)}
+        steps.append(step)
+    view["steps"] = steps
+    return view
+
+
+def _placed(desk: SlotDesk, queued: Json, holder: Holder, now_ms: int) -> Json:
+    group = str(queued["group"])
+    found = desk.position(group, holder)
+    ledger = desk.ledger(group)
+    entry = None if ledger is None else ledger.entry(holder)
+    if found is None or ledger is None or entry is None:
+        return queued
+    ahead, key = found
+    waited = next((c for c in entry.claims if not _has_room(ledger, c, now_ms)), None)
+    limit = limit_view(waited or entry.claims[0])
+    return {**queued, "position": ahead, "key": key, "limit": limit}
+
+
+def _has_room(ledger: Ledger, claim: LimitClaim, now_ms: int) -> bool:
+    if claim.period_ms is None:
+        return ledger.held(claim.limit_id, claim.key) < claim.max
+    return _in_window(ledger, claim.limit_id, claim.key, claim.period_ms, now_ms) < claim.max
+
+
+def _in_window(ledger: Ledger, limit_id: str, key: str, period_ms: int, now_ms: int) -> int:
+    return sum(1 for t in ledger.window(limit_id, key) if t > now_ms - period_ms)
+
+
+@dataclass(slots=True)
+class _Key:
+    queued: int = 0
+    held: int = 0
+
+
+@dataclass(slots=True)
+class _Limit:
+    limit_id: str
+    claim: LimitClaim
+    order: int
+    held: int = 0
+    queued: Counter[int] = field(default_factory=Counter)
+    keys: dict[str, _Key] = field(default_factory=dict)
+
+
+def _entries(ledger: Ledger) -> list[LedgerEntry]:
+    found = (ledger.entry(holder) for holder in ledger.holders())
+    return [entry for entry in found if entry is not None]
+
+
+def group_view(desk: SlotDesk, group: str, now: datetime) -> Json:
+    """One group of ``/v1/limits``: ``{"group", "holders", "queued", "limits": [...]}``, each
+    limit ``{"limit_id", "kind", "max", "period_ms", "held", "queued": {"1".."5"}, "window",
+    "keys": [{"key", "queued", "held", "window"}]}`` with the :data:`TOP_KEYS` keys of the
+    longest queues (``LimitGroupNotFound`` for a group the desk has no ledger of).
+
+    Args:
+        desk: the limit groups' ledgers.
+        group: the group (``wf:<workflow>``, ``step:<step>``).
+        now: the time rate windows are measured at.
+    """
+    ledger = desk.ledger(group)
+    if ledger is None:
+        raise LimitGroupNotFound(f"no run or step attempt claimed a limit of group {group!r}")
+    now_ms = epoch_ms(now)
+    limits: dict[str, _Limit] = {}
+    holding = waiting = 0
+    for entry in _entries(ledger):
+        queued = entry.state == "queued"
+        holding += not queued
+        waiting += queued
+        for claim in entry.claims:
+            limit = limits.get(claim.limit_id)
+            if limit is None:
+                limit = limits[claim.limit_id] = _Limit(claim.limit_id, claim, entry.order)
+            elif entry.order > limit.order:  # the latest claim's max and period
+                limit.claim, limit.order = claim, entry.order
+            key = limit.keys.setdefault(claim.key, _Key())
+            if queued:
+                limit.queued[entry.priority] += 1
+                key.queued += 1
+            elif claim.period_ms is None:
+                limit.held += 1
+                key.held += 1
+    return {
+        "group": group,
+        "holders": holding,
+        "queued": waiting,
+        "limits": [_limit_json(ledger, limits[i], now_ms) for i in sorted(limits)],
+    }
+
+
+def _limit_json(ledger: Ledger, limit: _Limit, now_ms: int) -> Json:
+    claim = limit.claim
+    period = claim.period_ms
+
+    def window(key: str) -> int | None:
+        return None if period is None else _in_window(ledger, limit.limit_id, key, period, now_ms)
+
+    longest = sorted(limit.keys.items(), key=lambda item: (-item[1].queued, item[0]))[:TOP_KEYS]
+    windows = [window(key) or 0 for key in limit.keys]
+    shown = limit_view(claim)
+    return {
+        "limit_id": limit.limit_id,
+        "kind": shown["kind"],
+        "max": claim.max,
+        "period_ms": period,
+        "held": limit.held,
+        "queued": {str(p): limit.queued[p] for p in range(MIN_PRIORITY, MAX_PRIORITY + 1)},
+        "window": None if period is None else sum(windows),
+        "keys": [
+            {"key": key, "queued": seen.queued, "held": seen.held, "window": window(key)}
+            for key, seen in longest
+        ],
+    }
+
+
+def limits_view(desk: SlotDesk, now: datetime, group: str | None = None) -> Json:
+    """``/v1/limits`` (every group the desk keeps a ledger of) or ``/v1/limits/{group}``.
+
+    Args:
+        desk: the limit groups' ledgers.
+        now: the time rate windows are measured at.
+        group: one group only (``None``: every group, as ``{"groups": [...]}``).
+    """
+    if group is not None:
+        return group_view(desk, group, now)
+    return {"groups": [group_view(desk, g, now) for g in desk.groups()]}
+
+
+async def _never(*_: object) -> Any:
+    raise RuntimeError("a read-only desk grants nothing")
+
+
+async def desk_over(store: FlowEventStore, clock: Callable[[], datetime]) -> SlotDesk:
+    """The limit groups' ledgers rebuilt from ``store`` as a host rebuilds them when it starts
+    (every open run's holdings, and the grants still in their rate windows), for reads only:
+    it never grants."""
+
+    async def read(run_id: str) -> WorkflowRunSnapshot:
+        return project(run_id, await store.list(run_id))
+
+    desk = SlotDesk(clock, _never, _never, EngineStoreView(store, read, ()))
+    await desk.build()
+    return desk
