@@ -19,10 +19,14 @@ from streamflow.api.control import ControlPlane
 from streamflow.api.query import LIST_PARAMETERS, check_names, parse_limit, run_filter
 from streamflow.cli.follow import display, follow
 from streamflow.cli.lifecycle import guarded
-from streamflow.cli.render import render_history
-from streamflow.cli.sources import Json, add_source_options, open_source
+from streamflow.cli.render import queued_line, render_history, slot_line
+from streamflow.cli.sources import CliError, Json, add_source_options, open_source
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.snapshot import WorkflowRunStatus
+
+
+class QueuedAndStatus(CliError):
+    """``runs --queued`` with a ``--status`` other than ``queued``."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,6 +34,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     runs = subparsers.add_parser("runs", help="list runs, newest first, with filters")
     runs.add_argument("--workflow", help="only runs of this workflow")
     runs.add_argument("--status", choices=[s.value for s in WorkflowRunStatus])
+    runs.add_argument(
+        "--queued",
+        action="store_true",
+        help="only runs waiting for a slot of their workflow's limits (= --status queued)",
+    )
     runs.add_argument("--build", help="only runs pinned to this runtime build")
     runs.add_argument("--parent", metavar="RUN_ID", help="only children of this run")
     for edge in ("created", "ended"):
@@ -69,6 +78,10 @@ async def _run(args: argparse.Namespace) -> int:
 
 def _query(args: argparse.Namespace) -> dict[str, str]:
     given = {name: getattr(args, name, None) for name in sorted(LIST_PARAMETERS)}
+    if getattr(args, "queued", False):
+        if given.get("status") not in (None, WorkflowRunStatus.QUEUED.value):
+            raise QueuedAndStatus("--queued is --status queued: give one or the other")
+        given["status"] = WorkflowRunStatus.QUEUED.value
     return {name: str(v) for name, v in given.items() if v is not None}
 
 
@@ -131,6 +144,10 @@ def render_run(view: dict[str, Any]) -> str:
         f"run {view['run_id']}: {view['status']}",
         f"  workflow {view['workflow']} v{view['version']}, build {view['build'] or 'unpinned'}",
     ]
+    if view.get("queued"):
+        lines.append(f"  {queued_line(view['queued'])}")
+    if view.get("slot"):
+        lines.append(f"  {slot_line(view['slot'])}")
     if view.get("parent"):
         lines.append(f"  child {view['parent']['child_id']} of {view['parent']['run_id']}")
     if view.get("predecessor"):
@@ -140,6 +157,10 @@ def render_run(view: dict[str, Any]) -> str:
         failure = step.get("last_error", step.get("error"))
         error = f": {failure}" if failure else ""
         attempt = step.get("attempts", step.get("attempt"))
+        if step.get("queued"):
+            extra += f", {queued_line(step['queued'])}"
+        elif step.get("slot"):
+            extra += f", {slot_line(step['slot'])}"
         lines.append(f"  step {step['step_id']} {step['status']} attempt {attempt}{error}{extra}")
     for wait in view.get("waits", []):
         lines.append(f"  wait {wait['wait_id']} {wait['status']} until {wait['resume_at']}")

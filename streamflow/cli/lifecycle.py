@@ -20,6 +20,7 @@ from typing import TypeAlias
 
 from streamflow.api.control import ControlPlane
 from streamflow.cli.follow import DEFAULT_INCIDENT_GRACE, IncidentWatch, display, follow
+from streamflow.cli.render import queued_line
 from streamflow.cli.sources import (
     Json,
     RunEnded,
@@ -64,6 +65,14 @@ def register(sub: Sub) -> None:
         dest="version",
         metavar="VERSION",
         help="the workflow version to start (default: the latest one registered)",
+    )
+    start.add_argument(
+        "--priority",
+        type=int,
+        default=3,
+        metavar="N",
+        help="1 (served first) .. 5 (last), default 3: the order queued runs of a workflow "
+        "with concurrency or rate limits begin in",
     )
     signal = _command(sub, "signal", "send a signal to a run")
     signal.add_argument("run_id", metavar="RUN_ID")
@@ -162,10 +171,17 @@ async def _dispatch(args: argparse.Namespace, source: ControlPlane) -> int:
     if command == "result":
         return await _result(args, source)
     if command == "start":
-        started = await source.start(args.workflow, args.run_id, args.input, version=args.version)
+        started = await source.start(
+            args.workflow, args.run_id, args.input, version=args.version, priority=args.priority
+        )
         answer = {"run_id": started.run_id, "created": started.created}
         how = "started" if started.created else "already started (same workflow and input)"
-        _print(args, answer, f"run {started.run_id} {how}")
+        line = f"run {started.run_id} {how}"
+        if started.created:
+            view = await source.run(started.run_id)
+            if view.get("queued"):
+                line += f"; {queued_line(view['queued'])}"
+        _print(args, answer, line)
         return 0
     if command == "signal":
         answer = await source.signal(args.run_id, args.name, args.payload, args.signal_id)

@@ -4,8 +4,9 @@
 observers instance, ``topics`` creates and verifies a namespace's Kafka topics, ``run`` runs one
 Kafka topology instance, ``export`` writes histories as JSON Lines, ``replay`` checks the current
 workflow code against them, ``builds`` shows which builds still have open runs, and ``prune``,
-``hold`` and ``release`` manage history retention, ``check`` verifies an embedded store, and
-``serve`` hosts an app with the HTTP API and the console.
+``hold`` and ``release`` manage history retention, ``check`` verifies an embedded store,
+``limits`` lists what each concurrency and rate limit holds and queues, and ``serve`` hosts an
+app with the HTTP API and the console.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from streamflow.cli import (
     history,
     inspect,
     lifecycle,
+    limits,
     retention,
     schedule,
     serve,
@@ -138,6 +140,7 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool = False) -> int:
     serve.register(sub)
     schedule.register(sub)
     lifecycle.register(sub)
+    limits.register(sub)
     args = parser.parse_args(argv)
     if as_program and args.command not in SERVERS:
         # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
@@ -161,6 +164,8 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool = False) -> int:
             return schedule.run(args)
         if args.command in lifecycle.COMMANDS:
             return lifecycle.run(args)
+        if args.command == "limits":
+            return limits.run(args)
         if args.command == "demo":
             if args.fresh and args.dir.exists():
                 shutil.rmtree(args.dir)

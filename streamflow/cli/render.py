@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from streamflow.core import events as ev
+from streamflow.core.admission import FAIRNESS_SEPARATOR
 from streamflow.core.jsonvalue import canonical
 from streamflow.core.timeutil import format_utc
 
@@ -24,6 +26,12 @@ def render_event(envelope: ev.FlowEventEnvelope) -> str:
             detail += f" -> {_short(event.output)}"
         elif isinstance(event, ev.StepStarted):
             detail += f" attempt {event.attempt}"
+            if event.grant is not None:
+                detail += f" (slot {event.grant.grant_id})"
+    elif isinstance(event, ev.StepAttemptQueued):
+        detail = f"{event.step_id} attempt {event.attempt} waits for a slot"
+    elif isinstance(event, ev.RunStarted):
+        detail = "" if event.grant is None else f"slot {event.grant.grant_id}"
     elif isinstance(event, ev.StepRetrying | ev.StepFailed):
         detail = f"{event.step_id} attempt {event.attempt}: {event.error}"
         if isinstance(event, ev.StepRetrying) and event.retry_after is not None:
@@ -45,6 +53,8 @@ def render_event(envelope: ev.FlowEventEnvelope) -> str:
             detail += f" (child {event.parent.child_id} of {event.parent.run_id})"
         if event.predecessor is not None:
             detail += f" (continues {event.predecessor.run_id})"
+        if event.admission is not None and event.admission.claims:
+            detail += f" queued, priority {event.admission.priority}"
     elif isinstance(event, ev.SignalReceived):
         detail = f"{event.signal.name} {event.signal.signal_id} {_short(event.signal.payload, 40)}"
     elif isinstance(event, ev.SignalWaitCreated):
@@ -96,3 +106,26 @@ def render_history(history: Sequence[ev.FlowEventEnvelope]) -> str:
             f"{envelope.sequence:>4}  {when:<27}  {after:>8.3f}s  {render_event(envelope)}"
         )
     return "\n".join(lines)
+
+
+def queued_line(queued: Mapping[str, Any]) -> str:
+    """Where a queued run or step attempt waits (``queued`` of ``/v1/runs/{id}``), e.g.
+    ``queued behind 12 for key customer-42 (wf:orders.fulfil concurrency.0, max 2, priority
+    3)``; without a known position, ``queued for key ...``."""
+    position = queued.get("position")
+    text = "queued" if position is None else f"queued behind {position}"
+    key = str(queued.get("key") or "")
+    if key:
+        text += " for key " + ", ".join(key.split(FAIRNESS_SEPARATOR))
+    limit = queued.get("limit") or {}
+    what = f"{queued.get('group')} {limit.get('limit_id', '')}".rstrip()
+    if limit.get("max") is not None:
+        what += f", max {limit['max']}"
+        if limit.get("period_ms"):
+            what += f" per {limit['period_ms'] / 1000:g}s"
+    return f"{text} ({what}, priority {queued.get('priority')})"
+
+
+def slot_line(slot: Mapping[str, Any]) -> str:
+    """The slot a run or step attempt holds (``slot`` of ``/v1/runs/{id}``)."""
+    return f"holds slot {slot.get('grant_id')} since {slot.get('granted_at')}"

@@ -1,7 +1,8 @@
 """The App the CLI tests run: a workflow that records progress around a signal wait (so a
 follower sees it half way), an approval hook whose token a step hands to the test, and one
 that fails, one whose code cannot be replayed (it gets an incident and stays stuck), one that
-takes a patched branch and one that races a signal wait against a timer."""
+takes a patched branch, one that races a signal wait against a timer, and one limited to one
+run per customer at a time."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 
-from streamflow import App, DurableContext, step_info
+from streamflow import App, Concurrency, DurableContext, step_info
 from streamflow.core.errors import NonRetryable
 
 app = App()
@@ -78,3 +79,16 @@ async def patched(ctx: DurableContext) -> str:
 async def first(ctx: DurableContext) -> object:
     won = await ctx.first(ctx.signal("go", "go"), ctx.sleep("deadline", timedelta(hours=1)))
     return {"id": won.id, "value": won.value}
+
+
+class Ticket(BaseModel):
+    customer: str
+
+
+@app.workflow(
+    name="cli.limited", signals=("go",), concurrency=Concurrency(1, key=lambda t: t.customer)
+)
+async def limited(ctx: DurableContext, ticket: Ticket) -> str:
+    """One run per customer at a time: each holds its slot until it is sent ``go``."""
+    await ctx.signal("go", "go")
+    return ticket.customer
