@@ -15,9 +15,12 @@
   const POLL_MS = 1000;
   const TERMINAL = new Set(["completed", "failed", "cancelled", "continued_as_new"]);
   const STATUSES = [
-    "pending", "running", "suspended", "cancelling",
+    "pending", "queued", "running", "suspended", "cancelling",
     "completed", "failed", "cancelled", "continued_as_new",
   ];
+  // Priorities of a start: 1 is served first, 3 is the default (POST /v1/runs "priority").
+  const PRIORITIES = [1, 2, 3, 4, 5];
+  const DEFAULT_PRIORITY = 3;
   const TEXT_FILTERS = [
     ["workflow", "Workflow", "name"],
     ["build", "Build", "build id"],
@@ -315,12 +318,54 @@
     return form;
   }
 
+  // Starts a run (POST /v1/runs), then opens its page. Its priority (1 first .. 5) orders the
+  // queued runs of a workflow with concurrency or rate limits.
+  function startForm() {
+    const workflow = h("input", { id: "start-workflow", name: "workflow", placeholder: "workflow name", required: true });
+    const runId = h("input", { id: "start-run-id", name: "run_id", placeholder: "run id (optional)" });
+    const input = h("textarea", { id: "start-input", rows: 1, cols: 30, placeholder: "JSON input (optional)" });
+    const version = h("input", { id: "start-version", name: "version", placeholder: "latest" });
+    const priority = h("select", { id: "start-priority", name: "priority" },
+      PRIORITIES.map((p) => h("option", { value: p, selected: p === DEFAULT_PRIORITY },
+        p + (p === 1 ? " (first)" : p === 5 ? " (last)" : p === DEFAULT_PRIORITY ? " (default)" : ""))));
+    const form = h("form", { id: "start-form", className: "start" },
+      h("label", {}, "Workflow", workflow), h("label", {}, "Run id", runId),
+      h("label", {}, "Input", input), h("label", {}, "Version", version),
+      h("label", {}, "Priority", priority),
+      h("button", { type: "submit", id: "start-run" }, "Start run"));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const body = { workflow: unmarkedString(workflow.value.trim()), priority: Number(priority.value) };
+      const id = unmarkedString(runId.value.trim());
+      if (id) body.run_id = id;
+      const chosen = unmarkedString(version.value.trim());
+      if (chosen) body.version = chosen;
+      const text = input.value.trim();
+      if (text) {
+        try {
+          body.input = JSON.parse(text);
+        } catch (err) {
+          showMessage("InvalidJson: the input is not JSON (" + err.message + ")");
+          return;
+        }
+      }
+      try {
+        const answer = await api("POST", "/v1/runs", body);
+        location.hash = runHref(answer.run_id);
+      } catch (err) {
+        showMessage(describe(err));
+      }
+    });
+    return h("section", { className: "panel actions" }, h("h2", {}, "Start a run"), form);
+  }
+
   async function renderRuns(params, gen) {
     const rows = h("tbody", { id: "runs-rows" });
     const pager = h("div", { className: "pager" });
     view.replaceChildren(
       h("h1", {}, "Runs"),
       h("section", { className: "panel" }, filterForm(params)),
+      startForm(),
       h("section", { className: "panel" },
         h("table", { id: "runs-table" },
           h("thead", {}, h("tr", {}, ["Run", "Workflow", "Status", "Build", "Parent", "Created", "Ended", "Incident"].map((t) => h("th", {}, t)))),
@@ -445,6 +490,32 @@
 
   // A run with an incident is stuck: its latest decision failed and the host retries it with
   // backoff. Shown above everything else on the run page.
+  // Where a queued run or step attempt waits: "behind 12 for key customer-42
+  // (wf:orders.fulfil concurrency, max 2, priority 3)" (no position where the server knows none).
+  function queuedText(queued) {
+    const limit = queued.limit || {};
+    let text = queued.position === null || queued.position === undefined
+      ? "waiting for a slot" : "behind " + queued.position;
+    if (queued.key) text += " for key " + String(queued.key).split("\u001f").join(", ");
+    let what = queued.group + (limit.limit_id ? " " + limit.limit_id : "");
+    if (limit.max !== undefined && limit.max !== null) {
+      what += ", max " + limit.max;
+      if (limit.period_ms) what += " per " + humanDuration(limit.period_ms);
+    }
+    return text + " (" + what + ", priority " + queued.priority + ")";
+  }
+
+  // A queued run: a badge and a line above the page, saying what it waits for.
+  function queuedBanner(run) {
+    if (!run.queued) return null;
+    return h("section", { className: "queued-banner", id: "run-queued-banner", role: "status" },
+      h("span", { className: "status status-queued", id: "run-queued-badge" }, "queued"), " ",
+      h("span", { id: "run-queued-line" }, "Queued " + queuedText(run.queued)),
+      h("p", { className: "muted" },
+        "The run starts when its workflow's limit frees a slot: better priorities first, first come "
+        + "first served within a priority, keys taking turns."));
+  }
+
   function incidentBanner(run) {
     const incident = run.incident;
     if (!incident) return null;
@@ -619,7 +690,8 @@
       return h("tr", { className: "step", "data-step-id": s.step_id },
         h("td", { className: "mono step-id" }, s.step_id),
         h("td", {}, orDash(s.name)),
-        h("td", {}, status(s.status)),
+        h("td", {}, status(s.status),
+          s.queued ? h("div", { className: "muted step-queued" }, "queued " + queuedText(s.queued)) : null),
         h("td", {}, s.attempts),
         h("td", { className: "mono step-started" }, t ? orDash(t.started) : "—"),
         h("td", { className: "mono step-ended" }, t ? orDash(t.ended) : "—"),
@@ -678,6 +750,8 @@
         ["Created", orDash(run.created_at)],
         ["Ended", orDash(run.ended_at)],
         ["Cancellation requested", run.cancellation_requested ? "yes" : "no"],
+        ["Priority", h("span", { id: "run-priority" }, orDash(run.priority))],
+        ["Slot", run.slot ? h("span", { className: "mono", id: "run-slot" }, run.slot.grant_id + " since " + run.slot.granted_at) : "—"],
         ...lineage,
       ])),
       h("section", { className: "panel" }, h("h2", {}, "Progress"), progressBars(run.progress)),
@@ -783,7 +857,7 @@
         // limit leaves room for where the values shown sit in it: an event body is 4 levels in.)
         const seen = pretty([run, history, suspensions], MAX_DEPTH + 8);
         if (seen !== shown) {
-          alerts.replaceChildren(...[incidentBanner(run)].filter(Boolean));
+          alerts.replaceChildren(...[incidentBanner(run), queuedBanner(run)].filter(Boolean));
           body.replaceChildren(...runBody(run, history.events, suspensions.suspensions).filter(Boolean));
           shown = seen;
         } else {
