@@ -47,7 +47,9 @@ def test_topics_are_applied_once_the_broker_is_healthy(compose):
     assert (args.command, args.topics_command, args.profile) == ("topics", "apply", "dev")
 
 
-@pytest.mark.parametrize("role", ["journal", "processor", "worker", "timer", "hooks", "observers"])
+@pytest.mark.parametrize(
+    "role", ["journal", "processor", "worker", "timer", "hooks", "limits", "observers"]
+)
 def test_each_topology_runs_the_example_app_after_topics_exist(compose, role):
     service = compose["services"][role]
     assert service["depends_on"] == {"topics": {"condition": "service_completed_successfully"}}
@@ -61,7 +63,7 @@ def test_each_topology_runs_the_example_app_after_topics_exist(compose, role):
 
 
 def test_stateful_topologies_keep_their_rocksdb_on_a_volume(compose):
-    for role in ("journal", "processor", "timer", "hooks", "observers"):
+    for role in ("journal", "processor", "timer", "hooks", "limits", "observers"):
         assert any(v.endswith(":/var/lib/streamflow") for v in compose["services"][role]["volumes"])
 
 

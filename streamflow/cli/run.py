@@ -38,7 +38,7 @@ from streamflow.workflow.runtime import FlowRuntime
 if TYPE_CHECKING:
     from streamflow.topologies.journal_decisions import HostedDecisions
 
-ROLES = ("journal", "processor", "worker", "timer", "hooks", "observers")
+ROLES = ("journal", "processor", "worker", "timer", "hooks", "limits", "observers")
 log = logging.getLogger("streamflow.cli")
 
 
@@ -252,7 +252,6 @@ def hosted_decisions(args: argparse.Namespace) -> HostedDecisions:
             compatibility=compatibility(args),
             limits=limits(args),
             hook_secret=load_hook_secret(args.hook_secret_file),
-            flow_control=False,  # no limit group runs on Kafka yet
         )
     )
 
@@ -304,6 +303,18 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
             transaction_timeout_ms=args.transaction_timeout_ms,
         )
         return "hooks", hooks.run
+    if args.role == "limits":
+        from streamflow.topologies.limits import Limits
+
+        limited = Limits(
+            settings,
+            state_dir=state,
+            instance=args.instance,
+            session_timeout_ms=args.session_timeout_ms,
+            **static,
+            transaction_timeout_ms=args.transaction_timeout_ms,
+        )
+        return "limits", limited.run
     if args.role == "observers":
         return "observers", observers_main(args, settings, state)
     runtime = load_runtime(args.app)

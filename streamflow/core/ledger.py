@@ -388,6 +388,14 @@ class Ledger:
         entry = self._entries.get(holder)
         return None if entry is None else replace(entry)
 
+    def holder_of(self, grant_id: str) -> Holder | None:
+        """The holder that holds grant ``grant_id`` (a continue-as-new chain's first run holds
+        the slot its successors inherit), if any."""
+        for entry in self._entries.values():
+            if entry.grant is not None and entry.grant.grant_id == grant_id:
+                return entry.holder
+        return None
+
     def holders(self, state: EntryState | None = None) -> list[Holder]:
         """The holders the ledger knows (in ``state`` only, if given), in enqueue order."""
         entries = sorted(self._entries.values(), key=lambda e: e.order)

@@ -138,6 +138,8 @@ def _step_created(s: S, e: ev.StepCreated, env: Env) -> None:
         retry=e.retry,
         limits=e.limits,
     )
+    if e.limits:
+        s.limited_steps.add(e.step_id)
 
 
 def _next_attempt(s: S, step: StepSnapshot, attempt: int, what: str) -> None:
@@ -202,6 +204,7 @@ def _step_completed(s: S, e: ev.StepCompleted, env: Env) -> None:
         **resolved_by(env),
     )
     s.running_steps.discard(e.step_id)
+    s.limited_steps.discard(e.step_id)
 
 
 @handles(ev.StepRetrying)
@@ -242,6 +245,7 @@ def _step_failed(s: S, e: ev.StepFailed, env: Env) -> None:
         **resolved_by(env),
     )
     s.running_steps.discard(e.step_id)
+    s.limited_steps.discard(e.step_id)
     if not step.retry.continues_workflow:
         s.failed_fail_run_steps.add(e.step_id)
 

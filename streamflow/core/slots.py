@@ -123,9 +123,8 @@ def holdings(snapshot: WorkflowRunSnapshot) -> list[Holding]:
                 None if snapshot.is_queued else snapshot.slot,
             )
         )
-    for step in snapshot.steps.values():
-        if not step.limits:
-            continue
+    for step_id in sorted(snapshot.limited_steps):
+        step = snapshot.steps[step_id]
         if step.status is StepStatus.PENDING and step.queued_attempt is not None:
             attempt, grant = step.queued_attempt, None
         elif step.status is StepStatus.RUNNING and step.grant is not None:
@@ -142,3 +141,31 @@ def holdings(snapshot: WorkflowRunSnapshot) -> list[Holding]:
             )
         )
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class SlotChanges:
+    """What one append changes in a run's holdings: holders that now wait for a slot, and
+    holders whose slot (or place in the queue) is given back."""
+
+    queued: tuple[Holding, ...] = ()
+    released: tuple[Holding, ...] = ()
+
+
+def slot_changes(
+    before: list[Holding], after: list[Holding], snapshot: WorkflowRunSnapshot
+) -> SlotChanges:
+    """The difference ``before`` → ``after`` of a run's :func:`holdings` across an append to
+    ``snapshot`` (the run after it): a new queued holder is enqueued, a holder no longer listed
+    is released, except the run's slot when it continued as new (its successor starts with it).
+    A holder that went from queued to held needs nothing (its group granted it)."""
+    if not before and not after:
+        return SlotChanges()
+    known = {h.holder for h in before}
+    listed = {h.holder for h in after}
+    queued = tuple(h for h in after if h.grant is None and h.holder not in known)
+    passed_on = snapshot.slot if snapshot.continuation is not None else None
+    released = tuple(
+        h for h in before if h.holder not in listed and (passed_on is None or h.grant != passed_on)
+    )
+    return SlotChanges(queued, released)

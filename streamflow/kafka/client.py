@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from streamflow.core import decide as d
 from streamflow.core.admission import Admission, check_priority
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
-from streamflow.core.errors import FlowTimeout, InvalidTransition, InvalidWorkflow, RunNotFound
+from streamflow.core.errors import FlowTimeout, InvalidTransition, RunNotFound
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
@@ -142,12 +142,9 @@ class FlowClient:
         validate_run_id(run_id)
         spec.validate()
         check_priority(priority)
-        if admission is not None and admission.claims:
-            raise InvalidWorkflow(
-                f"workflow {spec.name} declares concurrency or rate limits, which the Kafka "
-                "backend does not enforce yet: run it embedded"
-            )
-        body = m.StartRun(spec=spec, input=self._payload(input, "workflow input"))
+        body = m.StartRun(
+            spec=spec, input=self._payload(input, "workflow input"), admission=admission
+        )
         # Followed before the request is sent: its run_finished notice may be read before
         # the reply to the start is.
         self._requests.follow(run_id)

@@ -44,11 +44,15 @@ REQUIRED_ROLES = (
     "audit",
     "metrics",
     "schedules",
+    "limit_requests",
+    "limits",
 )
 COPARTITIONED = ("requests", "history", "tasks", "retention")
 """Roles partitioned by ``murmur2(run_id)``: their partition counts must be equal."""
 TOKEN_COPARTITIONED = ("hook_requests", "hook_tokens")
 """Roles partitioned by ``murmur2(token digest)``: their partition counts must be equal."""
+LIMIT_COPARTITIONED = ("limit_requests", "limits")
+"""Roles partitioned by ``murmur2(limit group)``: their partition counts must be equal."""
 UNCLEAN = "unclean.leader.election.enable"
 CLEANUP = "cleanup.policy"
 MIN_ISR = "min.insync.replicas"
@@ -291,7 +295,8 @@ class Manifest:
     def _partitions(self, template: TopicTemplate, override: int | None) -> int:
         if override is not None:
             _check_override("partitions", override)
-            if template.role in COPARTITIONED + TOKEN_COPARTITIONED or template.partitions is None:
+            copartitioned = COPARTITIONED + TOKEN_COPARTITIONED + LIMIT_COPARTITIONED
+            if template.role in copartitioned or template.partitions is None:
                 return override
         return template.partitions or self.default_partitions
 
@@ -479,6 +484,14 @@ def _check_topics(manifest: Manifest) -> None:
         raise bad(
             "partition counts of hook_requests and hook_tokens differ: both are partitioned by "
             "murmur2(token digest) and must have equal counts"
+        )
+    groups = {
+        r: manifest.topics[r].partitions or manifest.default_partitions for r in LIMIT_COPARTITIONED
+    }
+    if len(set(groups.values())) > 1:
+        raise bad(
+            "partition counts of limit_requests and limits differ: both are partitioned by "
+            "murmur2(limit group) and must have equal counts"
         )
     configs = [("defaults.config", manifest.default_config)]
     configs += [(f"profiles.{n}.config", p.config) for n, p in manifest.profiles.items()]

@@ -70,10 +70,13 @@ class Names:
         self.audit = f"{ns}.audit"
         self.metrics = f"{ns}.metrics"
         self.schedules = f"{ns}.schedules"
+        self.limit_requests = f"{ns}.limit-requests"
+        self.limits = f"{ns}.limits"
         self.journal_group = self.group("journal")
         self.timer_group = self.group("timer")
         self.hooks_group = self.group("hooks")
         self.observers_group = self.group("observers")
+        self.limits_group = self.group("limits")
 
     def group(self, component: str) -> str:
         """The consumer group of a topology ``component`` that has one (journal, timer, hooks,

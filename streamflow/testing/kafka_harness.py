@@ -38,6 +38,7 @@ from streamflow.testing.harness import CHANGES, FlowDriver
 from streamflow.topologies.hooks import Hooks
 from streamflow.topologies.journal import Journal
 from streamflow.topologies.journal_decisions import HostedDecisions
+from streamflow.topologies.limits import Limits
 from streamflow.topologies.observers import Observers
 from streamflow.topologies.processor import Processor
 from streamflow.topologies.runner import TopologyThread
@@ -118,7 +119,6 @@ class KafkaDriver(FlowDriver):
                     limits=d.Limits(),
                     hook_secret=self._hook_secret,
                     max_replay_iterations=self._max,
-                    flow_control=False,  # no limit group runs on Kafka yet
                 )
             )
         journal = Journal(
@@ -146,12 +146,14 @@ class KafkaDriver(FlowDriver):
         )
         timer = Timer(s, state_dir=root / "timer")
         hooks = Hooks(s, state_dir=root / "hooks", commit_interval=0.02, on_hang=log_hang)
+        limits = Limits(s, state_dir=root / "limits", commit_interval=0.02, on_hang=log_hang)
         self._threads = [
             TopologyThread("journal", journal.run).start(),
             TopologyThread("processor", processor.run).start(),
             TopologyThread("worker", worker.run).start(),
             TopologyThread("timer", timer.run).start(),
             TopologyThread("hooks", hooks.run).start(),
+            TopologyThread("limits", limits.run).start(),
         ]
         if self._observers and self._feed is None:
             # The real observers topology (audit, run index, metrics), with the user observers.
@@ -213,8 +215,8 @@ class KafkaDriver(FlowDriver):
         if snap.continuation is not None:
             successor = await self._maybe_snapshot(snap.continuation.successor_run_id)
             return successor is not None and await self._quiescent(successor, now, depth + 1)
-        if snap.is_terminal:
-            return True
+        if snap.is_terminal or snap.is_queued:
+            return True  # a queued run moves only when its limit group grants it a slot
         if snap.running_steps:
             return False
         if snap.parent is not None and not await self._parent_settled_with(snap):
@@ -240,6 +242,10 @@ class KafkaDriver(FlowDriver):
             if not await self._quiescent(leaf, now, depth + 1):
                 return False
         outcome = d.prepare(snap, now, self._compatibility)
+        if outcome is d.REPLAY and any(
+            snap.steps[s].queued_attempt is not None for s in snap.limited_steps
+        ):
+            return True  # its next step waits for a slot of its limit group
         return outcome is d.SUSPENDED or isinstance(outcome, d.Rejected)
 
     async def _parent_settled_with(self, child: WorkflowRunSnapshot) -> bool:

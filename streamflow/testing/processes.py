@@ -190,10 +190,10 @@ class TopologyProcess:
 
 
 class Cluster:
-    """A journal, processor, worker, timer and hooks topology as processes, restartable one by
-    one."""
+    """A journal, processor, worker, timer, hooks and limits topology as processes, restartable
+    one by one."""
 
-    ROLES = ("journal", "processor", "worker", "timer", "hooks")
+    ROLES = ("journal", "processor", "worker", "timer", "hooks", "limits")
 
     def __init__(
         self,

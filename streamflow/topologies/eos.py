@@ -190,6 +190,10 @@ class TransactionalTopology(ClientKeeper):
         """Whether the open transaction produced anything (for the crash-window fault point)."""
         return True
 
+    def prepare_commit(self) -> None:
+        """The open transaction is about to commit: produce what was batched for it (the
+        limits topology admits once per transaction)."""
+
     def flushed(self) -> None:
         """Everything the open transaction produced is in the log, not yet committed (a
         topology's own fault points for that window)."""
@@ -328,6 +332,7 @@ class TransactionalTopology(ClientKeeper):
         bound = self._call_timeout
         producer_ = self._producer
         try:
+            self.prepare_commit()
             left = self._call("flush", producer_.flush, bound)
             if left:
                 reason = f"{left} records were still undelivered after {bound:.0f}s"

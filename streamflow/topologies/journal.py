@@ -138,6 +138,7 @@ class Journal(TransactionalTopology):
             source=self._source,
             partitions=self._partitions,
             hook_partitions=partition_count(self._consumer, self._names.hook_requests),
+            limit_partitions=partition_count(self._consumer, self._names.limit_requests),
         )
         self._routes = RouteTable(self._settings)
         self._txn: JournalTransaction | None = None
@@ -173,9 +174,10 @@ class Journal(TransactionalTopology):
         return built_on(self._state, self._names, tp)
 
     def writes_to(self, topic: str) -> bool:
-        """Everything of the namespace but the audit stream, the token index and the routes."""
+        """Everything of the namespace but the audit stream, the token index, the limit
+        ledgers and the routes."""
         names = self._names
-        return topic not in (names.audit, names.hook_tokens, names.builds)
+        return topic not in (names.audit, names.hook_tokens, names.builds, names.limits)
 
     def handle(self, msg: Message) -> None:
         """Decide one request and produce its events, effects and reply into the open

@@ -44,6 +44,7 @@ from streamflow.core.limits import check_events
 from streamflow.core.lru import LruCache
 from streamflow.core.obligations import newly_owed, owed
 from streamflow.core.projection import evolve
+from streamflow.core.slots import holdings, slot_changes
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.kafka.clients import close_producer, partition_count, producer
 from streamflow.kafka.config import KafkaSettings
@@ -97,8 +98,8 @@ class OutputPort(Protocol):
 
 class JournalOutput:
     """The writing side of one journal instance, named ``source`` in the incidents it reports.
-    ``partitions``: the partition count of the requests and history topics; ``hook_partitions``:
-    that of the hooks topology's requests."""
+    ``partitions``: the partition count of the requests and history topics; ``hook_partitions``
+    and ``limit_partitions``: those of the hooks and limits topologies' requests."""
 
     def __init__(
         self,
@@ -109,6 +110,7 @@ class JournalOutput:
         source: str,
         partitions: int,
         hook_partitions: int,
+        limit_partitions: int,
     ) -> None:
         self._port = port
         self._names = names
@@ -116,6 +118,7 @@ class JournalOutput:
         self._source = source
         self._partitions = partitions
         self._hook_partitions = hook_partitions
+        self._limit_partitions = limit_partitions
         self._task_partitions: dict[str, int] = {}
         self._refused: LruCache[str, str] = LruCache(REFUSALS_REMEMBERED)
         """Runs whose decision was refused, with the error last logged (``Type: message``)."""
@@ -137,8 +140,10 @@ class JournalOutput:
         check_events(events, self._wire.limits, run_id)
         encoded: list[tuple[ev.FlowEventEnvelope, bytes, bytes, bytes | None]] = []
         effects: list[d.Effect] = []
+        limits: list[m.LimitRequestBody] = []
         for event in events:
             prior = owed(snap)
+            held = holdings(snap)
             envelope = ev.FlowEventEnvelope(
                 run_id=run_id,
                 sequence=snap.last_sequence + 1,
@@ -151,6 +156,21 @@ class JournalOutput:
             value = self._wire.encode(envelope)
             encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
             effects += newly_owed(prior, owed(snap))
+            changes = slot_changes(held, holdings(snap), snap)
+            limits += [
+                m.EnqueueSlot(group=h.group, holder=h.holder, claims=h.claims, priority=h.priority)
+                for h in changes.queued
+            ]
+            limits += [
+                m.ReleaseSlot(
+                    group=h.group,
+                    holder=h.holder,
+                    grant_id=None if h.grant is None else h.grant.grant_id,
+                )
+                for h in changes.released
+            ]
+        for body in limits:
+            self.limit(body, now)
         for envelope, key, value, task in encoded:
             event = envelope.event
             self.produce(
@@ -176,9 +196,12 @@ class JournalOutput:
         if isinstance(effect, d.RunStep):
             return  # step tasks go with their step_started
         if isinstance(effect, d.SlotRelease):
-            # Only a grant gives a slot back, and no limit group grants on Kafka yet: its
-            # processors refuse to decide for limited workflows and steps.
-            raise AssertionError(f"no limit group runs on Kafka: {effect}")
+            # A grant its run no longer takes (cancelled or ended meanwhile): give it back.
+            release = m.ReleaseSlot(
+                group=effect.grant.group, holder=effect.holder, grant_id=effect.grant.grant_id
+            )
+            self.limit(release, now)
+            return
         if isinstance(effect, d.TokenRelease):
             self.release(effect)
             return
@@ -190,6 +213,7 @@ class JournalOutput:
                 input=effect.input,
                 parent=effect.parent,
                 predecessor=effect.predecessor,
+                admission=effect.admission,
             )
             if effect.parent is not None and effect.predecessor is None:
                 txn.child_starts += 1
@@ -212,6 +236,16 @@ class JournalOutput:
             # The parent's child_workflow_requested and the child's start are both produced,
             # neither committed: the window a crash test kills the journal in.
             faults.hit("journal.after_child_request_produced")
+
+    def limit(self, body: m.LimitRequestBody, now: datetime) -> None:
+        """Produce one enqueue or release for the limits topology (keyed by its group), in
+        the open transaction: with the event that queued or ended the holder."""
+        self.produce(
+            self._names.limit_requests,
+            body.group.encode(),
+            self._wire.encode(m.LimitRequest(body=body, sent_at=now)),
+            partition=partition_for(body.group, self._limit_partitions),
+        )
 
     def produce(
         self,

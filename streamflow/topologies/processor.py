@@ -101,7 +101,6 @@ class Processor(BuildServer):
             limits=limits,
             hook_secret=self._hook_secret,
             max_replay_iterations=max_replay_iterations,
-            flow_control=False,  # no limit group runs on Kafka yet
         )
         self._state = LocalState(state_dir, ("events", "meta", "incidents"))
         self._reset_if_identity_changed()

@@ -35,7 +35,6 @@ from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import (
     FlowError,
-    InvalidWorkflow,
     ReplayLimitExceeded,
     RuntimeFailure,
 )
@@ -111,9 +110,6 @@ class RunDecider:
         await_running_steps: a run whose step attempt is under way elsewhere (a Kafka worker)
             is not decided until its result arrives; the embedded engine, which runs its own
             steps, runs an interrupted attempt again instead.
-        flow_control: whether the backend enforces concurrency and rate limits; when it does
-            not, a new step or child that declares limits is the run's incident instead of
-            running unlimited.
 
     The synchronous :meth:`decide` owns an event loop for an ``async`` ``run_workflow``: one
     decider per deciding thread. :meth:`decide_async` runs the code on the caller's loop.
@@ -129,7 +125,6 @@ class RunDecider:
         new_run_id: Callable[[], str] | None = None,
         max_replay_iterations: int = DEFAULT_MAX_REPLAY_ITERATIONS,
         await_running_steps: bool = True,
-        flow_control: bool = True,
     ) -> None:
         self._runtime = runtime
         self._compat = compatibility
@@ -140,7 +135,6 @@ class RunDecider:
         self._new_run_id = new_run_id or _uuid4
         self._await_running = await_running_steps
         self._max_iterations = max_replay_iterations
-        self._flow_control = flow_control
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def admits(self, snap: WorkflowRunSnapshot) -> bool:
@@ -241,10 +235,7 @@ class RunDecider:
     ) -> tuple[LimitClaim, ...]:
         if step.step_id in snap.steps:
             return ()
-        claims = self._runtime.step_claims(step.step_name, step.input)
-        if claims and not self._flow_control:
-            raise _unenforced(f"step {step.step_name}")
-        return claims
+        return self._runtime.step_claims(step.step_name, step.input)
 
     def _child_admission(
         self, snap: WorkflowRunSnapshot, child: cmd.ChildWorkflowCommand | cmd.StartChildWorkflow
@@ -252,10 +243,7 @@ class RunDecider:
         if child.child_id in snap.child_workflows:
             return None
         priority = DEFAULT_PRIORITY if snap.admission is None else snap.admission.priority
-        admission = self._runtime.admission(child.spec, child.input, priority)
-        if admission is not None and admission.claims and not self._flow_control:
-            raise _unenforced(f"child workflow {child.spec.name}")
-        return admission
+        return self._runtime.admission(child.spec, child.input, priority)
 
     def _failed(self, snap: WorkflowRunSnapshot, error: FlowError, now: datetime) -> NextStep:
         """Running the run's code failed: the run is stuck, unless the code raised
@@ -294,13 +282,6 @@ def _cleanup_failed(event: ev.FlowEvent, error: FlowError) -> ev.FlowEvent:
         failure = failure[: MAX_CLEANUP_ERROR_CHARS - 1] + "\u2026"
     why = f"its cleanup failed ({failure})"
     return replace(event, reason=why if not event.reason else f"{event.reason}; {why}")
-
-
-def _unenforced(what: str) -> InvalidWorkflow:
-    return InvalidWorkflow(
-        f"{what} declares concurrency or rate limits, which this backend does not enforce yet: "
-        "run it embedded"
-    )
 
 
 def _uuid4() -> str:

@@ -30,11 +30,6 @@ from streamflow import (
     WorkflowRunStatus,
     WorkflowSignal,
 )
-from tests.conftest import BACKENDS
-
-pytestmark = pytest.mark.parametrize(
-    "make_driver", [b for b in BACKENDS if b != "kafka"], indirect=True
-)
 
 TIMEOUT = 30.0
 

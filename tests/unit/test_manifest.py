@@ -25,7 +25,7 @@ from streamflow.kafka.naming import Names
 DAY_MS = 86_400_000
 NAMESPACES = ["streamflow", "t-ns_1.x"]
 BUILDS = ["v1", "orders:2026/sha@1+x", None]
-TOPOLOGIES = ("journal", "processor", "worker", "timer", "hooks", "observers")
+TOPOLOGIES = ("journal", "processor", "worker", "timer", "hooks", "limits", "observers")
 Docs = tuple[dict[str, Any], dict[str, dict[str, Any]]]
 
 
@@ -71,6 +71,8 @@ def test_the_shipped_manifests_load_from_the_repository(manifest):
         "audit",
         "metrics",
         "schedules",
+        "limit_requests",
+        "limits",
     }
     assert set(manifest.profiles) == {"production", "dev"}
 
@@ -97,6 +99,8 @@ def test_topic_templates_render_to_the_names_the_code_uses(manifest, namespace, 
         "audit": names.audit,
         "metrics": names.metrics,
         "schedules": names.schedules,
+        "limit_requests": names.limit_requests,
+        "limits": names.limits,
     }
 
 
@@ -120,6 +124,11 @@ def test_topology_templates_render_to_the_names_the_code_uses(manifest, namespac
     assert hooks.inputs == (names.hook_requests,)
     assert hooks.reads == (names.hook_tokens,)
     assert names.hook_tokens in hooks.outputs
+    limits = manifest.topology("limits", namespace)
+    assert limits.group == names.limits_group
+    assert limits.inputs == (names.limit_requests,)
+    assert limits.reads == (names.limits,)
+    assert {names.limits, names.requests} <= set(limits.outputs)
     observers = manifest.topology("observers", namespace)
     assert observers.group == names.observers_group
     assert observers.inputs == (names.history,)
@@ -138,7 +147,12 @@ def test_the_writers_of_exactly_once_outputs_are_transactional_and_every_consume
     manifest,
 ):
     specs = {name: manifest.topology(name, "ns", build="b") for name in TOPOLOGIES}
-    assert {n for n, s in specs.items() if s.transactional} == {"journal", "hooks", "observers"}
+    assert {n for n, s in specs.items() if s.transactional} == {
+        "journal",
+        "hooks",
+        "limits",
+        "observers",
+    }
     assert {s.isolation_level for s in specs.values()} == {"read_committed"}
     assert {s.consumer_config()["isolation.level"] for s in specs.values()} == {"read_committed"}
     assert {n: s.state for n, s in specs.items()} == {
@@ -147,6 +161,7 @@ def test_the_writers_of_exactly_once_outputs_are_transactional_and_every_consume
         "worker": "none",
         "timer": "rocksdb",
         "hooks": "rocksdb",
+        "limits": "rocksdb",
         "observers": "rocksdb",
     }
     writers = {n for n, s in specs.items() if "ns.history" in s.outputs}
@@ -178,6 +193,8 @@ def test_cleanup_policies_and_retention_are_as_designed(manifest):
         "audit": "delete",
         "metrics": "delete",
         "schedules": "compact",
+        "limit_requests": "delete",
+        "limits": "compact",
     }
     # Callbacks by token carry the token in plaintext: they are kept for an hour at most.
     assert int(specs["hook_requests"].config["retention.ms"]) <= 3_600_000
