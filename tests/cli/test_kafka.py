@@ -129,3 +129,17 @@ def test_lifecycle_on_kafka(deployed: Deployed) -> None:
     over_http = cli("runs", "--json", "--workflow", "cli.echo", "--url", k.observers)
     assert over_http.returncode == 0, over_http.stderr
     assert [r["run_id"] for r in json.loads(over_http.stdout)["runs"]] == ["k-1"]
+
+
+def test_priority_and_limits_on_kafka(deployed: Deployed) -> None:
+    """A start with a priority goes through; the limit groups cannot be read there yet."""
+    out = deployed.ok("start", "cli.echo", "kp-1", "--input", '{"n": 4}', "--priority", "2")
+    assert out.strip() == "run kp-1 started"
+    wait_for(lambda: deployed.status("kp-1") == "completed", "kp-1 to complete", DEADLINE)
+    bad = deployed.run("start", "cli.echo", "kp-2", "--input", '{"n": 4}', "--priority", "7")
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error: InvalidPriority: ")
+    for index in (False, True):
+        done = deployed.run("limits", index=index)
+        assert done.returncode == 1, done.stdout
+        assert done.stderr.startswith("error: LimitsUnavailable: "), done.stderr
