@@ -40,19 +40,20 @@ class Concurrency:
     separately (a non-blank ``str`` of at most 256 characters without control characters), e.g.
     ``key=lambda order: order.customer_id`` for "one run per customer at a time"; ``None``
     (default): one count for every run. ``name``: the limit's id (default ``"concurrency"``,
-    then ``"concurrency.2"``, ... for later ones of the same workflow or step). ``lease``
-    (seconds, or a ``timedelta``; default 60 s): how long a slot held by a remote worker
-    survives without being renewed, so a slot of a worker that died is released.
+    then ``"concurrency.2"``, ... for later ones of the same workflow or step).
+
+    A slot belongs to the run or step attempt, not to the process running it: an attempt whose
+    worker died is delivered again (embedded: re-run by recovery; Kafka: to another worker of
+    its build once the consumer group notices) and releases its slot when it ends, so no lease
+    is needed.
 
     Bad values raise ``InvalidWorkflow`` when the declaration is made: a ``limit`` that is not
-    an int >= 1 (a ``bool`` is refused), a ``key`` that is not callable, a blank ``name``, a
-    ``lease`` that is not positive.
+    an int >= 1 (a ``bool`` is refused), a ``key`` that is not callable, a blank ``name``.
     """
 
     limit: int
     key: KeyFunction | None = None
     name: str | None = None
-    lease: timedelta | float = 60.0
 
     def __init__(
         self,
@@ -60,19 +61,11 @@ class Concurrency:
         key: KeyFunction | None = None,
         *,
         name: str | None = None,
-        lease: timedelta | float = 60.0,
     ) -> None:
         what = "Concurrency"
         object.__setattr__(self, "limit", _limit(limit, what))
         object.__setattr__(self, "key", _key(key, what))
         object.__setattr__(self, "name", _name(name, what))
-        _milliseconds(lease, f"{what} lease")
-        object.__setattr__(self, "lease", lease)
-
-    @property
-    def lease_ms(self) -> int:
-        """``lease`` in whole milliseconds (rounded; at least 1)."""
-        return _milliseconds(self.lease, "Concurrency lease")
 
     def spec(self, limit_id: str) -> LimitSpec:
         """The core's :class:`~streamflow.core.admission.LimitSpec` of this declaration."""
@@ -81,7 +74,6 @@ class Concurrency:
             kind="concurrency",
             max=self.limit,
             keyed=self.key is not None,
-            lease_ms=self.lease_ms,
         )
 
 
