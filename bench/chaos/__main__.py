@@ -9,6 +9,10 @@ Scenarios (``--short``: a few hundred runs, one fault of each kind, a few minute
   processors and workers, a timer, the hooks topology and two observers instances, with
   SIGKILLs of every role (some onto empty state directories), a SIGSTOPped journal, poison and
   oversized records among valid ones, and hook callbacks by token sent twice or contradicting;
+- ``limits``: 2,000 runs over 50 keys of a workflow limited to 2 runs per key, each with a
+  step limited to 6 attempts at once across every worker, while every role is SIGKILLed in turn
+  (the limits topology twice, once onto empty state); the committed history must prove that no
+  limit was ever exceeded (``checker.check_limits``), and every run completes;
 - ``broker``: a single broker SIGKILLed under load and restarted on its data directory;
 - ``cluster``: a 3-broker cluster (replication factor 3, ``min.insync.replicas=2``) losing a
   node under load, which comes back later.
@@ -37,7 +41,7 @@ from streamflow.testing.broker import (
     broker_from_environment,
 )
 
-ROLES = ("journal", "processor", "worker", "timer", "hooks", "observers")
+ROLES = ("journal", "processor", "worker", "timer", "hooks", "limits", "observers")
 
 
 async def _at(began: float, offset: float) -> None:
@@ -99,6 +103,57 @@ async def mixed(root: Path, short: bool, seed: int, bootstrap: str | None = None
     if survivors:
         outcome.violations.append(f"observers-0, never killed, exited {len(survivors)} times")
     return outcome
+
+
+async def limits(root: Path, short: bool, seed: int, bootstrap: str | None = None) -> Outcome:
+    broker = ExternalBroker(bootstrap) if bootstrap else broker_from_environment()
+    suffix = root.name.replace("_", "-")[-20:]
+    settings = KafkaSettings(bootstrap=broker.bootstrap, namespace=f"chaos-limits-{seed}-{suffix}")
+    runs, rate = (300, 12.0) if short else (2000, 14.0)
+    rng = random.Random(seed)
+
+    async def timeline(deployment: Deployment, faults: list[Fault]) -> None:
+        began = time.monotonic()
+        kills = [
+            ("limits-0", False),
+            ("journal-0", False),
+            ("worker-1", False),
+            ("processor-0", False),
+            ("limits-0", True),
+            ("timer-0", False),
+            ("hooks-0", False),
+            ("observers-1", False),
+            ("worker-0", False),
+            ("journal-1", True),
+        ]
+        if not short:
+            pool = [f"{r}-{i}" for r in ("journal", "processor", "worker") for i in (0, 1)]
+            pool += ["limits-0", "limits-0", "timer-0", "hooks-0", "observers-1"]
+            kills += [(rng.choice(pool), i % 4 == 0) for i in range(10)]
+        spacing = 2.5 if short else 7.0
+        offset = 3.0
+        for name, empty in kills:
+            await _at(began, offset)
+            faults.append(Fault(f"kill -9 {name.rsplit('-', 1)[0]}", time.time()))
+            if empty:
+                faults[-1].kind += " (empty state)"
+            deployment.kill(name, empty_state=empty)
+            offset += spacing
+
+    try:
+        return await run_scenario(
+            "limits",
+            settings,
+            root / "limits",
+            runs=runs,
+            rate=rate,
+            timeline=timeline,
+            hook_share=0.0,
+            seed=seed,
+            limited_keys=50,
+        )
+    finally:
+        broker.stop()
 
 
 async def broker_restart(
@@ -171,6 +226,7 @@ async def cluster_node(
 
 SCENARIOS: dict[str, Callable[[Path, bool, int, str | None], Awaitable[Outcome]]] = {
     "mixed": mixed,
+    "limits": limits,
     "broker": broker_restart,
     "cluster": cluster_node,
 }
@@ -200,6 +256,8 @@ def render(outcome: Outcome) -> str:
         lines.append(f"   hooks {outcome.hooks}")
     if outcome.observers:
         lines.append(f"   observers {outcome.observers}")
+    if outcome.limits:
+        lines.append(f"   limits {outcome.limits}")
     lines += [f"   VIOLATION {v}" for v in outcome.violations[:20]]
     lines += [f"   STUCK {r}" for r in outcome.stuck[:10]]
     lines += [f"   MISSING {r}" for r in outcome.missing[:10]]

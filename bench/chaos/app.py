@@ -1,10 +1,13 @@
 """The chaos suite's application, run by every topology process (``--app bench.chaos.app:Chaos``).
 
-Two workflows:
+Three workflows:
 
 - ``chaos.steps``: three sequential steps with a short timer after the second, then done;
 - ``chaos.hook``: one step, then a hook whose token the driver derives from the run id, then
-  done with the hook's payload.
+  done with the hook's payload;
+- ``chaos.limited``: at most ``PER_KEY`` runs per key at once (``key`` of its input), each a
+  ``charge`` step (at most ``CHARGE_LIMIT`` attempts at once across every worker), a short
+  timer and a last step.
 
 Every step execution appends ``time run step attempt key`` to the ledger named by
 ``STREAMFLOW_CHAOS_LEDGER`` (one ``write`` of one line with ``O_APPEND``, so lines from many
@@ -27,8 +30,13 @@ from streamflow import (
     WorkflowInvocation,
     WorkflowSpec,
 )
+from streamflow.core.admission import Admission, LimitClaim, LimitSpec, check_priority
+from streamflow.core.jsonvalue import JsonValue
 
 STEPS_SPEC = WorkflowSpec.python("chaos.steps", "1", "bench.chaos.app", "Chaos")
+LIMITED_SPEC = WorkflowSpec.python("chaos.limited", "1", "bench.chaos.app", "Chaos")
+PER_KEY = 2
+CHARGE_LIMIT = 6
 HOOK_SPEC = WorkflowSpec.python("chaos.hook", "1", "bench.chaos.app", "Chaos")
 PAUSE = timedelta(milliseconds=200)
 TOKEN_PREFIX = "chaos-token-"
@@ -41,8 +49,40 @@ def hook_token(run_id: str) -> str:
 
 
 class Chaos(FlowRuntime):
+    def admission(
+        self, spec: WorkflowSpec, input: JsonValue, priority: int = 3
+    ) -> Admission | None:
+        check_priority(priority)
+        if spec.name != LIMITED_SPEC.name:
+            return None
+        assert isinstance(input, dict)
+        key = str(input["key"])
+        return Admission(priority=priority, claims=(LimitClaim("per-key", key, PER_KEY),))
+
+    def step_claims(self, step_name: str, input: JsonValue) -> tuple[LimitClaim, ...]:
+        return (LimitClaim("charge", "", CHARGE_LIMIT),) if step_name == "charge" else ()
+
+    def limit_specs(self) -> list[LimitSpec]:
+        return [
+            LimitSpec("per-key", "concurrency", PER_KEY, keyed=True),
+            LimitSpec("charge", "concurrency", CHARGE_LIMIT),
+        ]
+
     def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
         ctx = invocation.context()
+        if ctx.spec.name == LIMITED_SPEC.name:
+            if not ctx.step_completed("charge"):
+                return ctx.schedule_step("charge", "charge", {"i": 1}, RETRY)
+            if not ctx.wait_completed("pause"):
+                done = next(
+                    e.timestamp
+                    for e in ctx.history
+                    if isinstance(e.event, StepCompleted) and e.event.step_id == "charge"
+                )
+                return ctx.wait_until("pause", done + PAUSE)
+            if not ctx.step_completed("last"):
+                return ctx.schedule_step("last", "effect", {"i": 2}, RETRY)
+            return ctx.complete({"steps": 2})
         if ctx.spec.name == HOOK_SPEC.name:
             if not ctx.step_completed("prepare"):
                 return ctx.schedule_step("prepare", "effect", {"i": 0}, RETRY)

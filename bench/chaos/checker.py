@@ -391,3 +391,109 @@ def ledger(path: Path) -> dict[tuple[str, str, int], list[float]]:
             at, run_id, step_id, attempt, _key = line.split()
             runs[(run_id, step_id, int(attempt))].append(float(at))
     return runs
+
+
+# -- flow control ---------------------------------------------------------------------------
+
+
+def _record(value: Any) -> dict[str, Any] | None:
+    """A nullable record field as fastavro gives it (``(name, record)`` with record names)."""
+    if isinstance(value, tuple):
+        value = value[1]
+    return value if isinstance(value, dict) else None
+
+
+@dataclass
+class LimitProof:
+    """What the history proves about every limit: holders checked, the most any (limit, key)
+    held at once and its maximum, the grants of each rate window, and every violation."""
+
+    holders: int = 0
+    peak: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """``group limit key`` → (most held at once, its max), for concurrency limits."""
+    queued_never_granted: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+
+def check_limits(report: Report) -> LimitProof:
+    """From committed history alone: a run or step attempt holds a slot of each of its claims
+    from the event that recorded its grant until the event that ended it (the run's terminal
+    event, the attempt's resolution, or its run's end). At no instant may more holders of one
+    (limit group, limit id, key) hold a slot than that claim's max (an end and a start at the
+    same microsecond count as the end first), and no rate window of recorded grant times may
+    hold more grants than its max."""
+    proof = LimitProof()
+    edges: dict[tuple[str, str, str], list[tuple[int, int]]] = defaultdict(list)
+    maxima: dict[tuple[str, str, str], int] = {}
+    rates: dict[tuple[str, str, str], tuple[int, int, list[int]]] = {}
+    for run_id, events in report.runs.items():
+        for began, end, claims, grant in _spans(run_id, events, proof):
+            proof.holders += 1
+            for claim in claims:
+                slot = (grant["group"], claim["limit_id"], claim["key"])
+                if claim.get("period_ms") is not None:
+                    rate = rates.setdefault(slot, (claim["period_ms"], claim["max"], []))
+                    rate[2].append(grant["granted_at_ms"])
+                    continue
+                maxima[slot] = claim["max"]
+                edges[slot] += [(began, 1), (2**62 if end is None else end, -1)]
+    for slot, points in edges.items():
+        held = peak = 0
+        for _, delta in sorted(points):  # at one instant the -1 (an end) sorts first
+            held += delta
+            peak = max(peak, held)
+        name = " ".join(slot)
+        proof.peak[name] = (peak, maxima[slot])
+        if peak > maxima[slot]:
+            proof.violations.append(f"limit {name}: {peak} held at once, max {maxima[slot]}")
+    for slot, (period, limit, times) in rates.items():
+        times.sort()
+        start = 0
+        for i, at in enumerate(times):
+            while times[start] <= at - period:
+                start += 1
+            if i - start + 1 > limit:
+                name = " ".join(slot)
+                proof.violations.append(f"rate {name}: {i - start + 1} grants in one window")
+                break
+    return proof
+
+
+Span = tuple[int, int | None, list[dict[str, Any]], dict[str, Any]]
+"""When a holder got its grant and ended (``None``: not yet), its claims, its grant."""
+
+
+def _spans(run_id: str, events: list[Event], proof: LimitProof) -> list[Span]:
+    if not events:
+        return []
+    admission = _record(events[0].body.get("admission"))
+    run_claims = list((admission or {}).get("claims") or [])
+    last = events[-1]
+    ended_at = last.timestamp_us if last.kind in TERMINAL else None
+    run_end = None if last.kind == "RunContinuedAsNew" else ended_at  # the chain keeps it
+    step_claims: dict[str, list[dict[str, Any]]] = {}
+    running: dict[str, tuple[int, dict[str, Any]]] = {}
+    spans: list[Span] = []
+    for e in events:
+        if e.kind == "RunStarted" and run_claims:
+            grant = _record(e.body.get("grant"))
+            if grant is None:
+                proof.violations.append(f"{run_id}: started without a grant")
+            else:
+                spans.append((e.timestamp_us, run_end, run_claims, grant))
+        elif e.kind == "StepCreated":
+            step_claims[e.body["step_id"]] = list(e.body.get("limits") or [])
+        elif e.kind == "StepStarted" and step_claims.get(e.body["step_id"]):
+            grant = _record(e.body.get("grant"))
+            if grant is None:
+                proof.violations.append(f"{run_id}: step {e.body['step_id']} without a grant")
+            else:
+                running[e.body["step_id"]] = (e.timestamp_us, grant)
+        elif e.kind in RESOLVING and e.body["step_id"] in running:
+            began, grant = running.pop(e.body["step_id"])
+            spans.append((began, e.timestamp_us, step_claims[e.body["step_id"]], grant))
+    for step_id, (began, grant) in running.items():
+        spans.append((began, ended_at, step_claims[step_id], grant))
+    if run_claims and ended_at is None and not any(e.kind == "RunStarted" for e in events):
+        proof.queued_never_granted.append(run_id)
+    return spans

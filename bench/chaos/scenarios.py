@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from bench.chaos import checker
-from bench.chaos.app import HOOK_SPEC, STEPS_SPEC, hook_token
+from bench.chaos.app import HOOK_SPEC, LIMITED_SPEC, STEPS_SPEC, Chaos, hook_token
 from streamflow import HookConflict, HookTokenNotFound
 from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
@@ -37,6 +37,7 @@ from streamflow.kafka.naming import Names, partition_for
 from streamflow.testing.processes import Cluster, Supervisor, TopologyProcess
 
 APP = "bench.chaos.app:Chaos"
+LIMITS = Chaos()
 ROLES_SCALED = ("journal", "processor", "worker")
 
 
@@ -66,6 +67,8 @@ class Outcome:
     restarts: list[tuple[str, int]] = field(default_factory=list)
     hooks: dict[str, int] = field(default_factory=dict)
     observers: dict[str, int] = field(default_factory=dict)
+    limits: dict[str, Any] = field(default_factory=dict)
+    """The limit proof's figures (holders checked, limits at their max)."""
     audited: int = 0
     seconds: float = 0.0
 
@@ -99,6 +102,7 @@ class Outcome:
             "supervisor_restarts": [f"{name} (exit {code})" for name, code in self.restarts],
             "hooks": self.hooks,
             "observers": self.observers,
+            "limits": self.limits,
             "audited": self.audited,
             "seconds": round(self.seconds, 1),
         }
@@ -137,13 +141,16 @@ class Deployment:
                 # node holding a tasks partition stalls the journal until it is back.
                 "STREAMFLOW_TOPIC_PROFILE": profile,
             },
-            args=dict.fromkeys(("journal", "processor", "worker", "timer", "hooks"), timeouts),
+            args=dict.fromkeys(
+                ("journal", "processor", "worker", "timer", "hooks", "limits"), timeouts
+            ),
         )
         for role in ROLES_SCALED:
             for i in range(scale):
                 self.cluster.spawn(role, instance=str(i))
         self.cluster.spawn("timer")
         self.cluster.spawn("hooks")
+        self.cluster.spawn("limits")
         self.observer_urls: list[str] = []
         for i in range(observers):
             port = _free_port()
@@ -177,10 +184,19 @@ class Deployment:
 class Load:
     """A steady stream of starts, and the callbacks of hook runs."""
 
-    def __init__(self, client: FlowClient, *, hook_share: float, rng: random.Random) -> None:
+    def __init__(
+        self,
+        client: FlowClient,
+        *,
+        hook_share: float,
+        rng: random.Random,
+        limited_keys: int = 0,
+    ) -> None:
         self.client = client
         self.hook_share = hook_share
         self.rng = rng
+        self.limited_keys = limited_keys
+        """Start ``chaos.limited`` runs over this many keys instead (0: steps and hook runs)."""
         self.steps: list[str] = []
         self.hooks: list[str] = []
         self.starts: list[asyncio.Future[str]] = []
@@ -188,8 +204,17 @@ class Load:
 
     async def send(self, prefix: str, count: int, rate: float) -> None:
         for i in range(count):
-            hook = self.rng.random() < self.hook_share
             run_id = f"{prefix}-{i:05d}"
+            if self.limited_keys:
+                # The claims are computed here, where the App is loaded, as Workflow.start does.
+                value = {"key": f"key-{i % self.limited_keys:02d}"}
+                admission = LIMITS.admission(LIMITED_SPEC, value)
+                self.steps.append(run_id)
+                start = self.client.start_with_id(run_id, LIMITED_SPEC, value, admission=admission)
+                self.starts.append(asyncio.ensure_future(start))
+                await asyncio.sleep(1 / rate)
+                continue
+            hook = self.rng.random() < self.hook_share
             spec = HOOK_SPEC if hook else STEPS_SPEC
             (self.hooks if hook else self.steps).append(run_id)
             self.starts.append(asyncio.ensure_future(self.client.start_with_id(run_id, spec, {})))
@@ -294,6 +319,7 @@ async def run_scenario(
     hook_share: float = 0.2,
     seed: int = 1,
     settle: float = 300.0,
+    limited_keys: int = 0,
 ) -> Outcome:
     """Start a deployment, run the load and ``timeline`` (which injects faults, appending to
     the list it is given), wait for every run to end, then check everything."""
@@ -303,7 +329,7 @@ async def run_scenario(
         settings, root, scale=scale, observers=observers, profile=profile, partitions=partitions
     )
     client = FlowClient(settings, request_timeout=600)
-    load = Load(client, hook_share=hook_share, rng=random.Random(seed))
+    load = Load(client, hook_share=hook_share, rng=random.Random(seed), limited_keys=limited_keys)
     probe = ObserversProbe(deployment.observer_urls).start() if observers else None
     try:
         await asyncio.to_thread(deployment.cluster.wait_for_route, None, 120)
@@ -385,6 +411,17 @@ def _check(
     outcome.missing = [r for r in run_ids if r not in report.runs]
     outcome.stuck = [r for r in run_ids if r in report.runs and report.terminal(r) is None]
     _check_hooks(outcome, report, callbacks)
+    limits = checker.check_limits(report)
+    outcome.violations += limits.violations
+    outcome.violations += [f"{r}: queued, never granted" for r in limits.queued_never_granted]
+    if limits.holders:
+        busiest = sorted(limits.peak.items(), key=lambda kv: -kv[1][0])[:3]
+        outcome.limits = {
+            "holders": limits.holders,
+            "limits": len(limits.peak),
+            "at_max": sum(1 for peak, most in limits.peak.values() if peak == most),
+            "busiest": {name: f"{peak}/{most}" for name, (peak, most) in busiest},
+        }
     executions = checker.ledger(deployment.ledger)
     for times in executions.values():
         for at in sorted(times)[1:]:

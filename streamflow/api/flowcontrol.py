@@ -4,18 +4,20 @@ group holds and queues (``/v1/limits``).
 
 The groups' ledgers (:class:`~streamflow.engine.slots.SlotDesk`) live in the process that
 hosts the engine; :func:`desk_over` rebuilds them read only from a store (what ``streamflow
-show --dir`` and ``streamflow limits --dir`` read), as a host rebuilds them when it starts. A
-Kafka deployment keeps no ledger this server can read yet: its views carry ``position`` null and
-``/v1/limits`` answers 501 ``LimitsUnavailable``.
+show --dir`` and ``streamflow limits --dir`` read), as a host rebuilds them when it starts. On
+Kafka they are read from ``{ns}.limits``, which the limits topology writes with every decision
+(:func:`~streamflow.kafka.limits_reader.read_ledgers`). :func:`ledgers_of` finds them for a
+flow.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from streamflow.api.errors import LimitGroupNotFound
 from streamflow.core.admission import MAX_PRIORITY, MIN_PRIORITY, Holder, LimitClaim
@@ -23,10 +25,44 @@ from streamflow.core.ledger import Ledger, LedgerEntry
 from streamflow.core.projection import project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.views import limit_view
-from streamflow.engine.slots import EngineStoreView, SlotDesk, epoch_ms
+from streamflow.engine.slots import EngineStoreView, SlotDesk, desk_of, epoch_ms
 from streamflow.stores.base import FlowEventStore
 
 Json = dict[str, Any]
+
+
+class LedgerReads(Protocol):
+    """What the views read of limit groups' ledgers (an engine's desk, a Kafka namespace's)."""
+
+    def ledger(self, group: str) -> Ledger | None:
+        """The ledger of ``group``, if any."""
+        ...
+
+    def groups(self) -> list[str]:
+        """Every group with a ledger."""
+        ...
+
+    def position(self, group: str, holder: Holder) -> tuple[int, str] | None:
+        """How many queued holders of ``holder``'s key are ahead of it, and that key."""
+        ...
+
+
+async def ledgers_of(flow: object) -> LedgerReads | None:
+    """The ledgers behind ``flow``: an embedded engine's (rebuilt from its store once), a Kafka
+    client's namespace's (``{ns}.limits`` read to its committed end now); ``None`` for any
+    other flow."""
+    desk = desk_of(flow)
+    if desk is not None:
+        await desk.build()
+        return desk
+    from streamflow.kafka.client import FlowClient
+
+    if isinstance(flow, FlowClient):
+        from streamflow.kafka.limits_reader import read_ledgers
+
+        return await asyncio.to_thread(read_ledgers, flow.settings)
+    return None
+
 
 TOP_KEYS = 20
 """How many keys ``/v1/limits`` lists per limit: those with the longest queues."""
@@ -39,7 +75,7 @@ def needs_positions(view: Json) -> bool:
     )
 
 
-def with_positions(view: Json, desk: SlotDesk, now: datetime) -> Json:
+def with_positions(view: Json, desk: LedgerReads, now: datetime) -> Json:
     """``view`` with the ``position`` and the waited-on ``limit`` of its queued run and step
     attempts, as ``desk`` knows them (left as they are where it does not know the holder).
 
@@ -64,7 +100,7 @@ def with_positions(view: Json, desk: SlotDesk, now: datetime) -> Json:
     return view
 
 
-def _placed(desk: SlotDesk, queued: Json, holder: Holder, now_ms: int) -> Json:
+def _placed(desk: LedgerReads, queued: Json, holder: Holder, now_ms: int) -> Json:
     group = str(queued["group"])
     found = desk.position(group, holder)
     ledger = desk.ledger(group)
@@ -108,7 +144,7 @@ def _entries(ledger: Ledger) -> list[LedgerEntry]:
     return [entry for entry in found if entry is not None]
 
 
-def group_view(desk: SlotDesk, group: str, now: datetime) -> Json:
+def group_view(desk: LedgerReads, group: str, now: datetime) -> Json:
     """One group of ``/v1/limits``: ``{"group", "holders", "queued", "limits": [...]}``, each
     limit ``{"limit_id", "kind", "max", "period_ms", "held", "queued": {"1".."5"}, "window",
     "keys": [{"key", "queued", "held", "window"}]}`` with the :data:`TOP_KEYS` keys of the
@@ -175,7 +211,7 @@ def _limit_json(ledger: Ledger, limit: _Limit, now_ms: int) -> Json:
     }
 
 
-def limits_view(desk: SlotDesk, now: datetime, group: str | None = None) -> Json:
+def limits_view(desk: LedgerReads, now: datetime, group: str | None = None) -> Json:
     """``/v1/limits`` (every group the desk keeps a ledger of) or ``/v1/limits/{group}``.
 
     Args:

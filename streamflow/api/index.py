@@ -30,7 +30,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from streamflow.api.errors import IncidentNotFound, LimitsUnavailable
-from streamflow.api.flowcontrol import limits_view, needs_positions, with_positions
+from streamflow.api.flowcontrol import (
+    ledgers_of,
+    limits_view,
+    needs_positions,
+    with_positions,
+)
 from streamflow.api.pages import (
     builds_of_rows,
     builds_of_snapshots,
@@ -52,7 +57,6 @@ from streamflow.core.views import (
     summary_view,
     suspension_view,
 )
-from streamflow.engine.slots import desk_of
 from streamflow.flow import Flow
 from streamflow.observe.http import Inspector
 from streamflow.stores.rows import RunFilter, SnapshotRows, page_rows
@@ -158,10 +162,15 @@ class FlowIndex:
         view = run_view(snap)
         view["incident"] = None if incident is None else incident.to_json()
         view["has_incident"] = incident is not None
-        desk = desk_of(self._flow)
-        if desk is not None and needs_positions(view):
-            await desk.build()  # once: the ledgers as the store has them
-            view = with_positions(view, desk, _now())
+        return await self.place(view)
+
+    async def place(self, view: Json) -> Json:
+        """``view`` (a run's detail) with where its queued run or step attempts wait, when the
+        flow's limit ledgers can be read."""
+        if needs_positions(view):
+            ledgers = await ledgers_of(self._flow)
+            if ledgers is not None:
+                view = with_positions(view, ledgers, _now())
         return view
 
     async def history(self, run_id: str) -> Json:
@@ -226,13 +235,12 @@ class FlowIndex:
         return summary_view(await self._flow.run_summary())
 
     async def limits(self, group: str | None = None) -> Json:
-        desk = desk_of(self._flow)
-        if desk is None:
+        ledgers = await ledgers_of(self._flow)
+        if ledgers is None:
             raise LimitsUnavailable(
                 f"a {type(self._flow).__name__} keeps no limit ledger this server can read"
             )
-        await desk.build()
-        return limits_view(desk, _now(), group)
+        return limits_view(ledgers, _now(), group)
 
 
 class InspectorIndex:
@@ -284,6 +292,8 @@ class InspectorIndex:
         validate_run_id(run_id)
         view = dict(await self._ask("run", run_id))
         view["has_incident"] = view.get("incident") is not None
+        if isinstance(self._results, FlowIndex):
+            view = await self._results.place(view)  # a Kafka client reads {ns}.limits
         return view
 
     async def history(self, run_id: str) -> Json:
@@ -343,9 +353,12 @@ class InspectorIndex:
         return dict(await self._ask("summary"))
 
     async def limits(self, group: str | None = None) -> Json:
+        if isinstance(self._results, FlowIndex):
+            return await self._results.limits(group)  # a Kafka client reads {ns}.limits
         raise LimitsUnavailable(
             "this run index keeps no limit ledger: the limit groups are read from the embedded "
-            "engine that holds them (streamflow serve, streamflow limits --dir)"
+            "engine that holds them (streamflow serve, streamflow limits --dir) or from Kafka "
+            "through a server with a client (streamflow serve --kafka)"
         )
 
 

@@ -388,6 +388,23 @@ class Ledger:
         entry = self._entries.get(holder)
         return None if entry is None else replace(entry)
 
+    def position(self, holder: Holder) -> tuple[int, str] | None:
+        """Where queued ``holder`` waits: how many queued holders of its fairness key are
+        ahead of it (a better priority, or the same one and an earlier arrival), and that key
+        (``""``: group-wide limits only). ``None`` when it is not queued here."""
+        entry = self._entries.get(holder)
+        if entry is None or entry.state != "queued":
+            return None
+        rank = (entry.priority, entry.arrival, entry.order)
+        ahead = sum(
+            1
+            for other in self._entries.values()
+            if other.state == "queued"
+            and other.fairness_key == entry.fairness_key
+            and (other.priority, other.arrival, other.order) < rank
+        )
+        return ahead, entry.fairness_key
+
     def holder_of(self, grant_id: str) -> Holder | None:
         """The holder that holds grant ``grant_id`` (a continue-as-new chain's first run holds
         the slot its successors inherit), if any."""

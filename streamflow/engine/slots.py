@@ -320,20 +320,10 @@ class SlotDesk:
         return sorted(self._ledgers)
 
     def position(self, group: str, holder: Holder) -> tuple[int, str] | None:
-        """Where queued ``holder`` waits in ``group``: how many queued holders of its fairness
-        key are ahead of it (a better priority, or the same one and an earlier arrival), and
-        that key (``""``: group-wide limits only). ``None`` when it is not queued there."""
+        """Where queued ``holder`` waits in ``group`` (:meth:`Ledger.position
+        <streamflow.core.ledger.Ledger.position>`); ``None`` when it is not queued there."""
         ledger = self._ledgers.get(group)
-        entry = None if ledger is None else ledger.entry(holder)
-        if ledger is None or entry is None or entry.state != "queued":
-            return None
-        rank = (entry.priority, entry.arrival, entry.order)
-        ahead = 0
-        for other in ledger.holders("queued"):
-            seen = ledger.entry(other)
-            if seen is not None and seen.fairness_key == entry.fairness_key:
-                ahead += (seen.priority, seen.arrival, seen.order) < rank
-        return ahead, entry.fairness_key
+        return None if ledger is None else ledger.position(holder)
 
 
 def desk_of(flow: object) -> SlotDesk | None:

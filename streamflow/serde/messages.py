@@ -26,10 +26,10 @@ from datetime import datetime
 from enum import Enum
 from typing import TypeAlias
 
-from streamflow.core.admission import Holder, LimitClaim, SlotGrant
+from streamflow.core.admission import Holder, LimitClaim, SlotGrant, fairness_key
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.jsonvalue import JsonValue
-from streamflow.core.ledger import LedgerCounters
+from streamflow.core.ledger import EntryState, LedgerCounters, LedgerEntry
 from streamflow.core.requests import CancelRun as CancelRun
 from streamflow.core.requests import DisposeHook as DisposeHook
 from streamflow.core.requests import ForceCancelRun as ForceCancelRun
@@ -484,6 +484,36 @@ class LimitEntry:
     grant: SlotGrant | None = None
     expiring: bool = False
     lease_until_ms: int | None = None
+
+    @staticmethod
+    def of(group: str, entry: LedgerEntry) -> LimitEntry:
+        """The record of a ledger's ``entry`` in ``group``."""
+        return LimitEntry(
+            group=group,
+            holder=entry.holder,
+            claims=entry.claims,
+            priority=entry.priority,
+            arrival=entry.arrival,
+            grant=entry.grant,
+            expiring=entry.state == "expiring",
+            lease_until_ms=entry.lease_until_ms,
+        )
+
+    def entry(self) -> LedgerEntry:
+        """The ledger entry this record saved (for :meth:`Ledger.load
+        <streamflow.core.ledger.Ledger.load>`)."""
+        state: EntryState = "held" if self.grant is not None else "queued"
+        return LedgerEntry(
+            holder=self.holder,
+            claims=self.claims,
+            priority=self.priority,
+            fairness_key=fairness_key(self.claims),
+            arrival=self.arrival,
+            order=0,
+            state="expiring" if self.expiring else state,
+            grant=self.grant,
+            lease_until_ms=self.lease_until_ms,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -37,9 +37,9 @@ from typing import Unpack
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from streamflow.core.admission import Holder, SlotGrant, fairness_key
+from streamflow.core.admission import Holder, SlotGrant
 from streamflow.core.errors import FlowError
-from streamflow.core.ledger import Ledger, LedgerCounters, LedgerEntry
+from streamflow.core.ledger import Ledger, LedgerCounters
 from streamflow.core.requests import GrantSlot
 from streamflow.kafka.clients import copartitioned, partition_count, producer
 from streamflow.kafka.config import KafkaSettings
@@ -266,22 +266,10 @@ class Limits(TransactionalTopology):
         ledger = self._ledgers.get(group)
         if ledger is not None:
             return ledger
-        entries = []
-        for _, raw in self._state.scan("limits", group.encode() + ENTRY):
-            record = self._wire.decode(raw, m.LimitEntry)
-            entries.append(
-                LedgerEntry(
-                    holder=record.holder,
-                    claims=record.claims,
-                    priority=record.priority,
-                    fairness_key=fairness_key(record.claims),
-                    arrival=record.arrival,
-                    order=0,
-                    state="expiring" if record.expiring else ("held" if record.grant else "queued"),
-                    grant=record.grant,
-                    lease_until_ms=record.lease_until_ms,
-                )
-            )
+        entries = [
+            self._wire.decode(raw, m.LimitEntry).entry()
+            for _, raw in self._state.scan("limits", group.encode() + ENTRY)
+        ]
         saved = self._state.get("limits", counters_key(group))
         counters = (
             LedgerCounters()
@@ -295,18 +283,7 @@ class Limits(TransactionalTopology):
         partition = self._partition_of.get(group, partition_for(group, self._partitions))
         for holder in sorted(holders, key=str):
             entry = ledger.entry(holder)
-            value = None
-            if entry is not None:
-                value = m.LimitEntry(
-                    group=group,
-                    holder=holder,
-                    claims=entry.claims,
-                    priority=entry.priority,
-                    arrival=entry.arrival,
-                    grant=entry.grant,
-                    expiring=entry.state == "expiring",
-                    lease_until_ms=entry.lease_until_ms,
-                )
+            value = None if entry is None else m.LimitEntry.of(group, entry)
             self._put(partition, entry_key(group, holder), value)
         counters = m.LimitCounters(group=group, counters=ledger.counters())
         self._put(partition, counters_key(group), counters)

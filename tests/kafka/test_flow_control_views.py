@@ -1,0 +1,84 @@
+"""Where a queued run waits, and what each limit group holds, on the real broker: the HTTP API's
+reads (``/v1/runs/{id}``'s ``queued.position``, ``/v1/limits``) read the limits topology's
+ledgers from ``{ns}.limits``, as the embedded engine's come from its own."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from streamflow import App, Concurrency, DurableContext, WorkflowSignal
+from streamflow.api.index import FlowIndex
+from streamflow.testing.kafka_harness import KafkaDriver
+
+pytestmark = pytest.mark.kafka
+
+
+def limited_app():
+    app = App()
+
+    @app.workflow(signals=("go",), concurrency=Concurrency(1, key=lambda who: who["key"]))
+    async def job(ctx: DurableContext, who: dict) -> str:
+        await ctx.signal("go", "go")
+        return who["key"]
+
+    return app, job
+
+
+async def eventually(check, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = await check()
+        if found is not None or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.05)
+
+
+async def test_a_queued_runs_position_and_the_limit_groups_are_read_from_kafka(kafka, tmp_path):
+    app, job = limited_app()
+    driver = await asyncio.to_thread(KafkaDriver, kafka, app, state_root=tmp_path)
+    try:
+        index = FlowIndex(driver.client)
+        await job.start(driver.client, "holder", {"key": "acme"})
+        await driver.wait_for("holder", lambda s: "go" in s.signal_waits, 30)
+        for i in range(3):
+            await job.start(driver.client, f"waiting-{i}", {"key": "acme"})
+        await job.start(driver.client, "other-key", {"key": "zeta"})
+
+        async def third_in_line():
+            view = await index.run("waiting-2")
+            queued = view.get("queued")
+            return view if queued and queued.get("position") == 2 else None
+
+        view = await eventually(third_in_line)
+        assert view is not None, await index.run("waiting-2")
+        assert view["status"] == "queued"
+        assert view["queued"]["key"] == "acme"
+        assert view["queued"]["group"] == "wf:job"
+
+        async def both_keys_held():
+            limits = await index.limits()
+            groups = limits["groups"]
+            return groups if groups and groups[0]["holders"] == 2 else None
+
+        (group,) = await eventually(both_keys_held) or (await index.limits())["groups"]
+        assert (group["group"], group["holders"], group["queued"]) == ("wf:job", 2, 3)
+        (limit,) = group["limits"]
+        assert (limit["limit_id"], limit["max"], limit["held"]) == ("concurrency", 1, 2)
+        keys = {k["key"]: (k["held"], k["queued"]) for k in limit["keys"]}
+        assert keys == {"acme": (1, 3), "zeta": (1, 0)}
+        other = await driver.wait_for("other-key", lambda s: "go" in s.signal_waits, 30)
+        assert other.status.value == "suspended"  # another key: not behind acme's queue
+
+        await driver.send_signal("holder", WorkflowSignal(signal_id="s", name="go"))
+
+        async def next_in_line():
+            view = await index.run("waiting-2")
+            queued = view.get("queued")
+            return view if queued and queued.get("position") == 1 else None
+
+        assert await eventually(next_in_line) is not None
+    finally:
+        await driver.close()
