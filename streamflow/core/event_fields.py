@@ -1,6 +1,6 @@
 """How an event's fields are written: the :class:`Codec` of each field, chosen by the field's
-annotation (:data:`FIELD_CODECS`), and which fields are bounded (identifiers, counts and times)
-rather than data of any size.
+annotation (:data:`FIELD_CODECS`), which fields are bounded (identifiers, counts and times)
+rather than data of any size, and who may write an event (:class:`Origin`).
 
 :mod:`streamflow.core.events` declares the event types on these; import the names from there
 (it re-exports them), or from here.
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from streamflow.core.admission import Admission, LimitClaim, SlotGrant
@@ -187,3 +188,34 @@ _BOUNDED_FIELDS = frozenset(
 )
 """The event fields that are an identifier, a count or a time: every other field may carry data
 of any size, and the record-size limit measures it (``FlowEvent.SIZED``)."""
+
+
+class Origin(StrEnum):
+    """Who may write an event of a type: declared once, on its registration below."""
+
+    CODE = "code"
+    """Only a decision of workflow code: the events its command turns into."""
+    CODE_OR_HOST = "code_or_host"
+    """Workflow code's command or a host control, the same event either way (``run_cancelled``
+    from ``ctx.cancel()`` or ``force_cancel``, progress, child-operation links)."""
+    DERIVED = "derived"
+    """Never a choice of workflow code nor a host request of its own: it follows from the
+    history by the core's rules (a step attempt's start, a signal paired with its wait, a run
+    ended by a failed fail-run step). The deciding shell writes it, with a decision of code or
+    as a pre-replay repair; a host outcome may write it too (a step result that retries at once
+    or exhausts the run)."""
+    HOST = "host"
+    """Only the host: a start, a host request (signal, hook callback, cancellation request,
+    host shutdown), an outcome it reports (step results, timers, child outcomes)."""
+
+    @property
+    def from_code(self) -> bool:
+        """Whether workflow code may have decided it: the points where replay verification
+        runs the code (``CODE`` must match, ``CODE_OR_HOST`` may be the host's)."""
+        return self is Origin.CODE or self is Origin.CODE_OR_HOST
+
+    @property
+    def proposable(self) -> bool:
+        """Whether the deciding shell writes it, so a processor may propose it to the Kafka
+        journal: everything but the host's own events."""
+        return self is not Origin.HOST

@@ -44,6 +44,7 @@ from streamflow.core.event_fields import STR as STR
 from streamflow.core.event_fields import U32 as U32
 from streamflow.core.event_fields import UTC as UTC
 from streamflow.core.event_fields import Codec as Codec
+from streamflow.core.event_fields import Origin as Origin
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
@@ -58,37 +59,6 @@ from streamflow.core.values import (
     WorkflowSignal,
     WorkflowTerminalOutcome,
 )
-
-
-class Origin(StrEnum):
-    """Who may write an event of a type: declared once, on its registration below."""
-
-    CODE = "code"
-    """Only a decision of workflow code: the events its command turns into."""
-    CODE_OR_HOST = "code_or_host"
-    """Workflow code's command or a host control, the same event either way (``run_cancelled``
-    from ``ctx.cancel()`` or ``force_cancel``, progress, child-operation links)."""
-    DERIVED = "derived"
-    """Never a choice of workflow code nor a host request of its own: it follows from the
-    history by the core's rules (a step attempt's start, a signal paired with its wait, a run
-    ended by a failed fail-run step). The deciding shell writes it, with a decision of code or
-    as a pre-replay repair; a host outcome may write it too (a step result that retries at once
-    or exhausts the run)."""
-    HOST = "host"
-    """Only the host: a start, a host request (signal, hook callback, cancellation request,
-    host shutdown), an outcome it reports (step results, timers, child outcomes)."""
-
-    @property
-    def from_code(self) -> bool:
-        """Whether workflow code may have decided it: the points where replay verification
-        runs the code (``CODE`` must match, ``CODE_OR_HOST`` may be the host's)."""
-        return self is Origin.CODE or self is Origin.CODE_OR_HOST
-
-    @property
-    def proposable(self) -> bool:
-        """Whether the deciding shell writes it, so a processor may propose it to the Kafka
-        journal: everything but the host's own events."""
-        return self is not Origin.HOST
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -208,12 +208,9 @@ class FlowEngine:
         Returns ``run_id`` (the chain's root) even when the run continued as new, as a
         :class:`StartResult` whose ``created`` says whether this call created the run. The
         chain is driven to its active leaf; with ``drive=False`` the call returns once the
-        start is durable and the run is left for its host (a scheduler, or the caller) to
-        drive.
-
-        A workflow with concurrency or rate limits is recorded queued (``priority``: 1 first ..
-        5; ``admission``: claims the caller computed, default: the runtime's) and begins once
-        its limit group grants it a slot: at once when one is free, else in the background.
+        start is durable and the run is left for its host (a scheduler, or the caller) to drive.
+        A limited workflow's run is recorded queued (``priority`` 1 first .. 5; ``admission``:
+        the caller's claims, default the runtime's) and begins when its group grants a slot.
         """
         _, created = await self._driver.record_start(
             run_id, spec, input, priority=priority, admission=admission
@@ -226,9 +223,8 @@ class FlowEngine:
         return StartResult(run_id, created)
 
     async def close(self) -> None:
-        """Stop this engine's background work: the grants of its limit groups (concurrency and
-        rate limits) and the drives they started. Runs are untouched; another engine on the
-        same store takes over where this one stopped."""
+        """Stop the grants of its limit groups and the drives they started (runs are untouched;
+        another engine on the store takes over)."""
         await self._driver.slots.close()
 
     async def drive(self, run_id: str) -> WorkflowRunSnapshot:
