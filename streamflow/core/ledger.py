@@ -47,9 +47,11 @@ key waits; memory: active keys plus the idle keys served since the oldest active
 
 Complexity (``K`` = fairness keys with a queued holder, ``C`` = claims per holder, ``n`` = queued
 holders, ``H`` = held holders, ``W`` = rate-window entries): enqueue ``O(C + log n)``; release
-``O(C)``; admit ``O((g + 1) * 5 * K * C * log W)`` for ``g`` grants (each grant rescans the heads
-only, never the queue, and ``O(log n)`` to pop); next_change ``O(5 * K * C * log W + H)``;
-expire ``O(H + W)``. 10,000 holders over 100 keys cost about 100 head checks per grant.
+``O(C)``; admit ``O(5 * K + (g + m) * (log K + C * log W + log n))`` for ``g`` grants and ``m``
+heads that did not fit (one heap of keys per priority, built once per call: within a call slots
+are only taken, so a head that does not fit is not looked at again); next_change
+``O(5 * K * C * log W + H)``; expire ``O(H + W)``. 10,000 holders over 100 keys cost a few
+heap operations per grant.
 """
 
 from __future__ import annotations
@@ -269,8 +271,24 @@ class Ledger:
         docstring); afterwards no queued holder is admissible."""
         at = max(now_ms, self._last_granted_at)
         granted: list[Granted] = []
-        while (entry := self._pick(at)) is not None:
-            granted.append(self._grant(entry, at))
+        # Within one call slots are only taken, never freed, and time stands still: a head that
+        # does not fit now never will, so each priority is served from one heap of its keys
+        # ranked (least recently served, oldest head), each key popped once per grant or miss.
+        for priority in range(MIN_PRIORITY, MAX_PRIORITY + 1):
+            keys = self._queues[priority]
+            ranked = [rank for key, heap in keys.items() if (rank := self._rank(key, heap))]
+            heapq.heapify(ranked)
+            while ranked:
+                key = heapq.heappop(ranked)[3]
+                heap = keys.get(key)
+                head = None if heap is None else self._head(heap)
+                if head is None or not self._fits(head, at):
+                    continue
+                granted.append(self._grant(head, at))
+                heap = keys.get(key)
+                rank = None if heap is None else self._rank(key, heap)
+                if rank is not None:
+                    heapq.heappush(ranked, rank)
         return granted
 
     def renew(self, holders: Iterable[Holder], until_ms: int) -> list[Holder]:
@@ -471,20 +489,13 @@ class Ledger:
             return None
         return times[first + inside - claim.max] + claim.period_ms
 
-    def _pick(self, at: int) -> LedgerEntry | None:
-        for priority in range(MIN_PRIORITY, MAX_PRIORITY + 1):
-            best: LedgerEntry | None = None
-            best_rank = (0, 0, 0)
-            for key, heap in self._queues[priority].items():
-                head = self._head(heap)
-                if head is None or not self._fits(head, at):
-                    continue
-                rank = (self._served.get(key, 0), head.arrival, head.order)
-                if best is None or rank < best_rank:
-                    best, best_rank = head, rank
-            if best is not None:
-                return best
-        return None
+    def _rank(self, key: str, heap: list[_Item]) -> tuple[int, int, int, str] | None:
+        """How ``key``'s head ranks among its priority's (least recently served first, then
+        the oldest head); ``None`` when the key has no one queued."""
+        head = self._head(heap)
+        if head is None:
+            return None
+        return (self._served.get(key, 0), head.arrival, head.order, key)
 
     def _grant(self, entry: LedgerEntry, at: int) -> Granted:
         seq = self._next_seq

@@ -215,7 +215,7 @@ class FlowEngine:
         _, created = await self._driver.record_start(
             run_id, spec, input, priority=priority, admission=admission
         )
-        await self._driver.slots.settle()
+        await self._driver.slots.settle(run_id if drive else None)
         if drive:
             # A terminal root is acknowledged without admission; following its continuation
             # links repairs a missing successor code-free and drives the active leaf (if any).

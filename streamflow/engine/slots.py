@@ -52,6 +52,21 @@ _WATCHED = (ev.RunCreated, ev.StepCreated, ev.StepAttemptQueued)
 """Events that may give a run its first holding (the desk watches the run from then on)."""
 
 
+def _changes_holdings(snapshot: WorkflowRunSnapshot, event: ev.FlowEvent) -> bool:
+    """Whether ``event`` may change what a run with holdings holds or waits for (the others,
+    the steps without limits above all, are not worth listing its holdings again for)."""
+    if isinstance(event, ev.StepStarted):
+        return event.grant is not None
+    if isinstance(event, ev.StepCreated):
+        return bool(event.limits)
+    if isinstance(event, ev.StepCompleted | ev.StepRetrying | ev.StepFailed):
+        step = snapshot.steps.get(event.step_id)
+        return step is not None and bool(step.limits)
+    return event.is_terminal() or isinstance(
+        event, ev.RunStarted | ev.StepAttemptQueued | ev.RunCancellationRequested
+    )
+
+
 def epoch_ms(at: datetime) -> int:
     """Milliseconds since the epoch of an aware ``at``."""
     return int(at.timestamp() * 1000)
@@ -106,6 +121,8 @@ class SlotDesk:
         self._pumping: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Task[object]] = set()
+        self._driven: set[str] = set()
+        """Runs whose start is settling: their caller drives them once granted."""
         self.built = False
         """Whether the ledgers were rebuilt from the store (nothing is granted before)."""
         self._lock = asyncio.Lock()
@@ -116,7 +133,10 @@ class SlotDesk:
         """Reconcile the ledgers with ``snapshot`` after this engine committed ``events`` to it
         (cheap for a run without limits: nothing is listed)."""
         run_id = snapshot.run_id
-        if run_id not in self._known and not any(isinstance(e, _WATCHED) for e in events):
+        if run_id in self._known:
+            if not any(_changes_holdings(snapshot, e) for e in events):
+                return
+        elif not any(isinstance(e, _WATCHED) for e in events):
             return
         self._reconcile(snapshot)
         if self._dirty:
@@ -228,10 +248,16 @@ class SlotDesk:
             except RuntimeError:  # no running loop: the next call on one pumps
                 return
 
-    async def settle(self) -> None:
-        """Wait for the pump in progress (a start then finds its grant recorded)."""
-        while self._pumping is not None and not self._pumping.done():
-            await asyncio.shield(self._pumping)
+    async def settle(self, driven: str | None = None) -> None:
+        """Wait for the pump in progress (a start then finds its grant recorded). ``driven``:
+        a run the caller drives itself next, which a grant of this pump does not drive too."""
+        if driven is not None:
+            self._driven.add(driven)
+        try:
+            while self._pumping is not None and not self._pumping.done():
+                await asyncio.shield(self._pumping)
+        finally:
+            self._driven.discard(driven or "")
 
     async def pump(self) -> None:
         """Grant what may begin now, deliver each grant, and arm the next wake-up."""
@@ -265,7 +291,7 @@ class SlotDesk:
         for effect in effects:
             if isinstance(effect, SlotRelease):
                 self._release(effect.grant.group, effect.holder, effect.grant.grant_id)
-        if appended:
+        if appended and holder.run_id not in self._driven:
             task = asyncio.get_running_loop().create_task(
                 self._drive_quietly(holder.run_id), context=contextvars.Context()
             )
