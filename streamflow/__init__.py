@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from streamflow.core.errors import (
         AdminError,
+        AdmissionRequired,
         ChildWorkflowCycle,
         ChildWorkflowDepthExceeded,
         ClusterUnavailable,
@@ -301,6 +302,7 @@ __all__ = [
     "InMemoryFlowTaskQueue",
     "InProcessTaskRunner",
     "InvalidLimitKey",
+    "AdmissionRequired",
     "InvalidPayload",
     "InvalidPriority",
     "InvalidRunId",

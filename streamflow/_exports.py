@@ -38,6 +38,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "StepCommand",
     ),
     "streamflow.core.errors": (
+        "AdmissionRequired",
         "AdminError",
         "ChildWorkflowCycle",
         "ChildWorkflowDepthExceeded",

@@ -61,6 +61,7 @@ PINNED = {
     "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
     "PayloadTooLarge", "RequestDeadLettered", "NonRetryable", "HookAlreadyResolved",
     "HookTokenTooShort", "InvalidPayload", "InvalidPriority", "InvalidLimitKey",
+    "AdmissionRequired",
     # the families under FlowError (caught, never raised)
     "ConflictError", "NotFoundError", "InvalidInputError", "InfrastructureError",
     # errors of timeouts and of Kafka deployments

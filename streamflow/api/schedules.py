@@ -6,8 +6,10 @@ schedules (:class:`~streamflow.engine.schedules.FlowSchedules`, the same store a
 (``FlowClient.schedules``, the same topic and calls as ``streamflow schedule --kafka``).
 
 A schedule is answered in its stored JSON form (``Schedule.to_json``: ``schedule_id``, ``spec``,
-``cron``, ``timezone``, ``input``, ``overlap``, ``catch_up``, ``paused``, ``created_at``), so a
-client can read it back with ``Schedule.from_json``. A definition names its workflow by name
+``cron``, ``timezone``, ``input``, ``overlap``, ``catch_up``, ``paused``, ``created_at``,
+``priority``, ``admission``), so a client can read it back with ``Schedule.from_json``. The
+admission (a limited workflow's claims for the schedule's input) is computed here, with the
+App the server loads. A definition names its workflow by name
 (and optionally version), resolved by the server against the workflows it serves.
 
 ::
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from streamflow.api.errors import ApiError, InvalidWorkflowInput
+from streamflow.core.admission import DEFAULT_PRIORITY, check_priority
 from streamflow.core.errors import SerializationError
 from streamflow.core.jsonvalue import check_json
 from streamflow.core.schedules import (
@@ -33,6 +36,7 @@ from streamflow.core.schedules import (
     Schedule,
     ScheduleNotFound,
     validate_schedule_id,
+    with_admission,
 )
 from streamflow.core.spec import WorkflowSpec
 from streamflow.engine.schedules import FlowSchedules
@@ -70,9 +74,12 @@ class ScheduleDefinition:
     """``skip``, ``allow`` or ``cancel_previous``."""
     catch_up: str = CatchUp.NONE.value
     """``none``, ``latest`` or ``all``."""
+    priority: int = DEFAULT_PRIORITY
+    """The priority of every run it starts: 1 (first) .. 5 (``InvalidPriority`` otherwise)."""
 
     def to_json(self) -> Json:
-        """The body of ``POST /v1/schedules`` (``version`` left out when ``None``)."""
+        """The body of ``POST /v1/schedules`` (``version`` left out when ``None``, ``priority``
+        when 3)."""
         body: Json = {
             "schedule_id": self.schedule_id,
             "workflow": self.workflow,
@@ -84,11 +91,13 @@ class ScheduleDefinition:
         }
         if self.version is not None:
             body["version"] = self.version
+        if self.priority != DEFAULT_PRIORITY:
+            body["priority"] = self.priority
         return body
 
     def schedule(self, spec: WorkflowSpec) -> Schedule:
         """The schedule of ``spec`` (the resolved workflow); ``InvalidSchedule`` for a policy
-        that is not one."""
+        that is not one, ``InvalidPriority`` for a priority outside 1..5."""
         try:
             overlap, catch_up = Overlap(self.overlap), CatchUp(self.catch_up)
         except ValueError as exc:
@@ -101,6 +110,7 @@ class ScheduleDefinition:
             input=self.input,
             overlap=overlap,
             catch_up=catch_up,
+            priority=check_priority(self.priority),
         )
 
 
@@ -217,6 +227,10 @@ class EngineSchedules:
             except SerializationError as exc:
                 raise InvalidWorkflowInput(str(exc)) from None
         schedule = definition.schedule(spec)
+        if self._runtime is not None:
+            # What each run asks of a limited workflow's limits, computed here where the App
+            # is loaded (Kafka's timer has none): InvalidLimitKey stores nothing.
+            schedule = with_admission(schedule, self._runtime.admission)
         try:
             await self._schedules.get(schedule.schedule_id)
             created = False

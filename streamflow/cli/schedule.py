@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 from streamflow.api.schedules import ScheduleDefinition
 from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, project_on_path, store_path
 from streamflow.cli.sources import DEFAULT_URL_HINT, api_key
+from streamflow.core.admission import DEFAULT_PRIORITY, check_priority
 from streamflow.core.errors import InvalidInputError, StoreError
-from streamflow.core.schedules import CatchUp, Overlap, Schedule
+from streamflow.core.schedules import CatchUp, Overlap, Schedule, with_admission
 from streamflow.core.timeutil import format_utc
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.schedules import FlowSchedules
@@ -69,6 +70,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add.add_argument("--input", default=None, help="JSON input of every run, or @file")
     add.add_argument("--overlap", choices=[o.value for o in Overlap], default=Overlap.SKIP.value)
     add.add_argument("--catch-up", choices=[c.value for c in CatchUp], default=CatchUp.NONE.value)
+    add.add_argument(
+        "--priority",
+        type=int,
+        default=DEFAULT_PRIORITY,
+        help="priority of every run it starts, 1 (first) .. 5 (default 3)",
+    )
     add.add_argument(
         "--app", default=DEFAULT_APP, help="module:App registering the workflow (not with --url)"
     )
@@ -135,6 +142,7 @@ def _remote_definition(args: argparse.Namespace) -> ScheduleDefinition | None:
         input=_input(args.input),
         overlap=args.overlap,
         catch_up=args.catch_up,
+        priority=args.priority,
     )
 
 
@@ -238,7 +246,7 @@ def _definition(args: argparse.Namespace) -> Schedule:
         raise InvalidInputError(f"{args.app} registers no workflow {args.workflow!r} ({known})")
     if args.version is not None:
         workflow = app.resolve(args.workflow, args.version)  # UnknownWorkflow names the versions
-    return Schedule(
+    schedule = Schedule(
         schedule_id=args.schedule_id,
         spec=workflow.spec,
         cron=args.cron,
@@ -246,7 +254,11 @@ def _definition(args: argparse.Namespace) -> Schedule:
         input=workflow.encode_input(_input(args.input)),
         overlap=Overlap(args.overlap),
         catch_up=CatchUp(args.catch_up),
+        priority=check_priority(args.priority),
     )
+    # What each run asks of a limited workflow's limits, computed with the App (Kafka's timer
+    # starts the runs with it; InvalidLimitKey stores nothing).
+    return with_admission(schedule, app.admission)
 
 
 def _input(raw: str | None) -> Any:
@@ -262,8 +274,9 @@ def _input(raw: str | None) -> Any:
 def _print_one(schedule: Schedule) -> None:
     state = "paused" if schedule.paused else "active"
     created = "" if schedule.created_at is None else f" since {format_utc(schedule.created_at)}"
+    priority = "" if schedule.priority == DEFAULT_PRIORITY else f" priority={schedule.priority}"
     print(
         f"{schedule.schedule_id}  {state}  {schedule.workflow}  {schedule.cron!r} "
         f"{schedule.timezone}  overlap={schedule.overlap.value} "
-        f"catch-up={schedule.catch_up.value}{created}"
+        f"catch-up={schedule.catch_up.value}{priority}{created}"
     )

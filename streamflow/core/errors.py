@@ -27,6 +27,7 @@ class for each thing that can go wrong.
     │   ├── InvalidTransition              corrupt history or an invalid command
     │   ├── InvalidPriority                a priority outside 1..5, or not an int
     │   ├── InvalidLimitKey                a limit key function returned no usable key
+    │   ├── AdmissionRequired              a start of a limited workflow without its admission
     │   ├── InvalidWorkerConfiguration     bad worker / router / queue / host settings
     │   ├── HookTokenTooShort              a new hook's token has fewer than 16 characters
     │   ├── ContinueAsNewCycle             a continuation link revisits a run
@@ -342,6 +343,21 @@ class InvalidLimitKey(InvalidInputError):
     is written: fix the key function or the input."""
 
 
+class AdmissionRequired(InvalidInputError):
+    """Raised (Kafka) for a new start of a workflow that declares concurrency or rate limits
+    when the ``StartRun`` carries no admission with claims: a start sent without the App (a
+    bare ``FlowClient.start_with_id``, a client in another language) cannot run the key
+    functions. Nothing is written; start it with its admission."""
+
+    def __init__(self, workflow: str) -> None:
+        super().__init__(
+            f"workflow {workflow} declares concurrency or rate limits: start it with its "
+            "admission (Workflow.start, the HTTP API, or FlowClient.start_with_id(..., "
+            "admission=workflow.admission(input, priority)))"
+        )
+        self.workflow = workflow
+
+
 class InvalidWorkerConfiguration(InvalidInputError):
     """Raised for invalid worker, router, queue or host settings (a hook secret too short, or
     missing where ``hook_token`` is called)."""
@@ -508,6 +524,7 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     NotAStep,
     InvalidPriority,
     InvalidLimitKey,
+    AdmissionRequired,
 )
 """Every class of the tree that is raised, in a fixed order (the order the tree's classes were
 defined in when it was one module): each crosses a process boundary by name and fields

@@ -4,6 +4,10 @@ The cron expression itself is iterated outside the core (:mod:`streamflow.cron`)
 receives the fire times already computed, as UTC instants, so it needs no clock, no timezone
 database and no third-party code.
 
+A schedule of a workflow that declares concurrency or rate limits records the admission its
+fixed input makes (:func:`with_admission`, computed where the schedule is stored with the App
+loaded): Kafka's timer, which has no App, starts each run with it.
+
 Errors::
 
     InvalidInputError
@@ -15,12 +19,13 @@ Errors::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from streamflow.core.admission import DEFAULT_PRIORITY, Admission, check_priority
 from streamflow.core.errors import InvalidInputError, NotFoundError, SerializationError
 from streamflow.core.jsonvalue import JsonValue, check_json
 from streamflow.core.spec import WorkflowSpec
@@ -120,6 +125,13 @@ class Schedule:
     """A paused schedule starts nothing; its fire times pass unfired."""
     created_at: datetime | None = None
     """When it was first stored (fire times before it are never started); set by the store."""
+    priority: int = DEFAULT_PRIORITY
+    """The priority of every run it starts, 1 (first) .. 5 (default 3): it orders them among
+    the queued runs of a limited workflow."""
+    admission: Admission | None = None
+    """What each run it starts asks of the workflow's limits (``None``: the workflow declares
+    none, or nobody computed it): the priority and the claims the key functions make of
+    :attr:`input`. Set by :func:`with_admission` where the schedule is stored with the App."""
 
     @property
     def workflow(self) -> str:
@@ -142,6 +154,18 @@ class Schedule:
         CatchUp(self.catch_up)
         if self.created_at is not None:
             require_utc(self.created_at, "schedule created_at")
+        check_priority(self.priority)
+        if self.admission is not None:
+            if not isinstance(self.admission, Admission):
+                raise InvalidSchedule(
+                    f"schedule {self.schedule_id}: admission must be an Admission, not "
+                    f"{self.admission!r}"
+                )
+            if self.admission.priority != self.priority or self.admission.inherited is not None:
+                raise InvalidSchedule(
+                    f"schedule {self.schedule_id}: its admission must have the schedule's "
+                    f"priority {self.priority} and inherit no grant (use with_admission)"
+                )
         return self
 
     def same_definition(self, other: Schedule) -> bool:
@@ -162,6 +186,8 @@ class Schedule:
             "catch_up": self.catch_up.value,
             "paused": self.paused,
             "created_at": None if self.created_at is None else format_utc(self.created_at),
+            "priority": self.priority,
+            "admission": None if self.admission is None else self.admission.to_json(),
         }
 
     @staticmethod
@@ -171,6 +197,7 @@ class Schedule:
             raise SerializationError(f"schedule must be an object, got {data!r}")
         try:
             created = data.get("created_at")
+            admission = data.get("admission")
             return Schedule(
                 schedule_id=str(data["schedule_id"]),
                 spec=WorkflowSpec.from_json(data["spec"]),
@@ -181,9 +208,24 @@ class Schedule:
                 catch_up=CatchUp(data.get("catch_up", "none")),
                 paused=bool(data.get("paused", False)),
                 created_at=None if created is None else parse_utc(str(created)),
+                priority=check_priority(data.get("priority", DEFAULT_PRIORITY)),
+                admission=None if admission is None else Admission.from_json(admission),
             )
-        except (KeyError, ValueError) as exc:
+        except SerializationError:
+            raise
+        except (KeyError, ValueError, InvalidInputError) as exc:  # InvalidPriority included
             raise SerializationError(f"invalid schedule: {exc}") from exc
+
+
+def with_admission(
+    schedule: Schedule, admit: Callable[[WorkflowSpec, JsonValue, int], Admission | None]
+) -> Schedule:
+    """``schedule`` with the admission its input makes at its priority, as ``admit`` computes
+    it (``FlowRuntime.admission`` of the App that registers the workflow): ``None`` when the
+    workflow declares no limits. ``InvalidPriority``, ``InvalidLimitKey`` or ``UnknownWorkflow``
+    from ``admit`` pass through: nothing is stored."""
+    check_priority(schedule.priority)
+    return replace(schedule, admission=admit(schedule.spec, schedule.input, schedule.priority))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

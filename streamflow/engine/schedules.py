@@ -24,6 +24,7 @@ from streamflow.core.schedules import (
     decide_fires,
     resumed_state,
     validate_schedule_id,
+    with_admission,
 )
 from streamflow.core.values import CancellationRequest
 from streamflow.engine.task_values import FlowTask
@@ -129,11 +130,16 @@ class FlowSchedules:
 
     async def register(self, runtime: object) -> builtins.list[Schedule]:
         """Add the schedules an :class:`~streamflow.App` declares (``@app.workflow(schedule=...)``),
-        as :meth:`add` does; a runtime that declares none adds nothing."""
+        as :meth:`add` does, each with the admission its input makes of a limited workflow
+        (``runtime.admission``); a runtime that declares none adds nothing."""
         declared = getattr(runtime, "schedules", None)
         if not isinstance(declared, dict):
             return []
-        return [await self.add(s) for s in declared.values() if isinstance(s, Schedule)]
+        found = [s for s in declared.values() if isinstance(s, Schedule)]
+        admit = getattr(runtime, "admission", None)
+        if callable(admit):
+            found = [with_admission(s, admit) for s in found]
+        return [await self.add(s) for s in found]
 
     # -- firing --------------------------------------------------------------------------------
 
@@ -208,7 +214,11 @@ class FlowSchedules:
         for run_id in fire.cancel:
             await self._cancel(schedule, fire, run_id, dispatcher)
         try:
-            await self._engine.durable.record_start(fire.run_id, schedule.spec, schedule.input)
+            # The runtime computes the run's admission afresh at the schedule's priority: a
+            # limited workflow's run is recorded queued with the claims its input makes.
+            await self._engine.durable.record_start(
+                fire.run_id, schedule.spec, schedule.input, priority=schedule.priority
+            )
         except (InvalidInputError, ConflictError) as exc:
             log.error(
                 "schedule %s: cannot start %s: %s: %s",

@@ -1,7 +1,9 @@
 """Cron schedules on Kafka: the compacted ``{ns}.schedules`` topic folded into a table, and
 ``KafkaSchedules`` (``FlowClient.schedules``, ``streamflow schedule --kafka``), which adds,
 lists, pauses, resumes and removes them. The timer fires them
-(:mod:`streamflow.topologies.timer_schedules`).
+(:mod:`streamflow.topologies.timer_schedules`). A schedule of a limited workflow carries its
+admission (``Schedule.admission``), computed with the App where it is stored: the timer has no
+App.
 
 Keys: ``schedule_id`` → the definition (written here); ``schedule_id 0x00 fired`` → how far it
 has fired (written by the timer, and by :meth:`KafkaSchedules.resume`). Removing a schedule
@@ -26,6 +28,7 @@ from streamflow.core.schedules import (
     ScheduleState,
     resumed_state,
     validate_schedule_id,
+    with_admission,
 )
 from streamflow.kafka.clients import close_producer, producer
 from streamflow.kafka.config import KafkaSettings
@@ -190,17 +193,26 @@ class KafkaSchedules:
 
     async def add(self, schedule: Schedule) -> Schedule:
         """Store ``schedule`` (as ``FlowSchedules.add``: an existing one keeps its creation
-        time, pause state and progress); returns it as stored."""
+        time, pause state and progress); returns it as stored. The timer starts each run with
+        ``schedule.admission``: for a workflow that declares limits, store it with one
+        (``with_admission(schedule, app.admission)``, as :meth:`register`, the HTTP API and
+        ``streamflow schedule add --kafka`` do), or the journal refuses its starts
+        (``AdmissionRequired``)."""
         return await asyncio.to_thread(self._add, schedule)
 
     async def register(self, runtime: object) -> builtins.list[Schedule]:
         """Add the schedules an :class:`~streamflow.App` declares (``@app.workflow(schedule=...)``),
         as :meth:`add` does (a deployment calls it once per release; nothing on Kafka hosts the
-        App's declarations by itself)."""
+        App's declarations by itself), each with the admission its input makes of a limited
+        workflow (``runtime.admission``; ``InvalidLimitKey`` stores nothing more)."""
         declared = getattr(runtime, "schedules", None)
         if not isinstance(declared, dict):
             return []
-        return [await self.add(s) for s in declared.values() if isinstance(s, Schedule)]
+        found = [s for s in declared.values() if isinstance(s, Schedule)]
+        admit = getattr(runtime, "admission", None)
+        if callable(admit):
+            found = [with_admission(s, admit) for s in found]
+        return [await self.add(s) for s in found]
 
     async def get(self, schedule_id: str) -> Schedule:
         """The schedule; ``ScheduleNotFound`` when there is none."""

@@ -282,10 +282,12 @@ class BuildRegistration:
 
 @dataclass(frozen=True, slots=True)
 class ServedWorkflow:
-    """A workflow a processor's runtime registers: its name and version."""
+    """A workflow a processor's runtime registers: its name and version, and whether that
+    version declares concurrency or rate limits (a new start of it then needs its admission)."""
 
     name: str
     version: str
+    limited: bool = False
 
 
 # -- observers ({ns}.audit, {ns}.metrics) --------------------------------------------------------

@@ -573,7 +573,9 @@ PROPOSAL = RecordMap(
 
 # -- retention ----------------------------------------------------------------------------------
 
-SERVED = RecordMap("ServedWorkflow", ServedWorkflow, (("name", SAME), ("version", SAME)))
+SERVED = RecordMap(
+    "ServedWorkflow", ServedWorkflow, (("name", SAME), ("version", SAME), ("limited", SAME))
+)
 HOLD = RecordMap(
     "HistoryHold", HistoryHold, (("run_id", SAME), ("hold_id", SAME), ("reason", SAME))
 )
@@ -603,6 +605,16 @@ SEALED = RecordMap(
 
 # -- schedules ----------------------------------------------------------------------------------
 
+
+def _schedule(attributes: dict[str, Any]) -> Schedule:
+    # A priority outside 1..5 is a malformed record, as it is in an Admission.
+    try:
+        check_priority(attributes["priority"])
+    except InvalidInputError as exc:
+        raise SerializationError(str(exc)) from None
+    return Schedule(**attributes)
+
+
 SCHEDULE_DEFINITION = RecordMap(
     "ScheduleDefinition",
     Schedule,
@@ -616,7 +628,10 @@ SCHEDULE_DEFINITION = RecordMap(
         ("catch_up", Conv(lambda policy: policy.value, CatchUp)),
         ("paused", SAME),
         ("created_at", OPT_INSTANT),
+        ("priority", LONG),
+        ("admission", _optional_nested(ADMISSION)),
     ),
+    build=_schedule,
 )
 SCHEDULE_FIRED = RecordMap(
     "ScheduleFired",

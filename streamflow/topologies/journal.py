@@ -30,6 +30,7 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import requests as rq
 from streamflow.core.errors import (
+    AdmissionRequired,
     FlowError,
     HookConflict,
     InvalidPayload,
@@ -43,7 +44,6 @@ from streamflow.core.errors import (
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
 from streamflow.core.snapshot import WorkflowRunSnapshot
-from streamflow.core.spec import WorkflowSpec
 from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
@@ -432,14 +432,17 @@ class Journal(TransactionalTopology):
             self._counts.staged[SEQUENCE_CONFLICTS] += 1
         return _Outcome(effects=outcome.effects)
 
-    def _unserved(self, spec: WorkflowSpec, build: str | None, now: datetime) -> FlowError | None:
-        """``UnknownWorkflow`` when no live processor of ``build`` runs ``spec``'s workflow at
-        its version (processors of a ``streamflow.App`` advertise what they register)."""
-        if self._routes.serves(build, spec.name, spec.version, now):
-            return None
-        return UnknownWorkflow(
-            f"{spec.name} version {spec.version}", self._routes.served(build, now)
-        )
+    def _unserved(self, body: m.StartRun, build: str | None, now: datetime) -> FlowError | None:
+        """``UnknownWorkflow`` when no live processor of ``build`` runs the workflow at its
+        version (processors of a ``streamflow.App`` advertise what they register);
+        ``AdmissionRequired`` when one marks it limited and the start has no claims."""
+        spec, name = body.spec, f"{body.spec.name} version {body.spec.version}"
+        if not self._routes.serves(build, spec.name, spec.version, now):
+            return UnknownWorkflow(name, self._routes.served(build, now))
+        claims = body.admission is not None and body.admission.claims
+        if not claims and self._routes.limited(build, spec.name, spec.version, now):
+            return AdmissionRequired(name)
+        return None
 
     def _facts(
         self, run_id: str, body: rq.RequestKind, snap: WorkflowRunSnapshot | None, now: datetime
@@ -450,7 +453,7 @@ class Journal(TransactionalTopology):
             if not self._routes.has_route(build, now):
                 route_error = RuntimeBuildUnavailable(run_id, build, None, routed=True)
             elif isinstance(body, m.StartRun) and snap is None:
-                route_error = self._unserved(body.spec, build, now)
+                route_error = self._unserved(body, build, now)
         tombstoned = (
             isinstance(body, m.StartRun)
             and snap is None

@@ -66,9 +66,11 @@ def admitted_by(registration: BuildRegistration, build: str | None) -> bool:
 
 def _served(
     workflows: Mapping[str, str] | Iterable[tuple[str, str]] | None,
+    limited: Iterable[tuple[str, str]] = (),
 ) -> tuple[ServedWorkflow, ...]:
     pairs = workflows.items() if isinstance(workflows, Mapping) else workflows or ()
-    return tuple(ServedWorkflow(n, v) for n, v in sorted(set(pairs)))
+    marked = set(limited)
+    return tuple(ServedWorkflow(n, v, (n, v) in marked) for n, v in sorted(set(pairs)))
 
 
 class Advertiser:
@@ -83,12 +85,14 @@ class Advertiser:
         role: str,
         compatibility: RuntimeBuildCompatibility | None,
         workflows: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        limited: Iterable[tuple[str, str]] = (),
         heartbeat: timedelta = DEFAULT_HEARTBEAT,
         ttl: timedelta = DEFAULT_TTL,
     ) -> None:
         """``workflows``: the workflows the instance's runtime runs, as ``(name, version)``
         pairs (every version of a name it runs) or a mapping of name to version (``None``:
-        any), advertised with the route."""
+        any), advertised with the route; ``limited``: those of them that declare concurrency
+        or rate limits (``FlowRuntime.limited_workflows``), marked ``limited``."""
         self._names = Names(settings.namespace)
         self._producer = producer(settings)
         self._key = registration_key(group, instance)
@@ -105,7 +109,7 @@ class Advertiser:
             accepts_unpinned=compatibility is None or compatibility.accepts_unpinned,
             heartbeat_at=utc_now(),
             ttl_ms=int(ttl.total_seconds() * 1000),
-            workflows=_served(workflows),
+            workflows=_served(workflows, limited),
         )
 
     def beat(self, now: datetime, *, force: bool = False) -> None:
@@ -223,6 +227,17 @@ class RouteTable:
                 if r.role == "processor" and admitted_by(r, build)
                 for w in r.workflows
             }
+        )
+
+    def limited(self, build: str | None, name: str, version: str, now: datetime) -> bool:
+        """Whether a live processor registration that admits ``build`` marks workflow ``name``
+        at ``version`` ``limited`` (it declares concurrency or rate limits): one is enough,
+        so during a rolling deploy that adds limits a start needs its admission at once."""
+        return any(
+            w.limited and w.name == name and w.version == version
+            for r in self.live(now)
+            if r.role == "processor" and admitted_by(r, build)
+            for w in r.workflows
         )
 
     def _serving(self, build: str | None, name: str, version: str, now: datetime) -> bool:

@@ -78,6 +78,7 @@ class BuildServer:
             role=self.component,
             compatibility=compatibility,
             workflows=served_pairs(runtime) if self.component == "processor" else None,
+            limited=runtime.limited_workflows() if self.component == "processor" else (),
         )
         self.ready = threading.Event()
 

@@ -130,7 +130,7 @@ class Timer:
         """Consecutive ticks held by the preflight (0 while wake-ups flow)."""
         self._retry_at = 0.0
         self._backoff = tick
-        self.schedules = ScheduleFiring(settings, self._producer, self._partitions)
+        self.schedules = ScheduleFiring(settings, self._producer, self._partitions, self._routes)
         """The cron schedules this instance fires (:mod:`.timer_schedules`)."""
         self.ready = threading.Event()
 

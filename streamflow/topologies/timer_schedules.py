@@ -1,6 +1,7 @@
 """The timer's cron firing: it folds ``{ns}.schedules`` into a table and, each tick, starts
 the run of every due fire time through the ordinary start request (``StartRun`` on
-``{ns}.requests``), idempotent by the derived run id.
+``{ns}.requests``, with the admission the schedule records for a limited workflow),
+idempotent by the derived run id.
 
 Each schedule is fired by the timer instance that owns partition ``murmur2(schedule_id)`` of
 history, so one instance decides it (during a rebalance two may; they derive the same run ids,
@@ -36,6 +37,7 @@ from streamflow.kafka.readers import TopicReader
 from streamflow.kafka.schedules import ScheduleTable, ScheduleWriter, fired_key
 from streamflow.serde import codec
 from streamflow.serde import messages as m
+from streamflow.topologies.registry import RouteTable
 
 log = logging.getLogger("streamflow.timer")
 
@@ -44,8 +46,15 @@ class ScheduleFiring:
     """The schedules part of one timer instance."""
 
     def __init__(
-        self, settings: KafkaSettings, producer: Producer, requests_partitions: int
+        self,
+        settings: KafkaSettings,
+        producer: Producer,
+        requests_partitions: int,
+        routes: RouteTable | None = None,
     ) -> None:
+        """``routes``: the live build registrations, to name a schedule of a limited workflow
+        that records no admission (the journal refuses its starts: ``AdmissionRequired``)."""
+        self._routes = routes
         self._names = Names(settings.namespace)
         self._wire = codec.Wire(settings.limits)
         self._producer = producer
@@ -82,6 +91,8 @@ class ScheduleFiring:
         decision = decide_fires(
             schedule, state, due, now=now, previous_open=previous is not None and is_open(previous)
         )
+        if decision.fires:
+            self._warn_unadmitted(schedule, now)
         for fire in decision.fires:
             self._request(schedule, fire, now)
         if self._producer.flush(30.0) > 0:
@@ -92,11 +103,28 @@ class ScheduleFiring:
         self._writer.write(schedule.schedule_id, {fired_key(schedule.schedule_id): record})
         self._table.fired[schedule.schedule_id] = decision.state
 
+    def _warn_unadmitted(self, schedule: Schedule, now: datetime) -> None:
+        spec, admission = schedule.spec, schedule.admission
+        if self._routes is None or (admission is not None and admission.claims):
+            return
+        build = None if spec.runtime_build_id is None else str(spec.runtime_build_id)
+        if self._routes.limited(build, spec.name, spec.version, now):
+            log.error(
+                "timer: schedule %s: workflow %s declares limits and the schedule records no "
+                "admission: its starts are refused (AdmissionRequired); store it again with "
+                "the App (the HTTP API, streamflow schedule add --kafka --app, "
+                "FlowClient.schedules.register(app))",
+                schedule.schedule_id,
+                spec.name,
+            )
+
     def _request(self, schedule: Schedule, fire: Fire, now: datetime) -> None:
         for run_id in fire.cancel:
             reason = cancel_reason(schedule.schedule_id, fire.run_id)
             self._send(run_id, m.CancelRun(request=CancellationRequest(reason)), now)
-        self._send(fire.run_id, m.StartRun(spec=schedule.spec, input=schedule.input), now)
+        # The admission recorded with the schedule (the timer has no App to compute it).
+        start = m.StartRun(spec=schedule.spec, input=schedule.input, admission=schedule.admission)
+        self._send(fire.run_id, start, now)
         log.info("timer: schedule %s starts %s", schedule.schedule_id, fire.run_id)
 
     def _send(self, run_id: str, body: m.RequestBody, now: datetime) -> None:

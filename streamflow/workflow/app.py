@@ -455,6 +455,11 @@ class App(FlowRuntime):
         declared += [s.limits for s in self._steps.values()]
         return [spec for limits in declared if limits is not None for spec in limits.specs]
 
+    def limited_workflows(self) -> list[tuple[str, str]]:
+        """Every registered ``(name, version)`` that declares concurrency or rate limits."""
+        pairs = zip(self._workflows, self._workflows.values(), strict=True)
+        return [pair for pair, workflow in pairs if workflow.limits is not None]
+
     def served_workflows(self) -> list[tuple[str, str]]:
         """Every registered ``(name, version)``: each version of a name is served."""
         return list(self._workflows)

@@ -294,6 +294,14 @@ class FlowRuntime:
         reads how long its rate windows reach back from them."""
         return []
 
+    def limited_workflows(self) -> list[tuple[str, str]]:
+        """The ``(name, version)`` of every workflow this runtime runs that declares
+        concurrency or rate limits (default: none). A Kafka processor marks them ``limited``
+        in its build registration, so that the journal refuses a new start of one sent
+        without its admission; ``streamflow.App`` lists each version with ``concurrency=`` or
+        ``rate_limit=``."""
+        return []
+
     def served_workflows(self) -> ServedWorkflows | None:
         """The workflows this runtime runs, or ``None`` for "any" (the default): ``(name,
         version)`` pairs, several versions of a name included (a mapping of name to one version

@@ -74,6 +74,7 @@ from streamflow.serde.messages import (
     ScheduleRecord,
     SealedRun,
     SendSignal,
+    ServedWorkflow,
     StartRun,
     StepResult,
     StepTask,
@@ -451,6 +452,10 @@ REGISTRATION_FULL = BuildRegistration(
     accepts_unpinned=True,
     heartbeat_at=T1,
     ttl_ms=30_000,
+    workflows=(
+        ServedWorkflow("orders.fulfill", "7", limited=True),
+        ServedWorkflow("reports.daily", "1"),
+    ),
 )
 REGISTRATION_MIN = BuildRegistration(
     group="g", instance="i", role="worker", current=None, heartbeat_at=T0, ttl_ms=0
@@ -513,6 +518,8 @@ SCHEDULE_FULL = ScheduleRecord(
         catch_up=CatchUp.ALL,
         paused=True,
         created_at=T1,
+        priority=1,
+        admission=Admission(priority=1, claims=CLAIMS_FULL),
     ),
     fired=ScheduleState(
         schedule_id="nightly", last_fire_time=T1, last_run_id="sched-nightly-20260302T013000Z"

@@ -14,7 +14,7 @@ import pytest
 from fastavro import parse_schema
 
 import streamflow.core.events as ev
-from streamflow.core.admission import Admission, Holder, LimitClaim, SlotGrant
+from streamflow.core.admission import DEFAULT_PRIORITY, Admission, Holder, LimitClaim, SlotGrant
 from streamflow.core.errors import SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope, StepFailed
 from streamflow.core.ledger import LedgerCounters, RateWindow
@@ -63,13 +63,13 @@ PINNED_FINGERPRINTS = {
     "Reply": "e4595c8a1d35824f",
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
-    "BuildRegistration": "ecde2e2014323af5",
+    "BuildRegistration": "0b1714bfa2986a3c",
     "HookRequest": "07cca32548f232e3",
     "TokenRecord": "c1e6433bc5811e9b",
     "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
     "MetricSample": "63d86828325dd99c",
-    "ScheduleRecord": "9a10533728123a6b",
+    "ScheduleRecord": "205764929c934f00",
     "LimitRequest": "b29e38ac68f8a1d8",
     "LimitEntry": "4d97f33727cf1f02",
     "LimitCounters": "4440a099461c537e",
@@ -103,6 +103,8 @@ RETIRED_FINGERPRINTS = {
     "cd10d49709a9f1a3": "Request",
     "bf90043cebdb0365": "HistoryRecord",
     "5ff22dafd92822d3": "HookRequest",
+    "ecde2e2014323af5": "BuildRegistration",
+    "9a10533728123a6b": "ScheduleRecord",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
@@ -499,10 +501,30 @@ def _without_events(schemas: Path, names: tuple[str, ...]) -> Path:
     return schemas
 
 
+SCHEDULE_ADMISSION_FIELDS: dict[str, tuple[str, ...]] = {
+    "ScheduleDefinition": ("priority", "admission"),
+    "ServedWorkflow": ("limited",),
+}
+"""The fields a schedule's admission and a limited workflow's registration added (record ->
+fields), after flow control."""
+
+
+def _before_schedule_admission(schemas: Path) -> Path:
+    """``schemas`` as they were before ``ScheduleDefinition.priority``/``admission`` and
+    ``ServedWorkflow.limited``."""
+    for record, added in SCHEDULE_ADMISSION_FIELDS.items():
+        path = schemas / f"{record}.avsc"
+        schema = json.loads(path.read_text())
+        schema["fields"] = [f for f in schema["fields"] if f["name"] not in added]
+        path.write_text(json.dumps(schema))
+    return schemas
+
+
 def _before_flow_control(schemas: Path) -> Path:
     """``schemas`` as they were before flow control: no ``step_attempt_queued``, none of the
     admission and grant fields, no ``GrantSlot`` request body (the limits topology's own
     top-level schemas stay, as every registry loads them: no older version of them exists)."""
+    _before_schedule_admission(schemas)
     _without_events(schemas, FLOW_CONTROL_EVENTS)
     for record, added in FLOW_CONTROL_FIELDS.items():
         path = schemas / f"{record}.avsc"
@@ -770,6 +792,37 @@ def test_registrations_written_before_workflows_were_advertised_serve_any_workfl
     decoded = codec.decode(data)
     assert decoded == registration
     assert decoded.workflows == ()  # advertises nothing: a processor that runs any workflow
+
+
+def test_schedules_and_registrations_written_before_their_admission_fields_still_decode(
+    tmp_path: Path,
+) -> None:
+    """A schedule stored before ``priority``/``admission`` decodes at priority 3 without an
+    admission; a registration written before ``limited`` marks no workflow limited."""
+    old = WireCodec(build_registry(_before_schedule_admission(_copy_schemas(tmp_path / "old"))))
+    definition = dataclasses.replace(
+        ex.SCHEDULE_FULL.definition, priority=DEFAULT_PRIORITY, admission=None
+    )
+    schedule = messages.ScheduleRecord(schedule_id="nightly", definition=definition)
+    data = old.encode(schedule)
+    assert data[2:10].hex() == "9a10533728123a6b"
+    decoded = codec.decode(data)
+    assert decoded == schedule
+    assert decoded.definition.priority == 3
+    assert decoded.definition.admission is None
+    registration = dataclasses.replace(
+        ex.REGISTRATION_FULL, workflows=(messages.ServedWorkflow("orders.fulfill", "7"),)
+    )
+    data = old.encode(registration)
+    assert data[2:10].hex() == "ecde2e2014323af5"
+    assert codec.decode(data).workflows == (messages.ServedWorkflow("orders.fulfill", "7", False),)
+
+
+def test_a_schedule_priority_outside_1_to_5_is_refused_on_decode() -> None:
+    definition = dataclasses.replace(ex.SCHEDULE_FULL.definition, priority=9, admission=None)
+    data = codec.encode(messages.ScheduleRecord(schedule_id="nightly", definition=definition))
+    with pytest.raises(SerializationError, match="invalid priority 9"):
+        codec.decode(data)
 
 
 def test_a_reply_written_before_created_decodes_as_not_created(tmp_path: Path) -> None:

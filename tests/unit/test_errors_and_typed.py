@@ -40,9 +40,9 @@ def test_every_raised_error_is_a_flow_error_and_exported():
     # joined the tree: Fenced, InspectionUnavailable, TopicsRefused, ClusterUnavailable and
     # ManifestError; then the three of durable functions (streamflow.App): UnknownWorkflow,
     # UnsupportedAwait and NotAStep; then InvalidPayload (a value no store could read back);
-    # then the two of flow control: InvalidPriority and InvalidLimitKey.
+    # then the three of flow control: InvalidPriority, InvalidLimitKey and AdmissionRequired.
     # The families (and AdminError) are caught, never raised: not in the list.
-    assert len(errors.ALL_ERRORS) == 45
+    assert len(errors.ALL_ERRORS) == 46
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
@@ -101,6 +101,7 @@ FAMILY_OF = {
         errors.NotAStep,
         errors.InvalidPriority,
         errors.InvalidLimitKey,
+        errors.AdmissionRequired,
     },
     errors.InfrastructureError: {
         errors.StoreError,
@@ -208,6 +209,7 @@ ONE_OF_EACH_ERROR = [
     errors.NotAStep("helper is not a registered step"),
     errors.InvalidPriority("invalid priority 0: use an int from 1 (first) to 5 (last)"),
     errors.InvalidLimitKey("workflow orders.fulfil: limit 'concurrency': invalid limit key ''"),
+    errors.AdmissionRequired("orders.fulfil version 1"),
 ]
 
 
