@@ -254,8 +254,11 @@ class SlotDesk:
         if driven is not None:
             self._driven.add(driven)
         try:
-            while self._pumping is not None and not self._pumping.done():
-                await asyncio.shield(self._pumping)
+            # The pump in progress grants whatever became queued before it finishes (it loops
+            # while a group is dirty, and nothing runs between its last check and its end).
+            pumping = self._pumping
+            if pumping is not None and not pumping.done():
+                await asyncio.shield(pumping)
         finally:
             self._driven.discard(driven or "")
 
