@@ -207,7 +207,8 @@ class Load:
             run_id = f"{prefix}-{i:05d}"
             if self.limited_keys:
                 # The claims are computed here, where the App is loaded, as Workflow.start does.
-                value = {"key": f"key-{i % self.limited_keys:02d}"}
+                # Six runs in a row share a key, so each key queues behind its limit.
+                value = {"key": f"key-{(i // 6) % self.limited_keys:02d}"}
                 admission = LIMITS.admission(LIMITED_SPEC, value)
                 self.steps.append(run_id)
                 start = self.client.start_with_id(run_id, LIMITED_SPEC, value, admission=admission)

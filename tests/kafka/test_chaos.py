@@ -19,7 +19,7 @@ async def test_the_short_chaos_suite_loses_and_breaks_nothing(kafka_broker, tmp_
     outcomes = await main(
         list(SCENARIOS), short=True, seed=1, root=tmp_path, bootstrap=kafka_broker.bootstrap
     )
-    assert [o.name for o in outcomes] == ["mixed", "broker", "cluster"]
+    assert [o.name for o in outcomes] == ["mixed", "limits", "broker", "cluster"]
     for outcome in outcomes:
         report = render(outcome)
         assert outcome.runs > 0, report
@@ -32,6 +32,10 @@ async def test_the_short_chaos_suite_loses_and_breaks_nothing(kafka_broker, tmp_
         assert outcome.observers.get("partial") == 0, report
         assert outcome.observers.get("false_404") == 0, report
         assert outcome.observers.get("index_incomplete") == 0, report
+        if outcome.name == "limits":  # limited runs only: the limit proof, every limit reached
+            assert outcome.limits["holders"] == 2 * outcome.runs, report
+            assert outcome.limits["at_max"] > 0, report  # limits were reached, not idle
+            continue
         assert outcome.hooks["resolved_once"] == outcome.hooks["runs"] > 0, report
     mixed = outcomes[0]
     assert {f.kind.split(" (")[0] for f in mixed.faults} >= {

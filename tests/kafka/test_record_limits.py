@@ -113,7 +113,7 @@ async def test_records_of_every_size_get_a_reply_or_a_dead_letter_and_nothing_st
         raw.flush(10)
         await driver.close()
 
-    assert alive == ["journal", "processor", "worker", "timer", "hooks"]
+    assert alive == ["journal", "processor", "worker", "timer", "hooks", "limits"]
     big = to_error(replies[ids["big"]].error)
     assert isinstance(big, PayloadTooLarge)
     assert big.subject == "run_created of workflow run big"

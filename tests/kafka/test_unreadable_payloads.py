@@ -186,7 +186,7 @@ async def test_foreign_requests_with_unreadable_payloads_are_refused_typed(kafka
         raw.flush(10)
         await driver.close()
 
-    assert alive == ["journal", "processor", "worker", "timer", "hooks"]
+    assert alive == ["journal", "processor", "worker", "timer", "hooks", "limits"]
     assert len(letters) == len(sent) + 1
     by_value = {letter.value: letter for letter in letters}
     for request_id, (case, subject, why, value) in sent.items():
@@ -275,7 +275,7 @@ async def test_foreign_hook_callbacks_with_unreadable_payloads_are_refused(kafka
         raw.flush(10)
         await driver.close()
 
-    assert alive == ["journal", "processor", "worker", "timer", "hooks"]
+    assert alive == ["journal", "processor", "worker", "timer", "hooks", "limits"]
     for request_id in decoded:
         error = to_error(replies[request_id].error)
         assert isinstance(error, InvalidPayload)
