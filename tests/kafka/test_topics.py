@@ -90,6 +90,8 @@ def test_apply_creates_every_topic_with_the_declared_partitions_and_configs(kafk
         names.audit,
         names.metrics,
         names.schedules,
+        names.limit_requests,
+        names.limits,
         names.tasks(BUILD),
     }
     assert set(report.created) == set(declared)
@@ -220,7 +222,7 @@ def test_describe_compares_the_cluster_with_the_manifest(kafka, manifest):
     apply(kafka, manifest, profile="dev", builds=[BUILD])
     after = describe(kafka, manifest, profile="dev", builds=[BUILD])
 
-    assert [s.exists for s in before] == [False] * 13
+    assert [s.exists for s in before] == [False] * 15
     assert all(s.exists and not s.problems and not s.drift for s in after)
     assert {s.spec.name: s.partitions for s in after} == namespace_topics(kafka)
 
@@ -287,9 +289,9 @@ def test_the_cli_applies_and_describes(kafka, capsys):
     common = ["--bootstrap", kafka.bootstrap, "--namespace", kafka.namespace, "--profile", "dev"]
 
     assert main(["topics", "apply", *common, "--build", BUILD]) == 0
-    assert "created 13, verified 0" in capsys.readouterr().out
+    assert "created 15, verified 0" in capsys.readouterr().out
     assert main(["topics", "apply", *common, "--build", BUILD]) == 0
-    assert "created 0, verified 13" in capsys.readouterr().out
+    assert "created 0, verified 15" in capsys.readouterr().out
     assert main(["topics", "describe", *common]) == 0
     assert Names(kafka.namespace).tasks(BUILD) in capsys.readouterr().out
 
