@@ -132,14 +132,29 @@ def test_lifecycle_on_kafka(deployed: Deployed) -> None:
 
 
 def test_priority_and_limits_on_kafka(deployed: Deployed) -> None:
-    """A start with a priority goes through; the limit groups cannot be read there yet."""
+    """A start with a priority goes through; a limited workflow's start is queued behind its
+    limit, and the limit groups are read from the limits topology's ledgers."""
     out = deployed.ok("start", "cli.echo", "kp-1", "--input", '{"n": 4}', "--priority", "2")
     assert out.strip() == "run kp-1 started"
     wait_for(lambda: deployed.status("kp-1") == "completed", "kp-1 to complete", DEADLINE)
     bad = deployed.run("start", "cli.echo", "kp-2", "--input", '{"n": 4}', "--priority", "7")
     assert bad.returncode == 1
     assert bad.stderr.startswith("error: InvalidPriority: ")
-    for index in (False, True):
-        done = deployed.run("limits", index=index)
-        assert done.returncode == 1, done.stdout
-        assert done.stderr.startswith("error: LimitsUnavailable: "), done.stderr
+    ticket = '{"customer": "acme"}'
+    deployed.ok("start", "cli.limited", "kl-1", "--input", ticket)
+    wait_for(lambda: deployed.status("kl-1") == "suspended", "kl-1 to hold its slot", DEADLINE)
+    deployed.ok("start", "cli.limited", "kl-2", "--input", ticket, "--priority", "2")
+    wait_for(lambda: deployed.status("kl-2") == "queued", "kl-2 to queue", DEADLINE)
+
+    def listed(index: bool) -> dict[str, Any] | None:
+        done = deployed.run("limits", "--json", index=index)
+        if done.returncode != 0:
+            return None
+        groups = {g["group"]: g for g in json.loads(done.stdout)["groups"]}
+        group = groups.get("wf:cli.limited")
+        return group if group is not None and group["queued"] == 1 else None
+
+    for index in (False, True):  # through the client, and beside the observers' index
+        seen: list[dict[str, Any]] = []
+        wait_for(lambda i=index: bool(seen.append(listed(i)) or seen[-1]), "the group", DEADLINE)
+        assert (seen[-1]["holders"], seen[-1]["queued"]) == (1, 1)
