@@ -155,6 +155,7 @@ def test_priority_and_limits_on_kafka(deployed: Deployed) -> None:
         return group if group is not None and group["queued"] == 1 else None
 
     for index in (False, True):  # through the client, and beside the observers' index
-        seen: list[dict[str, Any]] = []
-        wait_for(lambda i=index: bool(seen.append(listed(i)) or seen[-1]), "the group", DEADLINE)
-        assert (seen[-1]["holders"], seen[-1]["queued"]) == (1, 1)
+        wait_for(lambda i=index: listed(i) is not None, "the limit group", DEADLINE)
+        found = listed(index)
+        assert found is not None
+        assert (found["holders"], found["queued"]) == (1, 1)
