@@ -193,6 +193,9 @@ async def main(runs: int, rounds: int, drain_runs: int, drain_keys: int) -> dict
             client.close()
         for cluster in clusters:
             cluster.stop()
+    if drain_runs <= 0:
+        broker.stop()
+        return results
     drained = KafkaSettings(bootstrap=broker.bootstrap, namespace=f"bench-drain-{tag}")
     cluster = deploy(drained, root, "bench.kafka_limits:Drained")
     client = FlowClient(drained, request_timeout=1800)
@@ -220,7 +223,7 @@ def cli() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.kafka_limits", description=__doc__)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--drain-runs", type=int, default=10_000)
+    parser.add_argument("--drain-runs", type=int, default=10_000, help="0: no drain")
     parser.add_argument("--drain-keys", type=int, default=100)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
