@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -109,6 +110,8 @@ async def batch(
 def deploy(settings: KafkaSettings, root: Path, app: str) -> Cluster:
     admin.apply(settings, load_manifest(), profile="dev", partitions=PARTITIONS)
     env = {"STREAMFLOW_LOG_LEVEL": "WARNING", "STREAMFLOW_JOURNAL_DECIDES": "1"}
+    if os.environ.get("STREAMFLOW_PROFILE_DIR"):  # cProfile every topology process
+        env["STREAMFLOW_PROFILE_DIR"] = os.environ["STREAMFLOW_PROFILE_DIR"]
     return Cluster(settings, root / settings.namespace, app=app, env=env).start()
 
 
