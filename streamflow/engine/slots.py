@@ -123,6 +123,8 @@ class SlotDesk:
         self._background: set[asyncio.Task[object]] = set()
         self._driven: set[str] = set()
         """Runs whose start is settling: their caller drives them once granted."""
+        self._due: dict[str, int] = {}
+        """When a rate window of each group frees a slot for a queued holder (epoch ms)."""
         self.built = False
         """Whether the ledgers were rebuilt from the store (nothing is granted before)."""
         self._lock = asyncio.Lock()
@@ -276,6 +278,11 @@ class SlotDesk:
                 for grant in ledger.admit(now_ms):
                     self._grants[grant.grant.grant_id] = (group, grant.holder)
                     granted.append(grant)
+                due = ledger.next_change(now_ms)
+                if due is None:
+                    self._due.pop(group, None)
+                else:
+                    self._due[group] = due
             # Each to its own run, at once: the appends of different runs share the store's
             # group commit instead of waiting for each other.
             await asyncio.gather(*(self._hand_over(g.holder, g.grant) for g in granted))
@@ -309,20 +316,26 @@ class SlotDesk:
         return None
 
     def _arm(self) -> None:
+        """Wake when the earliest group's rate window frees a slot for a queued holder: each
+        group's due time is the one it had right after its last admission pass (asked later,
+        a head whose window has freed meanwhile is admissible and reports no due time)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        now_ms = epoch_ms(self._clock())
-        due = [d for ledger in self._ledgers.values() if (d := ledger.next_change(now_ms))]
-        if not due:
+        if not self._due:
             return
-        delay = max(0.0, (min(due) - now_ms) / 1000) + 0.001
+        now_ms = epoch_ms(self._clock())
+        delay = max(0.0, (min(self._due.values()) - now_ms) / 1000) + 0.001
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(delay, self._wake)
 
     def _wake(self) -> None:
         self._timer = None
-        self._dirty.update(self._ledgers)
+        now_ms = epoch_ms(self._clock())
+        self._dirty.update(g for g, due in self._due.items() if due <= now_ms + 1)
+        if not self._dirty:  # woken a little early: wait for the rest
+            self._arm()
+            return
         self.kick()
 
     async def close(self) -> None:
