@@ -192,11 +192,6 @@ class SlotDesk:
         if ledger.release(holder, grant_id):
             self._dirty.add(group)
 
-    def give_back(self, release: SlotRelease) -> None:
-        """A grant its run did not take (it was cancelled or ended meanwhile)."""
-        self._release(release.grant.group, release.holder, release.grant.grant_id)
-        self.kick()
-
     # -- rebuilding ------------------------------------------------------------------------
 
     async def build(self) -> None:
