@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -93,6 +94,10 @@ def producer(settings: KafkaSettings, **overrides: object) -> Producer:
     go where Kafka's Java client would put them, ``murmur2(key)``, so readers can find a
     key's partition with ``partition_for``; librdkafka's own default is CRC32.
     """
+    return Producer(_producer_config(settings, overrides))
+
+
+def _producer_config(settings: KafkaSettings, overrides: dict[str, object]) -> dict[str, Any]:
     limits = settings.limits
     required: dict[str, object] = {
         "enable.idempotence": True,
@@ -104,7 +109,59 @@ def producer(settings: KafkaSettings, **overrides: object) -> Producer:
         "batch.size": min(1_000_000, limits.max_record_bytes),
     }
     required.update(overrides)
-    return Producer(settings.client(PRODUCER_DEFAULTS, **required))
+    return settings.client(PRODUCER_DEFAULTS, **required)
+
+
+class AcknowledgedProducer(Producer):
+    """A transactional producer that counts, since its last ``begin_transaction``, the records
+    produced into the transaction and the ones the broker acknowledged.
+
+    A transaction must commit only when every record it produced was acknowledged: librdkafka
+    ends a transaction whose records failed, but a transactional topology checks it again
+    itself (:meth:`unacknowledged`) after its flush, so that a record the client lost around
+    a broker failure aborts the transaction instead of leaving history that owes it (a step
+    task, an audit record) without it."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self._produced = 0
+        self._acknowledged = 0
+        self._failure: str | None = None
+
+    def begin_transaction(self, *args: Any) -> None:
+        """Begin a transaction; its count of records starts from nothing."""
+        self._produced = self._acknowledged = 0
+        self._failure = None
+        super().begin_transaction(*args)
+
+    def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
+        """Produce one record into the open transaction, counting its delivery report."""
+        given: Callable[[KafkaError | None, Message], None] | None = kwargs.pop(
+            "on_delivery", None
+        ) or kwargs.pop("callback", None)
+
+        def report(error: KafkaError | None, msg: Message) -> None:
+            if error is None:
+                self._acknowledged += 1
+            elif self._failure is None:
+                self._failure = error.str()
+            if given is not None:
+                given(error, msg)
+
+        kwargs["on_delivery"] = report
+        super().produce(topic, *args, **kwargs)
+        self._produced += 1
+
+    def unacknowledged(self) -> tuple[int, str | None]:
+        """How many records of the open transaction no delivery report acknowledged (after a
+        flush: failed or lost), and the first failure reported."""
+        return self._produced - self._acknowledged, self._failure
+
+
+def transactional_producer(settings: KafkaSettings, **overrides: object) -> AcknowledgedProducer:
+    """:func:`producer` for a transactional topology (``overrides`` name the transactional
+    id): an :class:`AcknowledgedProducer`."""
+    return AcknowledgedProducer(_producer_config(settings, overrides))
 
 
 SHUTDOWN_BUDGET = 8.0

@@ -9,7 +9,10 @@ owns the transaction, the commit protocol, recovery, rebalancing and fencing.
 The commit protocol, in order:
 
 0. Flush: every record produced for this transaction is in the log, uncommitted. A flush that
-   leaves records queued fails the transaction.
+   leaves records queued fails the transaction, and so does a record whose delivery report
+   did not acknowledge it (the producer counts them:
+   :class:`~streamflow.kafka.clients.AcknowledgedProducer`; librdkafka should refuse such a
+   commit itself, this makes sure).
 1. Offer the offsets *after the last record handled* in each input partition, with the
    group's current metadata, to the transaction (``send_offsets_to_transaction``): the records
    consumed are now part of the same atomic unit as everything produced for them. Never the
@@ -30,7 +33,9 @@ a clear log line instead of leaving a healthy-looking process that does nothing.
 
 **Recovery.** Any failure but fencing — a call that timed out or failed, a flush that left
 records behind, a broker that went away — is never retried in place. The loop aborts the
-transaction (replacing the producer when the abort itself fails), drops the staged state
+transaction (replacing the producer when the abort itself fails, and instead of aborting when
+records of the transaction are still unsettled: a purged record's sequence numbers must not
+be reused by the same producer), drops the staged state
 (:meth:`aborted`), brings local state up to what Kafka committed (:meth:`restore`: a commit
 that failed on the wire may still have happened) and rewinds the consumer to the committed
 offsets, then backs off (checking ``stop``) and goes on. The input handled in the aborted
@@ -336,6 +341,13 @@ class TransactionalTopology(ClientKeeper):
             left = self._call("flush", producer_.flush, bound)
             if left:
                 reason = f"{left} records were still undelivered after {bound:.0f}s"
+                self._recover(reason, rewind=rewind, backoff=rewind)
+                return False
+            lost, failure = producer_.unacknowledged()
+            if lost:
+                # Every record of a committed transaction must be in the log: one the broker
+                # never acknowledged aborts it (the consumer rewinds, the input comes again).
+                reason = f"{lost} records were not acknowledged ({failure or 'no delivery report'})"
                 self._recover(reason, rewind=rewind, backoff=rewind)
                 return False
             if self.has_output():  # the crash window that matters: output in the log, uncommitted

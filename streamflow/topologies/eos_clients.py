@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streamflow.core.errors import Fenced as Fenced
-from streamflow.kafka.clients import consumer, producer, reader
+from streamflow.kafka.clients import AcknowledgedProducer, consumer, reader, transactional_producer
 from streamflow.kafka.config import KafkaSettings
 from streamflow.topologies.eos_sweep import SETTLE, HangingTransactions, find_stuck, sweep
 from streamflow.topologies.watchdog import BoundedCaller, HangHandler, Hung, Watchdog
@@ -106,7 +106,7 @@ class ClientKeeper:
         self._consumer_config = (group, consumer_overrides, consumer_required)
         self._consumer = consumer(settings, group, consumer_overrides, **consumer_required)
         self._producer_config = producer_config
-        self._producer: Producer = producer(settings, **producer_config)
+        self._producer: AcknowledgedProducer = transactional_producer(settings, **producer_config)
         self._calls = BoundedCaller(self.component)
         self._on_hang = on_hang
         self._watchdog = Watchdog(self.component, on_hang=on_hang)
@@ -302,7 +302,24 @@ class ClientKeeper:
             # Stopping: leave the transaction to the coordinator (or the next init_transactions
             # of this id) rather than wait for a broker that may be down.
             return
-        if not fatal:
+        unsettled = len(self._producer) or self._producer.unacknowledged()[0]
+        if unsettled and not fatal:
+            # Records of this transaction are still in flight, or were never acknowledged. An
+            # abort purges them, and the same producer may then send the next transaction's
+            # records under their sequence numbers: a broker that did get a purged one takes
+            # the new record for a duplicate and acknowledges it at the aborted copy's offset,
+            # and the next transaction commits without it. That is the one explanation that
+            # fits what a chaos run left after a broker kill: a transaction aborted with a step
+            # task in flight, the next one committed the run's history again, and that task
+            # was nowhere in the log (the run waited for ever). A fresh producer (a new epoch:
+            # new sequence numbers; its init_transactions aborts the open transaction) cannot
+            # be mistaken so.
+            log.warning(
+                "%s: %d records unsettled; replacing the producer instead of aborting",
+                self.component,
+                unsettled,
+            )
+        elif not fatal:
             error = self._transaction_call("abort_transaction", self._producer.abort_transaction)
             if not isinstance(error, KafkaError):
                 return
@@ -351,7 +368,7 @@ class ClientKeeper:
             except (KafkaException, Hung) as exc:
                 log.info("%s: purging the old producer: %s", self.component, exc)
                 self._calls = BoundedCaller(self.component)
-        self._producer = producer(self._settings, **self._producer_config)
+        self._producer = transactional_producer(self._settings, **self._producer_config)
         del old  # destroyed once unreferenced; close() could wait for the broker
         self._init_transactions()
 
@@ -374,7 +391,7 @@ class ClientKeeper:
                 error.str(),
             )
             if error.fatal():
-                self._producer = producer(self._settings, **self._producer_config)
+                self._producer = transactional_producer(self._settings, **self._producer_config)
             if time.monotonic() - began > GIVE_UP_AFTER:
                 # Nothing will unblock this client (a coordinator it lost for good):
                 # hand over to a fresh process, whose producer starts from nothing.
