@@ -5,7 +5,8 @@
   workflow with ``Concurrency(100_000)`` and a keyed ``Concurrency(100_000)`` over 100 keys,
   so every run is queued, granted by the limits topology at once and never waits for a slot).
   Rounds alternate (plain, limited, plain, ...), so both see the same machine; reported: each
-  side's runs/s per round, the medians and ``limited / plain``.
+  side's runs/s per round, the medians and ``limited / plain``, and the CPU time of each side's
+  topology processes over its rounds, in ms a run (and the ratio of the medians).
 * **Drain**: ``--drain-runs`` runs (default 10,000) of 3 no-op steps over ``--drain-keys``
   keys (default 100) with ``Concurrency(2, key)``, all started at once, so nearly all queue:
   admissions per second over the whole drain, the queue wait (``run_created`` to
@@ -107,6 +108,16 @@ async def batch(
     return time.perf_counter() - began, run_ids
 
 
+def cpu_seconds(cluster: Cluster) -> float:
+    """CPU time (user + system) the cluster's topology processes have used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for process in cluster.processes.values():
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
 def deploy(settings: KafkaSettings, root: Path, app: str) -> Cluster:
     admin.apply(settings, load_manifest(), profile="dev", partitions=PARTITIONS)
     env = {"STREAMFLOW_LOG_LEVEL": "WARNING", "STREAMFLOW_JOURNAL_DECIDES": "1"}
@@ -177,10 +188,17 @@ async def main(runs: int, rounds: int, drain_runs: int, drain_keys: int) -> dict
         for client, spec, runtime in sides:  # warm-up: group joins, caches
             await batch(client, spec, runtime, 50, 100)
         per_round: dict[str, list[float]] = {"plain": [], "limited": []}
+        cpu: dict[str, list[float]] = {"plain": [], "limited": []}
         for _ in range(rounds):
-            for name, (client, spec, runtime) in zip(per_round, sides, strict=True):
+            for name, (client, spec, runtime), cluster in zip(
+                per_round, sides, clusters, strict=True
+            ):
+                # The CPU of this side's whole deployment over its round, in ms a run (the
+                # other side idles meanwhile; its polling is not counted here).
+                used = cpu_seconds(cluster)
                 seconds, _ = await batch(client, spec, runtime, runs, 100)
                 per_round[name].append(runs / seconds)
+                cpu[name].append((cpu_seconds(cluster) - used) * 1000 / runs)
         plain_median = statistics.median(per_round["plain"])
         limited_median = statistics.median(per_round["limited"])
         results["W1_unreached_limit"] = {
@@ -189,6 +207,10 @@ async def main(runs: int, rounds: int, drain_runs: int, drain_keys: int) -> dict
             "plain_median": plain_median,
             "limited_median": limited_median,
             "limited_over_plain": limited_median / plain_median,
+            "plain_cpu_ms_per_run": cpu["plain"],
+            "limited_cpu_ms_per_run": cpu["limited"],
+            "cpu_limited_over_plain": statistics.median(cpu["limited"])
+            / statistics.median(cpu["plain"]),
         }
         print(json.dumps(results["W1_unreached_limit"], indent=2), flush=True)
     finally:

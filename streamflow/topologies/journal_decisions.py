@@ -66,6 +66,8 @@ class HostedDecisions:
         if snap.spec is None or snap.is_terminal:
             self.forget(snap.run_id)
             return None
+        if snap.is_queued:
+            return None  # no code runs before its grant: the grant's append decides it
         if not self._decider.admits(snap):
             return None
         history = self._history(snap, staged, stored)

@@ -140,10 +140,9 @@ class JournalOutput:
         check_events(events, self._wire.limits, run_id)
         encoded: list[tuple[ev.FlowEventEnvelope, bytes, bytes, bytes | None]] = []
         effects: list[d.Effect] = []
-        limits: list[m.LimitRequestBody] = []
+        held = holdings(snap)
         for event in events:
             prior = owed(snap)
-            held = holdings(snap)
             envelope = ev.FlowEventEnvelope(
                 run_id=run_id,
                 sequence=snap.last_sequence + 1,
@@ -156,19 +155,21 @@ class JournalOutput:
             value = self._wire.encode(envelope)
             encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
             effects += newly_owed(prior, owed(snap))
-            changes = slot_changes(held, holdings(snap), snap)
-            limits += [
-                m.EnqueueSlot(group=h.group, holder=h.holder, claims=h.claims, priority=h.priority)
-                for h in changes.queued
-            ]
-            limits += [
-                m.ReleaseSlot(
-                    group=h.group,
-                    holder=h.holder,
-                    grant_id=None if h.grant is None else h.grant.grant_id,
-                )
-                for h in changes.released
-            ]
+        # The holdings the events change, across the whole list (a holder queued and ended
+        # within it never reaches its group; one held before and ended is released once).
+        changes = slot_changes(held, holdings(snap), snap)
+        limits: list[m.LimitRequestBody] = [
+            m.EnqueueSlot(group=h.group, holder=h.holder, claims=h.claims, priority=h.priority)
+            for h in changes.queued
+        ]
+        limits += [
+            m.ReleaseSlot(
+                group=h.group,
+                holder=h.holder,
+                grant_id=None if h.grant is None else h.grant.grant_id,
+            )
+            for h in changes.released
+        ]
         for body in limits:
             self.limit(body, now)
         for envelope, key, value, task in encoded:
