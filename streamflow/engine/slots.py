@@ -90,6 +90,13 @@ class StoreView(Protocol):
         """The runs that ended after ``since``."""
         ...
 
+    async def past_grants(
+        self, snapshot: WorkflowRunSnapshot
+    ) -> list[tuple[SlotGrant, Holder, tuple[LimitClaim, ...]]]:
+        """Every grant the run's history records: its own, and each attempt's of its steps
+        (a snapshot keeps only a step's latest attempt's)."""
+        ...
+
 
 class SlotDesk:
     """The ledgers of one engine's limit groups.
@@ -211,18 +218,20 @@ class SlotDesk:
                     longest = max([longest, *(c.period_ms or 0 for c in holding.claims)])
             if longest:
                 since = self._clock() - timedelta(milliseconds=longest)
-                self._refill(runs + await self._store.ended_since(since), epoch_ms(since))
+                recent = runs + await self._store.ended_since(since)
+                await self._refill(recent, epoch_ms(since))
             for snapshot in runs:
                 self._reconcile(snapshot)
             self._dirty.update(self._ledgers)
             self.built = True
 
-    def _refill(self, runs: list[WorkflowRunSnapshot], since_ms: int) -> None:
+    async def _refill(self, runs: list[WorkflowRunSnapshot], since_ms: int) -> None:
         """Count the grants ``runs`` record after ``since_ms`` that no longer hold anything
-        in their rate windows (restored, then released at once)."""
+        in their rate windows (restored, then released at once): every attempt's, a retried
+        step's earlier ones too."""
         for snapshot in runs:
             current = {h.grant for h in holdings(snapshot) if h.grant is not None}
-            for grant, holder, claims in _past_grants(snapshot):
+            for grant, holder, claims in await self._store.past_grants(snapshot):
                 if grant in current or grant.granted_at_ms <= since_ms:
                     continue
                 if not any(c.period_ms for c in claims):
@@ -408,6 +417,23 @@ class EngineStoreView:
 
         return await asyncio.to_thread(catalog.visit_runs, _ENDED, recent)
 
+    async def past_grants(
+        self, snapshot: WorkflowRunSnapshot
+    ) -> list[tuple[SlotGrant, Holder, tuple[LimitClaim, ...]]]:
+        if not any(s.grant is not None and s.attempt > 1 for s in snapshot.steps.values()):
+            return _past_grants(snapshot)  # no retried limited step: the snapshot has them all
+        found = _past_grants(snapshot)
+        latest = {grant for grant, _, _ in found}
+        for envelope in await self._store.list(snapshot.run_id):
+            event = envelope.event
+            if isinstance(event, ev.StepStarted) and event.grant is not None:
+                if event.grant in latest:
+                    continue
+                step = snapshot.steps[event.step_id]
+                holder = Holder(run_id=snapshot.run_id, step_id=step.step_id, attempt=event.attempt)
+                found.append((event.grant, holder, step.limits))
+        return found
+
 
 _ENDED = tuple(s for s in WorkflowRunStatus if s.is_terminal)
 
@@ -419,7 +445,7 @@ def _creation_order(snapshot: WorkflowRunSnapshot) -> tuple[datetime | None, str
 def _past_grants(
     snapshot: WorkflowRunSnapshot,
 ) -> list[tuple[SlotGrant, Holder, tuple[LimitClaim, ...]]]:
-    """The grants an ended run's history records (its own, its steps' latest attempts')."""
+    """The grants a run's snapshot records (its own, its steps' latest attempts')."""
     found: list[tuple[SlotGrant, Holder, tuple[LimitClaim, ...]]] = []
     admission = snapshot.admission
     if snapshot.slot is not None and admission is not None:
