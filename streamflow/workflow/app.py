@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast, overload
 
 from streamflow import cron
-from streamflow.core.admission import Admission, LimitClaim, LimitSpec, check_priority
+from streamflow.core.admission import (
+    DEFAULT_PRIORITY,
+    Admission,
+    LimitClaim,
+    LimitSpec,
+    check_priority,
+)
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import InvalidWorkflow, NonRetryable
 from streamflow.core.ids import RuntimeBuildId
@@ -268,6 +274,7 @@ class App(FlowRuntime):
         schedule_input: object = None,
         overlap: Overlap | str = Overlap.SKIP,
         catch_up: CatchUp | str = CatchUp.NONE,
+        schedule_priority: int = DEFAULT_PRIORITY,
         concurrency: LimitDeclarations = None,
         rate_limit: LimitDeclarations = None,
     ) -> _WorkflowDecorator: ...
@@ -286,6 +293,7 @@ class App(FlowRuntime):
         schedule_input: object = None,
         overlap: Overlap | str = Overlap.SKIP,
         catch_up: CatchUp | str = CatchUp.NONE,
+        schedule_priority: int = DEFAULT_PRIORITY,
         concurrency: LimitDeclarations = None,
         rate_limit: LimitDeclarations = None,
     ) -> Workflow[Any, Any] | _WorkflowDecorator:
@@ -296,7 +304,8 @@ class App(FlowRuntime):
         ``schedule``: a cron expression (read in ``timezone``) that starts a run of it at each
         fire time once a scheduler hosts the App; ``schedule_id`` (default: the workflow's
         name, its dots made dashes: ``reports.daily`` is ``reports-daily``),
-        ``schedule_input``, ``overlap`` and ``catch_up`` as on :class:`streamflow.Schedule`.
+        ``schedule_input``, ``overlap``, ``catch_up`` and ``schedule_priority`` (1 first .. 5,
+        default 3: ``InvalidPriority`` otherwise) as on :class:`streamflow.Schedule`.
 
         ``concurrency``: a :class:`streamflow.Concurrency` (or a list of them) limiting how many
         of its runs hold a slot at once; ``rate_limit``: a :class:`streamflow.RateLimit` (or a
@@ -305,7 +314,13 @@ class App(FlowRuntime):
         cron_options = None
         if schedule is not None:
             cron_options = _CronOptions(
-                schedule, timezone, schedule_id, schedule_input, Overlap(overlap), CatchUp(catch_up)
+                schedule,
+                timezone,
+                schedule_id,
+                schedule_input,
+                Overlap(overlap),
+                CatchUp(catch_up),
+                check_priority(schedule_priority),
             )
         limits = (concurrency, rate_limit)
         decorator = _WorkflowDecorator(self, name, version, tuple(signals), cron_options, limits)
@@ -342,6 +357,7 @@ class App(FlowRuntime):
                     input=workflow.encode_input(options.input),
                     overlap=options.overlap,
                     catch_up=options.catch_up,
+                    priority=options.priority,
                 )
             )
             if scheduled.schedule_id in self._schedules:
@@ -531,6 +547,7 @@ class _CronOptions:
     input: object
     overlap: Overlap
     catch_up: CatchUp
+    priority: int
 
 
 class _WorkflowDecorator:

@@ -39,6 +39,7 @@ async def job(ctx: DurableContext, params: dict[str, str]) -> str:
     schedule="0 * * * *",
     schedule_id="declared",
     schedule_input={"key": "zeta"},
+    schedule_priority=1,
     concurrency=Concurrency(2),
 )
 async def declared(ctx: DurableContext, params: dict[str, str]) -> str:
@@ -93,9 +94,20 @@ async def test_a_scheduled_run_of_a_limited_workflow_is_queued_with_its_claims(m
 async def test_declared_schedules_are_stored_with_their_admission(make_engine, clock):
     engine = make_engine(limited)
     [stored] = await engine.schedules.register(limited)
-    assert stored.admission == Admission(claims=(LimitClaim("concurrency", "", 2),))
+    assert stored.priority == 1
+    assert stored.admission == Admission(priority=1, claims=(LimitClaim("concurrency", "", 2),))
     assert (await engine.schedules.get("declared")).admission == stored.admission
     assert Schedule.from_json(stored.to_json()) == stored
+
+
+def test_a_declared_schedule_priority_outside_1_to_5_is_refused():
+    app = streamflow.App()
+    with pytest.raises(InvalidPriority):
+
+        @app.workflow(schedule="0 * * * *", schedule_priority=0)
+        async def nightly(ctx: DurableContext) -> None: ...
+
+    assert app.schedules == {}
 
 
 def test_with_admission_computes_the_claims_and_refuses_what_breaks_a_rule():
