@@ -2,8 +2,7 @@
 the JSON forms that history and the limits records will carry.
 
 - :class:`LimitSpec`: one limit as a workflow or step declares it (``limit_id``, ``kind``
-  ``concurrency`` or ``rate``, ``max``, ``period_ms`` for a rate, ``keyed``, ``lease_ms`` for a
-  concurrency limit).
+  ``concurrency`` or ``rate``, ``max``, ``period_ms`` for a rate, ``keyed``).
 - :class:`LimitClaim`: what one holder claims of one limit: the limit id, the key (``""`` for a
   group-wide limit), and the ``max``/``period_ms`` in force when the claim was computed (each
   claim carries its own, so a deploy that changes a limit does not reinterpret recorded claims).
@@ -115,8 +114,6 @@ class LimitSpec:
     """The sliding window of a rate limit; ``None`` for a concurrency limit."""
     keyed: bool = False
     """Whether a key function splits the limit per key (else one group-wide key ``""``)."""
-    lease_ms: int | None = None
-    """How long a remote worker's slot lives without renewal (concurrency only)."""
 
     def __post_init__(self) -> None:
         try:
@@ -128,13 +125,8 @@ class LimitSpec:
         _positive(self.max, "limit max", InvalidWorkflow)
         if self.kind == "rate":
             _positive(self.period_ms, "rate limit period (ms)", InvalidWorkflow)
-            if self.lease_ms is not None:
-                raise InvalidWorkflow("a rate limit has no lease")
-        else:
-            if self.period_ms is not None:
-                raise InvalidWorkflow("a concurrency limit has no period")
-            if self.lease_ms is not None:
-                _positive(self.lease_ms, "lease (ms)", InvalidWorkflow)
+        elif self.period_ms is not None:
+            raise InvalidWorkflow("a concurrency limit has no period")
         if not isinstance(self.keyed, bool):
             raise InvalidWorkflow(f"keyed must be a bool, not {self.keyed!r}")
 
@@ -148,7 +140,7 @@ class LimitSpec:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form (``period_ms`` and ``lease_ms`` omitted when ``None``)."""
+        """The JSON form (``period_ms`` omitted when ``None``)."""
         data: dict[str, Any] = {
             "limit_id": self.limit_id,
             "kind": self.kind,
@@ -157,8 +149,6 @@ class LimitSpec:
         }
         if self.period_ms is not None:
             data["period_ms"] = self.period_ms
-        if self.lease_ms is not None:
-            data["lease_ms"] = self.lease_ms
         return data
 
     @staticmethod
@@ -173,7 +163,6 @@ class LimitSpec:
                 max=obj["max"],
                 period_ms=obj.get("period_ms"),
                 keyed=obj["keyed"],
-                lease_ms=obj.get("lease_ms"),
             ),
         )
 

@@ -3,7 +3,8 @@
 A :class:`Ledger` is a deterministic fold: its state is a function of the commands applied to it
 and of the ``now_ms`` each was given (no clock, randomness or I/O; ``now_ms`` is milliseconds
 since the epoch). Like the projection it mutates itself in place; a shell keeps one per group
-(``wf:<workflow>`` or ``step:<step>``). It is not used by any backend yet.
+(``wf:<workflow>`` or ``step:<step>``): the embedded engine's slot desk and the Kafka limits
+topology.
 
 Commands:
 
@@ -11,17 +12,20 @@ Commands:
 - :meth:`Ledger.release` a held holder (frees its concurrency slots) or a queued one (leaves the
   queue);
 - :meth:`Ledger.admit` grants every queued holder that may begin at ``now_ms``, in order;
-- :meth:`Ledger.renew` and :meth:`Ledger.expire` move and check leases (remote workers);
-  :meth:`Ledger.expire` also drops the rate-window entries no later grant can count;
-- :meth:`Ledger.next_change`: when a rate window or a lease next changes what may happen, so a
-  scheduler knows when to wake.
+- :meth:`Ledger.expire` drops the rate-window entries no later grant can count;
+- :meth:`Ledger.next_change`: when a rate window next changes what may happen, so a scheduler
+  knows when to wake.
+
+No slot is leased: a holder keeps its slot until a release says it ended. A step attempt whose
+worker died is delivered again and runs under the grant its history recorded, so its slot is
+neither lost nor counted twice.
 
 Rules of :meth:`Ledger.admit`:
 
 - A holder is admissible when every claim has room: a concurrency claim when fewer than its
-  ``max`` holders of the group hold the same ``(limit_id, key)`` (held and expiring holders
-  both count), a rate claim when fewer than ``max`` grants of the same ``(limit_id, key)`` fall
-  in the window ``(t - period_ms, t]``, ``t`` the grant's time.
+  ``max`` holders of the group hold the same ``(limit_id, key)``, a rate claim when fewer
+  than ``max`` grants of the same ``(limit_id, key)`` fall in the window
+  ``(t - period_ms, t]``, ``t`` the grant's time.
 - Only the **head** of each (priority, fairness key) queue is a candidate (FIFO within a key:
   lowest ``arrival``, then enqueue order). Strict priority: the first priority with an
   admissible head is served, lower priorities only when no better one is admissible.
@@ -50,7 +54,7 @@ holders, ``H`` = held holders, ``W`` = rate-window entries): enqueue ``O(C + log
 ``O(C)``; admit ``O(5 * K + (g + m) * (log K + C * log W + log n))`` for ``g`` grants and ``m``
 heads that did not fit (one heap of keys per priority, built once per call: within a call slots
 are only taken, so a head that does not fit is not looked at again); next_change
-``O(5 * K * C * log W + H)``; expire ``O(H + W)``. 10,000 holders over 100 keys cost a few
+``O(5 * K * C * log W)``; expire ``O(W)``. 10,000 holders over 100 keys cost a few
 heap operations per grant.
 """
 
@@ -74,15 +78,15 @@ from streamflow.core.admission import (
 )
 from streamflow.core.errors import InvalidTransition
 
-EntryState = Literal["queued", "held", "expiring"]
+EntryState = Literal["queued", "held"]
 _PRUNE_SERVED_AT = 64
 """The served records (active and idle keys) above which idle ones are pruned."""
 
 
 @dataclass(slots=True)
 class LedgerEntry:
-    """One holder the ledger knows: queued, held (granted) or expiring (its lease passed; its
-    slots still count until it is released). :meth:`Ledger.entry` hands out copies."""
+    """One holder the ledger knows: queued, or held (granted).
+    :meth:`Ledger.entry` hands out copies."""
 
     holder: Holder
     claims: tuple[LimitClaim, ...]
@@ -93,7 +97,6 @@ class LedgerEntry:
     """The group's enqueue counter: breaks ties between equal arrivals."""
     state: EntryState = "queued"
     grant: SlotGrant | None = None
-    lease_until_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +243,7 @@ class Ledger:
         return True
 
     def release(self, holder: Holder, grant_id: str | None = None) -> bool:
-        """Free ``holder``'s slots (held or expiring), or take it out of the queue (queued, no
+        """Free ``holder``'s slots (held), or take it out of the queue (queued, no
         ``grant_id``). ``False``, changing nothing, for an unknown holder or a ``grant_id`` that
         is not its grant's."""
         entry = self._entries.get(holder)
@@ -291,33 +294,9 @@ class Ledger:
                     heapq.heappush(ranked, rank)
         return granted
 
-    def renew(self, holders: Iterable[Holder], until_ms: int) -> list[Holder]:
-        """Extend the leases of ``holders`` that are held (not queued, not expiring, not
-        unknown) to ``until_ms`` (never shortened); the ones renewed, in the order given."""
-        renewed: list[Holder] = []
-        for holder in holders:
-            entry = self._entries.get(holder)
-            if entry is None or entry.state != "held":
-                continue
-            if entry.lease_until_ms is None or entry.lease_until_ms < until_ms:
-                entry.lease_until_ms = until_ms
-            renewed.append(holder)
-        return renewed
-
-    def expire(self, now_ms: int) -> list[Holder]:
-        """The tick: turn held holders whose lease ended by ``now_ms`` into expiring ones (their
-        slots still count until released) and return them in grant order; drop rate-window
-        entries no later grant's window can count (measured from the last grant)."""
-        lost = [
-            entry
-            for entry in self._entries.values()
-            if entry.state == "held"
-            and entry.lease_until_ms is not None
-            and entry.lease_until_ms <= now_ms
-        ]
-        lost.sort(key=lambda e: e.grant.seq if e.grant else 0)
-        for entry in lost:
-            entry.state = "expiring"
+    def expire(self, now_ms: int) -> None:
+        """The tick: drop rate-window entries no later grant's window can count (measured from
+        the last grant, whatever ``now_ms`` says)."""
         # Measured from the last grant, not from now_ms: a clock that goes back (failover)
         # grants at the last grant's time, whose window must still see these entries.
         last = self._last_granted_at
@@ -326,7 +305,6 @@ class Ledger:
             del window.times[: bisect_right(window.times, last - window.max_period)]
             if not window.times:
                 del self._windows[slot]
-        return [entry.holder for entry in lost]
 
     # -- persistence ------------------------------------------------------------------------
 
@@ -345,7 +323,7 @@ class Ledger:
         )
 
     def entries(self) -> list[LedgerEntry]:
-        """Copies of every entry (queued, held, expiring), in enqueue order."""
+        """Copies of every entry (queued and held), in enqueue order."""
         return [replace(e) for e in sorted(self._entries.values(), key=lambda e: e.order)]
 
     @staticmethod
@@ -361,11 +339,7 @@ class Ledger:
                 ledger.restore(
                     entry.holder, entry.claims, entry.priority, entry.grant, window=False
                 )
-                restored = ledger._entries[entry.holder]
-                restored.arrival = entry.arrival
-                if entry.state == "expiring":
-                    restored.state = "expiring"
-                restored.lease_until_ms = entry.lease_until_ms
+                ledger._entries[entry.holder].arrival = entry.arrival
         for w in counters.windows:
             ledger._windows[(w.limit_id, w.key)] = _Window(
                 list(w.times_ms), w.min_period_ms, w.max_period_ms
@@ -379,9 +353,9 @@ class Ledger:
     # -- reads ------------------------------------------------------------------------------
 
     def next_change(self, now_ms: int) -> int | None:
-        """The earliest time after which :meth:`admit` or :meth:`expire` may decide something
-        new without another command: a full rate window that blocks a queued head frees a slot,
-        or a lease ends. ``None`` when only a command can change anything."""
+        """The earliest time after which :meth:`admit` may decide something new without another
+        command: a full rate window that blocks a queued head frees a slot. ``None`` when only a
+        command can change anything."""
         at = max(now_ms, self._last_granted_at)
         due: list[int] = []
         for keys in self._queues.values():
@@ -394,11 +368,6 @@ class Ledger:
                         free = self._window_frees(claim, at)
                         if free is not None:
                             due.append(free)
-        due.extend(
-            e.lease_until_ms
-            for e in self._entries.values()
-            if e.state == "held" and e.lease_until_ms is not None
-        )
         return min(due) if due else None
 
     def entry(self, holder: Holder) -> LedgerEntry | None:
@@ -437,7 +406,7 @@ class Ledger:
         return [e.holder for e in entries if state is None or e.state == state]
 
     def held(self, limit_id: str, key: str = "") -> int:
-        """How many holders hold (or are expiring with) a slot of ``(limit_id, key)``."""
+        """How many holders hold a slot of ``(limit_id, key)``."""
         return self._held.get((limit_id, key), 0)
 
     def window(self, limit_id: str, key: str = "") -> tuple[int, ...]:

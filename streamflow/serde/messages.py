@@ -475,8 +475,8 @@ class LimitRequest:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LimitEntry:
     """One holder a limit group's ledger knows (``{ns}.limits``, key ``group 0x00 holder``):
-    queued (no grant) or holding ``grant`` (``expiring``: its lease passed, its slots still
-    count until released)."""
+    queued (no grant) or holding ``grant``. ``expiring`` and ``lease_until_ms`` are reserved on
+    the wire (no slot is leased): written ``False`` and ``None``, ignored when read."""
 
     group: str
     holder: Holder
@@ -497,8 +497,6 @@ class LimitEntry:
             priority=entry.priority,
             arrival=entry.arrival,
             grant=entry.grant,
-            expiring=entry.state == "expiring",
-            lease_until_ms=entry.lease_until_ms,
         )
 
     def entry(self) -> LedgerEntry:
@@ -512,9 +510,8 @@ class LimitEntry:
             fairness_key=fairness_key(self.claims),
             arrival=self.arrival,
             order=0,
-            state="expiring" if self.expiring else state,
+            state=state,
             grant=self.grant,
-            lease_until_ms=self.lease_until_ms,
         )
 
 

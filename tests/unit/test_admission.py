@@ -33,7 +33,7 @@ def c(limit_id: str, key: str, max_: int, period_ms: int | None = None) -> Limit
 def test_values_round_trip_through_json():
     values = [
         LimitSpec("concurrency.0", "concurrency", 50),
-        LimitSpec("per-customer", "concurrency", 2, keyed=True, lease_ms=60_000),
+        LimitSpec("per-customer", "concurrency", 2, keyed=True),
         LimitSpec("rate.1", "rate", 100, period_ms=60_000, keyed=True),
         c("concurrency.0", "", 50),
         c("rate.1", "customer-42", 100, 60_000),
@@ -80,10 +80,8 @@ def test_malformed_json_forms_are_serialization_errors(cls, data):
         {"limit_id": "x", "kind": "concurrency", "max": 0},
         {"limit_id": "x", "kind": "concurrency", "max": True},
         {"limit_id": "x", "kind": "concurrency", "max": 1, "period_ms": 1000},
-        {"limit_id": "x", "kind": "concurrency", "max": 1, "lease_ms": 0},
         {"limit_id": "x", "kind": "rate", "max": 1},
         {"limit_id": "x", "kind": "rate", "max": 1, "period_ms": 0},
-        {"limit_id": "x", "kind": "rate", "max": 1, "period_ms": 10, "lease_ms": 10},
         {"limit_id": "x", "kind": "concurrency", "max": 1, "keyed": 1},
     ],
 )

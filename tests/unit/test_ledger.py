@@ -239,29 +239,6 @@ def test_invalid_enqueues_are_refused_and_change_nothing(args, error, match):
         Ledger(" ")
 
 
-def test_leases_expire_into_a_counted_state_until_released():
-    ledger = Ledger("step:charge")
-    claim = LimitSpec("c", "concurrency", 1, lease_ms=3000).claim()
-    ledger.enqueue(Holder("r", "s", 1), [claim])
-    ledger.enqueue(Holder("r", "s2", 1), [claim])
-    (grant,) = ledger.admit(0)
-    assert ledger.next_change(0) is None  # no lease until the first renewal
-    assert ledger.expire(10**9) == []
-    assert ledger.renew([grant.holder, Holder("r", "s2", 1), Holder("x")], 3000) == [grant.holder]
-    assert ledger.renew([grant.holder], 2000) == [grant.holder]
-    assert ledger.entry(grant.holder).lease_until_ms == 3000  # type: ignore[union-attr]
-    assert ledger.next_change(100) == 3000
-    assert ledger.expire(2999) == []
-    assert ledger.expire(3000) == [grant.holder]
-    assert ledger.expire(3001) == []  # once
-    assert ledger.entry(grant.holder).state == "expiring"  # type: ignore[union-attr]
-    assert ledger.renew([grant.holder], 9000) == []
-    assert ledger.admit(3001) == []  # still counted
-    assert ledger.next_change(3001) is None
-    assert ledger.release(grant.holder, grant.grant.grant_id)
-    assert admitted(ledger.admit(3002)) == ["r"]
-
-
 def test_ten_thousand_holders_over_a_hundred_keys_drain():
     ledger = Ledger("wf:x")
     total = LimitSpec("total", "concurrency", 50)
