@@ -29,11 +29,10 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Unpack
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import Message
 
 from streamflow.core.errors import (
     FlowError,
@@ -42,27 +41,20 @@ from streamflow.core.errors import (
     InvalidTransition,
 )
 from streamflow.core.tokens import ResolvedHook, digests_equal, is_token_digest, token_digest
-from streamflow.kafka.clients import copartitioned, partition_count
+from streamflow.kafka.clients import partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import messages as m
 from streamflow.serde.errors import error_info
-from streamflow.topologies.common import (
-    LocalState,
-    StateBatch,
-    decode_offset,
-    encode_offset,
-    mirror_partition,
-    send_dead_letter,
-)
-from streamflow.topologies.eos import TransactionalTopology
+from streamflow.topologies.common import send_dead_letter
+from streamflow.topologies.mirrored import MirroredTopology
 from streamflow.topologies.options import TransactionalOptions, Tuning
 
 log = logging.getLogger("streamflow.hooks")
 COMPONENT = "hooks"
 
 
-class Hooks(TransactionalTopology):
+class Hooks(MirroredTopology):
     """One hooks instance: owns the token index of its ``{ns}.hook-requests`` partitions (see the
     module docstring), kept in local state under ``state_dir`` and restored from
     ``{ns}.hook-tokens``. ``TopicsRefused`` when the two topics do not have the same partition
@@ -82,77 +74,38 @@ class Hooks(TransactionalTopology):
         (:class:`~streamflow.topologies.options.Tuning`; the hooks commit every 50 ms)."""
         names = Names(settings.namespace)
         fitted = [names.hook_requests, names.hook_tokens, names.requests, names.replies]
-        super().__init__(settings, options, input_topic=names.hook_requests, fitted_to=fitted)
-        self._state = LocalState(state_dir, ("tokens", "meta"))
-        self._partitions = copartitioned(self._consumer, names.hook_requests, names.hook_tokens)
+        super().__init__(
+            settings,
+            options,
+            input_topic=names.hook_requests,
+            mirror=names.hook_tokens,
+            fitted_to=fitted,
+            state_dir=state_dir,
+            family="tokens",
+            offset_prefix=b"hook-tokens:",
+        )
         self._run_partitions = partition_count(self._consumer, names.requests)
-        self._batch: StateBatch | None = None
         self._staged: dict[str, m.TokenRecord | None] = {}
-        self._offsets: dict[int, int] = {}
-        self._produced = False
+        """The token records the open transaction wrote (``None``: released), read first."""
 
     # -- the transactional topology's hooks ----------------------------------------------------
 
     def begin(self) -> None:
         """Start staging the token records and offsets of a new transaction."""
-        self._batch = self._state.batch()
+        super().begin()
         self._staged = {}
-        self._offsets = {}
-        self._produced = False
-
-    def has_output(self) -> bool:
-        """Whether the open transaction produced anything."""
-        return self._produced
 
     def committed(self) -> None:
         """Write the staged token records (a ``None`` deletes) and offsets to local state."""
-        batch = self._batch
-        if batch is None:
-            return
-        for digest, record in self._staged.items():
-            if record is None:
-                batch.delete("tokens", digest.encode())
-            else:
-                batch.put("tokens", digest.encode(), self._wire.encode(record))
-        for partition, offset in self._offsets.items():
-            batch.put("meta", _offset_key(partition), encode_offset(offset + 1))
-        self._state.write(batch)
-        self._batch = None
+        super().committed()
         self._staged = {}
 
     def aborted(self) -> None:
         """Drop the staged token records."""
-        self._batch = None
+        super().aborted()
         self._staged = {}
 
-    def restore(self, partition: int) -> None:
-        """Bring the token index of ``partition`` up to ``{ns}.hook-tokens``' committed end."""
-        batch = self._state.batch()
-        mirror_partition(
-            self._settings,
-            self._state,
-            batch,
-            topic=self._names.hook_tokens,
-            partition=partition,
-            family="tokens",
-            offset_key=_offset_key(partition),
-        )
-        self._state.write(batch)
-
-    def close_state(self) -> None:
-        """Close local state."""
-        self._state.close()
-
     # -- one record ----------------------------------------------------------------------------
-
-    def built_on(self, tp: TopicPartition) -> bool:
-        """Whether the token index holds records of ``{ns}.hook-tokens`` partition ``tp`` at or
-        after ``tp.offset`` (its saved offset there is past it: only a commit this instance was
-        told succeeded can have put it there, a restore never reads past an open transaction)."""
-        if tp.topic != self._names.hook_tokens:
-            return False
-        saved = decode_offset(self._state.get("meta", _offset_key(tp.partition)))
-        return saved is not None and saved > tp.offset
 
     def writes_to(self, topic: str) -> bool:
         """The token index, incidents, requests, replies and dead letters."""
@@ -213,7 +166,7 @@ class Hooks(TransactionalTopology):
                 key=claim.run_id.encode(),
                 value=self._wire.encode(incident),
             )
-            self._produced = True
+            self.produced()
             log.info("run %s hook %s: %s", claim.run_id, claim.hook_id, conflict)
             return
         claim_id = f"{msg.partition()}:{msg.offset()}"
@@ -298,19 +251,12 @@ class Hooks(TransactionalTopology):
     def _holder(self, digest: str) -> m.TokenRecord | None:
         if digest in self._staged:
             return self._staged[digest]
-        raw = self._state.get("tokens", digest.encode())
+        raw = self.state.get("tokens", digest.encode())
         return None if raw is None else self._wire.decode(raw, m.TokenRecord)
 
     def _put(self, partition: int, digest: str, record: m.TokenRecord | None) -> None:
-        self._producer.produce(
-            self._names.hook_tokens,
-            key=digest.encode(),
-            value=None if record is None else self._wire.encode(record),
-            partition=partition,
-            on_delivery=partial(_track, self._offsets),
-        )
+        self.put(partition, digest.encode(), None if record is None else self._wire.encode(record))
         self._staged[digest] = record
-        self._produced = True
 
     def _send(self, request: m.Request) -> None:
         self._producer.produce(
@@ -319,7 +265,7 @@ class Hooks(TransactionalTopology):
             value=self._wire.encode(request),
             partition=partition_for(request.run_id, self._run_partitions),
         )
-        self._produced = True
+        self.produced()
 
     def _reject(self, callback: m.TokenCallback, error: FlowError, now: datetime) -> None:
         if not callback.reply:
@@ -338,7 +284,7 @@ class Hooks(TransactionalTopology):
             key=callback.request_id.encode(),
             value=self._wire.encode(reply),
         )
-        self._produced = True
+        self.produced()
 
     def dead_letter(self, msg: Message, reason: str) -> None:
         """Park ``msg`` without its value (it may carry a token), with ``reason``."""
@@ -355,15 +301,4 @@ class Hooks(TransactionalTopology):
             withhold_value=True,
             wire=self._wire,
         )
-        self._produced = True
-
-
-def _offset_key(partition: int) -> bytes:
-    return b"hook-tokens:" + str(partition).encode()
-
-
-def _track(offsets: dict[int, int], error: KafkaError | None, msg: Message) -> None:
-    offset = msg.offset()
-    if error is None and offset is not None:
-        partition = msg.partition() or 0
-        offsets[partition] = max(offsets.get(partition, -1), offset)
+        self.produced()

@@ -30,30 +30,23 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Unpack
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import Message
 
 from streamflow.core.admission import Holder, SlotGrant
 from streamflow.core.errors import FlowError
 from streamflow.core.ledger import Ledger, LedgerCounters
 from streamflow.core.requests import GrantSlot
-from streamflow.kafka.clients import copartitioned, partition_count, producer
+from streamflow.kafka.clients import partition_count, producer
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import messages as m
-from streamflow.topologies.common import (
-    LocalState,
-    StateBatch,
-    decode_offset,
-    encode_offset,
-    mirror_partition,
-    send_dead_letter,
-)
-from streamflow.topologies.eos import TransactionalTopology
+from streamflow.topologies.common import send_dead_letter
+from streamflow.topologies.mirrored import MirroredTopology
 from streamflow.topologies.options import TransactionalOptions, Tuning
 
 log = logging.getLogger("streamflow.limits")
@@ -82,7 +75,7 @@ def _group_of(key: bytes) -> str:
     return key[:cut].decode()
 
 
-class Limits(TransactionalTopology):
+class Limits(MirroredTopology):
     """One limits instance: owns the ledgers of the groups of its ``{ns}.limit-requests``
     partitions (see the module docstring), kept in local state under ``state_dir`` and restored
     from ``{ns}.limits``. ``TopicsRefused`` when the two topics do not have the same partition
@@ -101,17 +94,21 @@ class Limits(TransactionalTopology):
         """``options``: the instance name, clock, group membership and transaction tuning."""
         names = Names(settings.namespace)
         fitted = [names.limit_requests, names.limits, names.requests]
-        super().__init__(settings, options, input_topic=names.limit_requests, fitted_to=fitted)
-        self._state = LocalState(state_dir, ("limits", "meta"))
-        self._partitions = copartitioned(self._consumer, names.limit_requests, names.limits)
+        super().__init__(
+            settings,
+            options,
+            input_topic=names.limit_requests,
+            mirror=names.limits,
+            fitted_to=fitted,
+            state_dir=state_dir,
+            family="limits",
+            offset_prefix=b"limits:",
+        )
         self._run_partitions = partition_count(self._consumer, names.requests)
         self._ledgers: dict[str, Ledger] = {}
         """The ledgers in memory: committed state, plus the open transaction's changes."""
-        self._batch: StateBatch | None = None
         self._touched: dict[str, set[Holder]] = {}
         self._partition_of: dict[str, int] = {}
-        self._offsets: dict[int, int] = {}
-        self._produced = False
         self._ticks = producer(settings)
         """A plain producer: the wake-ups it sends itself are input, not transactional output."""
         self._due: dict[str, int] = {}
@@ -122,14 +119,8 @@ class Limits(TransactionalTopology):
 
     def begin(self) -> None:
         """Start staging the ledger records and offsets of a new transaction."""
-        self._batch = self._state.batch()
+        super().begin()
         self._touched = {}
-        self._offsets = {}
-        self._produced = False
-
-    def has_output(self) -> bool:
-        """Whether the open transaction produced anything."""
-        return self._produced
 
     def prepare_commit(self) -> None:
         """Admit what may begin in every group the transaction touched, send the grants, and
@@ -150,37 +141,24 @@ class Limits(TransactionalTopology):
 
     def committed(self) -> None:
         """Write the staged ledger records and offsets to local state."""
-        batch = self._batch
-        if batch is None:
-            return
-        for partition, offset in self._offsets.items():
-            batch.put("meta", _offset_key(partition), encode_offset(offset + 1))
-        self._state.write(batch)
-        self._batch = None
+        super().committed()
         self._touched = {}
 
     def aborted(self) -> None:
         """Drop the staged records and the ledgers in memory (they load again from local
         state, which holds only what committed)."""
-        self._batch = None
+        super().aborted()
         self._touched = {}
         self._ledgers.clear()
 
     def restore(self, partition: int) -> None:
         """Bring the ledgers of ``partition`` up to ``{ns}.limits``' committed end."""
-        batch = self._state.batch()
-        mirror_partition(
-            self._settings,
-            self._state,
-            batch,
-            topic=self._names.limits,
-            partition=partition,
-            family="limits",
-            offset_key=_offset_key(partition),
-            owns=lambda key: partition_for(_group_of(key), self._partitions) == partition,
-        )
-        self._state.write(batch)
+        super().restore(partition)
         self._ledgers.clear()
+
+    def owns(self, partition: int) -> Callable[[bytes], bool]:
+        """The entries and counters of the groups of ``partition``."""
+        return lambda key: partition_for(_group_of(key), self._partitions) == partition
 
     def forget(self) -> None:
         """Drop the ledgers in memory (their partitions may have moved)."""
@@ -210,17 +188,9 @@ class Limits(TransactionalTopology):
     def close_state(self) -> None:
         """Flush the wake-ups and close local state."""
         self._ticks.flush(1.0)
-        self._state.close()
+        super().close_state()
 
     # -- one record ----------------------------------------------------------------------------
-
-    def built_on(self, tp: TopicPartition) -> bool:
-        """Whether local state holds records of ``{ns}.limits`` partition ``tp`` at or after
-        ``tp.offset``."""
-        if tp.topic != self._names.limits:
-            return False
-        saved = decode_offset(self._state.get("meta", _offset_key(tp.partition)))
-        return saved is not None and saved > tp.offset
 
     def writes_to(self, topic: str) -> bool:
         """The ledgers, the grant requests and dead letters."""
@@ -268,9 +238,9 @@ class Limits(TransactionalTopology):
             return ledger
         entries = [
             self._wire.decode(raw, m.LimitEntry).entry()
-            for _, raw in self._state.scan("limits", group.encode() + ENTRY)
+            for _, raw in self.state.scan("limits", group.encode() + ENTRY)
         ]
-        saved = self._state.get("limits", counters_key(group))
+        saved = self.state.get("limits", counters_key(group))
         counters = (
             LedgerCounters()
             if saved is None
@@ -291,20 +261,7 @@ class Limits(TransactionalTopology):
     def _put(
         self, partition: int, key: bytes, value: m.LimitEntry | m.LimitCounters | None
     ) -> None:
-        raw = None if value is None else self._wire.encode(value)
-        self._producer.produce(
-            self._names.limits,
-            key=key,
-            value=raw,
-            partition=partition,
-            on_delivery=partial(_track, self._offsets),
-        )
-        assert self._batch is not None
-        if raw is None:
-            self._batch.delete("limits", key)
-        else:
-            self._batch.put("limits", key, raw)
-        self._produced = True
+        self.put(partition, key, None if value is None else self._wire.encode(value))
 
     def _grant(self, holder: Holder, grant: SlotGrant) -> None:
         request = m.Request(
@@ -319,7 +276,7 @@ class Limits(TransactionalTopology):
             value=self._wire.encode(request),
             partition=partition_for(holder.run_id, self._run_partitions),
         )
-        self._produced = True
+        self.produced()
 
     def dead_letter(self, msg: Message, reason: str) -> None:
         """Park ``msg`` with ``reason``."""
@@ -329,15 +286,4 @@ class Limits(TransactionalTopology):
         send_dead_letter(
             self._producer, self._names, msg, reason, COMPONENT, now=now, wire=self._wire
         )
-        self._produced = True
-
-
-def _offset_key(partition: int) -> bytes:
-    return b"limits:" + str(partition).encode()
-
-
-def _track(offsets: dict[int, int], error: KafkaError | None, msg: Message) -> None:
-    offset = msg.offset()
-    if error is None and offset is not None:
-        partition = msg.partition() or 0
-        offsets[partition] = max(offsets.get(partition, -1), offset)
+        self.produced()

@@ -239,9 +239,10 @@ def test_the_hooks_topology_counts_held_tokens_as_its_own_only_before_its_saved_
     batch = state.batch()
     batch.put("meta", b"hook-tokens:2", encode_offset(7))
     state.write(batch)
-    hooks = Hooks.__new__(Hooks)
-    hooks._names = Names("ns")
-    hooks._state = state
+    hooks = Hooks.__new__(Hooks)  # only what built_on reads: no broker needed
+    hooks.state = state
+    hooks._mirror = Names("ns").hook_tokens
+    hooks._offset_prefix = b"hook-tokens:"
     try:
         assert hooks.built_on(TopicPartition("ns.hook-tokens", 2, 6))
         assert not hooks.built_on(TopicPartition("ns.hook-tokens", 2, 7))
