@@ -3,7 +3,7 @@ then waits for a ``go`` signal, so it stays open for the browser to look at and 
 that takes any JSON input and waits for ``go``; a run of three steps created in an order that is
 not their ids' alphabetical order, a short timer and a ``go`` signal wait; and a run whose code
 does a non-durable ``await``, so it is stuck with an incident; and a run that records a patch and
-races a ``go`` signal wait against a timer."""
+races a ``go`` signal wait against a timer; and a run whose step fails twice before it succeeds."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 
-from streamflow import App, DurableContext
+from streamflow import App, DurableContext, RetryPolicy
 
 app = App()
 
@@ -68,3 +68,24 @@ async def first(ctx: DurableContext) -> object:
         return "old"
     won = await ctx.first(ctx.signal("go", "go"), ctx.sleep("deadline", timedelta(hours=1)))
     return won.id
+
+
+ATTEMPTS: dict[str, int] = {}
+"""How many times ``charge`` ran per order (its first two attempts fail)."""
+
+
+@app.step(retry=RetryPolicy.fixed(3, timedelta(milliseconds=150)))
+def charge(order: str) -> str:
+    ATTEMPTS[order] = ATTEMPTS.get(order, 0) + 1
+    if ATTEMPTS[order] < 3:
+        raise RuntimeError(f"card declined (attempt {ATTEMPTS[order]})")
+    return f"charged {order}"
+
+
+@app.workflow(name="console.retry")
+async def retried(ctx: DurableContext, order: str) -> object:
+    """Step ``charge`` fails twice and succeeds on its third attempt, 150 ms after each failure;
+    then a 100 ms timer ``settle``."""
+    charged = await ctx.step("charge", charge, order)
+    await ctx.sleep("settle", timedelta(milliseconds=100))
+    return charged

@@ -21,6 +21,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
@@ -541,3 +542,68 @@ def test_a_run_page_shows_its_race_and_its_patches(console: tuple[str, httpx.Cli
             (p.get_attribute("data-patch-id"), cells(p, "td:nth-child(2)")) for p in patches
         ] == [("fast-path", str(recorded))]
         assert page_errors(browser) == []
+
+
+def test_a_run_page_draws_its_steps_retries_and_waits_on_a_time_axis(
+    console: tuple[str, httpx.Client],
+) -> None:
+    url, client = console
+    started = client.post(
+        "/v1/runs", json={"workflow": "console.retry", "run_id": "retry-1", "input": "o-1"}
+    )
+    assert started.status_code == 201, started.text
+    assert wait_for_end(client, "retry-1") == "completed"
+    history = client.get("/v1/runs/retry-1/history").json()["events"]
+    with chromium() as browser:
+        wait = WebDriverWait(browser, WAIT)
+        enter_key(browser, url)
+        browser.get(f"{url}/console/#/runs/retry-1")
+        lane = (By.CSS_SELECTOR, '#chart .chart-row[data-lane="step:charge"]')
+        row = wait.until(ec.presence_of_element_located(lane))
+        assert text_of(browser, '#chart .chart-row[data-lane="step:charge"] .chart-label') == (
+            "charge · charge"
+        )
+
+        def bars(css: str) -> list[dict[str, str]]:
+            return [
+                {k: str(b.get_attribute(k)) for k in ("data-kind", "data-outcome", "data-attempt",
+                                                       "data-from", "data-to", "x", "width")}
+                for b in row.find_elements(By.CSS_SELECTOR, css)
+            ]  # fmt: skip
+
+        attempts = bars("rect.bar-attempt")
+        # Three attempts, the first two failed, each followed by its retry delay, in time order.
+        assert [(a["data-attempt"], a["data-outcome"]) for a in attempts] == [
+            ("1", "failed"),
+            ("2", "failed"),
+            ("3", "completed"),
+        ]
+        retries = bars("rect.bar-retry")
+        assert len(retries) == 2
+        starts = [e for e in history if e["type"] == "step_started"]
+        assert len(starts) == 3
+        drawn = sorted(attempts + retries, key=lambda b: float(b["data-from"]))
+        assert [b["data-kind"] for b in drawn] == [
+            "attempt", "retry", "attempt", "retry", "attempt"
+        ]  # fmt: skip
+        for before, after in pairwise(drawn):
+            assert float(before["data-to"]) <= float(after["data-from"])  # one after the other
+            assert float(before["x"]) <= float(after["x"])
+        for bar in drawn:
+            assert float(bar["width"]) > 0
+        for retry in retries:  # a 150 ms delay is drawn as about that long
+            assert 100 <= float(retry["data-to"]) - float(retry["data-from"]) <= 5000
+
+        # The timer, on its own lane, after the step.
+        timer = browser.find_element(
+            By.CSS_SELECTOR, '#chart .chart-row[data-lane="wait:timer:settle"] rect'
+        )
+        assert timer.get_attribute("data-kind") == "wait-timer"
+        assert timer.get_attribute("data-outcome") == "completed"
+        assert float(str(timer.get_attribute("data-from"))) >= float(drawn[-1]["data-to"])
+        ticks = browser.find_elements(By.CSS_SELECTOR, "#chart .chart-tick")
+        assert ticks[0].text == "+0 ms"
+        assert len(ticks) == 5
+        assert page_errors(browser) == []
+        ARTIFACTS.mkdir(exist_ok=True)
+        assert browser.save_screenshot(str(ARTIFACTS / "console-chart.png"))

@@ -646,6 +646,153 @@
     }
   }
 
+  // -- the run page's chart ---------------------------------------------------------------------
+
+  // The run's lanes, each a list of bars in time order: the run's own wait for a slot, each
+  // step's attempts (completed, failed, running) with the slot waits and retry delays between
+  // them, each timer, signal wait, hook and timeout, and each child run. A bar still open at the
+  // last event ends there (or now, while the run goes on).
+  function chartLanes(run, events) {
+    const lanes = new Map();
+    const lane = (key, label, kind) => {
+      if (!lanes.has(key)) lanes.set(key, { key, label, kind, bars: [] });
+      return lanes.get(key);
+    };
+    const last = (key) => {
+      const bars = lanes.has(key) ? lanes.get(key).bars : [];
+      return bars.length ? bars[bars.length - 1] : null;
+    };
+    const close = (key, at, outcome) => {
+      const bar = last(key);
+      if (bar && bar.to === null) {
+        bar.to = at;
+        if (outcome) bar.outcome = outcome;
+      }
+    };
+    for (const e of events) {
+      const at = parseTime(e.timestamp);
+      if (at === null) continue;
+      const body = e.body;
+      const stepId = field(body, "step_id");
+      const key = "step:" + stepId;
+      const attempt = isObject(body) && Number.isInteger(body.attempt) ? body.attempt : null;
+      switch (e.type) {
+        case "run_created":
+          if (isObject(body) && isObject(body.admission)) {
+            lane("run", "run", "run").bars.push({ kind: "queued", from: at, to: null, outcome: "waited" });
+          }
+          break;
+        case "run_started":
+          close("run", at);
+          break;
+        case "step_created":
+          if (stepId !== null) lane(key, stepId + " · " + orDash(field(body, "step_name")), "step");
+          break;
+        case "step_attempt_queued":
+          if (stepId === null) break;
+          close(key, at);
+          lane(key, stepId, "step").bars.push({ kind: "queued", attempt, from: at, to: null, outcome: "waited" });
+          break;
+        case "step_started":
+          if (stepId === null) break;
+          close(key, at);
+          lane(key, stepId, "step").bars.push({ kind: "attempt", attempt, from: at, to: null, outcome: "running" });
+          break;
+        case "step_completed":
+          close(key, at, "completed");
+          break;
+        case "step_retrying":
+          close(key, at, "failed");
+          if (field(body, "retry_after") !== null) {
+            lane(key, stepId, "step").bars.push({ kind: "retry", from: at, to: null, outcome: "delayed" });
+          }
+          break;
+        case "step_failed":
+          close(key, at, "failed");
+          break;
+        case "child_workflow_requested": {
+          const childId = field(body, "child_id");
+          if (childId === null) break;
+          const label = "child " + childId + " · " + orDash(field(body, "child_run_id"));
+          lane("child:" + childId, label, "child").bars.push({ kind: "child", from: at, to: null, outcome: "running" });
+          break;
+        }
+        case "child_workflow_resolved":
+          close("child:" + field(body, "child_id"), at, "resolved");
+          break;
+        default:
+          break;
+      }
+    }
+    for (const w of waitRecords(run, events)) {
+      const from = parseTime(w.created);
+      if (from === null) continue;
+      const bar = { kind: "wait-" + w.kind, from, to: parseTime(w.resolved), outcome: w.status };
+      lane("wait:" + w.key, w.kind + " " + w.id, "wait").bars.push(bar);
+    }
+    return [...lanes.values()].filter((l) => l.bars.length);
+  }
+
+  const SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  const CHART_WIDTH = 1000;
+  const CHART_KEYS = [
+    ["bar-attempt bar-completed", "attempt completed"],
+    ["bar-attempt bar-failed", "attempt failed"],
+    ["bar-attempt bar-running", "attempt running"],
+    ["bar-queued", "waiting for a slot"],
+    ["bar-retry", "retry delay"],
+    ["bar-wait", "timer, signal wait, hook"],
+    ["bar-child", "child run"],
+  ];
+
+  // The lanes on one time axis, from the run's first event to its last (now, while it goes on):
+  // a bar's length is its duration; hovering one tells what it was, from when to when.
+  function chart(run, events, open) {
+    const lanes = chartLanes(run, events);
+    if (!lanes.length || !events.length) return h("p", { className: "muted", id: "chart" }, "No steps, waits or children.");
+    const start = parseTime(events[0].timestamp);
+    let end = parseTime(events[events.length - 1].timestamp);
+    if (open) end = Math.max(end, Date.now());
+    const span = Math.max(end - start, 1);
+    const x = (t) => ((t - start) / span) * CHART_WIDTH;
+    const rows = lanes.map((l) => {
+      const track = svg("svg", { class: "chart-track", viewBox: "0 0 " + CHART_WIDTH + " 12", preserveAspectRatio: "none" });
+      for (const b of l.bars) {
+        const to = b.to === null ? end : b.to;
+        const left = x(b.from);
+        const rect = svg("rect", {
+          class: "chart-bar bar-" + b.kind + " bar-" + b.outcome,
+          x: left.toFixed(2), y: 1, height: 10,
+          width: Math.max(x(to) - left, 2).toFixed(2),
+          "data-kind": b.kind, "data-outcome": b.outcome,
+          "data-from": b.from, "data-to": to,
+        });
+        if (b.attempt !== undefined && b.attempt !== null) rect.setAttribute("data-attempt", String(b.attempt));
+        const what = b.kind === "attempt" ? "attempt " + b.attempt : b.kind;
+        rect.append(svg("title", {}, what + " (" + b.outcome + "): +" + humanDuration(b.from - start)
+          + " → +" + humanDuration(to - start) + ", " + humanDuration(to - b.from) + (b.to === null ? ", not over" : "")));
+        track.append(rect);
+      }
+      return h("div", { className: "chart-row", "data-lane": l.key, "data-lane-kind": l.kind },
+        h("span", { className: "chart-label mono" }, l.label), track);
+    });
+    const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => h("span", { className: "chart-tick" }, "+" + humanDuration(span * f)));
+    return h("div", { id: "chart" }, rows,
+      h("div", { className: "chart-row chart-axis" }, h("span", {}), h("div", { className: "chart-ticks" }, ticks)),
+      h("p", { className: "muted chart-legend" }, CHART_KEYS.map(([classes, text]) => {
+        const swatch = svg("svg", { class: "chart-swatch", viewBox: "0 0 10 10" });
+        swatch.append(svg("rect", { class: "chart-bar " + classes, x: 0, y: 0, width: 10, height: 10 }));
+        return h("span", { className: "chart-key" }, swatch, text);
+      })));
+  }
+
   // -- the run page's tables -------------------------------------------------------------------
 
   // Expanded timeline bodies stay expanded across live refreshes.
@@ -758,6 +905,7 @@
       h("section", { className: "panel" }, h("h2", {}, "Input"), h("pre", { id: "run-input" }, pretty(run.input)),
         h("h2", {}, "Output"), h("pre", { id: "run-output" }, pretty(run.output)),
         run.error === null || run.error === undefined ? null : [h("h2", {}, "Error"), h("pre", { id: "run-error" }, pretty(run.error))]),
+      h("section", { className: "panel" }, h("h2", {}, "Steps over time"), chart(run, events, open)),
       h("section", { className: "panel" }, h("h2", {}, "Steps"), stepsTable(run, events, open)),
       h("section", { className: "panel" }, h("h2", {}, "Timers, signal waits and hooks"), waitsTable(run, events, open)),
       h("section", { className: "panel" }, h("h2", {}, "Races"),
