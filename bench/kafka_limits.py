@@ -108,14 +108,19 @@ async def batch(
     return time.perf_counter() - began, run_ids
 
 
+def cpu_by_role(cluster: Cluster) -> dict[str, float]:
+    """CPU time (user + system) each of the cluster's topology processes has used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for name, process in cluster.processes.items():
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        found[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return found
+
+
 def cpu_seconds(cluster: Cluster) -> float:
     """CPU time (user + system) the cluster's topology processes have used so far."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for process in cluster.processes.values():
-        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return total
+    return sum(cpu_by_role(cluster).values())
 
 
 def deploy(settings: KafkaSettings, root: Path, app: str) -> Cluster:
@@ -189,6 +194,7 @@ async def main(runs: int, rounds: int, drain_runs: int, drain_keys: int) -> dict
             await batch(client, spec, runtime, 50, 100)
         per_round: dict[str, list[float]] = {"plain": [], "limited": []}
         cpu: dict[str, list[float]] = {"plain": [], "limited": []}
+        before = [cpu_by_role(cluster) for cluster in clusters]
         for _ in range(rounds):
             for name, (client, spec, runtime), cluster in zip(
                 per_round, sides, clusters, strict=True
@@ -201,6 +207,10 @@ async def main(runs: int, rounds: int, drain_runs: int, drain_keys: int) -> dict
                 cpu[name].append((cpu_seconds(cluster) - used) * 1000 / runs)
         plain_median = statistics.median(per_round["plain"])
         limited_median = statistics.median(per_round["limited"])
+        roles = []  # each process's CPU over all rounds (the other side's included), ms a run
+        for cluster, start in zip(clusters, before, strict=True):
+            after = cpu_by_role(cluster)
+            roles.append({k: (after[k] - start[k]) * 1000 / (runs * rounds) for k in after})
         results["W1_unreached_limit"] = {
             "plain_runs_per_s": per_round["plain"],
             "limited_runs_per_s": per_round["limited"],
@@ -211,6 +221,8 @@ async def main(runs: int, rounds: int, drain_runs: int, drain_keys: int) -> dict
             "limited_cpu_ms_per_run": cpu["limited"],
             "cpu_limited_over_plain": statistics.median(cpu["limited"])
             / statistics.median(cpu["plain"]),
+            "plain_cpu_ms_per_run_by_process": roles[0],
+            "limited_cpu_ms_per_run_by_process": roles[1],
         }
         print(json.dumps(results["W1_unreached_limit"], indent=2), flush=True)
     finally:
