@@ -36,6 +36,7 @@ from streamflow.core.errors import (
     InfrastructureError,
     InvalidInputError,
     InvalidPayload,
+    InvalidQuery,
     InvalidRunId,
     NotFoundError,
     PayloadTooLarge,
@@ -175,7 +176,7 @@ def status_of(exc: BaseException) -> tuple[int, str]:
         return 404, name
     if isinstance(exc, PayloadTooLarge):
         return 413, name
-    if isinstance(exc, InvalidRunId | InvalidPayload):
+    if isinstance(exc, InvalidRunId | InvalidPayload | InvalidQuery):
         return 400, name
     if isinstance(exc, InvalidInputError):
         return 422, name

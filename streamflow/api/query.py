@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from streamflow.api.errors import InvalidCursor, InvalidParameter, UnknownParameter
+from streamflow.core.query import parse_query
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.stores.rows import RunFilter as RunFilter
 
@@ -30,6 +31,7 @@ LIST_PARAMETERS = frozenset(
         "created_before",
         "ended_after",
         "ended_before",
+        "where",
         "has_incident",
         "limit",
         "cursor",
@@ -101,6 +103,7 @@ def run_filter(query: Mapping[str, str]) -> RunFilter:
 
     flag = query.get("has_incident")
     status = query.get("status")
+    where = query.get("where")
     return RunFilter(
         workflow=query.get("workflow"),
         status=None if status is None else parse_status(status),
@@ -111,6 +114,7 @@ def run_filter(query: Mapping[str, str]) -> RunFilter:
         ended_after=time("ended_after"),
         ended_before=time("ended_before"),
         has_incident=None if flag is None else parse_flag("has_incident", flag),
+        query=None if where is None else parse_query(where),
     )
 
 
@@ -129,6 +133,8 @@ def filter_params(where: RunFilter) -> dict[str, str]:
             params[name] = when.isoformat()
     if where.has_incident is not None:
         params["has_incident"] = "true" if where.has_incident else "false"
+    if where.query is not None:
+        params["where"] = where.query.text
     return params
 
 

@@ -51,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=["true", "false"],
         help="only runs with (or, with false, without) an incident",
     )
+    runs.add_argument(
+        "--where",
+        metavar="QUERY",
+        help="only runs the query selects, e.g. \"workflow = 'orders' AND status != 'completed'\""
+        " (docs/http-api.md, Querying runs)",
+    )
     runs.add_argument("--limit", help="at most this many rows (1..500, default 50)")
     runs.add_argument("--cursor", help="the next page (printed under a full page)")
     runs.add_argument("--json", action="store_true", help="print the answer as JSON")

@@ -28,6 +28,7 @@ class for each thing that can go wrong.
     │   ├── InvalidPriority                a priority outside 1..5, or not an int
     │   ├── InvalidLimitKey                a limit key function returned no usable key
     │   ├── AdmissionRequired              a start of a limited workflow without its admission
+    │   ├── InvalidQuery                   a run query that breaks the grammar (its position)
     │   ├── InvalidWorkerConfiguration     bad worker / router / queue / host settings
     │   ├── HookTokenTooShort              a new hook's token has fewer than 16 characters
     │   ├── ContinueAsNewCycle             a continuation link revisits a run
@@ -341,6 +342,18 @@ class InvalidLimitKey(InvalidInputError):
     raised, or returned something other than a non-blank ``str`` of at most 256 characters
     without control characters; the message names the workflow or step and the limit. Nothing
     is written: fix the key function or the input."""
+
+
+class InvalidQuery(InvalidInputError):
+    """Raised for a run query (``where=``, :mod:`streamflow.core.query`) that breaks the
+    grammar: an unknown field or status, an unclosed quote, a time that is not RFC 3339, an
+    operator a field does not take, or one over the size limits. ``position`` is where (0-based,
+    in characters) the query stopped making sense; the message says it too."""
+
+    def __init__(self, reason: str, position: int) -> None:
+        super().__init__(f"invalid query at position {position}: {reason}")
+        self.reason = reason
+        self.position = position
 
 
 class AdmissionRequired(InvalidInputError):

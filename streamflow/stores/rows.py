@@ -23,10 +23,12 @@ import bisect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Protocol, TypeVar, runtime_checkable
 
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import WorkflowRunRow, apply_delta, count_delta
+from streamflow.core.query import RunQuery
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.timeutil import EPOCH, to_micros
 
@@ -123,9 +125,13 @@ class RunFilter:
     ended_before: datetime | None = None
     has_incident: bool | None = None
     """Whether the run has an incident (the one condition a row cannot answer alone)."""
+    query: RunQuery | None = None
+    """A run query (``where=``, :mod:`streamflow.core.query`) the row must match too."""
 
     def keeps(self, row: WorkflowRunRow) -> bool:
         """Whether ``row`` passes every condition but ``has_incident``."""
+        if self.query is not None and not self.query.matches(partial(_field, row)):
+            return False
         if self.workflow is not None and row.workflow != self.workflow:
             return False
         if self.status is not None and row.status is not self.status:
@@ -137,6 +143,19 @@ class RunFilter:
         return _within(row.created_at, self.created_after, self.created_before) and _within(
             row.ended_at, self.ended_after, self.ended_before
         )
+
+
+def _field(row: WorkflowRunRow, name: str) -> object:
+    """A row's value of a run-query field."""
+    if name == "status":
+        return row.status.value
+    if name == "parent":
+        return row.parent_run_id
+    if name == "created":
+        return row.created_at
+    if name == "ended":
+        return row.ended_at
+    return getattr(row, name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -607,3 +607,46 @@ def test_a_run_page_draws_its_steps_retries_and_waits_on_a_time_axis(
         assert page_errors(browser) == []
         ARTIFACTS.mkdir(exist_ok=True)
         assert browser.save_screenshot(str(ARTIFACTS / "console-chart.png"))
+
+
+def test_the_filter_box_lists_the_runs_a_query_selects(console: tuple[str, httpx.Client]) -> None:
+    url, client = console
+    for run_id, workflow in (("qe-1", "console.echo"), ("qe-2", "console.echo")):
+        answer = client.post("/v1/runs", json={"workflow": workflow, "run_id": run_id, "input": 1})
+        assert answer.status_code == 201, answer.text
+    answer = client.post(
+        "/v1/runs", json={"workflow": "console.retry", "run_id": "qr-1", "input": "o-2"}
+    )
+    assert answer.status_code == 201, answer.text
+    assert wait_for_end(client, "qr-1") == "completed"
+    with chromium() as browser:
+        wait = WebDriverWait(browser, WAIT)
+        enter_key(browser, url)
+        browser.get(f"{url}/console/#/runs")
+        # The list loaded (no render after this one replaces the form being typed into).
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "tr.run-row")))
+        box = browser.find_element(By.ID, "filter-where")
+        box.send_keys("workflow = 'console.echo' AND run_id != 'qe-2'")
+        browser.find_element(By.ID, "apply-filters").click()
+        wait.until(lambda b: "where=" in b.current_url)
+
+        def listed() -> list[str]:
+            rows = browser.find_elements(By.CSS_SELECTOR, "#runs-rows tr.run-row")
+            return [str(r.get_attribute("data-run-id")) for r in rows]
+
+        wait.until(lambda b: listed() == ["qe-1"])
+        # The query stays in the box (and the link), and another one replaces it.
+        box = browser.find_element(By.ID, "filter-where")
+        assert box.get_attribute("value") == "workflow = 'console.echo' AND run_id != 'qe-2'"
+        box.clear()
+        box.send_keys("status = 'completed' OR run_id IN ('qe-2')")
+        browser.find_element(By.ID, "apply-filters").click()
+        wait.until(lambda b: sorted(listed()) == ["qe-2", "qr-1"])
+        # A query that breaks the grammar is answered with where it breaks.
+        box = browser.find_element(By.ID, "filter-where")
+        box.clear()
+        box.send_keys("status = 'sleeping'")
+        browser.find_element(By.ID, "apply-filters").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "message"), "position 9"))
+        assert "unknown status 'sleeping'" in text_of(browser, "#message")
+        assert page_errors(browser) == []

@@ -188,6 +188,40 @@ def test_listing_filters(api_stack: ApiStack) -> None:
     }  # fmt: skip
 
 
+def test_listing_by_a_query_and_a_bad_query_named_at_its_position(api_stack: ApiStack) -> None:
+    start(api_stack, "q-echo", "api.echo", {"n": 1})
+    api_stack.client.get("/v1/runs/q-echo/result", params={"wait": "20s"})
+    cut = api_stack.client.get("/v1/runs/q-echo").json()["ended_at"]
+    start(api_stack, "q-wait", "api.wait")
+    start(api_stack, "q-wait-2", "api.wait")
+
+    def ids(where: str, **more: str) -> list[str]:
+        answer = api_stack.client.get("/v1/runs", params={"where": where, **more})
+        assert answer.status_code == 200, answer.text
+        return sorted(r["run_id"] for r in answer.json()["runs"])
+
+    assert ids("workflow = 'api.wait'") == ["q-wait", "q-wait-2"]
+    assert ids("workflow = 'api.wait' AND NOT run_id = 'q-wait'") == ["q-wait-2"]
+    assert ids("status = 'completed' OR run_id IN ('q-wait-2')") == ["q-echo", "q-wait-2"]
+    assert ids(f"created > '{cut}'") == ["q-wait", "q-wait-2"]
+    assert ids("ended = NULL") == ["q-wait", "q-wait-2"]
+    assert ids("ended != NULL", workflow="api.echo") == ["q-echo"]  # with the other filters
+    # Paging keeps the query: two pages of one run each, the cursor carrying on.
+    first = api_stack.client.get("/v1/runs", params={"where": "ended = NULL", "limit": "1"})
+    page = first.json()
+    assert len(page["runs"]) == 1
+    second = api_stack.client.get(
+        "/v1/runs", params={"where": "ended = NULL", "limit": "1", "cursor": page["next_cursor"]}
+    ).json()
+    assert {page["runs"][0]["run_id"], second["runs"][0]["run_id"]} == {"q-wait", "q-wait-2"}
+
+    bad = api_stack.client.get("/v1/runs", params={"where": "workflow = 'x' AND customer = 1"})
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "InvalidQuery"
+    assert "at position 19" in bad.json()["message"]
+    assert "unknown field 'customer'" in bad.json()["message"]
+
+
 def test_cursor_paging_is_newest_first_and_stable_under_inserts(api_stack: ApiStack) -> None:
     for i in range(5):
         assert start(api_stack, f"page-{i}", "api.wait").status_code == 201

@@ -187,6 +187,12 @@ def test_runs_filters_and_paging(store_dir: Path) -> None:
     assert ids("--ended-before", "2000-01-01T00:00:00Z") == []
     assert ids("--has-incident", "false") == ids()
     assert ids("--has-incident") == []
+    assert ids("--where", "workflow = 'cli.echo' AND run_id != 'f-2'") == ["f-3", "f-1"]
+    assert ids("--where", "status IN ('failed', 'suspended')") == ["f-5", "f-4"]
+    assert ids("--where", "ended = NULL", "--workflow", "cli.progress") == ["f-5"]
+    refusal = refused("runs", "--dir", d, "--where", "status = 'sleeping'")
+    assert "InvalidQuery" in refusal
+    assert "at position 9" in refusal
     first = json.loads(ok("runs", "--dir", d, "--json", "--limit", "2"))
     second = json.loads(
         ok("runs", "--dir", d, "--json", "--limit", "2", "--cursor", first["next_cursor"])

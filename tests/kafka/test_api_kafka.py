@@ -179,6 +179,12 @@ def test_runs_through_the_api_on_kafka(kafka_api: KafkaApi) -> None:
     api.wait_for(lambda: listed(status="cancelled") == {"k-cancel", "k-force"}, "cancellations")
     assert listed(workflow="api.approve") == {"k-hook"}
     assert listed(has_incident="true") == set()
+    # A query over the observers' index (or the url it is read through).
+    assert listed(where="status = 'cancelled' AND run_id != 'k-force'") == {"k-cancel"}
+    assert listed(where="workflow IN ('api.approve') OR run_id = 'k-echo'") == {"k-hook", "k-echo"}
+    bad = api.client.get("/v1/runs", params={"where": "ended > 'soon'"})
+    assert bad.status_code == 400
+    assert "at position 8" in bad.json()["message"]
     seen: list[str] = []
     cursor: str | None = None
     while True:

@@ -300,9 +300,15 @@
       h("option", { value: "true", selected: incident === "true" }, "with an incident"),
       h("option", { value: "false", selected: incident === "false" }, "without"));
     const limit = h("input", { name: "limit", type: "number", min: 1, max: 500, value: params.get("limit") || "", placeholder: "50" });
+    // A run query (GET /v1/runs?where=...): the API answers a bad one with where it breaks.
+    const where = h("input", {
+      name: "where", id: "filter-where", maxlength: 4096, value: markedString(params.get("where") || ""),
+      placeholder: "workflow = 'orders' AND status IN ('running', 'suspended') AND created > '2026-12-01T00:00:00Z'",
+    });
     const form = h("form", { className: "filters", id: "filters" },
       fields.slice(0, 1), h("label", {}, "Status", statusSelect), fields.slice(1),
       h("label", {}, "Incident", incidentSelect), h("label", {}, "Page size", limit),
+      h("label", { className: "filter-query" }, "Query", where),
       h("div", { className: "buttons" },
         h("button", { type: "submit", id: "apply-filters" }, "Apply"),
         h("button", { type: "button", onclick: () => { location.hash = "#/runs"; } }, "Clear")));
