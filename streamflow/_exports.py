@@ -61,6 +61,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "InvalidLimitKey",
         "InvalidPayload",
         "InvalidPriority",
+        "InvalidQuery",
         "InvalidRunId",
         "InvalidRuntimeBuildId",
         "InvalidTransition",
