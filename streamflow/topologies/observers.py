@@ -117,6 +117,12 @@ class Observers(TransactionalTopology):
         self._offsets = LocalState(state_dir / "offsets", ("meta",))
         self._indexed: dict[int, int] = {}
         """Partition -> next offset the index has copied, not yet saved."""
+        self._reached: dict[int, int] = {}
+        """Partition -> next offset of the history records handled or copied so far."""
+        self._ready_at: dict[int, int] = {}
+        """A partition assigned (or rewound) here is answered for only once the index has
+        reached the history's end as it was then: until then the index may lack runs the
+        previous owner had indexed and answered with (a listing would be partial)."""
         self._loop = asyncio.new_event_loop()
         self._produced = False
         self._routes = RouteTable(settings)
@@ -185,6 +191,7 @@ class Observers(TransactionalTopology):
     def handle(self, msg: Message) -> None:
         """Observe (if new), index and audit one history record; a null value (a pruned run) is
         discarded."""
+        self._reached[msg.partition() or 0] = (msg.offset() or 0) + 1
         value = msg.value()
         if value is None:
             self._discard(msg)  # a retention tombstone: the run was pruned
@@ -265,6 +272,8 @@ class Observers(TransactionalTopology):
             [TopicPartition(self._names.history, partition)], timeout=30
         )[0].offset
         self._starts[partition] = max(0, committed or 0)
+        self._reached[partition] = max(self._reached.get(partition, 0), self._starts[partition])
+        self._ready_at[partition] = end_offset(self._end_reader, self._names.history, partition)
         if committed is None or committed <= 0:
             return
         start = decode_offset(self._offsets.get("meta", _offset_key(partition)))
@@ -361,8 +370,20 @@ class Observers(TransactionalTopology):
         return self._partitions
 
     def owned(self) -> frozenset[int]:
-        """The history partitions this instance owns now."""
-        return self._owned
+        """The history partitions this instance owns now and answers for: those whose index has
+        reached the history's end as it was when they were assigned."""
+        return frozenset(p for p in self._owned if self._answerable(p))
+
+    def _answerable(self, partition: int) -> bool:
+        ready = self._ready_at.get(partition)
+        if ready is None:
+            return True
+        with self._settled_lock:  # the consumer's position: past transaction markers too
+            position = self._settled.get(partition, -1)
+        if max(self._reached.get(partition, 0), position) >= ready:
+            self._ready_at.pop(partition, None)
+            return True
+        return False
 
     def owns(self, run_id: str) -> bool:
         """Whether ``run_id`` lives in a history partition this instance owns now. The index may
