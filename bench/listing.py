@@ -6,7 +6,10 @@ For each ``--runs`` count, a fresh store is filled with that many runs (straight
 workflows), timing the appends; then each read is timed (median of ``--repeat`` calls, ms):
 the summary, ``/v1/builds``, the first page of 50 rows, the page after it, a page filtered by
 workflow and status, and a page under a filter the indexes do not cover that no run passes
-(``build=none``: it reads every row). Then the longest the event loop stalls (a 1 ms ticker's
+(``build=none``: it reads every row), and pages under run queries (``where=``: checked against
+each row read): one most runs pass (``workflow = 'orders'``), one run of all
+(``run_id = 'run-0000001'``, found near the end of the newest-first order) and one no run
+passes. Then the longest the event loop stalls (a 1 ms ticker's
 worst lateness: what a ``/healthz`` beside them would wait) while 30 clients ask at once for
 the summary, for a first page, and for that unindexed page.
 
@@ -29,6 +32,7 @@ import streamflow.core.events as ev
 from streamflow import FlowEngine, RocksDBEventStore, WorkflowRunStatus, WorkflowSpec
 from streamflow.api.control import FlowControl
 from streamflow.api.query import RunFilter
+from streamflow.core.query import parse_query
 from streamflow.workflow.runtime import FlowRuntime
 
 WORKFLOWS = ("orders", "billing", "emails")
@@ -94,6 +98,9 @@ async def measure(runs: int, repeat: int, root: Path) -> dict[str, float]:
         cursor = first["next_cursor"]
         completed = RunFilter(workflow="orders", status=WorkflowRunStatus.COMPLETED)
         none = RunFilter(build="none")
+        broad = RunFilter(query=parse_query("workflow = 'orders'"))
+        needle = RunFilter(query=parse_query("run_id = 'run-0000001'"))
+        nothing = RunFilter(query=parse_query("workflow = 'orders' AND status = 'failed'"))
         return {
             "appends/s": rate,
             "summary": await median_ms(control.summary, repeat),
@@ -109,6 +116,15 @@ async def measure(runs: int, repeat: int, root: Path) -> dict[str, float]:
             ),
             "unindexed filter, no match": await median_ms(
                 lambda: control.list_runs(none, limit=50, cursor=None), repeat
+            ),
+            "query page, a third pass": await median_ms(
+                lambda: control.list_runs(broad, limit=50, cursor=None), repeat
+            ),
+            "query, one run of all": await median_ms(
+                lambda: control.list_runs(needle, limit=50, cursor=None), repeat
+            ),
+            "query, no match": await median_ms(
+                lambda: control.list_runs(nothing, limit=50, cursor=None), repeat
             ),
             "loop stall, 30 summaries": await stall_ms(control.summary, 30),
             "loop stall, 30 first pages": await stall_ms(

@@ -291,6 +291,17 @@ class RunQuery:
         """Whether the run ``row`` reads passes the query."""
         return self._node.holds(row)
 
+    def required(self) -> dict[str, str]:
+        """The ``field = 'value'`` comparisons every matching run passes (those joined to the
+        rest of the query by ``AND`` at its top), by field: a listing may read only the runs
+        an index lists for them."""
+        parts = self._node.parts if isinstance(self._node, _All) else (self._node,)
+        found: dict[str, str] = {}
+        for part in parts:
+            if isinstance(part, _Compare) and part.op == "=" and isinstance(part.values[0], str):
+                found.setdefault(part.field, part.values[0])
+        return found
+
 
 def parse_query(text: str) -> RunQuery:
     """Parse ``text`` (see the module docstring); ``InvalidQuery`` naming the position where it

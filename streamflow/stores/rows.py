@@ -168,9 +168,14 @@ class RunRowQuery:
     limit: int = 50
 
     def index(self) -> IndexName:
-        """The narrowest index that lists every row this query can keep."""
-        workflow = self.where.workflow
-        status = None if self.where.status is None else self.where.status.value
+        """The narrowest index that lists every row this query can keep (a run query's
+        ``workflow = '...'`` or ``status = '...'`` joined to the rest by ``AND`` narrows it
+        too)."""
+        required = {} if self.where.query is None else self.where.query.required()
+        workflow = self.where.workflow or required.get("workflow")
+        status = (
+            self.where.status.value if self.where.status is not None else required.get("status")
+        )
         if workflow is not None and status is not None:
             return ("workflow-status", workflow, status)
         if workflow is not None:

@@ -102,3 +102,15 @@ def test_a_query_is_bounded_in_size_depth_and_list_length():
         parse_query(f"workflow IN ({many})")
     fits = ", ".join(f"'w{i}'" for i in range(MAX_IN_VALUES))
     assert parse_query(f"workflow IN ({fits})").matches({"workflow": "w99"}.get)
+
+
+def test_the_equalities_every_match_passes_are_what_an_index_may_narrow_to():
+    query = parse_query("workflow = 'orders' AND status = 'running' AND ended = NULL")
+    assert query.required() == {"workflow": "orders", "status": "running"}
+    assert parse_query("status = 'failed'").required() == {"status": "failed"}
+    # Under OR or NOT nothing is required of every match.
+    assert parse_query("workflow = 'a' OR status = 'failed'").required() == {}
+    assert parse_query("NOT workflow = 'a'").required() == {}
+    assert (
+        parse_query("workflow IN ('a', 'b') AND created > '2026-01-01T00:00:00Z'").required() == {}
+    )
