@@ -538,6 +538,7 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     InvalidPriority,
     InvalidLimitKey,
     AdmissionRequired,
+    InvalidQuery,
 )
 """Every class of the tree that is raised, in a fixed order (the order the tree's classes were
 defined in when it was one module): each crosses a process boundary by name and fields

@@ -40,9 +40,10 @@ def test_every_raised_error_is_a_flow_error_and_exported():
     # joined the tree: Fenced, InspectionUnavailable, TopicsRefused, ClusterUnavailable and
     # ManifestError; then the three of durable functions (streamflow.App): UnknownWorkflow,
     # UnsupportedAwait and NotAStep; then InvalidPayload (a value no store could read back);
-    # then the three of flow control: InvalidPriority, InvalidLimitKey and AdmissionRequired.
+    # then the three of flow control: InvalidPriority, InvalidLimitKey and AdmissionRequired;
+    # then InvalidQuery (a run query that breaks the grammar).
     # The families (and AdminError) are caught, never raised: not in the list.
-    assert len(errors.ALL_ERRORS) == 46
+    assert len(errors.ALL_ERRORS) == 47
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
@@ -102,6 +103,7 @@ FAMILY_OF = {
         errors.InvalidPriority,
         errors.InvalidLimitKey,
         errors.AdmissionRequired,
+        errors.InvalidQuery,
     },
     errors.InfrastructureError: {
         errors.StoreError,
@@ -210,6 +212,7 @@ ONE_OF_EACH_ERROR = [
     errors.InvalidPriority("invalid priority 0: use an int from 1 (first) to 5 (last)"),
     errors.InvalidLimitKey("workflow orders.fulfil: limit 'concurrency': invalid limit key ''"),
     errors.AdmissionRequired("orders.fulfil version 1"),
+    errors.InvalidQuery("unknown status 'sleeping'", 9),
 ]
 
 
