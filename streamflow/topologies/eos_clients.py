@@ -303,27 +303,32 @@ class ClientKeeper:
             # of this id) rather than wait for a broker that may be down.
             return
         unsettled = len(self._producer) or self._producer.unacknowledged()[0]
-        if unsettled and not fatal:
-            # Records of this transaction are still in flight, or were never acknowledged. An
-            # abort purges them, and the same producer may then send the next transaction's
-            # records under their sequence numbers: a broker that did get a purged one takes
-            # the new record for a duplicate and acknowledges it at the aborted copy's offset,
-            # and the next transaction commits without it. That is the one explanation that
-            # fits what a chaos run left after a broker kill: a transaction aborted with a step
-            # task in flight, the next one committed the run's history again, and that task
-            # was nowhere in the log (the run waited for ever). A fresh producer (a new epoch:
-            # new sequence numbers; its init_transactions aborts the open transaction) cannot
-            # be mistaken so.
-            log.warning(
-                "%s: %d records unsettled; replacing the producer instead of aborting",
-                self.component,
-                unsettled,
-            )
-        elif not fatal:
+        if not fatal:
             error = self._transaction_call("abort_transaction", self._producer.abort_transaction)
+            if error is False:
+                return  # it hung: the producer was replaced already
             if not isinstance(error, KafkaError):
-                return
-            log.warning("%s: abort failed (%s); replacing the producer", self.component, error)
+                if not unsettled:
+                    return
+                # Records of the aborted transaction were still in flight, or never
+                # acknowledged. The abort purged them, and the same producer could send the
+                # next transaction's records under their sequence numbers: a broker that did
+                # get a purged one takes the new record for a duplicate and acknowledges it at
+                # the aborted copy's offset, and the next transaction commits without it. That
+                # is the one explanation that fits what a chaos run left after a broker kill: a
+                # transaction aborted with a step task in flight, the next one committed the
+                # run's history again, and that task was nowhere in the log (the run waited for
+                # ever). A fresh producer (a new epoch: new sequence numbers) cannot be
+                # mistaken so; the abort went first, so its init_transactions finds nothing
+                # open to wait on.
+                log.warning(
+                    "%s: %d records were unsettled when the transaction aborted; replacing "
+                    "the producer",
+                    self.component,
+                    unsettled,
+                )
+            else:
+                log.warning("%s: abort failed (%s); replacing the producer", self.component, error)
         self._replace_producer()
 
     def _transaction_call(self, what: str, fn: Callable[[float], object]) -> KafkaError | bool:
