@@ -33,8 +33,8 @@ a clear log line instead of leaving a healthy-looking process that does nothing.
 
 **Recovery.** Any failure but fencing — a call that timed out or failed, a flush that left
 records behind, a broker that went away — is never retried in place. The loop aborts the
-transaction (replacing the producer when the abort itself fails, and instead of aborting when
-records of the transaction are still unsettled: a purged record's sequence numbers must not
+transaction (replacing the producer when the abort itself fails, and after the abort when
+records of the transaction were still unsettled: a purged record's sequence numbers must not
 be reused by the same producer), drops the staged state
 (:meth:`aborted`), brings local state up to what Kafka committed (:meth:`restore`: a commit
 that failed on the wire may still have happened) and rewinds the consumer to the committed
