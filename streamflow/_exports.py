@@ -62,6 +62,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "InvalidPayload",
         "InvalidPriority",
         "InvalidQuery",
+        "InvalidSearchAttributes",
         "InvalidRunId",
         "InvalidRuntimeBuildId",
         "InvalidTransition",

@@ -25,6 +25,7 @@ idempotent: the exact same request again writes nothing and returns as the first
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -62,7 +63,12 @@ class Flow(Protocol):
     # -- starting -----------------------------------------------------------------------------
 
     async def start(
-        self, spec: WorkflowSpec, input: object = None, *, priority: int = 3
+        self,
+        spec: WorkflowSpec,
+        input: object = None,
+        *,
+        priority: int = 3,
+        attributes: Mapping[str, object] | None = None,
     ) -> StartResult:
         """Start a run under a fresh id; returns the id (a :class:`StartResult`)."""
         ...
@@ -75,6 +81,7 @@ class Flow(Protocol):
         *,
         priority: int = 3,
         admission: Admission | None = None,
+        attributes: Mapping[str, object] | None = None,
     ) -> StartResult:
         """Start ``run_id``; returns it (the chain's root, even if the run continued as new)
         as a :class:`StartResult`, a ``str`` whose ``created`` says whether this call created
@@ -90,6 +97,11 @@ class Flow(Protocol):
         ``admission`` is the run's claims computed by the caller (``Workflow.start`` does);
         without it the backend computes them with its runtime. A retry with another priority
         is ``RunConflict``.
+
+        ``attributes`` are the run's search attributes (``{"customer": "42"}``: texts, ints,
+        floats, bools, timezone-aware datetimes and lists of texts), which run queries read;
+        ``InvalidSearchAttributes`` for one that breaks a rule (nothing is written). A retry
+        does not compare them.
         """
         ...
 

@@ -61,7 +61,7 @@ PINNED = {
     "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
     "PayloadTooLarge", "RequestDeadLettered", "NonRetryable", "HookAlreadyResolved",
     "HookTokenTooShort", "InvalidPayload", "InvalidPriority", "InvalidLimitKey",
-    "AdmissionRequired", "InvalidQuery",
+    "AdmissionRequired", "InvalidQuery", "InvalidSearchAttributes",
     # the families under FlowError (caught, never raised)
     "ConflictError", "NotFoundError", "InvalidInputError", "InfrastructureError",
     # errors of timeouts and of Kafka deployments

@@ -34,7 +34,8 @@ from streamflow.api.query import (
 )
 from streamflow.api.render import json_response
 from streamflow.api.schedules import ScheduleControl, ScheduleDefinition, SchedulesUnavailable
-from streamflow.core.admission import check_priority
+from streamflow.core.admission import DEFAULT_PRIORITY, check_priority
+from streamflow.core.attributes import from_plain
 from streamflow.core.values import WorkflowProgress
 from streamflow.observe.metrics import FlowMetrics
 
@@ -90,13 +91,15 @@ class StartBody(_Body):
     """The body of ``POST /v1/runs``: the workflow to start, the run's id (a fresh one when
     absent), its input, the workflow version (the latest registered one when absent) and the
     run's priority (1 first .. 5, 3 when absent; checked by the route, so a bad one is 422
-    ``InvalidPriority``)."""
+    ``InvalidPriority``) and its search attributes (an object of name to value; a time as
+    ``{"time": "..."}``; a bad one is 422 ``InvalidSearchAttributes``)."""
 
     workflow: str
     run_id: str | None = None
     input: Any = None
     version: str | None = None
     priority: Any = None
+    attributes: Any = None
 
 
 class SignalBody(_Body):
@@ -233,7 +236,19 @@ def create_app(
 
     @app.post("/v1/runs", status_code=201, dependencies=[key, none])
     async def start(body: StartBody) -> Response:
-        if body.priority is not None:
+        if body.attributes is not None:
+            attributes = from_plain(body.attributes)
+            priority = DEFAULT_PRIORITY if body.priority is None else body.priority
+            check_priority(priority)
+            started = await control.start(
+                body.workflow,
+                body.run_id,
+                body.input,
+                body.version,
+                priority=priority,
+                attributes=attributes,
+            )
+        elif body.priority is not None:
             check_priority(body.priority)
             started = await control.start(
                 body.workflow, body.run_id, body.input, body.version, priority=body.priority

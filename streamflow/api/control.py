@@ -32,6 +32,7 @@ from streamflow.api.schedules import (
     SchedulesUnavailable,
 )
 from streamflow.core.admission import DEFAULT_PRIORITY, Admission, check_priority
+from streamflow.core.attributes import SearchAttributes
 from streamflow.core.builds import admits
 from streamflow.core.errors import (
     InvalidPayload,
@@ -73,6 +74,7 @@ class ControlPlane(RunIndex, Protocol):
         input: object,
         version: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        attributes: SearchAttributes | None = None,
     ) -> StartResult:
         """Start run ``run_id`` (a fresh id for ``None``) of ``workflow``; the run id, whose
         ``created`` is false when the same start was already recorded. A workflow with
@@ -88,6 +90,7 @@ class ControlPlane(RunIndex, Protocol):
                 ``UnknownWorkflow``, naming the registered versions, when it is not one).
             priority: 1 (served first) .. 5 (last), default 3 (``InvalidPriority``
                 otherwise): the order queued runs of a limited workflow begin in.
+            attributes: the run's search attributes.
         """
         ...
 
@@ -198,11 +201,22 @@ class FlowControl(DelegatedReads):
         the background; on Kafka the processors do)."""
 
     async def _start(
-        self, run_id: str, spec: WorkflowSpec, input: object, admission: StartAdmission
+        self,
+        run_id: str,
+        spec: WorkflowSpec,
+        input: object,
+        admission: StartAdmission,
+        attributes: SearchAttributes | None = None,
     ) -> StartResult:
         priority, claims = admission
         result = await self._flow.start_with_id(
-            run_id, spec, input, priority=priority, admission=claims, **self._recording
+            run_id,
+            spec,
+            input,
+            priority=priority,
+            admission=claims,
+            attributes=attributes.as_dict() if attributes else None,
+            **self._recording,
         )
         self._moved(run_id)
         return result
@@ -214,6 +228,7 @@ class FlowControl(DelegatedReads):
         input: object,
         version: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        attributes: SearchAttributes | None = None,
     ) -> StartResult:
         check_priority(priority)
         spec = self._spec(workflow, version)
@@ -230,7 +245,7 @@ class FlowControl(DelegatedReads):
             # ``created`` is the backend's single writer's word: of racing starts of one id,
             # here or through another server, exactly one says it created the run.
             run = str(uuid.uuid4()) if run_id is None else run_id
-            return await self._start(run, spec, input, (priority, admission))
+            return await self._start(run, spec, input, (priority, admission), attributes)
         except (PayloadTooLarge, InvalidPayload):
             raise
         except SerializationError as exc:  # the workflow's annotation refused the input

@@ -10,6 +10,7 @@ from typing import Any
 
 from streamflow.api.errors import InvalidCursor
 from streamflow.api.query import decode_cursor, encode_cursor
+from streamflow.core.attributes import from_plain
 from streamflow.core.errors import SerializationError
 from streamflow.core.ids import is_valid_run_id
 from streamflow.core.inspect import WorkflowRunRow, builds_of, count_rows
@@ -39,6 +40,7 @@ def row_of_view(view: Mapping[str, Any]) -> WorkflowRunRow:
         created_at=when("created_at"),
         updated_at=when("updated_at"),
         ended_at=when("ended_at"),
+        attributes=from_plain(view.get("attributes") or None),
     )
 
 

@@ -4,16 +4,14 @@ raises an :mod:`streamflow.api.errors` error (400) for a value it cannot read.""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from streamflow.api.errors import InvalidCursor, InvalidParameter, UnknownParameter
-from streamflow.core.query import parse_query
+from streamflow.core.query import decode_page_token, encode_page_token, parse_query
 from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.core.timeutil import parse_utc
 from streamflow.stores.rows import RunFilter as RunFilter
 
 MAX_WAIT_SECONDS = 60.0
@@ -139,18 +137,15 @@ def filter_params(where: RunFilter) -> dict[str, str]:
 
 
 def encode_cursor(created_at: str | None, run_id: str) -> str:
-    """An opaque cursor naming the last row of a page (its creation time and run id)."""
-    raw = json.dumps([created_at, run_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    """An opaque cursor naming the last row of a page (its creation time, as fixed-width UTC
+    text, and run id): the same token as ``list_runs``' ``next_page_token``."""
+    when = None if not created_at else parse_utc(created_at)
+    return encode_page_token(when, run_id)
 
 
 def decode_cursor(text: str) -> tuple[str, str]:
     """The ``(created_at, run_id)`` a cursor names (``created_at`` ``""`` for none)."""
     try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        created_at, run_id = json.loads(raw)
-    except (binascii.Error, ValueError, TypeError, RecursionError):
+        return decode_page_token(text)
+    except ValueError:
         raise InvalidCursor("cursor is not one a listing answered with") from None
-    if not isinstance(run_id, str) or not isinstance(created_at, str | None):
-        raise InvalidCursor("cursor is not one a listing answered with")
-    return created_at or "", run_id

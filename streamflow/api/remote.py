@@ -21,6 +21,7 @@ from typing import Any
 from streamflow.api.index import DelegatedReads, HttpIndex, Json, quoted
 from streamflow.api.schedules import AddedSchedule, ScheduleDefinition
 from streamflow.core.admission import DEFAULT_PRIORITY
+from streamflow.core.attributes import SearchAttributes
 from streamflow.core.errors import InspectionUnavailable
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.core.values import StartResult, WorkflowProgress
@@ -106,8 +107,11 @@ class HttpControl(DelegatedReads):
         input: object,
         version: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        attributes: SearchAttributes | None = None,
     ) -> StartResult:
         body: Json = {"workflow": workflow, "input": input}
+        if attributes:
+            body["attributes"] = attributes.to_json()  # each value in its {kind: value} form
         if run_id is not None:
             body["run_id"] = run_id
         if version is not None:

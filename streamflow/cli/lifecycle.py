@@ -27,8 +27,10 @@ from streamflow.cli.sources import (
     add_source_options,
     error_name,
     open_source,
+    read_attribute,
     read_json_argument,
 )
+from streamflow.core.attributes import check_attributes
 from streamflow.core.errors import FlowTimeout
 
 COMMANDS = frozenset(
@@ -73,6 +75,16 @@ def register(sub: Sub) -> None:
         metavar="N",
         help="1 (served first) .. 5 (last), default 3: the order queued runs of a workflow "
         "with concurrency or rate limits begin in",
+    )
+    start.add_argument(
+        "--attr",
+        dest="attributes",
+        action="append",
+        type=read_attribute,
+        default=[],
+        metavar="NAME[:KIND]=VALUE",
+        help="a search attribute of the run (repeat for more); KIND text (default), int, "
+        "float, bool, time (RFC 3339) or keywords (comma-separated)",
     )
     signal = _command(sub, "signal", "send a signal to a run")
     signal.add_argument("run_id", metavar="RUN_ID")
@@ -171,8 +183,14 @@ async def _dispatch(args: argparse.Namespace, source: ControlPlane) -> int:
     if command == "result":
         return await _result(args, source)
     if command == "start":
+        attributes = check_attributes(dict(args.attributes)) if args.attributes else None
         started = await source.start(
-            args.workflow, args.run_id, args.input, version=args.version, priority=args.priority
+            args.workflow,
+            args.run_id,
+            args.input,
+            version=args.version,
+            priority=args.priority,
+            attributes=attributes,
         )
         answer = {"run_id": started.run_id, "created": started.created}
         how = "started" if started.created else "already started (same workflow and input)"

@@ -42,7 +42,8 @@ from streamflow.api.remote import HttpControl
 from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, project_on_path, store_path
 from streamflow.clock import utc_now
 from streamflow.core.admission import DEFAULT_PRIORITY
-from streamflow.core.errors import FlowError, StoreError
+from streamflow.core.attributes import SearchAttributes, parse_typed
+from streamflow.core.errors import FlowError, InvalidSearchAttributes, StoreError
 from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from streamflow.stores.inspect import StoreInspector
@@ -168,9 +169,10 @@ class DirControl(DelegatedReads):
         input: object,
         version: str | None = None,
         priority: int = DEFAULT_PRIORITY,
+        attributes: SearchAttributes | None = None,
     ) -> StartResult:
         started: StartResult = await self._mutate(
-            lambda c: c.start(workflow, run_id, input, version, priority)
+            lambda c: c.start(workflow, run_id, input, version, priority, attributes)
         )
         return started
 
@@ -302,6 +304,19 @@ def open_source(args: argparse.Namespace) -> ControlPlane:
             index = ObserversIndex(args.observers, api_key=api_key(args))
         return KafkaControl(FlowClient(settings), index, app, owns_client=True)
     return DirControl(store_path(args.dir or DEFAULT_DIR), lambda: load_app(app_spec))
+
+
+def read_attribute(text: str) -> tuple[str, object]:
+    """A ``NAME[:KIND]=VALUE`` argument's attribute (argparse ``type``: a bad one is a usage
+    error naming the rule it breaks)."""
+    head, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME[:KIND]=VALUE")
+    name, _, kind = head.partition(":")
+    try:
+        return name, parse_typed(name, kind or "text", value)
+    except InvalidSearchAttributes as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def read_json_argument(text: str) -> object:

@@ -1,4 +1,4 @@
-"""The 17 ``RuntimeCommand`` types a workflow returns from one replay.
+"""The 18 ``RuntimeCommand`` types a workflow returns from one replay.
 
 A command never leaves the process that decides it: what is stored and sent is the events it
 leads to. Its JSON fields are normalised on construction, so it compares with history exactly
@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import ClassVar
 
 from streamflow.core.admission import Admission, LimitClaim
+from streamflow.core.attributes import SearchAttributes, check_attributes, check_update_id
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
@@ -183,6 +184,17 @@ class RuntimeCommand(_Normalized):
         return RecordPatch(patch_id=patch_id)
 
     @staticmethod
+    def set_attributes(update_id: str, attributes: object) -> SetAttributes:
+        """Change the run's search attributes (``run_attributes_set``) once per update id: a
+        ``None`` value removes one. Checked at once (``InvalidSearchAttributes``); the same
+        update again is ``InvalidTransition`` (no progress), another one under the same id
+        ``NonDeterministic``."""
+        return SetAttributes(
+            update_id=check_update_id(update_id),
+            attributes=check_attributes(attributes, removals=True),  # type: ignore[arg-type]
+        )
+
+    @staticmethod
     def schedule_step(
         step_id: str, step_name: str, input: object = None, retry: RetryPolicy | None = None
     ) -> ScheduleStep:
@@ -331,6 +343,15 @@ class RecordPatch(RuntimeCommand):
 
     TYPE = "record_patch"
     patch_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetAttributes(RuntimeCommand):
+    """``RuntimeCommand.set_attributes``: change the run's search attributes once."""
+
+    TYPE = "set_attributes"
+    update_id: str
+    attributes: SearchAttributes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -63,6 +63,7 @@ from streamflow.core.decisions import (
 from streamflow.core.errors import (
     ChildWorkflowDepthExceeded,
     ContinueAsNewLimitExceeded,
+    InvalidSearchAttributes,
     InvalidTransition,
     InvalidWorkflow,
     InvalidWorkflowPatchId,
@@ -333,6 +334,8 @@ def decide_command(
         return record_progress_or_link(snapshot, command.child, host=False)
     if isinstance(command, cmd.RecordPatch):
         return _decide_patch(snapshot, command.patch_id)
+    if isinstance(command, cmd.SetAttributes):
+        return _decide_attributes(snapshot, command)
     if isinstance(command, cmd.CreateHook):
         return (
             _alone(snapshot, command)
@@ -374,6 +377,30 @@ def _decide_patch(snapshot: WorkflowRunSnapshot, patch_id: str) -> Decision | Re
     if patch in snapshot.patches:
         return invalid(f"workflow recorded patch marker {patch} again without progress")
     return Decision(events=(ev.PatchRecorded(patch_id=str(patch)),))
+
+
+def _decide_attributes(
+    snapshot: WorkflowRunSnapshot, command: cmd.SetAttributes
+) -> Decision | Rejected:
+    """Apply an attribute update once per update id: a repeat records nothing (no progress), a
+    different update under the same id is ``NonDeterministic``; one that leaves the run with
+    more than it may carry is ``InvalidSearchAttributes``."""
+    recorded = snapshot.attribute_updates.get(command.update_id)
+    if recorded is None:
+        try:
+            snapshot.attributes.merged(command.attributes)
+        except InvalidSearchAttributes as exc:
+            return Rejected(exc)
+        event = ev.RunAttributesSet(update_id=command.update_id, attributes=command.attributes)
+        return Decision(events=(event,))
+    if recorded != command.attributes:
+        return nondeterministic(
+            snapshot,
+            f"attribute update {command.update_id}",
+            dumps_compact(recorded.to_json()),
+            dumps_compact(command.attributes.to_json()),
+        )
+    return invalid(f"workflow rescheduled attribute update {command.update_id} without progress")
 
 
 def _child_json(child: cmd.ChildWorkflowCommand | ChildWorkflowSnapshot) -> str:

@@ -15,6 +15,7 @@ from typing import TypeAlias
 
 from streamflow.core import events as ev
 from streamflow.core.admission import Admission, Holder, SlotGrant
+from streamflow.core.attributes import SearchAttributes
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.commands import StepCommand
 from streamflow.core.errors import FlowError, InvalidTransition, NonDeterministic
@@ -79,6 +80,8 @@ class LaunchRun:
     predecessor: ContinuationLink | None = None
     admission: Admission | None = None
     """The child's recorded admission, or the slot a successor inherits."""
+    attributes: SearchAttributes | None = None
+    """A successor's search attributes: those its predecessor ended with."""
 
     def events(self) -> tuple[ev.FlowEvent, ...]:
         """What creating the run appends: ``run_created``, and ``run_started`` unless the run
@@ -89,6 +92,7 @@ class LaunchRun:
             parent=self.parent,
             predecessor=self.predecessor,
             admission=self.admission,
+            attributes=self.attributes or None,
         )
         admission = self.admission
         if admission is None or not admission.claims:

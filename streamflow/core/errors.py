@@ -29,6 +29,7 @@ class for each thing that can go wrong.
     │   ├── InvalidLimitKey                a limit key function returned no usable key
     │   ├── AdmissionRequired              a start of a limited workflow without its admission
     │   ├── InvalidQuery                   a run query that breaks the grammar (its position)
+    │   ├── InvalidSearchAttributes        a search attribute's name, value or count breaks a rule
     │   ├── InvalidWorkerConfiguration     bad worker / router / queue / host settings
     │   ├── HookTokenTooShort              a new hook's token has fewer than 16 characters
     │   ├── ContinueAsNewCycle             a continuation link revisits a run
@@ -356,6 +357,14 @@ class InvalidQuery(InvalidInputError):
         self.position = position
 
 
+class InvalidSearchAttributes(InvalidInputError):
+    """Raised for search attributes (``attributes=`` at a start, ``ctx.set_attributes``) that
+    break a rule of :mod:`streamflow.core.attributes`: a name that is not an identifier or is a
+    run query's own field, a value of no attribute kind (a naive datetime, NaN, a nested
+    object), or more attributes, values, characters or keywords than a run may carry. Nothing
+    is written."""
+
+
 class AdmissionRequired(InvalidInputError):
     """Raised (Kafka) for a new start of a workflow that declares concurrency or rate limits
     when the ``StartRun`` carries no admission with claims: a start sent without the App (a
@@ -539,6 +548,7 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     InvalidLimitKey,
     AdmissionRequired,
     InvalidQuery,
+    InvalidSearchAttributes,
 )
 """Every class of the tree that is raised, in a fixed order (the order the tree's classes were
 defined in when it was one module): each crosses a process boundary by name and fields

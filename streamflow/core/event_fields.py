@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from streamflow.core.admission import Admission, LimitClaim, SlotGrant
+from streamflow.core.attributes import SearchAttributes
 from streamflow.core.errors import SerializationError
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
@@ -131,6 +132,15 @@ def _claims_dec(value: Any) -> tuple[LimitClaim, ...]:
 
 
 CLAIMS = Codec(lambda v: [c.to_json() for c in v], _claims_dec, optional=True, omit_none=True)
+ATTRIBUTES = Codec(
+    lambda v: v.to_json() if v else None,
+    lambda v: None if not v else SearchAttributes.from_json(v),
+    optional=True,
+    omit_none=True,
+)
+ATTRIBUTE_UPDATE = Codec(
+    lambda v: v.to_json(), lambda v: SearchAttributes.from_json(v, removals=True)
+)
 
 FIELD_CODECS: Mapping[str, Codec] = {
     "JsonValue": JSON,
@@ -153,6 +163,8 @@ FIELD_CODECS: Mapping[str, Codec] = {
     "Admission | None": ADMISSION,
     "SlotGrant | None": GRANT,
     "tuple[LimitClaim, ...]": CLAIMS,
+    "SearchAttributes | None": ATTRIBUTES,
+    "SearchAttributes": ATTRIBUTE_UPDATE,
 }
 """The codec of an event field by its annotation, as written: a field's JSON form follows
 from its type (every ``int`` of an event is a u32 attempt; a ``bool | None`` and the links are
@@ -184,6 +196,7 @@ _BOUNDED_FIELDS = frozenset(
         "admission",
         "grant",
         "limits",
+        "update_id",
     }
 )
 """The event fields that are an identifier, a count or a time: every other field may carry data

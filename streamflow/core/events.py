@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from streamflow.core.admission import Admission, LimitClaim, SlotGrant
+from streamflow.core.attributes import SearchAttributes
 from streamflow.core.errors import SerializationError
 from streamflow.core.event_fields import _BOUNDED_FIELDS, _req_str
 from streamflow.core.event_fields import ADMISSION as ADMISSION
@@ -179,6 +180,9 @@ class RunCreated(FlowEvent):
     """Set on a run of a workflow that declares limits: its priority and the limit claims its
     input made (the run is ``queued`` until a grant starts it), or, on a continue-as-new
     successor, the grant it inherits."""
+    attributes: SearchAttributes | None = None
+    """The search attributes the start gave the run (a continue-as-new successor: those its
+    predecessor had when it ended)."""
 
 
 @_event("run_started", "flow.run.started", origin=Origin.HOST)
@@ -522,6 +526,15 @@ class StepAttemptQueued(FlowEvent):
 
     step_id: str
     attempt: int
+
+
+@_event("run_attributes_set", "flow.run.attributes.set", origin=Origin.CODE)
+class RunAttributesSet(FlowEvent):
+    """Workflow code's ``set_attributes(update_id, attributes)``, once per update id: the run's
+    search attributes change (a ``None`` value removes one)."""
+
+    update_id: str
+    attributes: SearchAttributes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,6 +8,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from streamflow.core.attributes import NONE as NO_ATTRIBUTES
+from streamflow.core.attributes import SearchAttributes
 from streamflow.core.errors import FlowError, RunConflict
 from streamflow.core.jsonvalue import json_equal
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
@@ -76,7 +78,7 @@ OPEN_WORK = (
 """The summary's counts of open work (counted for non-terminal runs only)."""
 
 
-ROW_HEAD = 11
+ROW_HEAD = 12
 """How many items of a stored row (:meth:`WorkflowRunRow.to_json`) most appends leave alone."""
 
 
@@ -101,6 +103,8 @@ class WorkflowRunRow(NamedTuple):
     pending_retries: int = 0
     open_child_workflows: int = 0
     open_signal_waits: int = 0
+    attributes: SearchAttributes = NO_ATTRIBUTES
+    """The run's search attributes (what run queries read besides the fields above)."""
 
     @staticmethod
     def of(snap: WorkflowRunSnapshot) -> WorkflowRunRow:
@@ -122,12 +126,23 @@ class WorkflowRunRow(NamedTuple):
             len(snap.retry_steps),
             len(snap.open_children),
             len(snap.open_signal_waits),
+            snap.attributes,
         )
 
     @property
     def is_terminal(self) -> bool:
         """Whether the run has ended."""
         return self.status.is_terminal
+
+    def work(self) -> tuple[int, int, int, int, int]:
+        """The run's open work, in :data:`OPEN_WORK` order."""
+        return (
+            self.open_waits,
+            self.active_hooks,
+            self.pending_retries,
+            self.open_child_workflows,
+            self.open_signal_waits,
+        )
 
     def to_json(self) -> list[Any]:
         """The stored form, one written with every append, so kept short: a list of the fields
@@ -138,8 +153,8 @@ class WorkflowRunRow(NamedTuple):
 
     def head_json(self) -> list[Any]:
         """The first :data:`ROW_HEAD` items of :meth:`to_json`: status, workflow, version,
-        build, parent, creation time and open work (what :meth:`same_place` compares, and
-        what never changes)."""
+        build, parent, creation time, open work and search attributes (``null`` for none):
+        what :meth:`same_place` compares, and what most appends leave alone."""
         return [
             self.status.value,
             self.workflow,
@@ -147,7 +162,8 @@ class WorkflowRunRow(NamedTuple):
             self.build,
             self.parent_run_id,
             _micros(self.created_at),
-            *self[10:],
+            *self.work(),
+            self.attributes.to_json() if self.attributes else None,
         ]
 
     def tail_json(self) -> list[Any]:
@@ -157,9 +173,12 @@ class WorkflowRunRow(NamedTuple):
     @staticmethod
     def from_json(run_id: str, data: Sequence[Any]) -> WorkflowRunRow:
         """The row :meth:`to_json` stored for ``run_id`` (``ValueError`` for anything else)."""
-        if not isinstance(data, list) or len(data) != len(WorkflowRunRow._fields) - 1:
-            raise ValueError(f"a stored row is a list of {len(WorkflowRunRow._fields) - 1} items")
-        status, workflow, version, build, parent, created, *work, last, updated, ended = data
+        size = len(WorkflowRunRow._fields) - 1
+        if not isinstance(data, list) or len(data) not in (size - 1, size):
+            raise ValueError(f"a stored row is a list of {size} items")
+        if len(data) == size - 1:  # a row stored before search attributes: none
+            data = [*data[: ROW_HEAD - 1], None, *data[ROW_HEAD - 1 :]]
+        status, workflow, version, build, parent, created, *work, found, last, updated, ended = data
         waits, hooks, retries, children, signals = (int(n) for n in work)
         return WorkflowRunRow(
             run_id,
@@ -177,6 +196,7 @@ class WorkflowRunRow(NamedTuple):
             retries,
             children,
             signals,
+            NO_ATTRIBUTES if not found else SearchAttributes.from_json(found),
         )
 
     def same_place(self, other: WorkflowRunRow) -> bool:
@@ -184,15 +204,25 @@ class WorkflowRunRow(NamedTuple):
         a count: what most appends leave alone (only the last sequence and times move)."""
         return (
             self.status is other.status
-            and self[10:] == other[10:]
+            and self.work() == other.work()
             and self.created_at == other.created_at
             and self.workflow == other.workflow
             and self.build == other.build
+            and self.attributes == other.attributes
         )
 
     def counted(self) -> tuple[object, ...]:
         """What :func:`row_counts` depends on: two rows equal in it count the same."""
-        return (self.status, self.build, *self[10:])
+        return (self.status, self.build, *self.work())
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of ``list_runs``: its rows, newest first, and the token of the next page
+    (``None``: the last page)."""
+
+    runs: list[WorkflowRunRow]
+    next_page_token: str | None = None
 
 
 def _micros(value: datetime | None) -> int | None:
@@ -220,7 +250,7 @@ def row_counts(row: WorkflowRunRow) -> dict[str, int]:
         return counts
     counts["non_terminal"] = 1
     counts[OPEN_OF_BUILD + build] = 1
-    for name, value in zip(OPEN_WORK, row[10:], strict=True):
+    for name, value in zip(OPEN_WORK, row.work(), strict=True):
         if value:
             counts[name] = value
     return counts
@@ -268,8 +298,8 @@ def _moved(old: WorkflowRunRow, new: WorkflowRunRow) -> dict[str, int]:
             delta["terminal"] = sign
             delta["non_terminal"] = -sign
             delta[OPEN_OF_BUILD + (new.build or "")] = -sign
-    before = _NO_WORK if ended else old[10:]
-    after = _NO_WORK if ends else new[10:]
+    before = _NO_WORK if ended else old.work()
+    after = _NO_WORK if ends else new.work()
     if before != after:
         for name, a, b in zip(OPEN_WORK, before, after, strict=True):
             if a != b:

@@ -69,6 +69,7 @@ def successor_start(snapshot: WorkflowRunSnapshot) -> LaunchRun | None:
         parent=snapshot.parent,
         predecessor=ContinuationLink(run_id=snapshot.run_id, hop=snapshot.hop + 1),
         admission=inherited_admission(snapshot),
+        attributes=snapshot.attributes or None,
     )
 
 

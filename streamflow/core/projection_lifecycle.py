@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from streamflow.core import events as ev
-from streamflow.core.errors import InvalidWorkflowPatchId
+from streamflow.core.errors import InvalidSearchAttributes, InvalidWorkflowPatchId
 from streamflow.core.ids import WorkflowPatchId, is_valid_run_id
 from streamflow.core.projection_rules import (
     NOT_TERMINAL,
@@ -93,6 +93,7 @@ def _run_created(s: S, e: ev.RunCreated, env: Env) -> None:
     s.parent = e.parent
     s.predecessor = e.predecessor
     s.admission = admission
+    s.attributes = e.attributes or s.attributes
     s.base_status = WorkflowRunStatus.PENDING
     s.created_at = env.timestamp
 
@@ -235,6 +236,17 @@ def _run_progress_recorded(s: S, e: ev.RunProgressRecorded, env: Env) -> None:
         raise fail(s, f"duplicate progress id {e.progress.progress_id}")
     s.progress.append(e.progress)
     s.progress_by_id[e.progress.progress_id] = e.progress
+
+
+@handles(ev.RunAttributesSet)
+def _run_attributes_set(s: S, e: ev.RunAttributesSet, env: Env) -> None:
+    if e.update_id in s.attribute_updates:
+        raise fail(s, f"duplicate attribute update id {e.update_id}")
+    try:
+        s.attributes = s.attributes.merged(e.attributes)
+    except InvalidSearchAttributes as exc:
+        raise fail(s, f"attribute update {e.update_id}: {exc}") from None
+    s.attribute_updates[e.update_id] = e.attributes
 
 
 @handles(ev.PatchRecorded)

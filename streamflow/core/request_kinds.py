@@ -16,6 +16,7 @@ from enum import Enum
 from typing import TypeAlias
 
 from streamflow.core.admission import Admission, Holder, SlotGrant
+from streamflow.core.attributes import SearchAttributes
 from streamflow.core.events import FlowEvent
 from streamflow.core.jsonvalue import JsonValue, check_json, check_text
 from streamflow.core.spec import WorkflowSpec
@@ -45,6 +46,9 @@ class StartRun:
     admission: Admission | None = None
     """The run's priority and limit claims (its workflow declares limits: the run is recorded
     queued), or the slot a continue-as-new successor inherits."""
+    attributes: SearchAttributes | None = None
+    """The run's search attributes, checked
+    (:func:`~streamflow.core.attributes.check_attributes`)."""
 
     @property
     def system(self) -> bool:

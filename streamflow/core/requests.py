@@ -302,6 +302,7 @@ def _start(
         predecessor=request.predecessor,
         system=request.system,
         admission=request.admission,
+        attributes=request.attributes,
     )
     if isinstance(decision, Rejected):
         # A child or successor whose id is taken by another run fails closed; nobody waits

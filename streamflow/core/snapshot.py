@@ -11,6 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 
 from streamflow.core.admission import Admission, SlotGrant
+from streamflow.core.attributes import NONE as NO_ATTRIBUTES
+from streamflow.core.attributes import SearchAttributes
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.snapshot_items import (
     ActiveHookSnapshot as ActiveHookSnapshot,
@@ -116,6 +118,8 @@ class WorkflowRunSnapshot:
     __slots__ = (
         "active_hooks",
         "admission",
+        "attribute_updates",
+        "attributes",
         "base_status",
         "cancellation",
         "child_operations",
@@ -205,6 +209,11 @@ class WorkflowRunSnapshot:
         limits."""
         self.slot: SlotGrant | None = None
         """The grant the run holds (``run_started``, or inherited by a successor)."""
+        self.attributes: SearchAttributes = NO_ATTRIBUTES
+        """The run's search attributes: the start's, with every ``run_attributes_set``
+        applied."""
+        self.attribute_updates: dict[str, SearchAttributes] = {}
+        """The attribute updates recorded, by update id (each is applied once)."""
         self.last_sequence = 0
         """Sequence of the last event folded in (0 for an empty history)."""
         self.created_at: datetime | None = None

@@ -18,6 +18,7 @@ from enum import Enum
 
 from streamflow.core import events as ev
 from streamflow.core.admission import Admission
+from streamflow.core.attributes import SearchAttributes
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.decisions import (
     DEFERRED,
@@ -101,6 +102,7 @@ def decide_start(
     predecessor: ContinuationLink | None = None,
     system: bool = False,
     admission: Admission | None = None,
+    attributes: SearchAttributes | None = None,
 ) -> StartDecision | Rejected:
     """Idempotent start: compare the persisted spec, then the input, before any admission.
 
@@ -110,11 +112,17 @@ def decide_start(
     A start whose ``admission`` claims limits is recorded **queued** (``run_created`` alone):
     a grant starts it (:func:`decide_slot_granted`). A successor's admission that inherits a
     slot starts at once with it. A retry with another priority is ``RunConflict``; the claims
-    are not compared (the first recorded claims win, even if a deploy changed a key function).
+    are not compared (the first recorded claims win, even if a deploy changed a key function),
+    nor are the search ``attributes`` (the run may have changed them since).
     """
     if snapshot is None or snapshot.spec is None:
         created = ev.RunCreated(
-            spec=spec, input=input, parent=parent, predecessor=predecessor, admission=admission
+            spec=spec,
+            input=input,
+            parent=parent,
+            predecessor=predecessor,
+            admission=admission,
+            attributes=attributes or None,
         )
         if admission is not None and admission.claims:
             if admission.inherited is None:

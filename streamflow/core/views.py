@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from streamflow.core.admission import LimitClaim, SlotGrant, fairness_key
+from streamflow.core.attributes import view_of
 from streamflow.core.inspect import WorkflowRunRow, WorkflowRunSummary, WorkflowRunSuspension
 from streamflow.core.races import member_state
 from streamflow.core.slots import step_group, workflow_group
@@ -45,6 +46,7 @@ def row_view(row: WorkflowRunRow) -> dict[str, Any]:
         "created_at": _when(row.created_at),
         "updated_at": _when(row.updated_at),
         "ended_at": _when(row.ended_at),
+        "attributes": view_of(row.attributes),
     }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +24,7 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import requests as rq
 from streamflow.core.admission import DEFAULT_PRIORITY, Admission, check_priority
+from streamflow.core.attributes import check_attributes
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.chains import ChainWalk
 from streamflow.core.errors import (
@@ -130,23 +131,27 @@ class Driver:
         *,
         priority: int = DEFAULT_PRIORITY,
         admission: Admission | None = None,
+        attributes: Mapping[str, object] | None = None,
     ) -> tuple[WorkflowRunSnapshot, bool]:
         """Validate a start and append what starting ``run_id`` takes (nothing for an exact
         retry; drift raises ``RunConflict``, a build this engine does not run
-        ``RuntimeBuildUnavailable``). A workflow that declares limits is recorded queued with
-        the claims ``admission`` gives (default: the runtime computes them at ``priority``).
-        Returns the engine's own snapshot (copy it before handing it out) and whether this
-        call created the run."""
+        ``RuntimeBuildUnavailable``). A limited workflow is recorded queued with the claims
+        ``admission`` gives (default: the runtime's, at ``priority``); ``attributes``: its
+        search attributes. Returns the engine's own snapshot (copy it before handing it out)
+        and whether this call created the run."""
         validate_run_id(run_id)
         spec.validate()
         check_priority(priority)
+        checked = check_attributes(attributes)
         value = normalize(input, "workflow input")
         check_payload(value, "workflow input", self._s.record_limits)
         self._runtime.check_start(spec, value)
         if admission is None:
             admission = self._runtime.admission(spec, value, priority)
         await self.slots_ready()
-        request = rq.StartRun(spec=spec, input=value, admission=admission)
+        request = rq.StartRun(
+            spec=spec, input=value, admission=admission, attributes=checked or None
+        )
         rq.check_request(request)  # a value no store could give back is refused here
         route_error = self._route_error(run_id, rq.concerned_build(None, request))
         return await self._create(run_id, request, rq.Facts(route_error=route_error))
@@ -163,6 +168,7 @@ class Driver:
             parent=start.parent,
             predecessor=start.predecessor,
             admission=start.admission,
+            attributes=start.attributes,
         )
         await self.slots_ready()
         await self._create(start.run_id, request, rq.Facts())

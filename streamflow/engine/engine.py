@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,10 +21,11 @@ from streamflow.core import events as ev
 from streamflow.core import requests as rq
 from streamflow.core.admission import Admission
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
-from streamflow.core.errors import FlowTimeout, RuntimeBuildUnavailable
+from streamflow.core.errors import FlowTimeout
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import (
+    RunPage,
     WorkflowRunRow,
     WorkflowRunSummary,
     WorkflowRunSuspension,
@@ -52,10 +53,11 @@ from streamflow.core.values import (
     WorkflowProgress,
     WorkflowSignal,
 )
-from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
+from streamflow.core.wakeups import ScheduledWakeup
 from streamflow.engine.driver import Driver
 from streamflow.engine.recording import DurableHalves
 from streamflow.engine.settings import EngineSettings, FlowEngineBuilder
+from streamflow.engine.wakeup_calls import WakeupCalls
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.stores.rows import (
@@ -64,7 +66,9 @@ from streamflow.stores.rows import (
     RunRowPage,
     RunRowQuery,
     SnapshotRows,
+    page_query,
     page_rows,
+    run_page,
 )
 from streamflow.workflow.runtime import FlowRuntime
 
@@ -95,7 +99,7 @@ MOVED_TO_DURABLE = frozenset(
 now, and the old names still resolve there with a ``DeprecationWarning``."""
 
 
-class FlowEngine:
+class FlowEngine(WakeupCalls):
     """Start, drive, signal, cancel and inspect workflow runs in this process.
 
     Build one with :meth:`builder`; every method is ``async``. Engines are cheap to create and
@@ -188,10 +192,18 @@ class FlowEngine:
     # -- start and drive ----------------------------------------------------------------------
 
     async def start(
-        self, spec: WorkflowSpec, input: object = None, *, priority: int = 3
+        self,
+        spec: WorkflowSpec,
+        input: object = None,
+        *,
+        priority: int = 3,
+        attributes: Mapping[str, object] | None = None,
     ) -> StartResult:
         """Start a run with a fresh id and drive it; the run id (``created`` true)."""
-        return await self.start_with_id(self.new_run_id(), spec, input, priority=priority)
+        run_id = self.new_run_id()
+        return await self.start_with_id(
+            run_id, spec, input, priority=priority, attributes=attributes
+        )
 
     async def start_with_id(
         self,
@@ -201,6 +213,7 @@ class FlowEngine:
         *,
         priority: int = 3,
         admission: Admission | None = None,
+        attributes: Mapping[str, object] | None = None,
         drive: bool = True,
     ) -> StartResult:
         """Idempotent start: an exact retry appends nothing; drift raises ``RunConflict``.
@@ -211,9 +224,10 @@ class FlowEngine:
         start is durable and the run is left for its host (a scheduler, or the caller) to drive.
         A limited workflow's run is recorded queued (``priority`` 1 first .. 5; ``admission``:
         the caller's claims, default the runtime's) and begins when its group grants a slot.
+        ``attributes``: the run's search attributes.
         """
         _, created = await self._driver.record_start(
-            run_id, spec, input, priority=priority, admission=admission
+            run_id, spec, input, priority=priority, admission=admission, attributes=attributes
         )
         await self._driver.slots.settle(run_id if drive else None)
         if drive:
@@ -463,49 +477,6 @@ class FlowEngine:
             await self.drive_at(run_id, now)
         return due
 
-    async def list_due_wakeups(self, now: datetime) -> list[ScheduledWakeup]:
-        return await self._store.list_due_wakeups(require_utc(now, "now"))
-
-    async def list_due_waits(self, now: datetime) -> list[ScheduledWakeup]:
-        return [w for w in await self.list_due_wakeups(now) if w.kind is WakeupKind.WAIT]
-
-    async def list_due_retries(self, now: datetime) -> list[ScheduledWakeup]:
-        return [w for w in await self.list_due_wakeups(now) if w.kind is WakeupKind.RETRY]
-
-    async def next_wakeup(self, now: datetime) -> ScheduledWakeup | None:
-        """The earliest timed wake-up across non-terminal runs, overdue ones included (``now``
-        is accepted for API parity; the index is authoritative because it is written in the
-        same atomic batch as the events)."""
-        return await self._store.next_scheduled_wakeup()
-
-    async def resume_due_waits(self, now: datetime) -> list[tuple[str, str]]:
-        """Legacy global scan: complete every due wait; returns (run, wait) pairs this call
-        completed."""
-        done: list[tuple[str, str]] = []
-        for wakeup in await self.list_due_waits(now):
-            try:
-                snap, committed = await self._durable.complete_wait(
-                    wakeup.run_id, wakeup.subject_id
-                )
-            except RuntimeBuildUnavailable:
-                continue
-            if committed:
-                done.append((wakeup.run_id, wakeup.subject_id))
-                if not snap.is_terminal:
-                    await self.drive_at(wakeup.run_id, now)
-        return done
-
-    async def resume_due_retries(self, now: datetime) -> list[tuple[str, str]]:
-        """Legacy global scan: drive every run with a due retry; returns (run, step) pairs."""
-        due = await self.list_due_retries(now)
-        builds = {w.run_id: w.runtime_build_id for w in due}
-        for run_id in sorted(builds):
-            if self.supports_runtime_build(builds[run_id]):
-                await self.drive_at(run_id, now)
-        return [
-            (w.run_id, w.subject_id) for w in due if self.supports_runtime_build(w.runtime_build_id)
-        ]
-
     # -- inspection ----------------------------------------------------------------------------
 
     async def snapshot(self, run_id: str) -> WorkflowRunSnapshot:
@@ -550,6 +521,14 @@ class FlowEngine:
             incidents = [i.run_id for i in await self.list_incidents()]
             return page_rows(SnapshotRows(rows, incidents), query)
         return await asyncio.to_thread(page_rows, self._catalog, query)
+
+    async def list_runs(
+        self, where: str | None = None, *, page_size: int = 50, page_token: str | None = None
+    ) -> RunPage:
+        """One page of runs (newest first) that match the run query ``where`` (``None``:
+        every run), read through the store's indexes: ``InvalidQuery`` for a query that
+        breaks the grammar."""
+        return run_page(await self.list_run_rows(page_query(where, page_size, page_token)))
 
     async def list_open_suspensions(self, now: datetime) -> list[WorkflowRunSuspension]:
         """What every started, non-terminal run waits on at ``now``. It reads those runs only

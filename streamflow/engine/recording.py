@@ -10,6 +10,7 @@ the change, so a redelivered task reports only the commits it made. ``FlowEngine
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from streamflow.core import decide as d
@@ -47,6 +48,7 @@ class DurableHalves:
         *,
         priority: int = 3,
         admission: Admission | None = None,
+        attributes: Mapping[str, object] | None = None,
     ) -> WorkflowRunSnapshot:
         """Validate, compare with an existing run, admit and append ``run_created`` +
         ``run_started`` as needed; returns once the start is durable, without driving the run.
@@ -56,7 +58,7 @@ class DurableHalves:
         ``FlowEngine.start_with_id(..., drive=False)`` is the same start and says whether it
         created the run; this one returns the run's snapshot."""
         snap, _ = await self._driver.record_start(
-            run_id, spec, input, priority=priority, admission=admission
+            run_id, spec, input, priority=priority, admission=admission, attributes=attributes
         )
         await self._driver.slots.settle()
         return (await self._driver.load(run_id)) if snap.is_queued else snap.copy()

@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from streamflow.core import decide as d
 from streamflow.core.admission import Admission, check_priority
+from streamflow.core.attributes import check_attributes
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
 from streamflow.core.errors import FlowTimeout, InvalidTransition, RunNotFound
 from streamflow.core.events import FlowEventEnvelope
@@ -123,9 +125,17 @@ class FlowClient:
         return payload
 
     async def start(
-        self, spec: WorkflowSpec, input: object = None, *, priority: int = 3
+        self,
+        spec: WorkflowSpec,
+        input: object = None,
+        *,
+        priority: int = 3,
+        attributes: Mapping[str, object] | None = None,
     ) -> StartResult:
-        return await self.start_with_id(str(uuid.uuid4()), spec, input, priority=priority)
+        run_id = str(uuid.uuid4())
+        return await self.start_with_id(
+            run_id, spec, input, priority=priority, attributes=attributes
+        )
 
     async def start_with_id(
         self,
@@ -135,6 +145,7 @@ class FlowClient:
         *,
         priority: int = 3,
         admission: Admission | None = None,
+        attributes: Mapping[str, object] | None = None,
     ) -> StartResult:
         """Idempotent start; raises ``RunConflict``, ``RuntimeBuildUnavailable`` … as the
         embedded engine does. Returns once the journal has recorded (or refused) the start;
@@ -143,7 +154,10 @@ class FlowClient:
         spec.validate()
         check_priority(priority)
         body = m.StartRun(
-            spec=spec, input=self._payload(input, "workflow input"), admission=admission
+            spec=spec,
+            input=self._payload(input, "workflow input"),
+            admission=admission,
+            attributes=check_attributes(attributes) or None,
         )
         # Followed before the request is sent: its run_finished notice may be read before
         # the reply to the start is.

@@ -6,7 +6,8 @@ Conventions (they are the codec's contract with fastavro):
 * A record is a ``dict`` keyed by the Python attribute names.
 * A union with more than one record branch carries ``(full_name, record)`` tuples (fastavro's
   tuple notation on write, ``return_record_name`` on read); a ``["null", Record]`` union carries
-  ``None`` or the plain record.
+  ``None`` or the plain record. A search attribute's value names its branch on write too
+  (``("long", 42)``: ``streamflow.serde.attributes``), since a Python ``bool`` is an ``int``.
 * JSON values are ``bytes`` of compact UTF-8 JSON; instants are timezone-aware ``datetime``\\ s
   (``timestamp-micros``); enums are their string values.
 * Token digests are checked to be 64 lowercase hex characters both ways. ``HookCallback.token``
@@ -41,6 +42,7 @@ from streamflow.core.admission import (
     check_priority,
 )
 from streamflow.core.errors import InvalidInputError, InvalidPayload, SerializationError
+from streamflow.core.event_fields import ATTRIBUTE_UPDATE, ATTRIBUTES
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue, deeper_than_allowed
 from streamflow.core.ledger import LedgerCounters, RateWindow
@@ -65,6 +67,7 @@ from streamflow.core.values import (
     WorkflowProgress,
     WorkflowSignal,
 )
+from streamflow.serde import attributes as search
 from streamflow.serde.messages import (
     AuditRecord,
     BuildRegistration,
@@ -493,6 +496,8 @@ ADMISSION = RecordMap(
     (("priority", LONG), ("claims", _CLAIMS), ("inherited", _optional_nested(SLOT_GRANT))),
     build=_admission,
 )
+SEARCH_ATTRIBUTES = Conv(search.optional_to_avro, search.optional_from_avro)
+"""A run's search attributes (``["null", array of SearchAttribute]``; none: ``null``)."""
 ERROR_INFO = RecordMap(
     "ErrorInfo", ErrorInfo, (("type", SAME), ("message", SAME), ("fields", Conv(dict, dict)))
 )
@@ -539,6 +544,8 @@ _EVENT_FIELD_CONVS: dict[ev.Codec, Conv] = {
     ev.ADMISSION: _optional_nested(ADMISSION),
     ev.GRANT: _optional_nested(SLOT_GRANT),
     ev.CLAIMS: _CLAIMS,
+    ATTRIBUTES: SEARCH_ATTRIBUTES,
+    ATTRIBUTE_UPDATE: Conv(search.update_to_avro, search.update_from_avro),
 }
 
 EVENTS: tuple[RecordMap, ...] = tuple(
@@ -651,6 +658,7 @@ BODY = _union(
             ("parent", _optional_nested(PARENT)),
             ("predecessor", _optional_nested(PREDECESSOR)),
             ("admission", _optional_nested(ADMISSION)),
+            ("attributes", SEARCH_ATTRIBUTES),
         ),
     ),
     RecordMap("CancelRun", CancelRun, (("request", _nested(CANCELLATION)), ("propagated", SAME))),

@@ -6,9 +6,11 @@ Layout (raw bytes, nine column families, every append one atomic ``WriteBatch``)
 * ``runs``    ``run_id`` → ``{"last_sequence": n, "open": bool, "row": [...]}`` (``open``: not
   ended yet; a directory written before the flag existed has entries without it, read as open.
   ``row``: the run's listing row, :meth:`~streamflow.core.inspect.WorkflowRunRow.to_json`: status,
-  workflow, version, build, parent, creation time, open waits, hooks, retries, children and
-  signal waits, then last sequence, update and end times (times in µs since the epoch, or
-  null); rewritten with each append, and missing from entries written before rows existed)
+  workflow, version, build, parent, creation time, open waits, hooks, retries, children,
+  signal waits and search attributes (their JSON form, or null; rows written before search
+  attributes end the head without it), then last sequence, update and end times (times in µs
+  since the epoch, or null); rewritten with each append, and missing from entries written
+  before rows existed)
 * ``wakeups`` ``u64be(due µs) kind 0x00 run_id 0x00 subject`` → wake-up JSON, so a scheduler tick
   reads only the due prefix instead of replaying histories.
 * ``hooks``   ``token_digest 0x00 run_id 0x00 hook_id`` → empty: the active hooks of non-terminal
@@ -29,7 +31,10 @@ Layout (raw bytes, nine column families, every append one atomic ``WriteBatch``)
   closing ``0xff`` (so a forward scan reads ``(created_at, run_id)`` descending); the value is
   the run id. Prefixes: ``a 0x00`` every run; ``s 0x00 status 0x00`` per status;
   ``w u32be(len) workflow`` per workflow; ``x u32be(len) workflow status 0x00`` per workflow
-  and status. ``m 0x00 summary`` → the summary's counts, ``i64be`` each in the order of
+  and status; ``t u32be(len) name u32be(len) value`` per search attribute value (the value as
+  :func:`~streamflow.core.attributes.index_values` writes it: a run has one entry per value
+  of each of its attributes, each keyword of a list counted). ``m 0x00 summary`` → the
+  summary's counts, ``i64be`` each in the order of
   :class:`~streamflow.core.inspect.WorkflowRunSummary`'s fields; ``b 0x00 build`` (empty:
   unpinned runs) → ``i64be(runs) i64be(open runs)`` of one build, deleted with its last run.
   ``m 0x00 ready`` → ``1`` (the family's form) once the
@@ -218,6 +223,9 @@ def listing_prefix(index: IndexName) -> bytes:
     head = len(name).to_bytes(4, "big") + name
     if kind == "workflow":
         return b"w" + head
+    if kind == "attribute":  # a search attribute's value, length-prefixed like its name
+        value = index[2].encode()
+        return b"t" + head + len(value).to_bytes(4, "big") + value
     return b"x" + head + index[2].encode() + b"\x00"
 
 

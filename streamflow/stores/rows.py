@@ -26,11 +26,20 @@ from datetime import datetime
 from functools import partial
 from typing import Protocol, TypeVar, runtime_checkable
 
+from streamflow.core.attributes import index_value, index_values
+from streamflow.core.errors import InvalidQuery, SerializationError
 from streamflow.core.incidents import FlowIncident
-from streamflow.core.inspect import WorkflowRunRow, apply_delta, count_delta
-from streamflow.core.query import RunQuery
+from streamflow.core.inspect import RunPage, WorkflowRunRow, apply_delta, count_delta
+from streamflow.core.query import (
+    FIELDS,
+    TEXT_FIELDS,
+    RunQuery,
+    decode_page_token,
+    encode_page_token,
+    parse_query,
+)
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot, WorkflowRunStatus
-from streamflow.core.timeutil import EPOCH, to_micros
+from streamflow.core.timeutil import EPOCH, parse_utc, to_micros
 
 T = TypeVar("T")
 
@@ -38,10 +47,13 @@ Order = tuple[int, str]
 """Where a run sorts in the creation-ordered indexes: ``(created_key, run_id)``, ascending from
 the oldest (listings read it backwards, newest first)."""
 IndexName = tuple[str, ...]
-"""One creation-ordered index: ``("all",)``, ``("status", s)``, ``("workflow", w)`` or
-``("workflow-status", w, s)``."""
+"""One creation-ordered index: ``("all",)``, ``("status", s)``, ``("workflow", w)``,
+``("workflow-status", w, s)`` or ``("attribute", name, value)`` (a search attribute's value as
+:func:`~streamflow.core.attributes.index_values` writes it: every run that has it)."""
 
 ALL: IndexName = ("all",)
+RUN_FIELDS = frozenset(TEXT_FIELDS)
+"""The run-query fields a row holds under the same name."""
 ROW_CHUNK = 256
 """Index entries a scan reads under one hold of the store's lock."""
 OPEN_STATUSES = (
@@ -69,14 +81,13 @@ def order_of(row: WorkflowRunRow) -> Order:
 def row_indexes(row: WorkflowRunRow) -> list[IndexName]:
     """The indexes that list ``row``."""
     status = row.status.value
-    if row.workflow is None:
-        return [ALL, ("status", status)]
-    return [
-        ALL,
-        ("status", status),
-        ("workflow", row.workflow),
-        ("workflow-status", row.workflow, status),
-    ]
+    found: list[IndexName] = [ALL, ("status", status)]
+    if row.workflow is not None:
+        found += [("workflow", row.workflow), ("workflow-status", row.workflow, status)]
+    for name, value in row.attributes.items:
+        if value is not None:
+            found += [("attribute", name, entry) for entry in index_values(value)]
+    return found
 
 
 Changes = tuple[list[tuple[IndexName, Order]], list[tuple[IndexName, Order]]]
@@ -90,6 +101,7 @@ def index_changes(old: WorkflowRunRow | None, new: WorkflowRunRow | None) -> Cha
         and new is not None
         and old.created_at == new.created_at
         and old.workflow == new.workflow
+        and old.attributes == new.attributes
     ):
         if old.status is new.status:
             return [], []
@@ -146,7 +158,8 @@ class RunFilter:
 
 
 def _field(row: WorkflowRunRow, name: str) -> object:
-    """A row's value of a run-query field."""
+    """A row's value of a run-query field (a name that is none of a run's own: its search
+    attribute of that name)."""
     if name == "status":
         return row.status.value
     if name == "parent":
@@ -155,7 +168,9 @@ def _field(row: WorkflowRunRow, name: str) -> object:
         return row.created_at
     if name == "ended":
         return row.ended_at
-    return getattr(row, name)
+    if name in RUN_FIELDS:
+        return getattr(row, name)
+    return row.attributes.get(name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,9 +184,13 @@ class RunRowQuery:
 
     def index(self) -> IndexName:
         """The narrowest index that lists every row this query can keep (a run query's
-        ``workflow = '...'`` or ``status = '...'`` joined to the rest by ``AND`` narrows it
-        too)."""
+        ``workflow = '...'``, ``status = '...'`` or search attribute equality joined to the
+        rest by ``AND`` narrows it too; an attribute's first, the narrowest as a rule)."""
         required = {} if self.where.query is None else self.where.query.required()
+        for name, value in required.items():
+            entry = None if name in FIELDS else index_value(value)
+            if entry is not None:
+                return ("attribute", name, entry)
         workflow = self.where.workflow or required.get("workflow")
         status = (
             self.where.status.value if self.where.status is not None else required.get("status")
@@ -286,6 +305,38 @@ def page_rows(catalog: RowSource, query: RunRowQuery) -> RunRowPage:
     else:
         flags = catalog.incident_run_ids(r.run_id for r in rows)
     return RunRowPage([(r, r.run_id in flags) for r in rows], len(found) > query.limit)
+
+
+MAX_PAGE_SIZE = 1000
+"""The most rows one ``list_runs`` page holds."""
+
+
+def page_query(where: str | None, page_size: int, page_token: str | None) -> RunRowQuery:
+    """The page ``list_runs(where, page_size, page_token)`` asks for: ``InvalidQuery`` for a
+    query that breaks the grammar, a page size outside 1..:data:`MAX_PAGE_SIZE` or a token no
+    page answered with."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int):
+        raise InvalidQuery(f"page_size must be an int, not {page_size!r}", 0)
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise InvalidQuery(f"page_size must be 1..{MAX_PAGE_SIZE}, not {page_size}", 0)
+    before: tuple[datetime | None, str] | None = None
+    if page_token is not None:
+        try:
+            created, run_id = decode_page_token(page_token)
+            before = (parse_utc(created) if created else None, run_id)
+        except (ValueError, SerializationError):
+            raise InvalidQuery("page_token is not one a page answered with", 0) from None
+    found = None if where is None else parse_query(where)
+    return RunRowQuery(where=RunFilter(query=found), before=before, limit=page_size)
+
+
+def run_page(found: RunRowPage) -> RunPage:
+    """A page of rows as ``list_runs`` answers it, with the next page's token."""
+    rows = [row for row, _ in found.rows]
+    token = None
+    if found.more and rows:
+        token = encode_page_token(rows[-1].created_at, rows[-1].run_id)
+    return RunPage(rows, token)
 
 
 def every_row(catalog: RowSource, index: IndexName = ALL) -> Iterator[WorkflowRunRow]:

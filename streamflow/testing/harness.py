@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,6 +75,7 @@ class RunDriver(Protocol):
         *,
         priority: int = 3,
         admission: Admission | None = None,
+        attributes: Mapping[str, object] | None = None,
     ) -> str:
         """Start ``run_id`` (:meth:`Flow.start_with_id <streamflow.Flow.start_with_id>`);
         returns the run id.
@@ -85,6 +86,7 @@ class RunDriver(Protocol):
             input: the workflow's input.
             priority: 1 (first) .. 5, for a workflow with limits.
             admission: the run's limit claims, computed by the caller.
+            attributes: the run's search attributes.
         """
         ...
 
@@ -461,10 +463,11 @@ class EmbeddedDriver(FlowDriver):
         *,
         priority: int = 3,
         admission: Admission | None = None,
+        attributes: Mapping[str, object] | None = None,
     ) -> str:
         self._incidents.pop(run_id, None)
         await self.engine.durable.record_start(
-            run_id, spec, input, priority=priority, admission=admission
+            run_id, spec, input, priority=priority, admission=admission, attributes=attributes
         )  # rejections raise from the call
         await self._drive(run_id)
         return run_id

@@ -215,6 +215,7 @@ class JournalOutput:
                 parent=effect.parent,
                 predecessor=effect.predecessor,
                 admission=effect.admission,
+                attributes=effect.attributes,
             )
             if effect.parent is not None and effect.predecessor is None:
                 txn.child_starts += 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast, overload
 
@@ -130,17 +130,29 @@ class Workflow(Generic[I, O]):
         return decode(input, self.input_type, what) if self.takes_input else None
 
     async def start(
-        self, flow: Flow, run_id: str, input: I | None = None, *, priority: int = 3
+        self,
+        flow: Flow,
+        run_id: str,
+        input: I | None = None,
+        *,
+        priority: int = 3,
+        attributes: Mapping[str, object] | None = None,
     ) -> str:
         """Start run ``run_id`` of this workflow (idempotent, like ``start_with_id``); the input
         is checked against the annotation before anything is written. Returns the run id.
 
         A workflow with ``concurrency=`` or ``rate_limit=`` is recorded queued with the claims
         its key functions make of ``input`` (computed here) and begins when its limit group
-        grants it a slot, ``priority`` 1 first .. 5 (default 3)."""
+        grants it a slot, ``priority`` 1 first .. 5 (default 3). ``attributes``: the run's
+        search attributes (``{"customer": "42"}``), which run queries find it by."""
         admission = self.admission(input, priority)
         return await flow.start_with_id(
-            run_id, self.spec, self.encode_input(input), priority=priority, admission=admission
+            run_id,
+            self.spec,
+            self.encode_input(input),
+            priority=priority,
+            admission=admission,
+            attributes=attributes,
         )
 
     async def result(self, flow: Flow, run_id: str, timeout: float | None = None) -> O:

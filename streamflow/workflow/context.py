@@ -6,7 +6,7 @@ private copies so workflow code cannot alter what was recorded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -221,6 +221,21 @@ class WorkflowContext(RunFacts):
     def link_child_operation(self, child: ChildOperationReference) -> RuntimeCommand:
         """Return this to link an external operation (``RuntimeCommand.link_child_operation``)."""
         return RuntimeCommand.link_child_operation(child)
+
+    def set_attributes(self, update_id: str, attributes: Mapping[str, object]) -> RuntimeCommand:
+        """Return this to change the run's search attributes once per ``update_id``
+        (``RuntimeCommand.set_attributes``; a ``None`` value removes one): the run is decided
+        again at once, and :meth:`attribute_update` is recorded from then on."""
+        return RuntimeCommand.set_attributes(update_id, attributes)
+
+    def attribute_update(self, update_id: str) -> bool:
+        """Whether the run recorded attribute update ``update_id``."""
+        return update_id in self._snapshot.attribute_updates
+
+    @property
+    def attributes(self) -> dict[str, object]:
+        """The run's search attributes as its history records them."""
+        return dict(self._snapshot.attributes.as_dict())
 
     def record_patch(self, patch_id: str) -> RuntimeCommand:
         """Return this to record patch marker ``patch_id`` (``RuntimeCommand.record_patch``): the

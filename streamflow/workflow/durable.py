@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -59,6 +59,7 @@ from streamflow.workflow.errors import (
     Cancelled,
 )
 from streamflow.workflow.operations import (
+    AttributesOperation,
     BatchOperation,
     ChildOperation,
     FirstOperation,
@@ -301,6 +302,19 @@ class DurableContext(RunFacts):
             record = record.with_details(details)
         return ProgressOperation(self, record)
 
+    def set_attributes(
+        self, update_id: str, attributes: Mapping[str, object]
+    ) -> AttributesOperation:
+        """Change the run's search attributes, durably, once per ``update_id`` (a ``None``
+        value removes one): what run queries find it by from then on. Checked at once
+        (``InvalidSearchAttributes``, nothing recorded)."""
+        return AttributesOperation(self, RuntimeCommand.set_attributes(update_id, attributes))
+
+    @property
+    def attributes(self) -> dict[str, object]:
+        """The run's search attributes as its history records them so far in this replay."""
+        return dict(self._snapshot.attributes.as_dict())
+
     def link_child_operation(self, child: ChildOperationReference) -> LinkOperation:
         """Record a durable link to an operation outside streamflow."""
         return LinkOperation(self, child)
@@ -453,6 +467,8 @@ def _resolutions(history: Sequence[ev.FlowEventEnvelope]) -> dict[tuple[str, str
             key = ("progress", event.progress.progress_id)
         elif isinstance(event, ev.ChildOperationLinked):
             key = ("link", event.child.reference_id)
+        elif isinstance(event, ev.RunAttributesSet):
+            key = ("attributes", event.update_id)
         else:
             continue
         out.setdefault(key, Resolution(envelope.sequence, envelope.timestamp))

@@ -20,6 +20,7 @@ from streamflow.core.commands import (
     ChildWorkflowCommand,
     CreateHook,
     RuntimeCommand,
+    SetAttributes,
     StepCommand,
     WaitForSignal,
     WaitUntil,
@@ -531,6 +532,34 @@ class ProgressOperation(Operation[None]):
 
     def _is_new(self) -> bool:
         return self._progress.progress_id not in self._ctx._snapshot.progress_by_id
+
+
+class AttributesOperation(Operation[None]):
+    """``await ctx.set_attributes(...)``: a durable change of the run's search attributes
+    (idempotent by its update id)."""
+
+    __slots__ = ("_command_value",)
+
+    def __init__(self, ctx: DurableContext, command: SetAttributes) -> None:
+        super().__init__(ctx)
+        self._command_value = command
+
+    def _reach(self) -> None:
+        return None
+
+    def _resolution(self) -> Resolution | None:
+        if self._is_new():
+            return None
+        return self._ctx._resolution_of("attributes", self._command_value.update_id)
+
+    def _value(self) -> None:
+        return None
+
+    def _command(self) -> RuntimeCommand:
+        return self._command_value
+
+    def _is_new(self) -> bool:
+        return self._command_value.update_id not in self._ctx._snapshot.attribute_updates
 
 
 class LinkOperation(Operation[None]):

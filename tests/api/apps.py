@@ -50,6 +50,13 @@ async def wait_for_go(ctx: DurableContext) -> object:
     return await ctx.signal("go", "go")
 
 
+@app.workflow(name="api.tagged", signals=("go",))
+async def tagged(ctx: DurableContext) -> object:
+    """Changes its search attributes, then waits for ``go``."""
+    await ctx.set_attributes("stage", {"stage": "tagged", "score": 3})
+    return await ctx.signal("go", "go")
+
+
 @app.workflow(name="api.broken")
 async def broken(ctx: DurableContext) -> None:
     await asyncio.sleep(0)  # not a durable await: the run gets an incident

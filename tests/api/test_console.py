@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -612,7 +612,9 @@ def test_a_run_page_draws_its_steps_retries_and_waits_on_a_time_axis(
 def test_the_filter_box_lists_the_runs_a_query_selects(console: tuple[str, httpx.Client]) -> None:
     url, client = console
     for run_id, workflow in (("qe-1", "console.echo"), ("qe-2", "console.echo")):
-        answer = client.post("/v1/runs", json={"workflow": workflow, "run_id": run_id, "input": 1})
+        body = {"workflow": workflow, "run_id": run_id, "input": 1}
+        body["attributes"] = {"customer": run_id[-1], "tags": ["eu", "vip"]}
+        answer = client.post("/v1/runs", json=body)
         assert answer.status_code == 201, answer.text
     answer = client.post(
         "/v1/runs", json={"workflow": "console.retry", "run_id": "qr-1", "input": "o-2"}
@@ -632,7 +634,10 @@ def test_the_filter_box_lists_the_runs_a_query_selects(console: tuple[str, httpx
 
         def listed() -> list[str]:
             rows = browser.find_elements(By.CSS_SELECTOR, "#runs-rows tr.run-row")
-            return [str(r.get_attribute("data-run-id")) for r in rows]
+            try:
+                return [str(r.get_attribute("data-run-id")) for r in rows]
+            except StaleElementReferenceException:  # the list was drawn again meanwhile
+                return []
 
         wait.until(lambda b: listed() == ["qe-1"])
         # The query stays in the box (and the link), and another one replaces it.
@@ -642,6 +647,17 @@ def test_the_filter_box_lists_the_runs_a_query_selects(console: tuple[str, httpx
         box.send_keys("status = 'completed' OR run_id IN ('qe-2')")
         browser.find_element(By.ID, "apply-filters").click()
         wait.until(lambda b: sorted(listed()) == ["qe-2", "qr-1"])
+        # Search attributes: a query over them, and the run page shows them.
+        box = browser.find_element(By.ID, "filter-where")
+        box.clear()
+        box.send_keys("customer = '2' AND tags = 'vip'")
+        browser.find_element(By.ID, "apply-filters").click()
+        wait.until(lambda b: listed() == ["qe-2"])
+        browser.get(f"{url}/console/#/runs/qe-2")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-attributes"), "customer"))
+        assert text_of(browser, "#run-attributes") == 'customer = "2", tags = ["eu","vip"]'
+        browser.get(f"{url}/console/#/runs")
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "tr.run-row")))
         # A query that breaks the grammar is answered with where it breaks.
         box = browser.find_element(By.ID, "filter-where")
         box.clear()

@@ -215,11 +215,41 @@ def test_listing_by_a_query_and_a_bad_query_named_at_its_position(api_stack: Api
     ).json()
     assert {page["runs"][0]["run_id"], second["runs"][0]["run_id"]} == {"q-wait", "q-wait-2"}
 
-    bad = api_stack.client.get("/v1/runs", params={"where": "workflow = 'x' AND customer = 1"})
+    bad = api_stack.client.get("/v1/runs", params={"where": "workflow = 'x' AND customer = x"})
     assert bad.status_code == 400
     assert bad.json()["error"] == "InvalidQuery"
-    assert "at position 19" in bad.json()["message"]
-    assert "unknown field 'customer'" in bad.json()["message"]
+    assert "at position 30" in bad.json()["message"]
+    assert "expected a quoted value, a number" in bad.json()["message"]
+
+
+def test_a_start_with_search_attributes_is_found_by_them(api_stack: ApiStack) -> None:
+    due = {"time": "2026-12-24T00:00:00Z"}
+    for run_id, customer in [("sa-1", "42"), ("sa-2", "42"), ("sa-3", "7")]:
+        body = {
+            "workflow": "api.wait",
+            "run_id": run_id,
+            "attributes": {"customer": customer, "amount": 12.5, "tags": ["eu"], "due": due},
+        }
+        assert api_stack.client.post("/v1/runs", json=body).status_code == 201
+
+    def ids(where: str) -> list[str]:
+        answer = api_stack.client.get("/v1/runs", params={"where": where})
+        assert answer.status_code == 200, answer.text
+        return sorted(r["run_id"] for r in answer.json()["runs"])
+
+    assert ids("customer = '42'") == ["sa-1", "sa-2"]
+    assert ids("customer = '42' AND status = 'suspended' AND amount > 12") == ["sa-1", "sa-2"]
+    assert ids("tags = 'eu' AND customer != '42'") == ["sa-3"]
+    assert ids("due >= '2026-12-24T00:00:00Z' AND customer IN ('7')") == ["sa-3"]
+    detail = api_stack.client.get("/v1/runs/sa-3").json()
+    assert detail["attributes"] == {"customer": "7", "amount": 12.5, "tags": ["eu"], "due": due}
+    # What no run may carry is refused, typed, before anything is written.
+    for attributes in ({"status": "x"}, {"due": {"time": "tomorrow"}}, {"o": {"a": 1, "b": 2}}):
+        body = {"workflow": "api.wait", "run_id": "sa-bad", "attributes": attributes}
+        refused = api_stack.client.post("/v1/runs", json=body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"] == "InvalidSearchAttributes"
+    assert api_stack.client.get("/v1/runs/sa-bad").status_code == 404
 
 
 def test_cursor_paging_is_newest_first_and_stable_under_inserts(api_stack: ApiStack) -> None:

@@ -163,7 +163,9 @@ def test_resume_and_dispose_by_token(store_dir: Path, tmp_path: Path) -> None:
 def test_runs_filters_and_paging(store_dir: Path) -> None:
     d = str(store_dir)
     for run_id in ("f-1", "f-2", "f-3"):
-        ok("start", "cli.echo", run_id, "--input", '{"n": 1}', "--dir", d, "--app", APP)
+        tier = ("--attr", "tier:int=2") if run_id == "f-2" else ()
+        attrs = ("--attr", f"customer={run_id[-1]}", "--attr", "tags:keywords=a,b", *tier)
+        ok("start", "cli.echo", run_id, "--input", '{"n": 1}', "--dir", d, "--app", APP, *attrs)
     ok("start", "cli.fails", "f-4", "--dir", d, "--app", APP)
     ok("start", "cli.progress", "f-5", "--input", '{"n": 1}', "--dir", d, "--app", APP)
     with hosted(store_dir) as host:
@@ -190,6 +192,11 @@ def test_runs_filters_and_paging(store_dir: Path) -> None:
     assert ids("--where", "workflow = 'cli.echo' AND run_id != 'f-2'") == ["f-3", "f-1"]
     assert ids("--where", "status IN ('failed', 'suspended')") == ["f-5", "f-4"]
     assert ids("--where", "ended = NULL", "--workflow", "cli.progress") == ["f-5"]
+    assert ids("--where", "customer IN ('1', '3') AND tags = 'b'") == ["f-3", "f-1"]
+    assert ids("--where", "tier >= 2") == ["f-2"]
+    usage = cli("start", "cli.echo", "f-9", "--attr", "tier:int=two", "--dir", d, "--app", APP)
+    assert usage.returncode == 2
+    assert "'two' is not a valid int value" in usage.stderr
     refusal = refused("runs", "--dir", d, "--where", "status = 'sleeping'")
     assert "InvalidQuery" in refusal
     assert "at position 9" in refusal

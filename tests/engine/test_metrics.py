@@ -217,6 +217,7 @@ async def test_the_http_api_serves_metrics_and_inspection_for_an_embedded_store(
                     "created_at": history[0]["timestamp"],
                     "updated_at": history[-1]["timestamp"],
                     "ended_at": history[-1]["timestamp"],
+                    "attributes": {},
                     "has_incident": False,
                 }
             ],

@@ -185,6 +185,29 @@ def test_runs_through_the_api_on_kafka(kafka_api: KafkaApi) -> None:
     bad = api.client.get("/v1/runs", params={"where": "ended > 'soon'"})
     assert bad.status_code == 400
     assert "at position 8" in bad.json()["message"]
+    # Search attributes: given at the start (on the wire in StartRun), changed by the run (a
+    # run_attributes_set in its history), and queried over the observers' index.
+    for run_id, customer in (("k-attr-1", "42"), ("k-attr-2", "7")):
+        body = {"workflow": "api.tagged", "run_id": run_id, "attributes": {"customer": customer}}
+        assert api.client.post("/v1/runs", json=body).status_code == 201
+    api.wait_for(
+        lambda: listed(where="stage = 'tagged' AND score = 3") == {"k-attr-1", "k-attr-2"},
+        "the index to see both runs' attribute updates",
+    )
+    assert listed(where="customer = '42' AND stage = 'tagged'") == {"k-attr-1"}
+    detail = api.client.get("/v1/runs/k-attr-2").json()
+    assert detail["attributes"] == {"customer": "7", "stage": "tagged", "score": 3}
+    refused = api.client.post(
+        "/v1/runs", json={"workflow": "api.tagged", "attributes": {"n": {"time": "soon"}}}
+    )
+    assert (refused.status_code, refused.json()["error"]) == (422, "InvalidSearchAttributes")
+    for run_id in ("k-attr-1", "k-attr-2"):
+        api.client.post(f"/v1/runs/{run_id}/signals", json={"name": "go", "payload": 1})
+    every |= {"k-attr-1", "k-attr-2"}
+    api.wait_for(
+        lambda: listed(where="stage = 'tagged' AND ended != NULL") == {"k-attr-1", "k-attr-2"},
+        "both tagged runs to end",
+    )
     seen: list[str] = []
     cursor: str | None = None
     while True:

@@ -2,8 +2,10 @@
 
 Its Python ``DatumWriter`` picks a union branch by validating the datum against each branch,
 which cannot tell apart records of equal shape (``RunCancelled`` and ``RunHostShutdown`` both
-hold an optional ``reason``). A Java or Go client names the record it writes; here a
-:class:`Named` dict plays that part, and the reader names what it read the same way.
+hold an optional ``reason``), nor a Python ``int`` from a ``double`` (a search attribute's
+value). A Java or Go client names the record it writes and picks a primitive branch by the
+value's type; here a :class:`Named` dict plays the first part and the value's exact Python type
+the second, and the reader names what it read the same way.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ class Named(dict[str, Any]):
     def __init__(self, name: str, fields: dict[str, Any]) -> None:
         super().__init__(fields)
         self.name = name
+
+
+_PRIMITIVES = {bool: "boolean", int: "long", float: "double", str: "string"}
+"""The union branch a Python value of each type is written to."""
 
 
 def _multi_record(union: avro.schema.UnionSchema) -> bool:
@@ -60,6 +66,15 @@ class NamingWriter(avro.io.DatumWriter):
             index = names.index(datum.name)
             encoder.write_long(index)
             self.write_data(writers_schema.schemas[index], dict(datum), encoder)
+            return
+        types = [s.type for s in writers_schema.schemas]
+        primitive = _PRIMITIVES.get(type(datum))
+        if primitive in types:
+            # By the value's exact type, as Java resolves a union: the stock writer takes the
+            # last branch the value validates against, and a Python int is a valid double.
+            index = types.index(primitive)
+            encoder.write_long(index)
+            self.write_data(writers_schema.schemas[index], datum, encoder)
             return
         super().write_union(writers_schema, datum, encoder)
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from datetime import timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import streamflow.core.events as ev
 from streamflow.core.admission import Admission, Holder, LimitClaim, SlotGrant
+from streamflow.core.attributes import check_attributes
 from streamflow.core.events import FlowEvent, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.ledger import LedgerCounters, RateWindow
@@ -144,6 +145,31 @@ STEP_GRANT = SlotGrant(grant_id="g-9", group="step:chargeCard", seq=9, granted_a
 GRANT_MIN = SlotGrant(grant_id="g", group="wf:w", seq=1, granted_at_ms=0)
 ADMISSION_FULL = Admission(priority=1, claims=CLAIMS_FULL, inherited=GRANT_FULL)
 ADMISSION_MIN = Admission()
+ATTRIBUTES_FULL = check_attributes(
+    {
+        "customer": "customer-42 ✓",
+        "amount": 12.5,
+        "whole": 4.0,
+        "count": 2**63 - 1,
+        "below": -(2**63),
+        "vip": True,
+        "zero": 0,
+        "off": False,
+        "due": T_OFFSET,
+        "epoch": datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        "tags": ["gold", "", "gold ✓"],
+        "no_tags": [],
+        "blank": "",
+    }
+)
+"""Attributes of every kind: text, float (an integral one too), int (the long's ends, zero),
+bool, time (microseconds, a non-UTC offset, before the epoch), keywords (none too)."""
+ATTRIBUTES_MIN = check_attributes({"a": "x"})
+UPDATE_FULL = check_attributes(
+    {"customer": None, "amount": 13, "vip": False, "due": T1, "tags": ["silver"]}, removals=True
+)
+"""An update: a removal, a float attribute set to an int, and values of the other kinds."""
+UPDATE_MIN = check_attributes({}, removals=True)
 
 TOKEN = "tok-S3cr3t-9f8e7d6c5b4a"
 """A plaintext hook token: only ``HookCallback`` may carry it."""
@@ -176,6 +202,7 @@ EVENTS_FULL: list[FlowEvent] = [
         parent=PARENT_FULL,
         predecessor=PREDECESSOR_FULL,
         admission=ADMISSION_FULL,
+        attributes=ATTRIBUTES_FULL,
     ),
     ev.RunStarted(grant=GRANT_FULL),
     ev.RunCompleted(output=RICH),
@@ -219,6 +246,7 @@ EVENTS_FULL: list[FlowEvent] = [
     ev.RaceArmed(race_id="hook:approval", member="signal_wait", member_id="withdrawn"),
     ev.RaceLost(member="timer", member_id="deadline"),
     ev.StepAttemptQueued(step_id="s-1", attempt=2**32 - 1),
+    ev.RunAttributesSet(update_id="set-tier ✓", attributes=UPDATE_FULL),
 ]
 EVENTS_MIN: list[FlowEvent] = [
     ev.RunCreated(spec=SPEC_MIN),
@@ -255,6 +283,7 @@ EVENTS_MIN: list[FlowEvent] = [
     ev.RaceArmed(race_id="r", member="hook", member_id="h"),
     ev.RaceLost(member="hook", member_id="h"),
     ev.StepAttemptQueued(step_id="s", attempt=0),
+    ev.RunAttributesSet(update_id="u", attributes=UPDATE_MIN),
 ]
 
 PROPOSAL_FULL = Proposal(
@@ -296,6 +325,7 @@ BODIES_FULL: list[RequestBody] = [
         parent=PARENT_FULL,
         predecessor=PREDECESSOR_FULL,
         admission=ADMISSION_FULL,
+        attributes=ATTRIBUTES_FULL,
     ),
     CancelRun(request=CancellationRequest("customer asked"), propagated=True),
     ForceCancelRun(reason="stuck", propagated=True),
@@ -636,6 +666,11 @@ EVERY_VALUE: list[WireValue] = [
     *(envelope(ev.ChildWorkflowResolved(child_id="c", outcome=o)) for o in OUTCOMES_MIN),
     envelope(ev.RunCreated(spec=SPEC_MIN, admission=ADMISSION_MIN)),
     request(StartRun(spec=SPEC_MIN, admission=Admission(claims=CLAIMS_FULL)), full=False),
+    envelope(ev.RunCreated(spec=SPEC_MIN, attributes=ATTRIBUTES_MIN)),
+    request(StartRun(spec=SPEC_MIN, attributes=ATTRIBUTES_MIN), full=False),
+    envelope(
+        ev.RunAttributesSet(update_id="u", attributes=check_attributes({"a": None}, removals=True))
+    ),
     *(limit_request(body) for body in LIMIT_BODIES_FULL),
     *(limit_request(body, full=False) for body in LIMIT_BODIES_MIN),
     # Held, without a lease (a run's slot); queued, as it was enqueued.

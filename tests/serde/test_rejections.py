@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamflow.core.events as ev
+from streamflow.core.attributes import SearchAttributes
 from streamflow.core.errors import PayloadTooLarge, SerializationError
 from streamflow.core.retry import RetryPolicy
 from streamflow.serde import codec, records
@@ -28,7 +30,7 @@ from streamflow.serde.records import WireValue
 from tests.serde import examples as ex
 
 REQUEST = codec.encode_request(ex.request(ex.PROPOSAL_FULL))
-"""A Proposal request with one event of every type (34): every schema feature in one buffer."""
+"""A Proposal request with one event of every type (35): every schema feature in one buffer."""
 TASK = codec.encode_task(ex.TASK_FULL)
 CALLBACK = codec.encode_hook_request(ex.hook_request(ex.HOOK_BODIES_FULL[2]))
 """A HookCallback: the one record with a plaintext token (``ex.TOKEN``)."""
@@ -222,6 +224,81 @@ def test_an_invalid_grant_holder_is_rejected(holder: dict[str, Any], reason: str
     record["body"] = (kind, {**body, "holder": holder})
     with pytest.raises(SerializationError, match=f"invalid Request: .*{reason}"):
         codec.decode_request(codec.encode_record("Request", record))
+
+
+def _set(name: str, value: Any) -> Callable[[list[dict[str, Any]]], None]:
+    """Set (or add) attribute ``name`` of a raw ``SearchAttribute`` array."""
+
+    def change(attributes: list[dict[str, Any]]) -> None:
+        attributes[:] = [a for a in attributes if a["name"] != name]
+        attributes.append({"name": name, "value": value})
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (_set("amount", float("nan")), "attribute 'amount' is nan: use a finite number"),
+        (_set("amount", float("-inf")), "use a finite number"),
+        (_set("status", "running"), "'status' is a run query's own field or keyword"),
+        (_set("Workflow", "x"), "'Workflow' is a run query's own field or keyword"),
+        (_set("1st", "x"), "invalid attribute name '1st'"),
+        (_set("x" * 65, "x"), "invalid attribute name"),
+        (_set("tier", "a\nb"), "control character"),
+        (_set("tier", "x" * 257), "257 characters"),
+        (_set("tags", ["k"] * 17), "17 keywords"),
+        (_set("tags", ["ok", "\x00"]), "a keyword of attribute 'tags' has a control character"),
+        (_set("customer", None), "only an update removes one"),
+        (lambda a: a.append(dict(a[0])), "is given twice"),
+        (lambda a: a.extend({"name": f"a{n}", "value": n} for n in range(33)), "at most 32"),
+        (
+            lambda a: a.extend({"name": f"k{n}", "value": ["k"] * 16} for n in range(4)),
+            "attribute values .* at most 64",
+        ),
+    ],
+)
+def test_invalid_search_attributes_are_rejected_with_the_core_reason(
+    change: Callable[[list[dict[str, Any]]], None], reason: str
+) -> None:
+    record = _start_record()
+    change(record["body"][1]["attributes"])
+    with pytest.raises(SerializationError, match=f"invalid Request: .*{reason}"):
+        codec.decode_request(codec.encode_record("Request", record))
+
+
+def test_an_invalid_attribute_update_is_rejected_from_history() -> None:
+    data = codec.encode_history(ex.envelope(ex.EVENTS_FULL[-1]))
+    _, record = codec.decode_record(data)
+    kind, event = record["event"]
+    assert kind == "streamflow.v1.RunAttributesSet"
+    assert {"name": "customer", "value": None} in event["attributes"]  # a removal: allowed
+    event["attributes"].append({"name": "created", "value": 1})
+    with pytest.raises(SerializationError, match="'created' is a run query's own field"):
+        codec.decode_history(codec.encode_record("HistoryRecord", record))
+
+
+@pytest.mark.parametrize(
+    ("attributes", "reason"),
+    [
+        (SearchAttributes((("amount", float("nan")),)), "use a finite number"),
+        (SearchAttributes((("status", "x"),)), "run query's own field"),
+        (SearchAttributes((("tier", None),)), "only an update removes one"),
+        (SearchAttributes((("when", datetime(2026, 1, 1)),)), "without a time zone"),  # noqa: DTZ001
+        (SearchAttributes((("nested", {"a": 1}),)), "is a dict"),  # type: ignore[arg-type]
+    ],
+)
+def test_invalid_search_attributes_are_refused_on_encode(
+    attributes: SearchAttributes, reason: str
+) -> None:
+    """What decoding would refuse is never written (attributes built without the core's
+    check)."""
+    for value in (
+        ex.request(StartRun(spec=ex.SPEC_MIN, attributes=attributes)),
+        ex.envelope(ev.RunCreated(spec=ex.SPEC_MIN, attributes=attributes)),
+    ):
+        with pytest.raises(SerializationError, match=reason):
+            codec.encode(value)
 
 
 # -- flow control: the limits topology's records ------------------------------------------------

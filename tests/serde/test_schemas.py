@@ -15,6 +15,7 @@ from fastavro import parse_schema
 
 import streamflow.core.events as ev
 from streamflow.core.admission import DEFAULT_PRIORITY, Admission, Holder, LimitClaim, SlotGrant
+from streamflow.core.attributes import KINDS, SearchAttributes, check_attributes
 from streamflow.core.errors import SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope, StepFailed
 from streamflow.core.ledger import LedgerCounters, RateWindow
@@ -39,6 +40,7 @@ from streamflow.core.values import (
     WorkflowProgress,
     WorkflowSignal,
 )
+from streamflow.serde import attributes as search_wire
 from streamflow.serde import codec, messages
 from streamflow.serde.codec import WireCodec
 from streamflow.serde.schemas import (
@@ -57,14 +59,14 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "8405132bc5b203e1",
-    "HistoryRecord": "d0502d1751d7dc18",
+    "Request": "94abbdd12af5e775",
+    "HistoryRecord": "601308f53880ee3a",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "e4595c8a1d35824f",
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "0b1714bfa2986a3c",
-    "HookRequest": "07cca32548f232e3",
+    "HookRequest": "33c3ad8a5ceff9a3",
     "TokenRecord": "c1e6433bc5811e9b",
     "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
@@ -105,6 +107,9 @@ RETIRED_FINGERPRINTS = {
     "5ff22dafd92822d3": "HookRequest",
     "ecde2e2014323af5": "BuildRegistration",
     "9a10533728123a6b": "ScheduleRecord",
+    "8405132bc5b203e1": "Request",
+    "d0502d1751d7dc18": "HistoryRecord",
+    "07cca32548f232e3": "HookRequest",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
@@ -182,6 +187,12 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "ContinuedAsNewOutcome": ContinuedAsNew,
     **{cls.__name__: cls for cls in EVENT_TYPES.values()},
 }
+WIRE_ONLY_RECORDS: dict[str, tuple[str, ...]] = {
+    "SearchAttribute": ("name", "value"),
+    "AttributeTime": ("utc_micros",),
+}
+"""Records without a Python class of their own (record -> fields): a ``SearchAttribute`` is one
+item of ``SearchAttributes.items``, an ``AttributeTime`` wraps a time attribute's datetime."""
 ENUM_TYPES: dict[str, type[Enum]] = {
     "TerminationKind": messages.TerminationKind,
     "ReplyKind": messages.ReplyKind,
@@ -220,7 +231,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 111
+    assert len(FILES) == len(DEFINITIONS) == 114
 
 
 def test_shipped_fingerprints_are_pinned() -> None:
@@ -267,7 +278,68 @@ def test_record_fields_are_the_python_attributes(name: str) -> None:
 
 
 def test_every_record_and_enum_has_a_python_counterpart() -> None:
-    assert set(DEFINITIONS) == {f"{NAMESPACE}.{n}" for n in [*RECORD_TYPES, *ENUM_TYPES]}
+    names = [*RECORD_TYPES, *WIRE_ONLY_RECORDS, *ENUM_TYPES]
+    assert set(DEFINITIONS) == {f"{NAMESPACE}.{n}" for n in names}
+
+
+@pytest.mark.parametrize("name", sorted(WIRE_ONLY_RECORDS))
+def test_wire_only_records_have_their_fields(name: str) -> None:
+    assert tuple(f["name"] for f in definition(name)["fields"]) == WIRE_ONLY_RECORDS[name]
+
+
+def test_a_search_attribute_value_has_one_branch_per_kind() -> None:
+    """The ``SearchAttribute.value`` union: ``null`` (a removal), then one branch per kind, in
+    a pinned order (branches are never reordered). ``long`` comes before ``double``: a reader
+    resolving a writer's ``long`` takes the first branch it matches, and a long also matches a
+    double (by promotion)."""
+    value = next(f for f in definition("SearchAttribute")["fields"] if f["name"] == "value")
+    assert value["type"] == [
+        "null", "string", "long", "double", "boolean", "AttributeTime",
+        {"type": "array", "items": "string"},
+    ]  # fmt: skip
+    assert value["default"] is None
+    assert set(search_wire._BRANCHES) == set(KINDS)
+    instant = {"type": "long", "logicalType": "timestamp-micros"}
+    assert definition("AttributeTime")["fields"][0]["type"] == instant
+
+
+def test_plain_attribute_values_are_written_to_their_kinds_branch() -> None:
+    """streamflow names each value's branch, and a writer that does not (fastavro given plain
+    values, as a Python client writes them) takes the same one: the first branch a value
+    validates against, where neither ``long`` nor ``double`` takes a bool."""
+    for value in (
+        ex.request(ex.BODIES_FULL[0]),
+        ex.envelope(ex.EVENTS_FULL[0]),
+        ex.envelope(ex.EVENTS_FULL[-1]),
+    ):
+        data = codec.encode(value)
+        name, record = codec.decode_record(data)
+        assert codec.encode_record(name, record) == data
+
+
+def test_an_int_attribute_stays_an_int_through_schema_resolution(tmp_path: Path) -> None:
+    """A buffer of a retired version is resolved to the current schema, and a reader resolving
+    a writer's ``long`` takes the first branch of its own union that the long matches:
+    ``long``, which comes before ``double`` (a long also matches a double, by promotion)."""
+    old_dir = _copy_schemas(tmp_path / "old")
+    path = old_dir / "HistoryRecord.avsc"
+    schema = json.loads(path.read_text())
+    schema["fields"].append({"name": "dropped", "type": "long", "default": 0, "doc": "gone"})
+    path.write_text(json.dumps(schema))
+    old = WireCodec(build_registry(old_dir))
+    new_dir = _copy_schemas(tmp_path / "new")
+    (new_dir / "retired").mkdir()
+    shipped = old.registry.schema("HistoryRecord")
+    retired = new_dir / "retired" / f"HistoryRecord.{shipped.fingerprint.hex()}.avsc"
+    retired.write_text(json.dumps(shipped.expanded))
+    new = WireCodec(build_registry(new_dir))
+    for event in (ex.EVENTS_FULL[0], ex.EVENTS_FULL[-1]):
+        data = old.encode(ex.envelope(event))
+        decoded = new.decode(data).event
+        assert isinstance(decoded, ev.RunCreated | ev.RunAttributesSet)
+        assert decoded == event
+        assert decoded.attributes is not None
+        assert [v for _, v in decoded.attributes.items if type(v) is int]
 
 
 @pytest.mark.parametrize("cls", list(EVENT_TYPES.values()), ids=lambda c: c.__name__)
@@ -334,7 +406,7 @@ def test_a_union_only_ever_gains_branches_at_its_end(name: str) -> None:
 
 
 ADDED_FIELDS: dict[str, dict[str, object]] = {
-    "StartRun": {"parent": None, "predecessor": None, "admission": None},
+    "StartRun": {"parent": None, "predecessor": None, "admission": None, "attributes": None},
     "CancelRun": {"propagated": False},
     "ForceCancelRun": {"propagated": False},
     "Proposal": {"claim_id": None},
@@ -487,6 +559,12 @@ and ``Holder`` stay: the limits topology's top-level schemas use them too, and a
 no schema reaches changes no fingerprint."""
 
 
+ATTRIBUTE_EVENTS = ("RunAttributesSet",)
+ATTRIBUTE_FIELDS: dict[str, str] = {"RunCreated": "attributes", "StartRun": "attributes"}
+"""The search-attribute fields added to records that had shipped before (record -> field)."""
+ATTRIBUTE_RECORDS = ("SearchAttribute", "AttributeTime")
+
+
 def _without_events(schemas: Path, names: tuple[str, ...]) -> Path:
     """``schemas`` with the events ``names`` left out of the event union (and their files)."""
     for record in ("HistoryRecord", "Proposal"):
@@ -520,10 +598,26 @@ def _before_schedule_admission(schemas: Path) -> Path:
     return schemas
 
 
+def _before_attributes(schemas: Path) -> Path:
+    """``schemas`` as they were before search attributes: no ``run_attributes_set``, no
+    ``attributes`` of ``RunCreated`` and ``StartRun``."""
+    _without_events(schemas, ATTRIBUTE_EVENTS)
+    for record, added in ATTRIBUTE_FIELDS.items():
+        path = schemas / f"{record}.avsc"
+        schema = json.loads(path.read_text())
+        schema["fields"] = [f for f in schema["fields"] if f["name"] != added]
+        path.write_text(json.dumps(schema))
+    for name in ATTRIBUTE_RECORDS:
+        (schemas / f"{name}.avsc").unlink()
+    return schemas
+
+
 def _before_flow_control(schemas: Path) -> Path:
-    """``schemas`` as they were before flow control: no ``step_attempt_queued``, none of the
-    admission and grant fields, no ``GrantSlot`` request body (the limits topology's own
-    top-level schemas stay, as every registry loads them: no older version of them exists)."""
+    """``schemas`` as they were before flow control (and what came after it): no
+    ``step_attempt_queued``, none of the admission and grant fields, no ``GrantSlot`` request
+    body (the limits topology's own top-level schemas stay, as every registry loads them: no
+    older version of them exists)."""
+    _before_attributes(schemas)
     _before_schedule_admission(schemas)
     _without_events(schemas, FLOW_CONTROL_EVENTS)
     for record, added in FLOW_CONTROL_FIELDS.items():
@@ -561,20 +655,86 @@ def _before_timeouts(schemas: Path) -> Path:
     )
 
 
-def _unlimited(event: ev.FlowEvent) -> ev.FlowEvent:
-    """``event`` without the flow-control fields (as written before they existed)."""
-    added = FLOW_CONTROL_FIELDS.get(type(event).__name__)
-    if added is None:
-        return event
-    default = next(f for f in dataclasses.fields(event) if f.name == added).default
-    return dataclasses.replace(event, **{added: default})
+def _without_fields(event: ev.FlowEvent, *added_fields: dict[str, str]) -> ev.FlowEvent:
+    """``event`` without the fields ``added_fields`` name (as written before they existed)."""
+    for fields in added_fields:
+        added = fields.get(type(event).__name__)
+        if added is not None:
+            default = next(f for f in dataclasses.fields(event) if f.name == added).default
+            event = dataclasses.replace(event, **{added: default})
+    return event
 
 
 def _events_before(name: str) -> list[ev.FlowEvent]:
     """The full examples of the events the union held before it gained event ``name``, as
     they were written then (without the fields added after)."""
     names = [type(e).__name__ for e in ex.EVENTS_FULL]
-    return [_unlimited(e) for e in ex.EVENTS_FULL[: names.index(name)]]
+    added = (ATTRIBUTE_FIELDS,)
+    if name != "RunAttributesSet":
+        added += (FLOW_CONTROL_FIELDS,)
+    return [_without_fields(e, *added) for e in ex.EVENTS_FULL[: names.index(name)]]
+
+
+def test_buffers_written_before_search_attributes_still_decode(tmp_path: Path) -> None:
+    old = WireCodec(build_registry(_before_attributes(_copy_schemas(tmp_path / "old"))))
+    before = _events_before("RunAttributesSet")
+    envelopes = [
+        FlowEventEnvelope(run_id="run-1", sequence=n, event_id=f"e-{n}", timestamp=ex.T0, event=e)
+        for n, e in enumerate(before, start=1)
+    ]
+    proposal = ex.request(dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(before)))
+    start = ex.request(dataclasses.replace(ex.BODIES_FULL[0], attributes=None))
+    claim = messages.HookRequest(
+        body=messages.ClaimToken(
+            token_digest=ex.DIGEST,
+            run_id="run-1",
+            hook_id="h-1",
+            proposal=dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(before)),
+        )
+    )
+    for value, fingerprint in (
+        *((envelope, "d0502d1751d7dc18") for envelope in envelopes),
+        (proposal, "8405132bc5b203e1"),
+        (start, "8405132bc5b203e1"),
+        (claim, "07cca32548f232e3"),
+    ):
+        data = old.encode(value)
+        assert data[2:10].hex() == fingerprint
+        assert codec.decode(data) == value
+    # The added fields read as "no attributes".
+    assert codec.decode(old.encode(envelopes[0])).event.attributes is None
+    assert codec.decode(old.encode(start)).body.attributes is None
+    # An old reader meets the new event and a run with attributes as an unknown writer schema,
+    # never as a run without them.
+    for value in (
+        dataclasses.replace(envelopes[0], event=ex.EVENTS_FULL[-1]),
+        dataclasses.replace(envelopes[0], event=ex.EVENTS_FULL[0]),
+        ex.request(ex.BODIES_FULL[0]),
+    ):
+        with pytest.raises(SerializationError, match="unknown schema fingerprint"):
+            old.decode(codec.encode(value))
+
+
+def test_the_attribute_fields_default_to_none() -> None:
+    """Fields added to shipped records need defaults (schema evolution rule 3): null, which is
+    the Python default too."""
+    for record, added in ATTRIBUTE_FIELDS.items():
+        field = next(f for f in definition(record)["fields"] if f["name"] == added)
+        python = next(f for f in dataclasses.fields(RECORD_TYPES[record]) if f.name == added)
+        assert (field["default"], python.default) == (None, None), record
+
+
+def test_no_attributes_are_null_on_the_wire() -> None:
+    """A run without attributes is written as before attributes existed wrote nothing: ``null``
+    (empty attributes too, as the history's JSON form leaves them out), and reads back as
+    ``None``."""
+    none = ex.envelope(ev.RunCreated(spec=ex.SPEC_MIN))
+    empty = ex.envelope(ev.RunCreated(spec=ex.SPEC_MIN, attributes=SearchAttributes()))
+    assert codec.encode(empty) == codec.encode(none)
+    assert codec.decode_record(codec.encode(none))[1]["event"][1]["attributes"] is None
+    assert codec.decode(codec.encode(empty)) == none
+    start = ex.request(messages.StartRun(spec=ex.SPEC_MIN, attributes=check_attributes({})))
+    assert codec.decode(codec.encode(start)).body.attributes is None
 
 
 def test_buffers_written_before_flow_control_still_decode(tmp_path: Path) -> None:

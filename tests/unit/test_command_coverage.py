@@ -57,6 +57,7 @@ EXAMPLES: dict[str, Callable[[], cmd.RuntimeCommand]] = {
     "wait_for_signal": lambda: cmd.WaitForSignal(wait_id="w1", signal_name="go"),
     "start_child_workflows": lambda: cmd.StartChildWorkflows(children=(_child("c1"),)),
     "record_patch": lambda: cmd.RecordPatch(patch_id="charge-first"),
+    "set_attributes": lambda: cmd.RuntimeCommand.set_attributes("u1", {"customer": "42"}),
     "await_first": lambda: cmd.AwaitFirst(
         members=(
             cmd.CreateHook(hook_id="h1", token=TOKEN),

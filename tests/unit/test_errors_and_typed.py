@@ -41,9 +41,9 @@ def test_every_raised_error_is_a_flow_error_and_exported():
     # ManifestError; then the three of durable functions (streamflow.App): UnknownWorkflow,
     # UnsupportedAwait and NotAStep; then InvalidPayload (a value no store could read back);
     # then the three of flow control: InvalidPriority, InvalidLimitKey and AdmissionRequired;
-    # then InvalidQuery (a run query that breaks the grammar).
+    # then InvalidQuery (a run query that breaks the grammar) and InvalidSearchAttributes.
     # The families (and AdminError) are caught, never raised: not in the list.
-    assert len(errors.ALL_ERRORS) == 47
+    assert len(errors.ALL_ERRORS) == 48
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
@@ -104,6 +104,7 @@ FAMILY_OF = {
         errors.InvalidLimitKey,
         errors.AdmissionRequired,
         errors.InvalidQuery,
+        errors.InvalidSearchAttributes,
     },
     errors.InfrastructureError: {
         errors.StoreError,
@@ -213,6 +214,7 @@ ONE_OF_EACH_ERROR = [
     errors.InvalidLimitKey("workflow orders.fulfil: limit 'concurrency': invalid limit key ''"),
     errors.AdmissionRequired("orders.fulfil version 1"),
     errors.InvalidQuery("unknown status 'sleeping'", 9),
+    errors.InvalidSearchAttributes("attribute 'amount' is nan: use a finite number"),
 ]
 
 

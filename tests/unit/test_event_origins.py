@@ -30,6 +30,7 @@ CODE_ONLY = {
     ev.TimeoutArmed,  # beyond the sets above: the timeout events came later
     ev.PatchRecorded,  # and the patch markers of ctx.patched later still
     ev.RaceArmed,  # and the races of ctx.first after them
+    ev.RunAttributesSet,  # and the search attributes ctx.set_attributes changes
 }
 CODE_OR_HOST = {ev.RunCancelled, ev.RunTimedOut, ev.RunProgressRecorded, ev.ChildOperationLinked}
 PROPOSABLE = {
@@ -54,6 +55,7 @@ PROPOSABLE = {
     ev.RaceArmed,
     ev.RaceLost,
     ev.StepAttemptQueued,
+    ev.RunAttributesSet,
 }
 
 
@@ -64,7 +66,7 @@ def test_every_event_type_is_registered_with_exactly_one_origin():
         if isinstance(c, type) and issubclass(c, FlowEvent) and c is not FlowEvent
     }
     assert classes == set(EVENT_TYPES.values())
-    assert len(classes) == 34
+    assert len(classes) == 35
     for cls in classes:
         assert "ORIGIN" in vars(cls), f"{cls.TYPE} declares no origin of its own"
         assert isinstance(cls.ORIGIN, Origin)

@@ -28,6 +28,7 @@ from streamflow import (
     WorkflowSpec,
 )
 from streamflow.core import commands
+from streamflow.core.attributes import check_attributes
 from streamflow.core.tokens import token_digest
 from streamflow.core.values import (
     CancelledOutcome,
@@ -89,11 +90,26 @@ ONE_OF_EACH_EVENT = [
     ev.RaceArmed(race_id="hook:h", member="hook", member_id="h"),
     ev.RaceLost(member="timer", member_id="t"),
     ev.StepAttemptQueued(step_id="charge", attempt=1),
+    ev.RunAttributesSet(
+        update_id="tier",
+        attributes=check_attributes(
+            {
+                "tier": "gold",
+                "score": 4.5,
+                "seen": 3,
+                "vip": True,
+                "due": T0,
+                "tags": ["a"],
+                "old": None,
+            },
+            removals=True,
+        ),
+    ),
 ]
 
 
-def test_the_catalogue_covers_all_34_event_types():
-    assert len(ev.EVENT_TYPES) == 34
+def test_the_catalogue_covers_all_35_event_types():
+    assert len(ev.EVENT_TYPES) == 35
     assert {type(e) for e in ONE_OF_EACH_EVENT} == set(ev.EVENT_TYPES.values())
 
 
@@ -113,6 +129,17 @@ def test_event_keys_are_the_seed_dot_keys():
     assert keys["signal_wait_completed"] == "flow.signal.wait.completed"
     assert keys["run_retry_exhausted"] == "flow.run.retry_exhausted"
     assert keys["step_retrying"] == "flow.step.retrying"
+
+
+def test_search_attributes_are_left_out_of_a_run_created_without_them():
+    """A run without attributes is written as before they existed (empty ones read back as
+    none); one with them carries ``{name: {kind: value}}``."""
+    assert "attributes" not in ev.RunCreated(spec=SPEC).to_json()
+    empty = ev.RunCreated(spec=SPEC, attributes=check_attributes({}))
+    assert FlowEvent.from_json(empty.to_json()) == ev.RunCreated(spec=SPEC)
+    created = ev.RunCreated(spec=SPEC, attributes=check_attributes({"tier": "gold", "n": 1}))
+    assert created.to_json()["attributes"] == {"n": {"int": 1}, "tier": {"text": "gold"}}
+    assert FlowEvent.from_json(json.loads(json.dumps(created.to_json()))) == created
 
 
 def test_step_created_without_retry_means_the_default_policy():
@@ -183,17 +210,18 @@ ONE_OF_EACH_COMMAND = [
     RuntimeCommand.first(
         [RuntimeCommand.create_hook("h", "token"), RuntimeCommand.wait_until("t", T0)]
     ),
+    RuntimeCommand.set_attributes("tier", {"tier": "gold", "old": None}),
 ]
 
 
-def test_the_command_helpers_cover_all_17_variants():
+def test_the_command_helpers_cover_all_18_variants():
     variants = {
         value
         for value in vars(commands).values()
         if isinstance(value, type) and issubclass(value, RuntimeCommand) and value.TYPE
     }
     assert {type(c) for c in ONE_OF_EACH_COMMAND} == variants
-    assert len(variants) == len({v.TYPE for v in variants}) == 17
+    assert len(variants) == len({v.TYPE for v in variants}) == 18
 
 
 def test_command_json_values_are_normalised_like_a_store_round_trip():

@@ -412,6 +412,17 @@
 
   // -- the run page ----------------------------------------------------------------------------
 
+  // A run's search attributes as "name = value" pairs, a time as its RFC 3339 text.
+  function attributeText(attributes) {
+    const names = Object.keys(attributes || {}).sort();
+    if (names.length === 0) return "—";
+    return names.map((name) => {
+      const value = attributes[name];
+      const shown = value !== null && typeof value === "object" && !Array.isArray(value) && "time" in value ? value.time : JSON.stringify(value);
+      return name + " = " + shown;
+    }).join(", ");
+  }
+
   function facts(pairs) {
     return h("dl", { className: "facts" }, pairs.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
   }
@@ -905,6 +916,7 @@
         ["Cancellation requested", run.cancellation_requested ? "yes" : "no"],
         ["Priority", h("span", { id: "run-priority" }, orDash(run.priority))],
         ["Slot", run.slot ? h("span", { className: "mono", id: "run-slot" }, run.slot.grant_id + " since " + run.slot.granted_at) : "—"],
+        ["Attributes", h("span", { className: "mono", id: "run-attributes" }, attributeText(run.attributes))],
         ...lineage,
       ])),
       h("section", { className: "panel" }, h("h2", {}, "Progress"), progressBars(run.progress)),
