@@ -32,7 +32,7 @@ from typing import Protocol, runtime_checkable
 from streamflow.core.admission import Admission
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.incidents import FlowIncident
-from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
+from streamflow.core.inspect import RunPage, WorkflowRunSummary, WorkflowRunSuspension
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
     FlowHistoryRetentionReport,
@@ -106,6 +106,16 @@ class Flow(Protocol):
         ...
 
     # -- reading ------------------------------------------------------------------------------
+
+    async def list_runs(
+        self, where: str | None = None, *, page_size: int = 50, page_token: str | None = None
+    ) -> RunPage:
+        """One page of runs, newest first, that match the run query ``where`` (``None``: every
+        run; the grammar reads the run's own fields and its search attributes:
+        ``"customer = '42' AND status = 'running'"``). ``page_size`` is 1..1000;
+        ``page_token`` is the previous page's ``next_page_token``. ``InvalidQuery`` (naming
+        the position) for a query that breaks the grammar, a bad size or token."""
+        ...
 
     async def snapshot(self, run_id: str) -> WorkflowRunSnapshot:
         """The run as its committed history projects it (``RunNotFound`` if it has none)."""

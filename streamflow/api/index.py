@@ -49,6 +49,7 @@ from streamflow.api.query import MAX_WAIT_SECONDS, filter_params
 from streamflow.core.errors import FlowTimeout
 from streamflow.core.ids import validate_run_id
 from streamflow.core.inspect import open_suspensions
+from streamflow.core.listing import RunFilter, SnapshotRows, page_rows
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.views import (
     event_view,
@@ -59,7 +60,6 @@ from streamflow.core.views import (
 )
 from streamflow.flow import Flow
 from streamflow.observe.http import Inspector
-from streamflow.stores.rows import RunFilter, SnapshotRows, page_rows
 
 if TYPE_CHECKING:
     import httpx

@@ -14,10 +14,10 @@ from streamflow.core.attributes import from_plain
 from streamflow.core.errors import SerializationError
 from streamflow.core.ids import is_valid_run_id
 from streamflow.core.inspect import WorkflowRunRow, builds_of, count_rows
+from streamflow.core.listing import RunFilter, RunRowPage, RunRowQuery, SnapshotRows, page_rows
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.timeutil import parse_utc
 from streamflow.core.views import row_view
-from streamflow.stores.rows import RunFilter, RunRowPage, RunRowQuery, SnapshotRows, page_rows
 
 Json = dict[str, Any]
 

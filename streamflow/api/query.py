@@ -1,5 +1,5 @@
 """Query parameters: each route's allowed names, and readers for times, durations, flags,
-limits, listing filters (:class:`~streamflow.stores.rows.RunFilter`) and cursors. Every reader
+limits, listing filters (:class:`~streamflow.core.listing.RunFilter`) and cursors. Every reader
 raises an :mod:`streamflow.api.errors` error (400) for a value it cannot read."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from streamflow.api.errors import InvalidCursor, InvalidParameter, UnknownParameter
+from streamflow.core.listing import RunFilter as RunFilter
 from streamflow.core.query import decode_page_token, encode_page_token, parse_query
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.core.timeutil import parse_utc
-from streamflow.stores.rows import RunFilter as RunFilter
 
 MAX_WAIT_SECONDS = 60.0
 DEFAULT_LIMIT = 50

@@ -37,6 +37,16 @@ from streamflow.core.inspect import (
     summary_of,
 )
 from streamflow.core.jsonvalue import check_text
+from streamflow.core.listing import (
+    OPEN_STATUSES,
+    RunCatalog,
+    RunRowPage,
+    RunRowQuery,
+    SnapshotRows,
+    page_query,
+    page_rows,
+    run_page,
+)
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
     FlowHistoryRetentionReport,
@@ -60,16 +70,6 @@ from streamflow.engine.settings import EngineSettings, FlowEngineBuilder
 from streamflow.engine.wakeup_calls import WakeupCalls
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
-from streamflow.stores.rows import (
-    OPEN_STATUSES,
-    RunCatalog,
-    RunRowPage,
-    RunRowQuery,
-    SnapshotRows,
-    page_query,
-    page_rows,
-    run_page,
-)
 from streamflow.workflow.runtime import FlowRuntime
 
 if TYPE_CHECKING:

@@ -41,10 +41,10 @@ from streamflow.core.admission import Holder, LimitClaim, LimitSpec, SlotGrant
 from streamflow.core.decisions import SlotRelease
 from streamflow.core.errors import FlowError, RunNotFound
 from streamflow.core.ledger import Granted, Ledger
+from streamflow.core.listing import RunCatalog
 from streamflow.core.slots import Holding, holdings
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.stores.base import FlowEventStore
-from streamflow.stores.rows import RunCatalog
 
 log = logging.getLogger("streamflow.engine")
 

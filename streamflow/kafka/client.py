@@ -29,6 +29,8 @@ from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import (
+    RunPage,
+    WorkflowRunRow,
     WorkflowRunSummary,
     WorkflowRunSuspension,
     continuation_error,
@@ -37,6 +39,7 @@ from streamflow.core.inspect import (
 )
 from streamflow.core.jsonvalue import JsonValue, check_text, normalize
 from streamflow.core.limits import check_payload
+from streamflow.core.listing import SnapshotRows, page_query, page_rows, run_page
 from streamflow.core.projection import project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -300,6 +303,19 @@ class FlowClient:
         :meth:`list_run_ids`): fine for development and tests; in production the observers'
         run index answers queries across runs (docs/observability.md, *Inspection*)."""
         return await asyncio.to_thread(self._snapshots)
+
+    async def list_runs(
+        self, where: str | None = None, *, page_size: int = 50, page_token: str | None = None
+    ) -> RunPage:
+        """One page of runs (newest first) that match the run query ``where``, from every
+        history of the namespace, like :meth:`list_snapshots` (fine for development and
+        tests; in production the observers' run index answers the same query through its
+        indexes: ``GET /v1/runs?where=``). ``InvalidQuery`` for a query that breaks the
+        grammar."""
+        query = page_query(where, page_size, page_token)
+        rows = [WorkflowRunRow.of(s) for s in await self.list_snapshots()]
+        incidents = [i.run_id for i in await self.list_incidents()]
+        return run_page(await asyncio.to_thread(page_rows, SnapshotRows(rows, incidents), query))
 
     def _snapshots(self) -> list[WorkflowRunSnapshot]:
         """Every run's snapshot, read and projected in the calling (worker) thread: off the

@@ -2,7 +2,7 @@
 
 The Kafka observers topology keeps a copy of every history of its partitions in a RocksDB store
 (the run index) and serves this over HTTP; an embedded application can serve its own store the
-same way. Over a built-in store (a :class:`~streamflow.stores.rows.RunCatalog`) the listing and
+same way. Over a built-in store (a :class:`~streamflow.core.listing.RunCatalog`) the listing and
 the summary come from the rows and counts the store keeps, with no history read: the summary
 of every run costs one read of the counts, and of some runs (an observers instance answers for
 the partitions it owns) one row per run; open suspensions read the started, non-terminal runs
@@ -28,6 +28,7 @@ from streamflow.core.inspect import (
     summarize,
     summary_of,
 )
+from streamflow.core.listing import ALL, OPEN_STATUSES, RunCatalog, every_row
 from streamflow.core.projection import project
 from streamflow.core.retention import RetentionFacts
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
@@ -40,7 +41,6 @@ from streamflow.core.views import (
     suspension_view,
 )
 from streamflow.stores.base import FlowEventStore
-from streamflow.stores.rows import ALL, OPEN_STATUSES, RunCatalog, every_row
 
 
 class StoreInspector:

@@ -14,6 +14,7 @@ from streamflow.core import events as ev
 from streamflow.core.errors import RunNotFound
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import WorkflowRunRow
+from streamflow.core.listing import ROW_CHUNK, IndexName, Order, RowIndex
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
     FlowHistoryRetentionReport,
@@ -34,7 +35,6 @@ from streamflow.stores.base import (
     prepare_append,
     retention_report,
 )
-from streamflow.stores.rows import ROW_CHUNK, IndexName, Order, RowIndex
 
 T = TypeVar("T")
 _WakeKey = tuple[datetime, str, str, str]
@@ -47,7 +47,7 @@ def _wake_key(w: ScheduledWakeup) -> _WakeKey:
 class InMemoryEventStore:
     """Atomic expected-sequence appends, an ordered wake-up index, an active-hook index by
     token digest, and listing rows, counts and creation-ordered indexes
-    (:mod:`streamflow.stores.rows`), all in memory."""
+    (:mod:`streamflow.core.listing`), all in memory."""
 
     def __init__(self, *, clock: Clock = utc_now) -> None:
         self._clock = clock
@@ -279,7 +279,7 @@ class InMemoryEventStore:
         with self._lock:
             return self._wakeups[self._due[0]] if self._due else None
 
-    # -- listing rows and counts (:class:`streamflow.stores.rows.RunCatalog`) --------------------
+    # -- listing rows and counts (:class:`streamflow.core.listing.RunCatalog`) --------------------
 
     def run_counts(self) -> dict[str, int]:
         """The kept counts of every run (the summary's and the per-build ones)."""

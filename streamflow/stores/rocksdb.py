@@ -2,7 +2,7 @@
 
 What goes where (keys, values, column families) is ``stores.rocksdb_layout``; every append is
 one atomic ``WriteBatch``, with the run's listing row, its index entries and the counts it
-moves (:mod:`streamflow.stores.rows`). The store is built in three layers: the open directory
+moves (:mod:`streamflow.core.listing`). The store is built in three layers: the open directory
 with its write path and reads (:mod:`streamflow.stores.rocksdb_base`), the listing index over it
 (:mod:`streamflow.stores.rocksdb_listing`), and here the store's operations: appends, histories,
 incidents, wake-ups, hook tokens, retention and the schedules family.

@@ -25,6 +25,7 @@ from rocksdict import Rdict, WriteBatch, WriteOptions
 from streamflow.clock import Clock, utc_now
 from streamflow.core import events as ev
 from streamflow.core.errors import FlowError, StoreError
+from streamflow.core.listing import ROW_CHUNK
 from streamflow.core.lru import LruCache
 from streamflow.core.projection import project
 from streamflow.stores.base import StoreRun, store_run
@@ -39,7 +40,6 @@ from streamflow.stores.rocksdb_layout import (
     scan,
     scan_prefix,
 )
-from streamflow.stores.rows import ROW_CHUNK
 
 log = logging.getLogger("streamflow.stores")
 
@@ -205,7 +205,7 @@ class RocksDBBase:
         self, family: Callable[[], Rdict | None], where: str, each: Callable[[bytes, bytes], None]
     ) -> None:
         """Call ``each`` (under the lock) with every entry of ``family`` in key order, taking
-        the lock :data:`~streamflow.stores.rows.ROW_CHUNK` entries at a time, so that a scan in
+        the lock :data:`~streamflow.core.listing.ROW_CHUNK` entries at a time, so that a scan in
         a worker thread lets appends on the event loop in between."""
         start: bytes | None = None
         while True:

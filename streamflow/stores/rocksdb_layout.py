@@ -25,7 +25,7 @@ Layout (raw bytes, nine column families, every append one atomic ``WriteBatch``)
 * ``schedules`` ``d 0x00 schedule_id`` → schedule JSON; ``s 0x00 schedule_id`` → how far it has
   fired (:mod:`streamflow.stores.schedules`).
 * ``listing`` the creation-ordered indexes of listings and the kept counts
-  (:mod:`streamflow.stores.rows`), each entry written in the batch of the append (or prune) that
+  (:mod:`streamflow.core.listing`), each entry written in the batch of the append (or prune) that
   changes it. Index keys are an index prefix followed by the run's place, newest first:
   ``u64be(2^64-1 - created key)`` then the run id with every byte inverted (``255 - b``) and a
   closing ``0xff`` (so a forward scan reads ``(created_at, run_id)`` descending); the value is
@@ -67,11 +67,11 @@ from rocksdict import AccessType, Options, Rdict, ReadOptions
 from streamflow.core import events as ev
 from streamflow.core.errors import SerializationError, StoreError
 from streamflow.core.inspect import OPEN_OF_BUILD, RUNS_OF_BUILD, SUMMARY_FIELDS, WorkflowRunRow
+from streamflow.core.listing import IndexName, Order
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
 from streamflow.stores.base import ActiveHook
-from streamflow.stores.rows import IndexName, Order
 
 FAMILIES = (
     "events",

@@ -1,6 +1,6 @@
 """The listing index of a RocksDB store: the ``listing`` family's creation-ordered index
 entries and kept counts, and the listing rows in the ``runs`` family
-(:class:`streamflow.stores.rows.RunCatalog`).
+(:class:`streamflow.core.listing.RunCatalog`).
 
 :class:`RocksDBListing` adds them to the open directory
 (:class:`~streamflow.stores.rocksdb_base.RocksDBBase`): it builds the index once for a directory
@@ -24,6 +24,7 @@ from rocksdict import WriteBatch
 from streamflow.clock import Clock, utc_now
 from streamflow.core.errors import StoreError
 from streamflow.core.inspect import WorkflowRunRow, count_delta, count_rows
+from streamflow.core.listing import ROW_CHUNK, IndexName, Order, RowIndex, index_changes
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.stores.rocksdb_base import RocksDBBase
 from streamflow.stores.rocksdb_layout import (
@@ -45,7 +46,6 @@ from streamflow.stores.rocksdb_layout import (
     summary_value,
     with_row,
 )
-from streamflow.stores.rows import ROW_CHUNK, IndexName, Order, RowIndex, index_changes
 
 log = logging.getLogger("streamflow.stores")
 T = TypeVar("T")
@@ -162,7 +162,7 @@ class RocksDBListing(RocksDBBase):
                 batch.put(build_key(build), value, handle)
         return moved
 
-    # -- listing rows and counts (:class:`streamflow.stores.rows.RunCatalog`) ------------------
+    # -- listing rows and counts (:class:`streamflow.core.listing.RunCatalog`) ------------------
 
     def _fallback_rows(self) -> RowIndex | None:
         """The rows of a read-only store whose directory has no listing index, projected once

@@ -9,8 +9,8 @@ import pytest
 
 from streamflow import App, DurableContext, FlowEngine, InMemoryEventStore, RocksDBEventStore
 from streamflow.api.index import FlowIndex
+from streamflow.core.listing import RunFilter
 from streamflow.core.query import parse_query
-from streamflow.stores.rows import RunFilter
 
 app = App()
 

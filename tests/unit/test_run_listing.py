@@ -1,4 +1,4 @@
-"""Listing rows, kept counts and creation-ordered indexes (``streamflow.stores.rows``) on the
+"""Listing rows, kept counts and creation-ordered indexes (``streamflow.core.listing``) on the
 memory and RocksDB stores.
 
 On a random mix of runs (status changes, children, continue-as-new, incidents, prunes), the
@@ -27,12 +27,12 @@ import pytest
 from rocksdict import Options, Rdict
 
 import streamflow.core.events as ev
+import streamflow.core.listing as rows_module
 import streamflow.stores.memory as memory_module
 import streamflow.stores.rocksdb as rocksdb_module
 import streamflow.stores.rocksdb_base as rocksdb_base
 import streamflow.stores.rocksdb_layout as layout
 import streamflow.stores.rocksdb_listing as rocksdb_listing
-import streamflow.stores.rows as rows_module
 from streamflow import (
     CancellationRequest,
     ChildWorkflowCancellationPolicy,
@@ -48,13 +48,13 @@ from streamflow.api.control import FlowControl
 from streamflow.api.index import InspectorIndex
 from streamflow.api.query import RunFilter, decode_cursor, encode_cursor
 from streamflow.core.inspect import WorkflowRunRow, open_suspensions, summarize
+from streamflow.core.listing import created_key, every_row
 from streamflow.core.projection import project
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.timeutil import parse_utc
 from streamflow.core.values import ContinuationLink, ParentLink
 from streamflow.core.views import run_row, summary_view
 from streamflow.stores.inspect import StoreInspector
-from streamflow.stores.rows import created_key, every_row
 from tests.support import T0, FakeClock, Scripted, sequential, spec
 
 WORKFLOWS = ("orders", "billing", "emails")

@@ -8,13 +8,16 @@ Each store keeps, updated in the same atomic write as every append (and on prune
 * the counts the summary and ``/v1/builds`` report (:func:`~streamflow.core.inspect.row_counts`
   summed over every run), so the summary reads no run at all;
 * creation-ordered indexes of the run ids (every run, per status, per workflow, per workflow and
-  status), newest first by ``(created_at, run_id)``: the order of ``GET /v1/runs`` and of its
-  cursors. A page starts where its cursor points and reads about ``limit`` rows; a filter the
-  indexes do not cover reads forward from there and stops once ``limit`` rows matched.
+  status, per search attribute value), newest first by ``(created_at, run_id)``: the order of
+  ``GET /v1/runs`` and of its cursors. A page starts where its cursor points and reads about
+  ``limit`` rows; a filter the indexes do not cover reads forward from there and stops once
+  ``limit`` rows matched.
 
-:class:`RunCatalog` is what a store offers for it; :func:`page_rows` pages over any catalog.
-Its methods are synchronous and thread-safe, and a scan takes the store's lock one chunk at a
-time, so callers run them in a worker thread without holding up appends on the event loop.
+:class:`RunCatalog` is what a store offers for it; :func:`page_rows` pages over any catalog (a
+backend without kept rows pages over :class:`SnapshotRows`, rows made on the spot). A store's
+catalog methods are synchronous and thread-safe, and a scan takes the store's lock one chunk
+at a time, so callers run them in a worker thread without holding up appends on the event
+loop. Pure: the stores and the Kafka client share it.
 """
 
 from __future__ import annotations
