@@ -22,7 +22,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
-from streamflow.api.errors import InvalidWorkflowInput
+from streamflow.api.errors import InvalidWorkflowInput, LimitGroupNotFound
+from streamflow.api.flowcontrol import declared_groups, with_declared
 from streamflow.api.index import DelegatedReads, FlowIndex, RunIndex
 from streamflow.api.schedules import (
     AddedSchedule,
@@ -180,6 +181,18 @@ class FlowControl(DelegatedReads):
         self._app = app
         self._extra = tuple(specs)
         self.index = FlowIndex(flow) if index is None else index
+
+    async def limits(self, group: str | None = None) -> Json:
+        """:meth:`~streamflow.api.index.RunIndex.limits` of :attr:`index`, with the limit
+        groups and limits the App declares that nothing has claimed yet, shown idle."""
+        declared = declared_groups(self._app)
+        try:
+            answer: Json | None = await self.index.limits(group)
+        except LimitGroupNotFound:
+            if group is None or group not in declared:
+                raise
+            answer = None
+        return with_declared(answer, declared, group)
 
     # -- mutations ----------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@
     ├── InvalidCursor        400: a ``cursor`` this API did not hand out
     ├── InvalidRequest       400: a body that is not the JSON object the route takes
     ├── IncidentNotFound     404: the run has no incident
-    ├── LimitGroupNotFound   404: no run or step attempt claimed a limit of that group
+    ├── LimitGroupNotFound   404: no App declares that group and nothing claimed a limit of it
     ├── LimitsUnavailable    501: the backend's limit ledgers cannot be read here
     ├── ReadOnlyServer       403: a mutation sent to a server that takes none
     ├── InvalidWorkflowInput 422 ``InvalidInputError``: the workflow's annotation refuses it
@@ -87,8 +87,8 @@ class IncidentNotFound(ApiError):
 
 
 class LimitGroupNotFound(ApiError):
-    """Raised by ``GET /v1/limits/{group}`` for a group no run or step attempt claimed a limit
-    of since the engine (re)built its ledgers."""
+    """Raised by ``GET /v1/limits/{group}`` for a group the served App does not declare and no
+    run or step attempt claimed a limit of since the engine (re)built its ledgers."""
 
     status = 404
 

@@ -20,9 +20,10 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from streamflow.api.errors import LimitGroupNotFound
-from streamflow.core.admission import MAX_PRIORITY, MIN_PRIORITY, Holder, LimitClaim
+from streamflow.core.admission import MAX_PRIORITY, MIN_PRIORITY, Holder, LimitClaim, LimitSpec
 from streamflow.core.ledger import Ledger, LedgerEntry
 from streamflow.core.projection import project
+from streamflow.core.slots import step_group, workflow_group
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.views import limit_view
 from streamflow.engine.slots import EngineStoreView, SlotDesk, desk_of, epoch_ms
@@ -222,6 +223,75 @@ def limits_view(desk: LedgerReads, now: datetime, group: str | None = None) -> J
     if group is not None:
         return group_view(desk, group, now)
     return {"groups": [group_view(desk, g, now) for g in desk.groups()]}
+
+
+def declared_groups(app: object) -> dict[str, tuple[LimitSpec, ...]]:
+    """The limit groups ``app`` declares (a :class:`streamflow.App`; ``{}`` for any other
+    runtime), each with its limits: a workflow's as its latest version declares them, a
+    step's as registered."""
+    from streamflow.workflow.app import App
+
+    if not isinstance(app, App):
+        return {}
+    found: dict[str, tuple[LimitSpec, ...]] = {}
+    for name, workflow in app.workflows.items():
+        if workflow.limits is not None:
+            found[workflow_group(name)] = workflow.limits.specs
+    for name, step in app.steps.items():
+        if step.limits is not None:
+            found[step_group(name)] = step.limits.specs
+    return found
+
+
+def _idle_limit(spec: LimitSpec) -> Json:
+    """A declared limit nothing has claimed yet, as :func:`group_view` shows a limit."""
+    rate = spec.period_ms is not None
+    return {
+        "limit_id": spec.limit_id,
+        "kind": "rate" if rate else "concurrency",
+        "max": spec.max,
+        "period_ms": spec.period_ms,
+        "held": 0,
+        "queued": {str(p): 0 for p in range(MIN_PRIORITY, MAX_PRIORITY + 1)},
+        "window": 0 if rate else None,
+        "keys": [],
+    }
+
+
+def with_declared(
+    answer: Json | None, declared: dict[str, tuple[LimitSpec, ...]], group: str | None
+) -> Json:
+    """``/v1/limits`` (``group`` ``None``) or ``/v1/limits/{group}`` with what the App declares
+    and nothing has claimed yet: a declared group without a ledger (``answer`` ``None`` for a
+    single group), or a declared limit its group's ledger has not seen, shown idle (nothing
+    held, queued or in a window). ``LimitGroupNotFound`` for a group neither knows.
+
+    Args:
+        answer: what the ledgers answered (``None``: no ledger of the one group asked for).
+        declared: the groups the App declares, each with its limits (:func:`declared_groups`).
+        group: the one group asked for (``None``: every group).
+    """
+    if group is not None:
+        if answer is None and group not in declared:
+            raise LimitGroupNotFound(f"no limit group {group!r} is declared or was claimed")
+        shown = answer or {"group": group, "holders": 0, "queued": 0, "limits": []}
+        return _completed(shown, declared.get(group, ()))
+    groups = [_completed(g, declared.get(g["group"], ())) for g in (answer or {}).get("groups", [])]
+    seen = {g["group"] for g in groups}
+    for name in sorted(set(declared) - seen):
+        groups.append(
+            _completed({"group": name, "holders": 0, "queued": 0, "limits": []}, declared[name])
+        )
+    return {"groups": groups}
+
+
+def _completed(view: Json, specs: tuple[LimitSpec, ...]) -> Json:
+    known = {limit["limit_id"] for limit in view["limits"]}
+    missing = [_idle_limit(s) for s in specs if s.limit_id not in known]
+    if not missing:
+        return view
+    limits = sorted([*view["limits"], *missing], key=lambda limit: limit["limit_id"])
+    return {**view, "limits": limits}
 
 
 async def _never(*_: object) -> Any:

@@ -57,7 +57,7 @@ def render_limits(groups: list[Mapping[str, Any]]) -> str:
     """The text of ``streamflow limits``: per group a line, per limit a line (max, period,
     holders, queued per priority, window use) and its keys with the longest queues."""
     if not groups:
-        return "no limit groups (no run or step attempt has claimed a limit)"
+        return "no limit groups (none declared, and no run or step attempt has claimed a limit)"
     lines: list[str] = []
     for group in groups:
         lines.append(f"{group['group']}: {group['holders']} holding, {group['queued']} queued")

@@ -200,10 +200,22 @@ class DirControl(DelegatedReads):
         return view
 
     async def limits(self, group: str | None = None) -> Json:
-        """:meth:`~streamflow.api.index.RunIndex.limits` of the store's limit groups."""
-        from streamflow.api.flowcontrol import limits_view
+        """:meth:`~streamflow.api.index.RunIndex.limits` of the store's limit groups, with
+        those the App declares that nothing has claimed, idle."""
+        from streamflow.api.errors import LimitGroupNotFound
+        from streamflow.api.flowcontrol import declared_groups, limits_view, with_declared
 
-        return limits_view(await self._desk(), utc_now(), group)
+        try:
+            declared = declared_groups(self._app())
+        except AppNotFound:  # the store's groups alone: no App to read declarations from
+            declared = {}
+        try:
+            answer: Json | None = limits_view(await self._desk(), utc_now(), group)
+        except LimitGroupNotFound:
+            if group is None or group not in declared:
+                raise
+            answer = None
+        return with_declared(answer, declared, group)
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
         return dict(await self._mutate(lambda c: c.signal(run_id, name, payload, signal_id)))

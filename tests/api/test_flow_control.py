@@ -75,6 +75,40 @@ def limit_sample(stack: ApiStack, name: str, **labels: str) -> float:
     return samples(stack).get(key, 0.0)
 
 
+def test_every_declared_limit_is_listed_before_anything_claims_it(stack: ApiStack) -> None:
+    idle = {"1": 0, "2": 0, "3": 0, "4": 0, "5": 0}
+    everything = stack.client.get("/v1/limits").json()
+    assert everything == {
+        "groups": [
+            {
+                "group": group,
+                "holders": 0,
+                "queued": 0,
+                "limits": [
+                    {
+                        "limit_id": "concurrency",
+                        "kind": "concurrency",
+                        "max": 1,
+                        "period_ms": None,
+                        "held": 0,
+                        "queued": idle,
+                        "window": None,
+                        "keys": [],
+                    }
+                ],
+            }
+            for group in ("step:one_at_a_time", GROUP)
+        ]
+    }
+    one = stack.client.get("/v1/limits/step:one_at_a_time")
+    assert (one.status_code, one.json()) == (200, everything["groups"][0])
+    # Once a run claims its group, the ledger answers for it (the other stays idle).
+    assert start(stack, "lim-0", "c-1").status_code == 201
+    after = {g["group"]: g for g in stack.client.get("/v1/limits").json()["groups"]}
+    assert (after[GROUP]["holders"], after[GROUP]["limits"][0]["held"]) == (1, 1)
+    assert after["step:one_at_a_time"]["holders"] == 0
+
+
 def test_a_start_over_the_limit_is_queued_and_says_where(stack: ApiStack) -> None:
     first = start(stack, "lim-1", "c-42")
     assert first.status_code == 201, first.text
