@@ -9,12 +9,16 @@ workflow and status, and a page under a filter the indexes do not cover that no 
 (``build=none``: it reads every row), and pages under run queries (``where=``: checked against
 each row read): one most runs pass (``workflow = 'orders'``), one run of all
 (``run_id = 'run-0000001'``, found near the end of the newest-first order) and one no run
-passes. Then the longest the event loop stalls (a 1 ms ticker's
-worst lateness: what a ``/healthz`` beside them would wait) while 30 clients ask at once for
-the summary, for a first page, and for that unindexed page.
+passes; and pages under queries of search attributes (every run has ``customer``, one of
+1,000, ``tier``, an int of 0..4, and ``tags``, two keywords): an attribute equality the
+store's attribute index narrows to (``customer = '42'``, with a status or a range beside it,
+and one value no run has) and a range no index narrows (``tier >= 4``). Then the longest the
+event loop stalls (a 1 ms ticker's worst lateness: what a ``/healthz`` beside them would wait)
+while 30 clients ask at once for the summary, for a first page, and for that unindexed page.
 
-Run: ``.venv/bin/python -m bench.listing [--runs 2000 20000] [--repeat 5]``. It uses only
-calls older code has too, so ``PYTHONPATH=<an older tree>`` measures that code the same way.
+Run: ``.venv/bin/python -m bench.listing [--runs 2000 20000] [--repeat 5]``. Without
+``--attributes`` it uses only calls older code has too, so ``PYTHONPATH=<an older tree>``
+measures that code the same way; ``--attributes`` adds the search attributes and their reads.
 """
 
 from __future__ import annotations
@@ -42,14 +46,25 @@ class NoCode(FlowRuntime):
     """Nothing is driven here: the engine only reads."""
 
 
-async def fill(store: RocksDBEventStore, runs: int) -> float:
-    """Append the runs; appends per second."""
+def attributes_of(i: int) -> Any:
+    """Run ``i``'s search attributes: ``customer`` one of 1,000, ``tier`` 0..4, two tags."""
+    from streamflow.core.attributes import check_attributes
+
+    tags = ["eu" if i % 2 else "us", f"batch-{i % 10}"]
+    return check_attributes({"customer": str(i % 1000), "tier": i % 5, "tags": tags})
+
+
+async def fill(store: RocksDBEventStore, runs: int, attributes: bool = False) -> float:
+    """Append the runs (with search attributes if ``attributes``); appends per second."""
     specs = [WorkflowSpec.python(name, "1", "bench.listing", "NoCode") for name in WORKFLOWS]
     appends = 0
     started = time.perf_counter()
     for i in range(runs):
         run_id = f"run-{i:07d}"
-        await store.append(run_id, ev.RunCreated(spec=specs[i % 3], input={"n": i}))
+        created = ev.RunCreated(spec=specs[i % 3], input={"n": i})
+        if attributes:
+            created = ev.RunCreated(spec=specs[i % 3], input={"n": i}, attributes=attributes_of(i))
+        await store.append(run_id, created)
         await store.append(run_id, ev.RunStarted())
         appends += 2
         if i % 2:
@@ -89,10 +104,27 @@ async def stall_ms(calls: Callable[[], Awaitable[Any]], clients: int) -> float:
     return worst * 1000
 
 
-async def measure(runs: int, repeat: int, root: Path) -> dict[str, float]:
+async def attribute_reads(control: FlowControl, repeat: int) -> dict[str, float]:
+    """Pages under search attribute queries (``--attributes``)."""
+    found: dict[str, float] = {}
+    for name, text in (
+        ("attr: customer = '42'", "customer = '42'"),
+        ("attr: + status = 'running'", "customer = '42' AND status = 'running'"),
+        ("attr: + tier range", "customer = '7' AND tier >= 2 AND tags = 'eu'"),
+        ("attr: value no run has", "customer = 'nobody'"),
+        ("attr: tier >= 4 (no index)", "tier >= 4"),
+    ):
+        where = RunFilter(query=parse_query(text))
+        found[name] = await median_ms(
+            lambda where=where: control.list_runs(where, limit=50, cursor=None), repeat
+        )
+    return found
+
+
+async def measure(runs: int, repeat: int, root: Path, attributes: bool = False) -> dict[str, float]:
     store = RocksDBEventStore(root / f"db{runs}")
     try:
-        rate = await fill(store, runs)
+        rate = await fill(store, runs, attributes)
         control = FlowControl(FlowEngine(store, NoCode()))
         first = await control.list_runs(RunFilter(), limit=50, cursor=None)
         cursor = first["next_cursor"]
@@ -101,7 +133,9 @@ async def measure(runs: int, repeat: int, root: Path) -> dict[str, float]:
         broad = RunFilter(query=parse_query("workflow = 'orders'"))
         needle = RunFilter(query=parse_query("run_id = 'run-0000001'"))
         nothing = RunFilter(query=parse_query("workflow = 'orders' AND status = 'failed'"))
+        extra = await attribute_reads(control, repeat) if attributes else {}
         return {
+            **extra,
             "appends/s": rate,
             "summary": await median_ms(control.summary, repeat),
             "builds": await median_ms(control.builds, repeat),
@@ -142,10 +176,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, nargs="+", default=[2000, 20000])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--attributes", action="store_true", help="search attributes too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for runs in args.runs:
-            found = asyncio.run(measure(runs, args.repeat, Path(tmp)))
+            found = asyncio.run(measure(runs, args.repeat, Path(tmp), args.attributes))
             print(f"runs={runs}")
             for name, value in found.items():
                 unit = "" if name == "appends/s" else " ms"
