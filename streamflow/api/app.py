@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from streamflow.api.batches import BatchOrder
 from streamflow.api.control import ControlPlane
 from streamflow.api.edge import EdgeGuard, HttpLimits
 from streamflow.api.errors import InvalidRequest, status_of
@@ -140,6 +142,22 @@ class TokenBody(_Body):
 
     token: str
     payload: Any = None
+
+
+class BatchBody(_Body):
+    """The body of ``POST /v1/batches``: the action (``cancel``, ``terminate``, ``signal``,
+    ``resume-hook``), the run query that selects the runs, and what the action needs (a
+    ``reason``; the ``signal`` name and ``payload``; the ``hook_id`` and ``payload``); the
+    batch's id (a fresh one when absent) and ``dry_run`` (list what it would act on)."""
+
+    action: str
+    where: str
+    reason: str | None = None
+    signal: str | None = None
+    hook_id: str | None = None
+    payload: Any = None
+    batch_id: str | None = None
+    dry_run: bool = False
 
 
 class ScheduleBody(_Body):
@@ -387,6 +405,25 @@ def create_app(
     @app.get("/v1/limits/{group}", dependencies=[key, none])
     async def limit_group(group: str) -> Response:
         return json_response(await control.limits(group))
+
+    @app.post("/v1/batches", status_code=201, dependencies=[key, none])
+    async def start_batch(body: BatchBody) -> Response:
+        order = BatchOrder(
+            action=body.action,
+            where=body.where,
+            before=datetime.now(UTC),
+            reason=body.reason,
+            signal=body.signal,
+            hook_id=body.hook_id,
+            payload=body.payload,
+        )
+        answer = await control.start_batch(order, body.batch_id, body.dry_run)
+        created = bool(answer.get("created"))
+        return json_response(answer, 201 if created else 200)
+
+    @app.get("/v1/batches/{batch_id}", dependencies=[key, none])
+    async def batch(batch_id: str) -> Response:
+        return json_response(await control.batch(batch_id))
 
     @app.get("/v1/summary", dependencies=[none])
     async def summary() -> Response:

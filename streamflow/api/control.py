@@ -22,7 +22,20 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
-from streamflow.api.errors import InvalidWorkflowInput, LimitGroupNotFound
+from streamflow.api.batches import (
+    BATCH_WORKFLOW,
+    BatchOrder,
+    BatchRunner,
+    batch_view,
+    batch_workflow,
+    dry_run,
+)
+from streamflow.api.errors import (
+    BatchesUnavailable,
+    BatchNotFound,
+    InvalidWorkflowInput,
+    LimitGroupNotFound,
+)
 from streamflow.api.flowcontrol import declared_groups, with_declared
 from streamflow.api.index import DelegatedReads, FlowIndex, RunIndex
 from streamflow.api.schedules import (
@@ -38,8 +51,10 @@ from streamflow.core.builds import admits
 from streamflow.core.errors import (
     InvalidPayload,
     PayloadTooLarge,
+    RunNotFound,
     SerializationError,
 )
+from streamflow.core.ids import validate_run_id
 from streamflow.core.jsonvalue import JsonValue, check_json
 from streamflow.core.schedules import InvalidSchedule
 from streamflow.core.spec import WorkflowSpec
@@ -131,6 +146,23 @@ class ControlPlane(RunIndex, Protocol):
         """Revoke the hook holding ``token``; ``{"run_id": ..., "hook_id": ...}``."""
         ...
 
+    async def start_batch(self, order: BatchOrder, batch_id: str | None, dry: bool) -> Json:
+        """Start a batch (a bulk operation, itself a durable run) that carries out ``order``:
+        ``{"batch_id", "created", "total"}``; with ``dry``, nothing starts: ``{"dry_run":
+        true, "total", "runs"}``, what it would act on now (``BatchesUnavailable`` where this
+        server cannot run batches).
+
+        Args:
+            order: the action and the run query.
+            batch_id: the batch's run id (``None``: a fresh one).
+            dry: only list what the batch would act on.
+        """
+        ...
+
+    async def batch(self, batch_id: str) -> Json:
+        """A batch's order, status and progress (``BatchNotFound`` for another run's id)."""
+        ...
+
     async def aclose(self) -> None:
         """Release what the control plane holds (its drives, clients and connections)."""
         ...
@@ -180,6 +212,7 @@ class FlowControl(DelegatedReads):
         self._flow = flow
         self._app = app
         self._extra = tuple(specs)
+        self._runner: BatchRunner | None = None
         self.index = FlowIndex(flow) if index is None else index
 
     async def limits(self, group: str | None = None) -> Json:
@@ -338,8 +371,58 @@ class FlowControl(DelegatedReads):
         """Drop the schedule; ``{"schedule_id": ..., "removed": true}``."""
         return await self._schedule_control().remove_schedule(schedule_id)
 
+    # -- batches (bulk operations) ------------------------------------------------------------
+
+    runs_batches = False
+    """Whether this control runs batches (the embedded engine's, for now)."""
+
+    def _batches(self) -> BatchRunner:
+        if not self.runs_batches or not isinstance(self._app, App):
+            raise BatchesUnavailable(
+                "this server cannot run batches: serve an App on the embedded engine"
+            )
+        if self._runner is None:
+            batch_workflow(self._app)
+            self._runner = BatchRunner(self._flow)
+        return self._runner
+
+    async def start_batch(self, order: BatchOrder, batch_id: str | None, dry: bool) -> Json:
+        runner = self._batches()
+        if dry:
+            return await dry_run(runner, order)
+        assert isinstance(self._app, App)
+        workflow = batch_workflow(self._app)
+        run_id = batch_id or f"batch-{uuid.uuid4()}"
+        total, _ = await runner.count(order)
+        started = await self._start(
+            run_id, workflow.spec, order.to_json(), (DEFAULT_PRIORITY, None)
+        )
+        runner.start(run_id)
+        return {"batch_id": run_id, "created": started.created, "total": total}
+
+    async def batch(self, batch_id: str) -> Json:
+        validate_run_id(batch_id)
+        try:
+            snap = await self._flow.snapshot(batch_id)
+        except RunNotFound:
+            snap = None
+        if snap is None or snap.spec is None or snap.spec.name != BATCH_WORKFLOW:
+            raise BatchNotFound(f"no batch {batch_id!r}")
+        return batch_view(snap)
+
+    async def resume_batches(self) -> list[str]:
+        """Resume every batch that has not ended (a host that starts calls it)."""
+        return await self._batches().resume_open()
+
+    async def wait_batch(self, batch_id: str) -> None:
+        """Until this control's work on batch ``batch_id`` ends."""
+        await self._batches().wait(batch_id)
+
     async def aclose(self) -> None:
-        """Nothing to release: the flow belongs to the caller."""
+        """Stop the batches this control works on (they resume on the next start); the flow
+        belongs to the caller."""
+        if self._runner is not None:
+            await self._runner.aclose()
 
 
 class EmbeddedControl(FlowControl):
@@ -357,6 +440,7 @@ class EmbeddedControl(FlowControl):
         self._driving: set[asyncio.Task[None]] = set()
 
     checks_input = False  # the engine checks and decodes the input once, itself
+    runs_batches = True
     _recording: ClassVar[dict[str, Any]] = {"drive": False}
 
     def _moved(self, run_id: str) -> None:
@@ -388,6 +472,8 @@ class EmbeddedControl(FlowControl):
         return answer
 
     async def aclose(self) -> None:
-        """Wait for the drives this control started (call before closing the engine)."""
+        """Stop its batches and wait for the drives this control started (call before
+        closing the engine)."""
+        await super().aclose()
         while self._driving:
             await asyncio.gather(*list(self._driving), return_exceptions=True)

@@ -11,6 +11,8 @@
     ├── IncidentNotFound     404: the run has no incident
     ├── LimitGroupNotFound   404: no App declares that group and nothing claimed a limit of it
     ├── LimitsUnavailable    501: the backend's limit ledgers cannot be read here
+    ├── BatchesUnavailable   501: this server cannot run batches (bulk operations)
+    ├── BatchNotFound        404: no batch has that id
     ├── ReadOnlyServer       403: a mutation sent to a server that takes none
     ├── InvalidWorkflowInput 422 ``InvalidInputError``: the workflow's annotation refuses it
     ├── PayloadTooLargeBody  413 ``PayloadTooLarge``: a body too large to read at all
@@ -89,6 +91,19 @@ class IncidentNotFound(ApiError):
 class LimitGroupNotFound(ApiError):
     """Raised by ``GET /v1/limits/{group}`` for a group the served App does not declare and no
     run or step attempt claimed a limit of since the engine (re)built its ledgers."""
+
+    status = 404
+
+
+class BatchesUnavailable(ApiError):
+    """Raised by ``POST /v1/batches`` on a server that cannot run batches: one that does not
+    host the embedded engine with a ``streamflow.App`` (a Kafka deployment, for now)."""
+
+    status = 501
+
+
+class BatchNotFound(ApiError):
+    """Raised by ``GET /v1/batches/{id}`` for an id that is no batch's run."""
 
     status = 404
 

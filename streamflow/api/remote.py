@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from streamflow.api.batches import BatchOrder
 from streamflow.api.index import DelegatedReads, HttpIndex, Json, quoted
 from streamflow.api.schedules import AddedSchedule, ScheduleDefinition
 from streamflow.core.admission import DEFAULT_PRIORITY
@@ -120,6 +121,16 @@ class HttpControl(DelegatedReads):
             body["priority"] = priority
         answer = await self._post("/runs", body)
         return StartResult(str(answer["run_id"]), bool(answer["created"]))
+
+    async def start_batch(self, order: BatchOrder, batch_id: str | None, dry: bool) -> Json:
+        body: Json = {k: v for k, v in order.to_json().items() if k != "before"}
+        body["dry_run"] = dry
+        if batch_id is not None:
+            body["batch_id"] = batch_id
+        return await self._post("/batches", body)
+
+    async def batch(self, batch_id: str) -> Json:
+        return (await self._http.request("GET", f"/batches/{quoted(batch_id)}"))[1]
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
         body: Json = {"name": name, "payload": payload}

@@ -17,6 +17,7 @@ from typing import Any
 
 from streamflow.api.control import ControlPlane
 from streamflow.api.query import LIST_PARAMETERS, check_names, parse_limit, run_filter
+from streamflow.cli.batches import add_batch_options, run_batch
 from streamflow.cli.follow import display, follow
 from streamflow.cli.lifecycle import guarded
 from streamflow.cli.render import queued_line, render_history, slot_line
@@ -60,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     runs.add_argument("--limit", help="at most this many rows (1..500, default 50)")
     runs.add_argument("--cursor", help="the next page (printed under a full page)")
     runs.add_argument("--json", action="store_true", help="print the answer as JSON")
-    add_source_options(runs)
+    add_batch_options(runs)
+    add_source_options(runs, app=True)
     show = subparsers.add_parser("show", help="list runs, or print one run's state and timeline")
     show.add_argument("run_id", nargs="?")
     show.add_argument("--follow", action="store_true", help="draw its progress until it ends")
@@ -106,6 +108,8 @@ def envelope(run_id: str, event: Json) -> FlowEventEnvelope:
 
 async def _answer(args: argparse.Namespace, source: ControlPlane) -> int:
     run_id = getattr(args, "run_id", None)
+    if getattr(args, "action", None) is not None:
+        return await run_batch(args, source)
     if run_id is None:
         query = _query(args)
         check_names(query, LIST_PARAMETERS)

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamflow.api.batches import BatchOrder
 from streamflow.api.control import ControlPlane, EmbeddedControl
 from streamflow.api.errors import ApiError, status_of
 from streamflow.api.index import DelegatedReads, InspectorIndex, RemoteError, Unreachable
@@ -175,6 +176,37 @@ class DirControl(DelegatedReads):
             lambda c: c.start(workflow, run_id, input, version, priority, attributes)
         )
         return started
+
+    async def start_batch(self, order: BatchOrder, batch_id: str | None, dry: bool) -> Json:
+        """:meth:`~streamflow.api.control.ControlPlane.start_batch`, carried out here to its
+        end (a host on the store resumes it should this process stop first)."""
+
+        async def run(control: ControlPlane) -> Json:
+            answer = await control.start_batch(order, batch_id, dry)
+            if not dry:
+                assert isinstance(control, EmbeddedControl)
+                await control.wait_batch(str(answer["batch_id"]))
+            return answer
+
+        return dict(await self._mutate(run))
+
+    async def batch(self, batch_id: str) -> Json:
+        """:meth:`~streamflow.api.control.ControlPlane.batch`, read from the store."""
+        from streamflow.api.batches import BATCH_WORKFLOW, batch_view
+        from streamflow.api.errors import BatchNotFound
+        from streamflow.core.projection import project
+        from streamflow.stores.rocksdb import RocksDBEventStore
+
+        if not self._dir.is_dir():
+            raise StoreError(f"no store at {self._dir}")
+        store = RocksDBEventStore(self._dir, read_only=True)
+        try:
+            snap = project(batch_id, await store.list(batch_id))
+        finally:
+            store.close()
+        if snap.spec is None or snap.spec.name != BATCH_WORKFLOW:
+            raise BatchNotFound(f"no batch {batch_id!r}")
+        return batch_view(snap)
 
     async def _desk(self) -> SlotDesk:
         """The store's limit groups, rebuilt read only (as a host on it rebuilds them)."""

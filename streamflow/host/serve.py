@@ -174,10 +174,12 @@ async def serve(
     """
     from streamflow.api import EmbeddedControl, create_app
     from streamflow.api.app import check_api_key
+    from streamflow.api.batches import batch_workflow
     from streamflow.engine.engine import FlowEngine
     from streamflow.engine.scheduler import FlowScheduler
     from streamflow.engine.tasks import InProcessTaskRunner
     from streamflow.host.http import bind, serve_http, url_host
+    from streamflow.workflow.app import App
 
     key = api_key if api_key is not None else secrets.token_urlsafe(32)
     check_api_key(key)
@@ -201,6 +203,8 @@ async def serve(
             builder = builder.with_step_threads(step_threads)
         engine = builder.build()
         control = EmbeddedControl(engine, app)
+        if isinstance(app, App):
+            batch_workflow(app)  # a batch (a bulk operation) is a run of this workflow
         await _report_routes(control)
         stop = asyncio.Event()
         scheduler = FlowScheduler(engine, InProcessTaskRunner(engine))
@@ -217,6 +221,10 @@ async def serve(
             )
             async with serve_http(api, sock, shutdown_timeout=shutdown_timeout, limits=limits):
                 log.info("serving on %s (%s)", url, _builds_line(compatibility))
+                if isinstance(app, App):
+                    resumed = await control.resume_batches()
+                    if resumed:
+                        log.info("resumed %d batches: %s", len(resumed), ", ".join(resumed))
                 yield Served(url=url, engine=engine, api_key=key)
         finally:
             stop.set()

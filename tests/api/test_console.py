@@ -656,6 +656,15 @@ def test_the_filter_box_lists_the_runs_a_query_selects(console: tuple[str, httpx
         browser.get(f"{url}/console/#/runs/qe-2")
         wait.until(ec.text_to_be_present_in_element((By.ID, "run-attributes"), "customer"))
         assert text_of(browser, "#run-attributes") == 'customer = "2", tags = ["eu","vip"]'
+        # A batch over them is a run whose page draws one bar: its latest page's count.
+        body = {"action": "cancel", "where": "tags = 'vip'", "batch_id": "batch-c"}
+        assert client.post("/v1/batches", json=body).status_code == 201
+        assert wait_for_end(client, "batch-c") == "completed"
+        browser.get(f"{url}/console/#/runs/batch-c")
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "progress.progress-bar")))
+        bars = browser.find_elements(By.CSS_SELECTOR, "progress.progress-bar")
+        assert [b.get_attribute("data-progress-id") for b in bars] == ["page-1"]
+        assert "2 / 2" in text_of(browser, "div.progress")
         browser.get(f"{url}/console/#/runs")
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "tr.run-row")))
         # A query that breaks the grammar is answered with where it breaks.

@@ -245,3 +245,38 @@ def test_dir_takes_the_directory_serve_keeps_its_files_in(tmp_path: Path) -> Non
     assert (served / "store" / "CURRENT").exists()  # RocksDB opened the store inside it
     rows = json.loads(ok("runs", "--dir", d, "--json"))
     assert [r["run_id"] for r in rows["runs"]] == ["s-1"]
+
+
+def test_a_bulk_operation_on_a_store_directory(store_dir: Path) -> None:
+    """``runs cancel --where`` on ``--dir``: this process carries the batch out; the dry run
+    lists what it would touch; a batch run is shown like any run."""
+    d = str(store_dir)
+    for run_id, customer in (("b-1", "1"), ("b-2", "1"), ("b-3", "2")):
+        attrs = ("--attr", f"customer={customer}")
+        ok("start", "cli.progress", run_id, "--input", '{"n": 1}', "--dir", d, "--app", APP, *attrs)
+    with hosted(store_dir) as host:
+        wait_for(lambda: host.status("b-3") == "suspended", "the runs to wait")
+    where = ("--where", "customer = '1'")
+    dry = ok("runs", "cancel", *where, "--dry-run", "--dir", d, "--app", APP)
+    assert dry.splitlines() == ["b-2", "b-1", "cancel would act on 2 runs"]
+    done = ok("runs", "cancel", *where, "--reason", "r", "--batch-id", "bb-1", "--dir", d,
+              "--app", APP)  # fmt: skip
+    assert (
+        done.strip() == "batch bb-1 completed: cancel on 2 of 2 runs: 2 acted, 0 skipped, 0 failed"
+    )
+    statuses = {
+        r["run_id"]: r["status"] for r in json.loads(ok("runs", "--dir", d, "--json"))["runs"]
+    }
+    assert (statuses["b-1"], statuses["b-2"], statuses["b-3"]) == (
+        "cancelled",
+        "cancelled",
+        "suspended",
+    )
+    assert statuses["bb-1"] == "completed"  # the batch is a run of its own
+    # The same cancellation again: each run is cancelled already, and records nothing new.
+    again = ok("runs", "cancel", *where, "--batch-id", "bb-2", "--dir", d, "--app", APP)
+    assert "bb-2 completed: cancel on 2 of 2 runs" in again
+    history = json.loads(ok("show", "b-1", "--dir", d, "--json"))["events"]
+    assert [e["type"] for e in history].count("run_cancellation_requested") == 1
+    usage = refused("runs", "cancel", "--dir", d, "--app", APP)
+    assert "needs --where" in usage

@@ -44,6 +44,12 @@ async def paused(ctx: DurableContext, n: int) -> int:
     return await ctx.step("two", two, first)
 
 
+@app.workflow(name="host.waits", signals=("go",))
+async def waits(ctx: DurableContext, n: int) -> object:
+    """Waits for ``go`` (what a bulk operation acts on)."""
+    return await ctx.signal("go", "go")
+
+
 @app.workflow(name="host.quick")
 async def quick(ctx: DurableContext, n: int) -> int:
     """One step."""

@@ -427,6 +427,8 @@
     return h("dl", { className: "facts" }, pairs.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
   }
 
+  // One bar per progress record; a batch (a bulk operation's run) records one per page, each
+  // counting every run done so far, so only its latest is drawn.
   function progressBars(records) {
     if (!records.length) return h("p", { className: "muted" }, "No progress recorded.");
     return records.map((p) => {
@@ -919,7 +921,7 @@
         ["Attributes", h("span", { className: "mono", id: "run-attributes" }, attributeText(run.attributes))],
         ...lineage,
       ])),
-      h("section", { className: "panel" }, h("h2", {}, "Progress"), progressBars(run.progress)),
+      h("section", { className: "panel" }, h("h2", {}, "Progress"), progressBars(run.workflow === "streamflow.batch" ? run.progress.slice(-1) : run.progress)),
       h("section", { className: "panel" }, h("h2", {}, "Input"), h("pre", { id: "run-input" }, pretty(run.input)),
         h("h2", {}, "Output"), h("pre", { id: "run-output" }, pretty(run.output)),
         run.error === null || run.error === undefined ? null : [h("h2", {}, "Error"), h("pre", { id: "run-error" }, pretty(run.error))]),

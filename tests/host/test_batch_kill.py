@@ -1,0 +1,117 @@
+"""A bulk cancel by search attribute on ``streamflow serve``, SIGKILLed half way: the batch is
+a durable run, the host that starts again on the directory resumes it after its last recorded
+page, it completes, and every selected run was cancelled exactly once (one
+``run_cancellation_requested`` in its history) while the others were left alone. The CLI's
+dry run and its batch over ``--url`` are checked against the same server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cli.conftest import cli
+from tests.host.support import ServeProcess, wait_until
+
+pytestmark = pytest.mark.timeout(420)
+
+RUNS = 1_500
+IN_FLIGHT = 32
+KILL_AFTER = 300
+"""Runs the batch has done (by its progress) when the server is killed."""
+
+
+def customer(i: int) -> str:
+    return "7" if i % 3 == 0 else "42"
+
+
+async def start_all(url: str, key: str) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    pending = iter(range(RUNS))
+    limits = httpx.Limits(max_connections=IN_FLIGHT)
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, limits=limits, timeout=60.0
+    ) as client:
+
+        async def starter() -> None:
+            for i in pending:
+                body = {
+                    "workflow": "host.waits",
+                    "run_id": f"w-{i:04d}",
+                    "input": i,
+                    "attributes": {"customer": customer(i)},
+                }
+                answer = await client.post("/v1/runs", json=body)
+                assert answer.status_code == 201, answer.text
+
+        await asyncio.gather(*(starter() for _ in range(IN_FLIGHT)))
+
+
+def test_a_bulk_cancel_survives_a_sigkill_of_its_host_and_acts_once_per_run(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / ".streamflow"
+    app = ("--app", "tests.host.apps:app")
+    serve = ServeProcess(directory, *app)
+    key = (directory / "api-key").read_text().strip()
+    selected = {f"w-{i:04d}" for i in range(RUNS) if customer(i) == "42"}
+    try:
+        asyncio.run(start_all(serve.url, key))
+        with serve.client(key) as api:
+            wait_until(
+                lambda: api.get("/v1/summary").json().get("suspended") == RUNS,
+                "every run to wait for its signal",
+            )
+            # The CLI's dry run lists what a batch would touch, and starts nothing.
+            env = {"STREAMFLOW_API_KEY": key}
+            dry = cli("runs", "cancel", "--where", "customer = '42'", "--dry-run", "--json",
+                      "--url", serve.url, env=env)  # fmt: skip
+            assert dry.returncode == 0, dry.stderr
+            assert json.loads(dry.stdout)["total"] == len(selected)
+            body = {"action": "cancel", "where": "customer = '42'", "reason": "bad deploy",
+                    "batch_id": "batch-1"}  # fmt: skip
+            started = api.post("/v1/batches", json=body)
+            assert started.status_code == 201, started.text
+            assert started.json() == {"batch_id": "batch-1", "created": True, "total": 1000}
+            wait_until(
+                lambda: api.get("/v1/batches/batch-1").json()["done"] >= KILL_AFTER,
+                "the batch to get under way",
+            )
+        serve.kill()
+    finally:
+        serve.kill()
+    assert serve.process.returncode == -9
+    restarted = ServeProcess(directory, *app)
+    try:
+        with restarted.client(key) as api:
+            half = api.get("/v1/batches/batch-1").json()
+            assert KILL_AFTER <= half["done"] < len(selected), "the kill did not land mid-batch"
+
+            def completed() -> bool:
+                return api.get("/v1/batches/batch-1").json()["status"] == "completed"
+
+            wait_until(completed, "the resumed batch to complete", timeout=240)
+            view = api.get("/v1/batches/batch-1").json()
+            assert (view["total"], view["done"], view["failed"]) == (1000, 1000, 0)
+            assert view["output"]["acted"] == 1000
+            for i in range(RUNS):
+                run_id = f"w-{i:04d}"
+                events = api.get(f"/v1/runs/{run_id}/history").json()["events"]
+                requests = [e for e in events if e["type"] == "run_cancellation_requested"]
+                assert len(requests) == (1 if run_id in selected else 0), run_id
+            cancelled = api.get("/v1/runs", params={"where": "status = 'cancelled'",
+                                                    "limit": "1"}).json()  # fmt: skip
+            assert cancelled["runs"][0]["attributes"] == {"customer": "42"}
+            # A second batch over --url, followed by the CLI: the rest, signalled.
+            env = {"STREAMFLOW_API_KEY": key}
+            signal = cli("runs", "signal", "--where", "customer = '7'", "--signal", "go",
+                         "--payload", '"later"', "--url", restarted.url, env=env)  # fmt: skip
+            assert signal.returncode == 0, signal.stderr
+            assert "completed: signal on 500 of 500 runs: 500 acted" in signal.stdout
+        assert restarted.stop() == 0
+    finally:
+        restarted.kill()
+    assert key not in serve.output() + restarted.output()
