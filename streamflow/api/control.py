@@ -374,7 +374,7 @@ class FlowControl(DelegatedReads):
     # -- batches (bulk operations) ------------------------------------------------------------
 
     runs_batches = False
-    """Whether this control runs batches (the embedded engine's, for now)."""
+    """Whether this control runs batches (the embedded engine's, and a Kafka client's)."""
 
     def _batches(self) -> BatchRunner:
         if not self.runs_batches or not isinstance(self._app, App):

@@ -96,8 +96,8 @@ class LimitGroupNotFound(ApiError):
 
 
 class BatchesUnavailable(ApiError):
-    """Raised by ``POST /v1/batches`` on a server that cannot run batches: one that does not
-    host the embedded engine with a ``streamflow.App`` (a Kafka deployment, for now)."""
+    """Raised by ``POST /v1/batches`` on a server that cannot run batches: a read-only one, or
+    one whose runtime is not a ``streamflow.App`` (the batch workflow is registered in it)."""
 
     status = 501
 

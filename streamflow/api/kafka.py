@@ -31,6 +31,7 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.flow import Flow
 from streamflow.kafka.config import KafkaSettings
 from streamflow.observe.http import Inspector
+from streamflow.workflow.app import App
 from streamflow.workflow.runtime import FlowRuntime
 
 if TYPE_CHECKING:
@@ -118,6 +119,9 @@ class KafkaControl(FlowControl):
         self._client = client if owns_client else None
         self._client_or_none = client
         self._schedules: ScheduleControl | None = None
+        self.runs_batches = client is not None and isinstance(app, App)
+        """Batches run here through the client (their workflow, ``streamflow.batch``, must be
+        registered in the processors' App too: ``streamflow run`` registers it)."""
 
     def _schedule_control(self) -> ScheduleControl:
         """The namespace's schedules through the client (as ``streamflow schedule --kafka``
@@ -136,7 +140,9 @@ class KafkaControl(FlowControl):
         return self._schedules
 
     async def aclose(self) -> None:
-        """Close the client when this control owns it."""
+        """Stop its batches (they resume on the next start) and close the client when this
+        control owns it."""
+        await super().aclose()
         if self._client is not None:
             self._client.close()
 

@@ -4,8 +4,9 @@ every run the query selects, carried out as a batch (a durable run of its own:
 
 On ``--url`` the serving host runs the batch (``POST /v1/batches``) and this command follows it
 (``GET /v1/batches/{id}``) until it ends, or returns at once with ``--no-wait``; Ctrl-C stops
-following, not the batch. On ``--dir`` this process carries it out to its end (a host started
-on the store resumes it should this process stop first). ``--dry-run`` lists what it would act
+following, not the batch. On ``--dir`` and ``--kafka`` this process carries it out to its end
+(a host started on the store, or ``serve --kafka`` on the namespace, resumes it should this
+process stop first). ``--dry-run`` lists what it would act
 on and starts nothing. Exit codes: 0 the batch completed and no run failed; 1 a refusal, a
 failed run or a cancelled batch; 2 usage.
 """

@@ -33,6 +33,7 @@ from streamflow.host.keys import MIN_SECRET_CHARS
 from streamflow.kafka.config import KafkaSettings
 from streamflow.observe.observers import FlowEventObserver
 from streamflow.topologies.runner import TopologyThread
+from streamflow.workflow.app import App
 from streamflow.workflow.runtime import FlowRuntime
 
 if TYPE_CHECKING:
@@ -185,6 +186,10 @@ def load_runtime(spec: str | None) -> FlowRuntime:
     runtime = load_object(spec)
     if not isinstance(runtime, FlowRuntime):
         raise SystemExit(f"{spec} is not a streamflow FlowRuntime")
+    if isinstance(runtime, App):
+        from streamflow.api.batches import batch_workflow
+
+        batch_workflow(runtime)  # a batch (a bulk operation) is a run of this workflow
     return runtime
 
 

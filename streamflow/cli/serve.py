@@ -272,15 +272,21 @@ async def _serve_kafka(
             read_secret_file(args.observers_key_file) if args.observers_key_file else None
         )
         index = ObserversIndex(args.observers, api_key=observers_key) if args.observers else None
+        control = KafkaControl(client, index, app)
         api = create_app(
-            KafkaControl(client, index, app),
+            control,
             api_key=key,
             limits=limits,
             allowed_hosts=[url_host(url), args.host, *args.allowed_host],
         )
         async with serve_http(api, sock, shutdown_timeout=args.shutdown_timeout, limits=limits):
             _announce(url, key_file)
+            if control.runs_batches:
+                resumed = await control.resume_batches()  # their runs are the namespace's
+                if resumed:
+                    log.info("resumed %d batches: %s", len(resumed), ", ".join(resumed))
             await stop.wait()
+        await control.aclose()  # its batches stop; the next start resumes them
     finally:
         client.close()
     log.info("stopped")

@@ -10,6 +10,7 @@ import pytest
 
 from streamflow import InMemoryFlowEventObserver
 from streamflow.api import ObserversApi
+from streamflow.api.batches import batch_workflow
 from streamflow.kafka.config import KafkaSettings
 from streamflow.stores.inspect import StoreInspector
 from streamflow.testing.kafka_harness import KafkaDriver
@@ -17,6 +18,7 @@ from tests.host.apps import app
 from tests.host.support import ServeProcess, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+batch_workflow(app)  # as `streamflow run processor --app` registers it
 
 
 @pytest.mark.parametrize("reads", ["history", "observers"])
@@ -77,6 +79,30 @@ def test_serve_kafka_starts_and_lists_runs_of_the_deployment(
 
                 wait_until(lambda: listed() == [("kq-1", "completed")], "the listing")
                 assert api.get("/v1/runs", params={"nope": "1"}).status_code == 400
+                # A bulk cancel by attribute: the batch's run lives on the namespace, the
+                # processors run its workflow, and the server does its work.
+                for i in range(3):
+                    body = {"workflow": "host.waits", "run_id": f"kw-{i}", "input": i,
+                            "attributes": {"customer": "x"}}  # fmt: skip
+                    assert api.post("/v1/runs", json=body).status_code == 201
+                batch = {"action": "cancel", "where": "customer = 'x'", "batch_id": "kb-1"}
+                wait_until(
+                    lambda: (
+                        api.post("/v1/batches", json={**batch, "dry_run": True}).json()["total"]
+                        == 3
+                    ),
+                    "the three runs to be listed",
+                )
+                assert api.post("/v1/batches", json=batch).status_code == 201
+                wait_until(
+                    lambda: api.get("/v1/batches/kb-1").json()["status"] == "completed",
+                    "the batch to complete",
+                )
+                view = api.get("/v1/batches/kb-1").json()
+                assert (view["total"], view["acted"], view["failed"]) == (3, 3, 0)
+                for i in range(3):
+                    done = api.get(f"/v1/runs/kw-{i}/result", params={"wait": "60s"})
+                    assert done.json()["status"] == "cancelled"
             assert serve.stop() == 0
         finally:
             serve.kill()
