@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamflow.api.batches import BatchOrder
+from streamflow.api.batches import BatchOrder, batch_workflow
 from streamflow.api.control import ControlPlane, EmbeddedControl
 from streamflow.api.errors import ApiError, status_of
 from streamflow.api.index import DelegatedReads, InspectorIndex, RemoteError, Unreachable
@@ -48,6 +48,7 @@ from streamflow.core.errors import FlowError, InvalidSearchAttributes, StoreErro
 from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from streamflow.stores.inspect import StoreInspector
+from streamflow.workflow.app import App
 from streamflow.workflow.runtime import FlowRuntime
 
 if TYPE_CHECKING:
@@ -287,6 +288,8 @@ def load_app(spec: str) -> FlowRuntime:
     app = getattr(module, attr, None)
     if not isinstance(app, FlowRuntime):
         raise AppNotFound(f"{spec} is not a streamflow App")
+    if isinstance(app, App):
+        batch_workflow(app)  # batches on the store are runs of it (a host registers it too)
     return app
 
 
