@@ -89,7 +89,9 @@ def with_positions(view: Json, desk: LedgerReads, now: datetime) -> Json:
     run_id = str(view["run_id"])
     queued = view.get("queued")
     if queued is not None:
-        view["queued"] = _placed(desk, queued, Holder(run_id=run_id), now_ms)
+        placed = _placed(desk, queued, Holder(run_id=run_id), now_ms)
+        parent = (view.get("parent") or {}).get("run_id")
+        view["queued"] = _held_by_parent(desk, placed, parent)
     steps = []
     for step in view.get("steps", []):
         waiting = step.get("queued")
@@ -112,6 +114,28 @@ def _placed(desk: LedgerReads, queued: Json, holder: Holder, now_ms: int) -> Jso
     waited = next((c for c in entry.claims if not _has_room(ledger, c, now_ms)), None)
     limit = limit_view(waited or entry.claims[0])
     return {**queued, "position": ahead, "key": key, "limit": limit}
+
+
+def _held_by_parent(desk: LedgerReads, queued: Json, parent: str | None) -> Json:
+    """``queued`` with ``held_by_parent`` (the parent's run id, else ``None``): set when the
+    concurrency limit the run waits on is full and its parent holds every slot of it, the one
+    way a limited workflow blocks itself (a parent that waits for a child of its own group
+    under its own key: neither can go on until the parent ends some other way)."""
+    limit = queued.get("limit") or {}
+    found = None
+    ledger = desk.ledger(str(queued.get("group")))
+    if parent is not None and ledger is not None and limit.get("period_ms") is None:
+        holders = set()
+        for entry in _entries(ledger):
+            if entry.state == "held" and any(
+                c.limit_id == limit.get("limit_id") and c.key == limit.get("key")
+                for c in entry.claims
+            ):
+                holders.add(entry.holder.run_id)
+        full = len(holders) >= int(limit.get("max") or 0) > 0
+        if full and holders == {parent}:
+            found = parent
+    return {**queued, "held_by_parent": found}
 
 
 def _has_room(ledger: Ledger, claim: LimitClaim, now_ms: int) -> bool:

@@ -123,7 +123,14 @@ def queued_line(queued: Mapping[str, Any]) -> str:
         what += f", max {limit['max']}"
         if limit.get("period_ms"):
             what += f" per {limit['period_ms'] / 1000:g}s"
-    return f"{text} ({what}, priority {queued.get('priority')})"
+    line = f"{text} ({what}, priority {queued.get('priority')})"
+    parent = queued.get("held_by_parent")
+    if parent:
+        line += (
+            f"; its parent {parent} holds every slot of that limit: if the parent waits for "
+            "this run, neither can go on"
+        )
+    return line
 
 
 def slot_line(slot: Mapping[str, Any]) -> str:

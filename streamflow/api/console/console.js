@@ -521,7 +521,12 @@
       what += ", max " + limit.max;
       if (limit.period_ms) what += " per " + humanDuration(limit.period_ms);
     }
-    return text + " (" + what + ", priority " + queued.priority + ")";
+    text += " (" + what + ", priority " + queued.priority + ")";
+    if (queued.held_by_parent) {
+      text += "; its parent " + queued.held_by_parent + " holds every slot of that limit: if the "
+        + "parent waits for this run, neither can go on";
+    }
+    return text;
   }
 
   // A queued run: a badge and a line above the page, saying what it waits for.
