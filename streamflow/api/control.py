@@ -38,6 +38,7 @@ from streamflow.api.errors import (
 )
 from streamflow.api.flowcontrol import declared_groups, with_declared
 from streamflow.api.index import DelegatedReads, FlowIndex, RunIndex
+from streamflow.api.pages import row_of_view
 from streamflow.api.schedules import (
     AddedSchedule,
     EngineSchedules,
@@ -55,7 +56,10 @@ from streamflow.core.errors import (
     SerializationError,
 )
 from streamflow.core.ids import validate_run_id
+from streamflow.core.inspect import RunPage
 from streamflow.core.jsonvalue import JsonValue, check_json
+from streamflow.core.listing import RunFilter
+from streamflow.core.query import parse_query
 from streamflow.core.schedules import InvalidSchedule
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
@@ -383,8 +387,16 @@ class FlowControl(DelegatedReads):
             )
         if self._runner is None:
             batch_workflow(self._app)
-            self._runner = BatchRunner(self._flow)
+            self._runner = BatchRunner(self._flow, pages=self._page)
         return self._runner
+
+    async def _page(self, where: str, token: str | None, size: int) -> RunPage:
+        """One page of a batch's selection, read where this control reads listings (a
+        store's indexes, the observers' run index on Kafka)."""
+        found = await self.index.list_runs(
+            RunFilter(query=parse_query(where)), limit=size, cursor=token
+        )
+        return RunPage([row_of_view(r) for r in found["runs"]], found["next_cursor"])
 
     async def start_batch(self, order: BatchOrder, batch_id: str | None, dry: bool) -> Json:
         runner = self._batches()
