@@ -146,7 +146,7 @@ def batch_view(snapshot: WorkflowRunSnapshot) -> Json:
         "action": order.get("action"),
         "where": order.get("where"),
         "pages": pages,
-        "total": last.get("total"),
+        "total": last.get("total", order.get("selected")),
         "done": last.get("done", 0),
         "acted": last.get("acted", 0),
         "skipped": last.get("skipped", 0),
@@ -239,7 +239,8 @@ class BatchRunner:
             await self._finish(batch_id, last)
             return
         if not pages:
-            total, _ = await self.count(order)
+            counted = snap.input.get("selected") if isinstance(snap.input, dict) else None
+            total = counted if isinstance(counted, int) else (await self.count(order))[0]
             last = {"total": total, "done": 0, "acted": 0, "skipped": 0, "failed": 0}
             last["errors"], last["next"] = [], None
         token = last.get("next")

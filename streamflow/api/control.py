@@ -406,9 +406,8 @@ class FlowControl(DelegatedReads):
         workflow = batch_workflow(self._app)
         run_id = batch_id or f"batch-{uuid.uuid4()}"
         total, _ = await runner.count(order)
-        started = await self._start(
-            run_id, workflow.spec, order.to_json(), (DEFAULT_PRIORITY, None)
-        )
+        selection = {**order.to_json(), "selected": total}  # the runner counts no more
+        started = await self._start(run_id, workflow.spec, selection, (DEFAULT_PRIORITY, None))
         runner.start(run_id)
         return {"batch_id": run_id, "created": started.created, "total": total}
 
