@@ -231,6 +231,26 @@ NONE = SearchAttributes()
 """No attributes."""
 
 
+def stored(data: dict[str, Any]) -> SearchAttributes:
+    """Attributes as a store wrote them (:meth:`SearchAttributes.to_json` of attributes checked
+    before they were written), read without checking them again: what every listing row costs
+    (``ValueError`` for a form that is not one; a damaged store is caught by its checksums)."""
+    items: list[tuple[str, AttributeValue]] = []
+    for name, form in data.items():
+        ((kind, raw),) = form.items()
+        if kind == "time":  # format_utc's own text: RFC 3339 in UTC with a Z
+            items.append((name, datetime.fromisoformat(raw)))
+        elif kind == "keywords":
+            items.append((name, tuple(raw)))
+        elif kind == "float":
+            items.append((name, float(raw)))
+        elif kind in ("text", "int", "bool"):
+            items.append((name, raw))
+        else:
+            raise ValueError(f"attribute {name!r}: unknown kind {kind!r}")
+    return SearchAttributes(tuple(items))  # written in name order, read in it
+
+
 def _value_json(value: AttributeValue | None) -> Any:
     if value is None:
         return None

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from streamflow.core.attributes import NONE as NO_ATTRIBUTES
 from streamflow.core.attributes import SearchAttributes
+from streamflow.core.attributes import stored as stored_attributes
 from streamflow.core.errors import FlowError, RunConflict
 from streamflow.core.jsonvalue import json_equal
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
@@ -196,7 +197,7 @@ class WorkflowRunRow(NamedTuple):
             retries,
             children,
             signals,
-            NO_ATTRIBUTES if not found else SearchAttributes.from_json(found),
+            NO_ATTRIBUTES if not found else stored_attributes(found),
         )
 
     def same_place(self, other: WorkflowRunRow) -> bool:

@@ -104,3 +104,14 @@ def test_equal_values_share_an_index_entry_and_times_have_none():
     assert index_values(("eu", "urgent", "eu")) == ["s:eu", "s:urgent"]
     assert index_values("eu") == ["s:eu"]
     assert index_values(datetime(2026, 1, 1, tzinfo=UTC)) == []
+
+
+def test_a_stored_form_reads_back_without_being_checked_again():
+    from streamflow.core.attributes import stored
+
+    attributes = check_attributes(
+        {"due": datetime(2026, 12, 6, 11, 0, 0, 250000, tzinfo=PARIS), "n": 2.5, "k": ["a"]}
+    )
+    assert stored(attributes.to_json()) == attributes
+    with pytest.raises(ValueError, match="unknown kind"):
+        stored({"n": {"decimal": "1"}})
