@@ -51,6 +51,7 @@ from streamflow.core.attributes import SearchAttributes
 from streamflow.core.builds import admits
 from streamflow.core.errors import (
     InvalidPayload,
+    InvalidTransition,
     PayloadTooLarge,
     RunNotFound,
     SerializationError,
@@ -281,6 +282,8 @@ class FlowControl(DelegatedReads):
         attributes: SearchAttributes | None = None,
     ) -> StartResult:
         check_priority(priority)
+        if workflow == BATCH_WORKFLOW:  # its runner is started with it, by start_batch only
+            raise InvalidTransition(f"start a batch with POST /v1/batches, not as {workflow}")
         spec = self._spec(workflow, version)
         admission: Admission | None = None
         try:

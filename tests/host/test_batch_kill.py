@@ -71,6 +71,8 @@ def test_a_bulk_cancel_survives_a_sigkill_of_its_host_and_acts_once_per_run(
                       "--url", serve.url, env=env)  # fmt: skip
             assert dry.returncode == 0, dry.stderr
             assert json.loads(dry.stdout)["total"] == len(selected)
+            direct = api.post("/v1/runs", json={"workflow": "streamflow.batch", "input": {}})
+            assert (direct.status_code, direct.json()["error"]) == (422, "InvalidTransition")
             body = {"action": "cancel", "where": "customer = '42'", "reason": "bad deploy",
                     "batch_id": "batch-1"}  # fmt: skip
             started = api.post("/v1/batches", json=body)
