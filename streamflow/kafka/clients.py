@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -231,17 +232,27 @@ _TRANSIENT = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
     KafkaError._TRANSPORT,
     KafkaError._TIMED_OUT,
 }
+
+
+def refresh_metadata(source: Consumer, topic: str) -> None:
+    """Ask for ``topic``'s metadata now: a client that only reads watermarks of a topic it is
+    not assigned keeps the metadata it had when a broker died ("unknown partition") until
+    something asks again."""
+    with contextlib.suppress(KafkaException):  # the next attempt asks again
+        source.list_topics(topic, timeout=5)
 
 
 def end_offset(source: Consumer, topic: str, partition: int, timeout: float = 30.0) -> int:
     """A partition's end as ``source`` may read it, retried while leadership is still settling
     (a topic created a moment ago may not have a leader every client knows about yet).
 
-    The isolation level of ``source`` decides which end: the high watermark for a
-    read_uncommitted consumer (:func:`ends_reader`), the last stable offset for a
+    Each transient failure refreshes the topic's metadata before the next attempt
+    (:func:`refresh_metadata`). The isolation level of ``source`` decides which end: the high
+    watermark for a read_uncommitted consumer (:func:`ends_reader`), the last stable offset for a
     read_committed one. Reading "to the end" wants the high watermark: a transaction whose
     commit has been acknowledged may not have its marker in every partition yet, and the last
     stable offset of a partition still waiting for it lies *before* its records."""
@@ -253,6 +264,7 @@ def end_offset(source: Consumer, topic: str, partition: int, timeout: float = 30
         except KafkaException as exc:
             if exc.args[0].code() not in _TRANSIENT or time.monotonic() > deadline:
                 raise
+            refresh_metadata(source, topic)
             time.sleep(0.05)
 
 
