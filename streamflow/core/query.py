@@ -442,7 +442,7 @@ class RunQuery:
         an index lists for them. A run's own fields give texts; a search attribute a text, a
         number or a bool (not a text that reads as a time: a time attribute equal to it has
         no index entry)."""
-        parts = self._node.parts if isinstance(self._node, _All) else (self._node,)
+        parts = list(_conjuncts(self._node))
         found: dict[str, Any] = {}
         for part in parts:
             if not isinstance(part, _Compare | _AttributeCompare) or part.op != "=":
@@ -454,6 +454,16 @@ class RunQuery:
             elif value is not None and part.instants[0] is None:
                 found.setdefault(part.field, value)
         return found
+
+
+def _conjuncts(node: _Node) -> Iterator[_Node]:
+    """The parts every match passes: ``node``'s, through nested ``AND`` (parenthesised or
+    not)."""
+    if isinstance(node, _All):
+        for part in node.parts:
+            yield from _conjuncts(part)
+    else:
+        yield node
 
 
 def encode_page_token(created_at: datetime | None, run_id: str) -> str:

@@ -178,3 +178,7 @@ def test_attribute_equalities_narrow_unless_the_value_reads_as_a_time():
     # A time attribute equal to this text has no index entry: no narrowing on it.
     assert parse_query("due = '2026-12-06T10:00:00Z'").required() == {}
     assert parse_query("tags IN ('a') AND customer != '1'").required() == {}
+    # Through nested AND: what a batch's query (the user's in parentheses) is narrowed by.
+    nested = parse_query("(customer = '42' AND status = 'running') AND workflow != 'b'")
+    assert nested.required() == {"customer": "42", "status": "running"}
+    assert parse_query("(customer = '42' OR vip = TRUE) AND tier = 1").required() == {"tier": 1}
