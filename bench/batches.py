@@ -1,6 +1,6 @@
 """A bulk cancel by search attribute of two thirds of ``--runs`` waiting runs (by default
 10,000 of 15,000) on ``streamflow serve --dir``, SIGKILLed half way (figures, not pass/fail;
-the same checks as ``tests/host/test_batch_kill.py``, at ten times the size).
+the same checks as ``tests/host/test_batch_kill.py``, five times its size).
 
 It starts ``--runs`` runs of a workflow that waits for a signal over HTTP (32 at a time), two
 thirds of them with ``customer = '42'``; ``POST /v1/batches`` cancels ``customer = '42'``; once
