@@ -62,6 +62,7 @@ from streamflow.core.jsonvalue import JsonValue, check_json
 from streamflow.core.listing import RunFilter
 from streamflow.core.query import parse_query
 from streamflow.core.schedules import InvalidSchedule
+from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
     CancellationRequest,
@@ -386,7 +387,8 @@ class FlowControl(DelegatedReads):
     def _batches(self) -> BatchRunner:
         if not self.runs_batches or not isinstance(self._app, App):
             raise BatchesUnavailable(
-                "this server cannot run batches: serve an App on the embedded engine"
+                "this server cannot run batches: it needs a streamflow.App and a backend it can "
+                "change runs through"
             )
         if self._runner is None:
             batch_workflow(self._app)
@@ -407,6 +409,16 @@ class FlowControl(DelegatedReads):
             return await dry_run(runner, order)
         assert isinstance(self._app, App)
         workflow = batch_workflow(self._app)
+        if batch_id is not None:  # a retried start: the batch as it is, worked on here
+            try:
+                snap: WorkflowRunSnapshot | None = await self._flow.snapshot(batch_id)
+            except RunNotFound:
+                snap = None
+            if snap is not None and snap.spec is not None and snap.spec.name == BATCH_WORKFLOW:
+                if not snap.is_terminal:
+                    runner.start(batch_id)
+                total = batch_view(snap)["total"]
+                return {"batch_id": batch_id, "created": False, "total": total}
         run_id = batch_id or f"batch-{uuid.uuid4()}"
         total, _ = await runner.count(order)
         selection = {**order.to_json(), "selected": total}  # the runner counts no more

@@ -80,6 +80,8 @@ def test_a_bulk_cancel_survives_a_sigkill_of_its_host_and_acts_once_per_run(
             started = api.post("/v1/batches", json=body)
             assert started.status_code == 201, started.text
             assert started.json() == {"batch_id": "batch-1", "created": True, "total": 2000}
+            again = api.post("/v1/batches", json=body)  # a retried start: the same batch
+            assert (again.status_code, again.json()["created"]) == (200, False)
             wait_until(
                 lambda: api.get("/v1/batches/batch-1").json()["done"] >= KILL_AFTER,
                 "the batch to get under way",
