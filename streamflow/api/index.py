@@ -40,7 +40,6 @@ from streamflow.api.pages import (
     builds_of_rows,
     builds_of_snapshots,
     builds_view,
-    page_snapshots,
     page_view,
     row_of_view,
     row_query,
@@ -49,7 +48,7 @@ from streamflow.api.query import MAX_WAIT_SECONDS, filter_params
 from streamflow.core.errors import FlowTimeout
 from streamflow.core.ids import validate_run_id
 from streamflow.core.inspect import open_suspensions
-from streamflow.core.listing import RunFilter, SnapshotRows, page_rows
+from streamflow.core.listing import RunFilter, SnapshotRows, page_rows, page_snapshots
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.views import (
     event_view,

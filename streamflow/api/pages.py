@@ -5,16 +5,14 @@ kept rows, projected snapshots, or a run index's ``/v1/runs`` lines)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from streamflow.api.errors import InvalidCursor
-from streamflow.api.query import decode_cursor, encode_cursor
+from streamflow.api.query import decode_cursor
 from streamflow.core.attributes import from_plain
-from streamflow.core.errors import SerializationError
-from streamflow.core.ids import is_valid_run_id
 from streamflow.core.inspect import WorkflowRunRow, builds_of, count_rows
-from streamflow.core.listing import RunFilter, RunRowPage, RunRowQuery, SnapshotRows, page_rows
+from streamflow.core.listing import RunFilter, RunRowPage, RunRowQuery
+from streamflow.core.query import encode_page_token
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.timeutil import parse_utc
 from streamflow.core.views import row_view
@@ -59,27 +57,8 @@ def row_query(where: RunFilter, *, limit: int, cursor: str | None) -> RunRowQuer
         limit: the most rows the page holds.
         cursor: a previous page's ``next_cursor`` (``None``: from the newest run).
     """
-    before = None if cursor is None else _cursor_place(cursor)
+    before = None if cursor is None else decode_cursor(cursor)
     return RunRowQuery(where=where, before=before, limit=limit)
-
-
-def _cursor_place(cursor: str) -> tuple[datetime | None, str]:
-    created, run_id = decode_cursor(cursor)
-    if not is_valid_run_id(run_id):
-        raise InvalidCursor("cursor is not one a listing answered with")
-    if not created:
-        return None, run_id
-    try:
-        return parse_utc(created), run_id
-    except (SerializationError, ValueError):
-        raise InvalidCursor("cursor is not one a listing answered with") from None
-
-
-def _cursor_time(created_at: datetime | None) -> str:
-    """A creation time as a cursor names it: fixed-width UTC text (``""``: none)."""
-    if created_at is None:
-        return ""
-    return created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def page_view(found: RunRowPage) -> Json:
@@ -88,21 +67,8 @@ def page_view(found: RunRowPage) -> Json:
     following = None
     if found.more and found.rows:
         last = found.rows[-1][0]
-        following = encode_cursor(_cursor_time(last.created_at), last.run_id)
+        following = encode_page_token(last.created_at, last.run_id)
     return {"runs": runs, "next_cursor": following}
-
-
-def page_snapshots(
-    snapshots: list[WorkflowRunSnapshot], incidents: list[str], query: RunRowQuery
-) -> RunRowPage:
-    """The page ``query`` names of projected runs.
-
-    Args:
-        snapshots: every run, projected.
-        incidents: the ids of the runs with an incident.
-        query: the page.
-    """
-    return page_rows(SnapshotRows((WorkflowRunRow.of(s) for s in snapshots), incidents), query)
 
 
 def builds_of_rows(rows: Iterable[WorkflowRunRow]) -> Json:

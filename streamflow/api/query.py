@@ -10,9 +10,8 @@ from datetime import UTC, datetime
 
 from streamflow.api.errors import InvalidCursor, InvalidParameter, UnknownParameter
 from streamflow.core.listing import RunFilter as RunFilter
-from streamflow.core.query import decode_page_token, encode_page_token, parse_query
+from streamflow.core.query import decode_page_token, parse_query
 from streamflow.core.snapshot import WorkflowRunStatus
-from streamflow.core.timeutil import parse_utc
 
 MAX_WAIT_SECONDS = 60.0
 DEFAULT_LIMIT = 50
@@ -136,15 +135,9 @@ def filter_params(where: RunFilter) -> dict[str, str]:
     return params
 
 
-def encode_cursor(created_at: str | None, run_id: str) -> str:
-    """An opaque cursor naming the last row of a page (its creation time, as fixed-width UTC
-    text, and run id): the same token as ``list_runs``' ``next_page_token``."""
-    when = None if not created_at else parse_utc(created_at)
-    return encode_page_token(when, run_id)
-
-
-def decode_cursor(text: str) -> tuple[str, str]:
-    """The ``(created_at, run_id)`` a cursor names (``created_at`` ``""`` for none)."""
+def decode_cursor(text: str) -> tuple[datetime | None, str]:
+    """Where a cursor (a page token) says the next page starts: ``(created_at, run_id)``;
+    ``InvalidCursor`` for one no listing answered with."""
     try:
         return decode_page_token(text)
     except ValueError:

@@ -30,7 +30,7 @@ from functools import partial
 from typing import Protocol, TypeVar, runtime_checkable
 
 from streamflow.core.attributes import index_value, index_values
-from streamflow.core.errors import InvalidQuery, SerializationError
+from streamflow.core.errors import InvalidQuery
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import RunPage, WorkflowRunRow, apply_delta, count_delta
 from streamflow.core.query import (
@@ -42,7 +42,7 @@ from streamflow.core.query import (
     parse_query,
 )
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot, WorkflowRunStatus
-from streamflow.core.timeutil import EPOCH, parse_utc, to_micros
+from streamflow.core.timeutil import EPOCH, to_micros
 
 T = TypeVar("T")
 
@@ -325,12 +325,24 @@ def page_query(where: str | None, page_size: int, page_token: str | None) -> Run
     before: tuple[datetime | None, str] | None = None
     if page_token is not None:
         try:
-            created, run_id = decode_page_token(page_token)
-            before = (parse_utc(created) if created else None, run_id)
-        except (ValueError, SerializationError):
+            before = decode_page_token(page_token)
+        except ValueError:
             raise InvalidQuery("page_token is not one a page answered with", 0) from None
     found = None if where is None else parse_query(where)
     return RunRowQuery(where=RunFilter(query=found), before=before, limit=page_size)
+
+
+def page_snapshots(
+    snapshots: list[WorkflowRunSnapshot], incidents: list[str], query: RunRowQuery
+) -> RunRowPage:
+    """The page ``query`` names of projected runs (a backend without kept rows).
+
+    Args:
+        snapshots: every run, projected.
+        incidents: the ids of the runs with an incident.
+        query: the page.
+    """
+    return page_rows(SnapshotRows((WorkflowRunRow.of(s) for s in snapshots), incidents), query)
 
 
 def run_page(found: RunRowPage) -> RunPage:

@@ -45,6 +45,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from streamflow.core.errors import InvalidQuery
+from streamflow.core.ids import is_valid_run_id
 from streamflow.core.snapshot import WorkflowRunStatus
 
 MAX_QUERY_CHARS = 4096
@@ -474,17 +475,19 @@ def encode_page_token(created_at: datetime | None, run_id: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_page_token(text: str) -> tuple[str, str]:
-    """The ``(created_at, run_id)`` texts a page token names (``created_at`` ``""`` for
-    none); ``ValueError`` for text no listing answered with."""
+def decode_page_token(text: str) -> tuple[datetime | None, str]:
+    """Where a page token says the next page starts: the last row's creation time (``None``
+    for none) and run id; ``ValueError`` for text no listing answered with."""
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         created_at, run_id = json.loads(raw)
+        if not isinstance(run_id, str) or not is_valid_run_id(run_id):
+            raise ValueError("not a run id")
+        if not created_at:
+            return None, run_id
+        return datetime.strptime(created_at, _TOKEN_TIME).replace(tzinfo=UTC), run_id
     except (binascii.Error, ValueError, TypeError, RecursionError):
         raise ValueError("not a page token") from None
-    if not isinstance(run_id, str) or not isinstance(created_at, str | None):
-        raise ValueError("not a page token")
-    return created_at or "", run_id
 
 
 def parse_query(text: str) -> RunQuery:

@@ -30,7 +30,6 @@ from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import (
     RunPage,
-    WorkflowRunRow,
     WorkflowRunSummary,
     WorkflowRunSuspension,
     continuation_error,
@@ -39,7 +38,7 @@ from streamflow.core.inspect import (
 )
 from streamflow.core.jsonvalue import JsonValue, check_text, normalize
 from streamflow.core.limits import check_payload
-from streamflow.core.listing import SnapshotRows, page_query, page_rows, run_page
+from streamflow.core.listing import page_query, page_snapshots, run_page
 from streamflow.core.projection import project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -313,9 +312,9 @@ class FlowClient:
         indexes: ``GET /v1/runs?where=``). ``InvalidQuery`` for a query that breaks the
         grammar."""
         query = page_query(where, page_size, page_token)
-        rows = [WorkflowRunRow.of(s) for s in await self.list_snapshots()]
+        snapshots = await self.list_snapshots()
         incidents = [i.run_id for i in await self.list_incidents()]
-        return run_page(await asyncio.to_thread(page_rows, SnapshotRows(rows, incidents), query))
+        return run_page(await asyncio.to_thread(page_snapshots, snapshots, incidents, query))
 
     def _snapshots(self) -> list[WorkflowRunSnapshot]:
         """Every run's snapshot, read and projected in the calling (worker) thread: off the

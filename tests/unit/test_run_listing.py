@@ -46,10 +46,11 @@ from streamflow import (
 )
 from streamflow.api.control import FlowControl
 from streamflow.api.index import InspectorIndex
-from streamflow.api.query import RunFilter, decode_cursor, encode_cursor
+from streamflow.api.query import RunFilter, decode_cursor
 from streamflow.core.inspect import WorkflowRunRow, open_suspensions, summarize
 from streamflow.core.listing import created_key, every_row
 from streamflow.core.projection import project
+from streamflow.core.query import encode_page_token
 from streamflow.core.snapshot import ActiveHookSnapshot, WorkflowRunSnapshot
 from streamflow.core.timeutil import parse_utc
 from streamflow.core.values import ContinuationLink, ParentLink
@@ -268,13 +269,15 @@ def old_page(
     kept.sort(key=lambda r: (_fixed(r["created_at"]), r["run_id"]), reverse=True)
     if cursor is not None:
         created, run_id = decode_cursor(cursor)
-        kept = [r for r in kept if (_fixed(r["created_at"]), r["run_id"]) < (created, run_id)]
+        named = "" if created is None else created.strftime(FIXED)
+        kept = [r for r in kept if (_fixed(r["created_at"]), r["run_id"]) < (named, run_id)]
     more = len(kept) > limit
     chosen = kept[:limit]
     following = None
     if more:
         last = chosen[-1]
-        following = encode_cursor(_fixed(last["created_at"]), last["run_id"])
+        created_at = None if last["created_at"] is None else parse_utc(last["created_at"])
+        following = encode_page_token(created_at, last["run_id"])
     return {"runs": chosen, "next_cursor": following}
 
 
