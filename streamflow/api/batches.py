@@ -127,7 +127,7 @@ def batch_workflow(app: App) -> Workflow[Any, Any]:
     return streamflow_batch
 
 
-def selected_so_far(snapshot: WorkflowRunSnapshot) -> tuple[int, Json]:
+def recorded_pages(snapshot: WorkflowRunSnapshot) -> tuple[int, Json]:
     """How many pages the batch recorded, and the last page's details (``{}`` before any)."""
     pages = [p for p in snapshot.progress if p.progress_id.startswith("page-")]
     if not pages:
@@ -138,7 +138,7 @@ def selected_so_far(snapshot: WorkflowRunSnapshot) -> tuple[int, Json]:
 
 def batch_view(snapshot: WorkflowRunSnapshot) -> Json:
     """``GET /v1/batches/{id}``: the batch's order, status and progress."""
-    pages, last = selected_so_far(snapshot)
+    pages, last = recorded_pages(snapshot)
     order = snapshot.input if isinstance(snapshot.input, dict) else {}
     return {
         "batch_id": snapshot.run_id,
@@ -161,9 +161,9 @@ ListPage = Callable[[str, str | None, int], Awaitable[RunPage]]
 
 
 class BatchRunner:
-    """Does the work of batches over ``flow`` (see the module docstring); ``pages`` reads a
-    page of runs (default: ``flow.list_runs``); ``act`` hooks are the flow's calls, made
-    through ``control`` when given (a control drives what it changes)."""
+    """Does the work of batches over ``flow`` (see the module docstring): acts on each run
+    through the flow's own calls; ``pages`` reads a page of a query (default:
+    ``flow.list_runs``; a control passes where it reads listings)."""
 
     def __init__(self, flow: Flow, *, pages: ListPage | None = None) -> None:
         self._flow = flow
@@ -233,7 +233,7 @@ class BatchRunner:
         if snap.is_terminal or snap.cancellation is not None:
             return
         order = BatchOrder.from_json(snap.input)  # type: ignore[arg-type]
-        pages, last = selected_so_far(snap)
+        pages, last = recorded_pages(snap)
         last = copy.deepcopy(last)  # (the snapshot's own details are not to be changed)
         if pages and last.get("next") is None:
             await self._finish(batch_id, last)
