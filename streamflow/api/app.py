@@ -38,8 +38,10 @@ from streamflow.api.render import json_response
 from streamflow.api.schedules import ScheduleControl, ScheduleDefinition, SchedulesUnavailable
 from streamflow.core.admission import DEFAULT_PRIORITY, check_priority
 from streamflow.core.attributes import from_plain
-from streamflow.core.values import WorkflowProgress
+from streamflow.core.trace_context import TraceParent
+from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.observe.metrics import FlowMetrics
+from streamflow.otel import TRACEPARENT, running_in
 
 log = logging.getLogger("streamflow.api")
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -252,13 +254,12 @@ def create_app(
         body = b"" if metrics is None else metrics.exposition()
         return Response(body, media_type=PROMETHEUS_TEXT)
 
-    @app.post("/v1/runs", status_code=201, dependencies=[key, none])
-    async def start(body: StartBody) -> Response:
+    async def started_run(body: StartBody) -> StartResult:
         if body.attributes is not None:
             attributes = from_plain(body.attributes)
             priority = DEFAULT_PRIORITY if body.priority is None else body.priority
             check_priority(priority)
-            started = await control.start(
+            return await control.start(
                 body.workflow,
                 body.run_id,
                 body.input,
@@ -266,15 +267,21 @@ def create_app(
                 priority=priority,
                 attributes=attributes,
             )
-        elif body.priority is not None:
+        if body.priority is not None:
             check_priority(body.priority)
-            started = await control.start(
+            return await control.start(
                 body.workflow, body.run_id, body.input, body.version, priority=body.priority
             )
-        elif body.version is None:  # a control plane written before versions takes three
-            started = await control.start(body.workflow, body.run_id, body.input)
-        else:
-            started = await control.start(body.workflow, body.run_id, body.input, body.version)
+        if body.version is None:  # a control plane written before versions takes three
+            return await control.start(body.workflow, body.run_id, body.input)
+        return await control.start(body.workflow, body.run_id, body.input, body.version)
+
+    @app.post("/v1/runs", status_code=201, dependencies=[key, none])
+    async def start(body: StartBody, request: Request) -> Response:
+        # The caller's W3C trace context becomes the run's trace parent (a malformed header
+        # is ignored, as the W3C recommendation asks).
+        with running_in(TraceParent.parse(request.headers.get(TRACEPARENT))):
+            started = await started_run(body)
         answer = {"run_id": started.run_id, "created": started.created}
         return json_response(answer, 201 if started.created else 200)
 

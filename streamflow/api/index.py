@@ -59,6 +59,7 @@ from streamflow.core.views import (
 )
 from streamflow.flow import Flow
 from streamflow.observe.http import Inspector
+from streamflow.otel import TRACEPARENT, current_trace
 
 if TYPE_CHECKING:
     import httpx
@@ -394,9 +395,11 @@ class HttpIndex:
         """
         import httpx
 
+        trace = current_trace()  # the caller's span, handed on (a start records it)
+        headers = {TRACEPARENT: trace.header} if trace is not None else None
         try:
             answer = await self._client.request(
-                method, "/v1" + path, json=body, params=dict(query or {})
+                method, "/v1" + path, json=body, params=dict(query or {}), headers=headers
             )
         except httpx.HTTPError as exc:
             raise Unreachable(f"no answer from {self._url}: {type(exc).__name__}") from None

@@ -37,6 +37,8 @@ from streamflow.workflow.app import App
 from streamflow.workflow.runtime import FlowRuntime
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     from streamflow.topologies.journal_decisions import HostedDecisions
 
 ROLES = ("journal", "processor", "worker", "timer", "hooks", "limits", "observers")
@@ -363,6 +365,19 @@ def load_observer(spec: str) -> FlowEventObserver:
     return observer
 
 
+def _tracer_provider() -> TracerProvider | None:
+    """Spans to the OTLP endpoint the ``OTEL_*`` environment names, if it names one."""
+    from streamflow.observe.tracing import otlp_endpoint, provider_from_environment
+
+    try:
+        provider = provider_from_environment(held=True)
+    except ImportError as exc:
+        raise SystemExit(str(exc)) from None
+    if provider is not None:
+        log.info("observers: exporting spans to %s", otlp_endpoint())
+    return provider
+
+
 def observers_main(
     args: argparse.Namespace, settings: KafkaSettings, state: Path
 ) -> Callable[[threading.Event], None]:
@@ -389,6 +404,7 @@ def observers_main(
         transaction_timeout_ms=max(args.transaction_timeout_ms, 60_000),
         advertise=advertise,
         static_membership=args.static_membership,
+        tracer_provider=_tracer_provider(),
     )
 
     def main(stop: threading.Event) -> None:

@@ -13,6 +13,7 @@ import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streamflow.api.limits import HttpLimits
 from streamflow.cli.paths import project_on_path
@@ -21,6 +22,9 @@ from streamflow.core.tokens import HookSecret
 from streamflow.host import DEFAULT_HOST, DEFAULT_PORT, ensure_secret_file, read_secret_file
 from streamflow.host.serve import host_compatibility
 from streamflow.workflow.runtime import FlowRuntime
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 DEFAULT_DIR = Path(".streamflow")
 DEFAULT_STEP_THREADS = 16
@@ -194,6 +198,19 @@ def _announce(url: str, key_file: Path) -> None:
     )
 
 
+def _tracer_provider() -> TracerProvider | None:
+    """Spans to the OTLP endpoint the ``OTEL_*`` environment names, if it names one."""
+    from streamflow.observe.tracing import otlp_endpoint, provider_from_environment
+
+    try:
+        provider = provider_from_environment()
+    except ImportError as exc:
+        raise SystemExit(str(exc)) from None
+    if provider is not None:
+        log.info("exporting spans to %s", otlp_endpoint())
+    return provider
+
+
 async def _serve(args: argparse.Namespace) -> int:
     from streamflow.cli.run import load_runtime
     from streamflow.examples import bundle
@@ -243,6 +260,7 @@ async def _serve(args: argparse.Namespace) -> int:
         build=args.build,
         compatible_builds=args.compatible_build,
         accept_unpinned=args.accept_unpinned,
+        tracer_provider=_tracer_provider(),
     ) as served:
         _announce(served.url, key_file)
         await stop.wait()

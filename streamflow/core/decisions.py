@@ -24,6 +24,7 @@ from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.snapshot import StepSnapshot, WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import (
     CancellationRequest,
     ContinuationLink,
@@ -82,6 +83,9 @@ class LaunchRun:
     """The child's recorded admission, or the slot a successor inherits."""
     attributes: SearchAttributes | None = None
     """A successor's search attributes: those its predecessor ended with."""
+    trace: TraceParent | None = None
+    """The span the new run's span is a child of: its parent's child span, or its
+    predecessor's run span."""
 
     def events(self) -> tuple[ev.FlowEvent, ...]:
         """What creating the run appends: ``run_created``, and ``run_started`` unless the run
@@ -93,6 +97,7 @@ class LaunchRun:
             predecessor=self.predecessor,
             admission=self.admission,
             attributes=self.attributes or None,
+            trace=self.trace,
         )
         admission = self.admission
         if admission is None or not admission.claims:

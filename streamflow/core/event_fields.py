@@ -20,6 +20,7 @@ from streamflow.core.errors import SerializationError
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import format_utc, parse_utc
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
@@ -138,6 +139,12 @@ ATTRIBUTES = Codec(
     optional=True,
     omit_none=True,
 )
+TRACE = Codec(
+    lambda v: v.to_json(),
+    lambda v: None if v is None else TraceParent.from_json(v),
+    optional=True,
+    omit_none=True,
+)
 ATTRIBUTE_UPDATE = Codec(
     lambda v: v.to_json(), lambda v: SearchAttributes.from_json(v, removals=True)
 )
@@ -165,6 +172,7 @@ FIELD_CODECS: Mapping[str, Codec] = {
     "tuple[LimitClaim, ...]": CLAIMS,
     "SearchAttributes | None": ATTRIBUTES,
     "SearchAttributes": ATTRIBUTE_UPDATE,
+    "TraceParent | None": TRACE,
 }
 """The codec of an event field by its annotation, as written: a field's JSON form follows
 from its type (every ``int`` of an event is a u32 attempt; a ``bool | None`` and the links are
@@ -197,6 +205,7 @@ _BOUNDED_FIELDS = frozenset(
         "grant",
         "limits",
         "update_id",
+        "trace",
     }
 )
 """The event fields that are an identifier, a count or a time: every other field may carry data

@@ -42,6 +42,7 @@ from streamflow.core.event_fields import RETRY as RETRY
 from streamflow.core.event_fields import SIGNAL as SIGNAL
 from streamflow.core.event_fields import SPEC as SPEC
 from streamflow.core.event_fields import STR as STR
+from streamflow.core.event_fields import TRACE as TRACE
 from streamflow.core.event_fields import U32 as U32
 from streamflow.core.event_fields import UTC as UTC
 from streamflow.core.event_fields import Codec as Codec
@@ -50,6 +51,7 @@ from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import format_utc, parse_utc
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
@@ -183,6 +185,10 @@ class RunCreated(FlowEvent):
     attributes: SearchAttributes | None = None
     """The search attributes the start gave the run (a continue-as-new successor: those its
     predecessor had when it ended)."""
+    trace: TraceParent | None = None
+    """The span the run's own span is a child of (``streamflow.core.tracing``): the caller's
+    trace context at the start, the parent run's span of this child, or the predecessor's run
+    span; ``None`` for a run started outside any trace."""
 
 
 @_event("run_started", "flow.run.started", origin=Origin.HOST)

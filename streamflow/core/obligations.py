@@ -33,6 +33,7 @@ from streamflow.core.decide import (
 )
 from streamflow.core.snapshot import ChildWorkflowSnapshot, WorkflowRunSnapshot
 from streamflow.core.tokens import resolution_of
+from streamflow.core.tracing import child_context, run_context
 from streamflow.core.values import ChildWorkflowCancellationPolicy, ContinuationLink, ParentLink
 
 Obligation: TypeAlias = LaunchRun | PropagateCancellation | ResolveParent | TokenRelease | AskChild
@@ -53,6 +54,7 @@ def child_start(parent: WorkflowRunSnapshot, child: ChildWorkflowSnapshot) -> La
         input=child.input,
         parent=link,
         admission=child.admission,
+        trace=child_context(parent.run_id, parent.trace, child.child_id),
     )
 
 
@@ -70,6 +72,7 @@ def successor_start(snapshot: WorkflowRunSnapshot) -> LaunchRun | None:
         predecessor=ContinuationLink(run_id=snapshot.run_id, hop=snapshot.hop + 1),
         admission=inherited_admission(snapshot),
         attributes=snapshot.attributes or None,
+        trace=run_context(snapshot.run_id, snapshot.trace),
     )
 
 

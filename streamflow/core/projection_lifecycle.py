@@ -94,6 +94,7 @@ def _run_created(s: S, e: ev.RunCreated, env: Env) -> None:
     s.predecessor = e.predecessor
     s.admission = admission
     s.attributes = e.attributes or s.attributes
+    s.trace = e.trace
     s.base_status = WorkflowRunStatus.PENDING
     s.created_at = env.timestamp
 

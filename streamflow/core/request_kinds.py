@@ -20,6 +20,7 @@ from streamflow.core.attributes import SearchAttributes
 from streamflow.core.events import FlowEvent
 from streamflow.core.jsonvalue import JsonValue, check_json, check_text
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
@@ -49,6 +50,9 @@ class StartRun:
     attributes: SearchAttributes | None = None
     """The run's search attributes, checked
     (:func:`~streamflow.core.attributes.check_attributes`)."""
+    trace: TraceParent | None = None
+    """The caller's trace context (on Kafka: the request record's ``traceparent`` header, not
+    a field of the record)."""
 
     @property
     def system(self) -> bool:

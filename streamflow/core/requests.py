@@ -37,6 +37,7 @@ from streamflow.core import transitions as t
 from streamflow.core.decisions import (
     Decision,
     Effect,
+    LaunchRun,
     Outcome,
     Rejected,
     ResolveParent,
@@ -162,6 +163,19 @@ RequestOutcome: TypeAlias = Append | Refuse | Forward | Nothing
 
 
 # -- the decider ---------------------------------------------------------------------------------
+
+
+def launch_request(start: LaunchRun) -> StartRun:
+    """The start request that creates a child or continue-as-new successor run."""
+    return StartRun(
+        spec=start.spec,
+        input=start.input,
+        parent=start.parent,
+        predecessor=start.predecessor,
+        admission=start.admission,
+        attributes=start.attributes,
+        trace=start.trace,
+    )
 
 
 def concerned_build(snapshot: WorkflowRunSnapshot | None, request: RequestKind) -> str | None:
@@ -303,6 +317,7 @@ def _start(
         system=request.system,
         admission=request.admission,
         attributes=request.attributes,
+        trace=request.trace,
     )
     if isinstance(decision, Rejected):
         # A child or successor whose id is taken by another run fails closed; nobody waits

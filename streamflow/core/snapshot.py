@@ -54,6 +54,7 @@ from streamflow.core.snapshot_items import (
     WorkflowSignalSnapshot as WorkflowSignalSnapshot,
 )
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import (
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
@@ -151,6 +152,7 @@ class WorkflowRunSnapshot:
         "spec",
         "steps",
         "terminal_outcome",
+        "trace",
         "unconsumed_signals",
         "updated_at",
         "waits",
@@ -212,6 +214,8 @@ class WorkflowRunSnapshot:
         self.attributes: SearchAttributes = NO_ATTRIBUTES
         """The run's search attributes: the start's, with every ``run_attributes_set``
         applied."""
+        self.trace: TraceParent | None = None
+        """The span the run's own span is a child of (``run_created.trace``)."""
         self.attribute_updates: dict[str, SearchAttributes] = {}
         """The attribute updates recorded, by update id (each is applied once)."""
         self.last_sequence = 0

@@ -59,6 +59,7 @@ from streamflow.core.snapshot import (
 )
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import digests_equal
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import (
     CancellationRequest,
     CancelledOutcome,
@@ -103,6 +104,7 @@ def decide_start(
     system: bool = False,
     admission: Admission | None = None,
     attributes: SearchAttributes | None = None,
+    trace: TraceParent | None = None,
 ) -> StartDecision | Rejected:
     """Idempotent start: compare the persisted spec, then the input, before any admission.
 
@@ -113,7 +115,8 @@ def decide_start(
     a grant starts it (:func:`decide_slot_granted`). A successor's admission that inherits a
     slot starts at once with it. A retry with another priority is ``RunConflict``; the claims
     are not compared (the first recorded claims win, even if a deploy changed a key function),
-    nor are the search ``attributes`` (the run may have changed them since).
+    nor are the search ``attributes`` (the run may have changed them since) or the
+    ``trace`` context (the first start's is recorded).
     """
     if snapshot is None or snapshot.spec is None:
         created = ev.RunCreated(
@@ -123,6 +126,7 @@ def decide_start(
             predecessor=predecessor,
             admission=admission,
             attributes=attributes or None,
+            trace=trace,
         )
         if admission is not None and admission.claims:
             if admission.inherited is None:

@@ -51,6 +51,7 @@ from streamflow.engine.settings import EngineSettings
 from streamflow.engine.slots import EngineStoreView, SlotDesk
 from streamflow.engine.steps import StepRunner
 from streamflow.observe.observers import notify
+from streamflow.otel import current_trace
 from streamflow.stores.base import FlowEventStore
 from streamflow.workflow.deciding import Elsewhere, Idle, Propose, RunDecider, Stuck
 from streamflow.workflow.runtime import FlowRuntime
@@ -137,8 +138,9 @@ class Driver:
         retry; drift raises ``RunConflict``, a build this engine does not run
         ``RuntimeBuildUnavailable``). A limited workflow is recorded queued with the claims
         ``admission`` gives (default: the runtime's, at ``priority``); ``attributes``: its
-        search attributes. Returns the engine's own snapshot (copy it before handing it out)
-        and whether this call created the run."""
+        search attributes; the current OpenTelemetry span is its trace parent. Returns the
+        engine's own snapshot (copy it before handing it out) and whether this call created
+        the run."""
         validate_run_id(run_id)
         spec.validate()
         check_priority(priority)
@@ -150,7 +152,11 @@ class Driver:
             admission = self._runtime.admission(spec, value, priority)
         await self.slots_ready()
         request = rq.StartRun(
-            spec=spec, input=value, admission=admission, attributes=checked or None
+            spec=spec,
+            input=value,
+            admission=admission,
+            attributes=checked or None,
+            trace=current_trace(),
         )
         rq.check_request(request)  # a value no store could give back is refused here
         route_error = self._route_error(run_id, rq.concerned_build(None, request))
@@ -162,16 +168,8 @@ class Driver:
         An existing run with the same authority is left as it is; one with another authority
         fails closed with ``RunConflict``. No workflow code runs.
         """
-        request = rq.StartRun(
-            spec=start.spec,
-            input=start.input,
-            parent=start.parent,
-            predecessor=start.predecessor,
-            admission=start.admission,
-            attributes=start.attributes,
-        )
         await self.slots_ready()
-        await self._create(start.run_id, request, rq.Facts())
+        await self._create(start.run_id, rq.launch_request(start), rq.Facts())
 
     async def _create(
         self, run_id: str, request: rq.StartRun, facts: rq.Facts

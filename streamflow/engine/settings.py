@@ -12,12 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from opentelemetry.trace import TracerProvider
+
 from streamflow.clock import Clock, utc_now
 from streamflow.core import decide as d
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.limits import RecordLimits
 from streamflow.core.tokens import HookSecret
 from streamflow.observe.observers import FlowEventObserver
+from streamflow.observe.tracing import TracingObserver
 from streamflow.stores.base import FlowEventStore
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.workflow.deciding import DEFAULT_MAX_REPLAY_ITERATIONS
@@ -78,6 +81,7 @@ class FlowEngineBuilder:
         self._store: FlowEventStore | None = None
         self._observers: list[FlowEventObserver] = []
         self._settings = EngineSettings()
+        self._tracing: TracerProvider | None = None
 
     def with_store(self, store: FlowEventStore) -> FlowEngineBuilder:
         self._store = store
@@ -93,6 +97,13 @@ class FlowEngineBuilder:
         ``streamflow.engine.http.serve``)."""
         self._observers.append(metrics)
         self._settings = replace(self._settings, metrics=metrics)
+        return self
+
+    def with_tracer_provider(self, provider: TracerProvider) -> FlowEngineBuilder:
+        """Describe every run's spans to ``provider`` (an OpenTelemetry ``TracerProvider``) as
+        their events commit: the run, each step attempt, timer, signal wait, hook and child,
+        with history's times and ids (:mod:`streamflow.observe.tracing`)."""
+        self._tracing = provider
         return self
 
     def with_runtime_build_compatibility(
@@ -158,5 +169,8 @@ class FlowEngineBuilder:
         from streamflow.engine.engine import FlowEngine
 
         store = self._store if self._store is not None else InMemoryEventStore()
-        settings = replace(self._settings, observers=tuple(self._observers))
+        observers = list(self._observers)
+        if self._tracing is not None:
+            observers.append(TracingObserver(self._tracing, history=store.list))
+        settings = replace(self._settings, observers=tuple(observers))
         return FlowEngine(store, self._runtime, settings)

@@ -9,7 +9,6 @@ outcomes through the driver's commit, so every append still goes through one pla
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -21,12 +20,14 @@ from streamflow.core.errors import EventConflict, PayloadTooLarge, ReplayLimitEx
 from streamflow.core.jsonvalue import normalize
 from streamflow.core.limits import check_payload
 from streamflow.core.projection import ProjectedRun
+from streamflow.core.tracing import step_context
 from streamflow.engine.runs import RunCache
 from streamflow.engine.settings import EngineSettings
 from streamflow.workflow.runtime import (
     FlowRuntime,
     HistoryView,
     StepInvocation,
+    invoke_step,
     json_copy,
     retryable,
     step_error,
@@ -113,6 +114,9 @@ class StepRunner:
             attempt=effect.attempt,
             idempotency_key=effect.idempotency_key,
             hook_secret=self._s.hook_secret,
+            trace=step_context(
+                effect.run_id, cached.snapshot.trace, effect.step_id, effect.attempt
+            ),
         )
         try:
             output = await self._call(invocation)
@@ -128,11 +132,4 @@ class StepRunner:
         return d.StepSucceeded(value)
 
     async def _call(self, invocation: StepInvocation) -> object:
-        run_step = self._runtime.run_step
-        if inspect.iscoroutinefunction(run_step):
-            return await run_step(invocation)
-        loop = asyncio.get_running_loop()
-        output = await loop.run_in_executor(self._pool, run_step, invocation)
-        if inspect.isawaitable(output):
-            output = await output
-        return output
+        return await invoke_step(self._runtime.run_step, invocation, self._pool)

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     # Imported where they are used: ``import streamflow`` and ``streamflow.serve`` load no web
     # framework, engine, RocksDB or Prometheus client until an app is served.
     from streamflow.api import EmbeddedControl
@@ -140,6 +142,7 @@ async def serve(
     build: str | None = None,
     compatible_builds: Iterable[str] = (),
     accept_unpinned: bool = False,
+    tracer_provider: TracerProvider | None = None,
 ) -> AsyncIterator[Served]:
     """Host ``app`` and serve the HTTP API until the block exits.
 
@@ -164,7 +167,8 @@ async def serve(
     the old one listed). ``accept_unpinned``: admit runs without a pin too. Open runs of a
     build the host does not admit are logged at start, shown with ``"route": false`` by
     ``/v1/builds``, and requests to them are refused with ``RuntimeBuildUnavailable``
-    (:func:`host_compatibility`).
+    (:func:`host_compatibility`). ``tracer_provider``: where every run's spans go
+    (``FlowEngineBuilder.with_tracer_provider``).
 
     On start the scheduler recovers the runs a previous process left open, then fires timers
     and delayed retries as they fall due. On exit the server stops accepting, lets requests
@@ -201,6 +205,8 @@ async def serve(
             builder = builder.with_metrics(metrics)
         if step_threads is not None:
             builder = builder.with_step_threads(step_threads)
+        if tracer_provider is not None:
+            builder = builder.with_tracer_provider(tracer_provider)
         engine = builder.build()
         control = EmbeddedControl(engine, app)
         if isinstance(app, App):

@@ -77,6 +77,7 @@ from streamflow.kafka.readers import (
     retention_facts as retention_facts,
 )
 from streamflow.kafka.schedules import KafkaSchedules
+from streamflow.otel import current_trace
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 
@@ -160,6 +161,7 @@ class FlowClient:
             input=self._payload(input, "workflow input"),
             admission=admission,
             attributes=check_attributes(attributes) or None,
+            trace=current_trace(),
         )
         # Followed before the request is sent: its run_finished notice may be read before
         # the reply to the start is.

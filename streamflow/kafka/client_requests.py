@@ -31,6 +31,7 @@ from streamflow.core.tokens import token_digest
 from streamflow.kafka.clients import partition_count, poll_batch, producer, read_targets, reader
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
+from streamflow.otel import trace_headers
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import to_error
@@ -140,6 +141,7 @@ class ClientRequests:
                 key=run_id.encode(),
                 value=self._wire.encode(request),
                 partition=partition_for(run_id, self._partitions),
+                headers=trace_headers(body.trace) if isinstance(body, m.StartRun) else None,
             ),
             f"{type(body).__name__} for run {run_id}",
         )

@@ -51,6 +51,7 @@ from streamflow.core.retry import RetryPolicy
 from streamflow.core.schedules import CatchUp, Overlap, Schedule, ScheduleState
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import RESOLUTIONS, is_token_digest
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import (
     CancellationRequest,
     CancelledOutcome,
@@ -498,6 +499,27 @@ ADMISSION = RecordMap(
 )
 SEARCH_ATTRIBUTES = Conv(search.optional_to_avro, search.optional_from_avro)
 """A run's search attributes (``["null", array of SearchAttribute]``; none: ``null``)."""
+TRACE_CONTEXT = RecordMap(
+    "TraceContext",
+    TraceParent,
+    (("trace_id", SAME), ("span_id", SAME), ("sampled", SAME)),
+)
+"""A W3C trace context (``RunCreated.trace``). Decoding builds a ``TraceParent``, whose
+constructor refuses malformed ids (a ``SerializationError``: the record is dead-lettered)."""
+
+
+def _trace_to(value: TraceParent) -> AvroRecord:
+    # Checked again on the way out, so that what decoding would refuse is never written (a
+    # TraceParent's fields could have been set past its constructor).
+    if not isinstance(value, TraceParent):
+        raise SerializationError(f"must be a TraceParent, got {type(value).__name__}")
+    if not isinstance(value.sampled, bool):
+        raise SerializationError(f"trace context 'sampled' must be a bool, got {value.sampled!r}")
+    return TRACE_CONTEXT.to_avro(TraceParent(value.trace_id, value.span_id, value.sampled))
+
+
+TRACE = Conv(_optional(_trace_to), _optional(TRACE_CONTEXT.from_avro))
+"""``["null", TraceContext]``: ``None`` (a run outside any trace) or the plain record."""
 ERROR_INFO = RecordMap(
     "ErrorInfo", ErrorInfo, (("type", SAME), ("message", SAME), ("fields", Conv(dict, dict)))
 )
@@ -546,6 +568,7 @@ _EVENT_FIELD_CONVS: dict[ev.Codec, Conv] = {
     ev.CLAIMS: _CLAIMS,
     ATTRIBUTES: SEARCH_ATTRIBUTES,
     ATTRIBUTE_UPDATE: Conv(search.update_to_avro, search.update_from_avro),
+    ev.TRACE: TRACE,
 }
 
 EVENTS: tuple[RecordMap, ...] = tuple(

@@ -18,7 +18,7 @@ and the cached runs are ``journal_state``'s.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Unpack
@@ -47,6 +47,7 @@ from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
+from streamflow.otel import header_trace
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.topologies.common import LocalState, send_dead_letter
@@ -263,6 +264,11 @@ class Journal(TransactionalTopology):
         now = self._clock()
         try:
             request = self._wire.decode_value(msg.value(), m.Request)
+            if isinstance(request.body, m.StartRun):
+                # The caller's trace context rides in the record's traceparent header.
+                trace = header_trace(msg.headers())
+                if trace is not None:
+                    request = replace(request, body=replace(request.body, trace=trace))
             # A value no store could give back (too deep, a lone surrogate, NaN) is refused
             # like a body that does not decode: parked, and its sender told why.
             rq.check_request(request.body)

@@ -38,6 +38,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
+from streamflow.core import requests as rq
 from streamflow.core.errors import ContinueAsNewLimitExceeded, FlowError
 from streamflow.core.ids import idempotency_key
 from streamflow.core.limits import check_events
@@ -46,9 +47,11 @@ from streamflow.core.obligations import newly_owed, owed
 from streamflow.core.projection import evolve
 from streamflow.core.slots import holdings, slot_changes
 from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.tracing import step_context
 from streamflow.kafka.clients import close_producer, partition_count, producer
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, history_key, partition_for
+from streamflow.otel import trace_headers
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import error_info
@@ -185,7 +188,7 @@ class JournalOutput:
             txn.batch.put("events", key, value)  # local state keeps the wire bytes
             txn.staged.setdefault(run_id, []).append(envelope)
             if task is not None:
-                self._produce_task(snap, task)
+                self._produce_task(snap, task, event)
             if event.is_terminal():
                 self._finished(snap, now)
         if self._refused.pop(run_id) is not None:
@@ -209,14 +212,7 @@ class JournalOutput:
         body: m.RequestBody
         if isinstance(effect, d.LaunchRun):
             target = effect.run_id
-            body = m.StartRun(
-                spec=effect.spec,
-                input=effect.input,
-                parent=effect.parent,
-                predecessor=effect.predecessor,
-                admission=effect.admission,
-                attributes=effect.attributes,
-            )
+            body = rq.launch_request(effect)
             if effect.parent is not None and effect.predecessor is None:
                 txn.child_starts += 1
         elif isinstance(effect, d.ResolveParent):
@@ -257,7 +253,7 @@ class JournalOutput:
         *,
         partition: int | None = None,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
         """Produce one record into the open transaction (the producer's own default for a
         partition, delivery callback or headers not given)."""
@@ -271,12 +267,15 @@ class JournalOutput:
         self._port.producer.produce(topic, key=key, value=value, **given)
 
     def send(self, request: m.Request) -> None:
-        """Produce a request to its run's journal, in the open transaction."""
+        """Produce a request to its run's journal, in the open transaction (a start with a
+        trace context carries it in its ``traceparent`` header)."""
+        body = request.body
         self.produce(
             self._names.requests,
             request.run_id.encode(),
             self._wire.encode(request),
             partition=partition_for(request.run_id, self._partitions),
+            headers=trace_headers(body.trace) if isinstance(body, m.StartRun) else None,
         )
 
     def forward(self, request: m.Request, successor: str, now: datetime) -> None:
@@ -310,7 +309,8 @@ class JournalOutput:
         )
 
     def _task(self, snap: WorkflowRunSnapshot, event: ev.FlowEvent, sequence: int) -> bytes | None:
-        """The encoded step task a ``step_started`` owes its build's workers."""
+        """The encoded step task a ``step_started`` owes its build's workers (its headers:
+        :meth:`_task_headers`)."""
         if not isinstance(event, ev.StepStarted):
             return None
         step = snap.steps[event.step_id]
@@ -329,7 +329,10 @@ class JournalOutput:
             )
         )
 
-    def _produce_task(self, snap: WorkflowRunSnapshot, task: bytes) -> None:
+    def _produce_task(self, snap: WorkflowRunSnapshot, task: bytes, event: ev.FlowEvent) -> None:
+        """Produce a step task with its attempt's span context in a ``traceparent`` header."""
+        assert isinstance(event, ev.StepStarted)
+        trace = step_context(snap.run_id, snap.trace, event.step_id, event.attempt)
         topic = self._names.tasks(snap.runtime_build_id)
         partitions = self._task_partitions.get(topic)
         if partitions is None:
@@ -339,6 +342,7 @@ class JournalOutput:
             snap.run_id.encode(),
             task,
             partition=partition_for(snap.run_id, partitions),
+            headers=trace_headers(trace),
         )
 
     def _finished(self, snap: WorkflowRunSnapshot, now: datetime) -> None:

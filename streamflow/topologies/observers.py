@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from confluent_kafka import OFFSET_END, Message, Producer, TopicPartition
+from opentelemetry.trace import TracerProvider
 
 from streamflow.core.errors import FlowError, SerializationError
 from streamflow.core.events import FlowEventEnvelope
@@ -54,6 +55,7 @@ from streamflow.kafka.naming import Names, partition_for, split_history_key
 from streamflow.observe.http import Inspector
 from streamflow.observe.metrics import FlowMetrics
 from streamflow.observe.observers import FlowEventObserver, notify
+from streamflow.observe.tracing import TracingObserver
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.stores.inspect import StoreInspector
@@ -97,13 +99,16 @@ class Observers(TransactionalTopology):
         metrics: FlowMetrics | None = None,
         metrics_interval: float = DEFAULT_METRICS_INTERVAL,
         advertise: str | None = None,
+        tracer_provider: TracerProvider | None = None,
         **options: Unpack[TransactionalOptions],
     ) -> None:
-        """``advertise``: the URL of this instance's inspection API, published to the other
-        instances of the group (``streamflow.topologies.inspection``); ``options``: the instance
-        name, clock, group membership and transaction tuning
-        (:class:`~streamflow.topologies.options.Tuning`; the observers take up to 1000 records
-        in a transaction of up to 60 s)."""
+        """``tracer_provider``: where the spans of every history record go (see
+        :meth:`_trace`; one whose ``force_flush`` exports at once and says whether the
+        collector took them: ``provider_from_environment(held=True)``); ``advertise``: the
+        URL of this instance's inspection API, published to the other instances of the group
+        (``streamflow.topologies.inspection``); ``options``: the instance name, clock, group
+        membership and transaction tuning (:class:`~streamflow.topologies.options.Tuning`;
+        the observers take up to 1000 records in a transaction of up to 60 s)."""
         names = Names(settings.namespace)
         overrides: dict[str, object] = {}
         if advertise is not None:
@@ -114,7 +119,14 @@ class Observers(TransactionalTopology):
         self.metrics = metrics or FlowMetrics(clock=self._clock)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.index = RocksDBEventStore(state_dir / "index")
-        self._offsets = LocalState(state_dir / "offsets", ("meta",))
+        self._offsets = LocalState(state_dir / "offsets", ("meta", "spans"))
+        self._tracing = (
+            None
+            if tracer_provider is None
+            else TracingObserver(tracer_provider, exported=self._exported)
+        )
+        self._marked = any(True for _ in self._offsets.scan("spans"))
+        """Whether local state holds marks of exported spans."""
         self._indexed: dict[int, int] = {}
         """Partition -> next offset the index has copied, not yet saved."""
         self._reached: dict[int, int] = {}
@@ -201,6 +213,8 @@ class Observers(TransactionalTopology):
         except SerializationError as exc:
             self.dead_letter(msg, str(exc))
             return
+        if self._tracing is not None:
+            self._trace(self._tracing, envelope)
         status = self._observe(envelope, msg)
         record = m.AuditRecord(
             run_id=envelope.run_id,
@@ -218,6 +232,39 @@ class Observers(TransactionalTopology):
             self._names.audit, key=envelope.run_id.encode(), value=self._wire.encode(record)
         )
         self._produced = True
+
+    def _trace(self, tracing: TracingObserver, envelope: FlowEventEnvelope) -> None:
+        """Describe the spans ``envelope`` ends. Every record is traced, seen before or not
+        (a run's fold is rebuilt from the index when needed): the spans of a transaction are
+        exported, and marked exported in local state, before it commits
+        (:meth:`prepare_commit`), so the records of a transaction that did not commit come
+        again and describe only the spans that were not exported."""
+        try:
+            history = self.index.read(envelope.run_id) if tracing.needs_history(envelope) else None
+            tracing.record(envelope, history)
+        except Exception:
+            log.exception(
+                "observers: tracing failed on %s seq %d", envelope.run_id, envelope.sequence
+            )
+
+    def _exported(self, key: str) -> bool:
+        return self._offsets.get("spans", key.encode()) is not None
+
+    def prepare_commit(self) -> None:
+        """Export the spans of the open transaction before it commits, and mark them exported
+        (the marks go at the next commit: no committed record describes a span again). A
+        collector that refuses them gets them again at the next commit."""
+        tracing = self._tracing
+        if tracing is None or not tracing.described_keys:
+            return
+        if not tracing.flush():
+            log.warning("observers: the trace collector did not take the spans; retrying later")
+            return
+        batch = self._offsets.batch()
+        for key in tracing.take_described():
+            batch.put("spans", key.encode(), b"")
+        self._offsets.write(batch)
+        self._marked = True
 
     def dead_letter(self, msg: Message, reason: str) -> None:
         """Park a history record it cannot handle (undecodable, or one whose handling raised)
@@ -297,8 +344,14 @@ class Observers(TransactionalTopology):
         log.info("observers: restored %d events of history partition %d", copied, partition)
 
     def committed(self) -> None:
-        """Save how far the index has copied each partition."""
+        """Save how far the index has copied each partition, and drop the marks of exported
+        spans (their records are committed)."""
         self._save_offsets()
+        if self._marked:
+            batch = self._offsets.batch()
+            batch.delete_range("spans", b"", b"\xff")
+            self._offsets.write(batch)
+            self._marked = False
 
     def aborted(self) -> None:
         """Save how far the index has copied each partition (what was ingested stays, committed

@@ -13,7 +13,6 @@ exactly one outcome per attempt.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 import time
@@ -27,6 +26,7 @@ from streamflow import faults
 from streamflow.core.errors import PayloadTooLarge
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import check_payload
+from streamflow.core.trace_context import TraceParent
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
     Deadline,
@@ -37,12 +37,14 @@ from streamflow.kafka.clients import (
 )
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, build_slug, partition_for
+from streamflow.otel import header_trace
 from streamflow.serde import messages as m
 from streamflow.topologies.options import ServingOptions
 from streamflow.topologies.serving import BuildServer
 from streamflow.workflow.runtime import (
     FlowRuntime,
     StepInvocation,
+    invoke_step,
     json_copy,
     retryable,
     step_error,
@@ -204,7 +206,8 @@ class Worker(BuildServer):
         if task is None:
             self._offsets.finish(tp, offset)
             return
-        running = asyncio.ensure_future(self._execute(task, tp, offset))
+        trace = header_trace(msg.headers())
+        running = asyncio.ensure_future(self._execute(task, tp, offset, trace))
         self._tasks.add(running)
         running.add_done_callback(self._tasks.discard)
 
@@ -238,7 +241,9 @@ class Worker(BuildServer):
             retryable=retryable,
         )
 
-    async def _execute(self, task: m.StepTask, tp: Partition, offset: int) -> None:
+    async def _execute(
+        self, task: m.StepTask, tp: Partition, offset: int, trace: TraceParent | None
+    ) -> None:
         invocation = StepInvocation(
             run_id=task.run_id,
             step_id=task.step_id,
@@ -248,6 +253,7 @@ class Worker(BuildServer):
             attempt=task.attempt,
             idempotency_key=task.idempotency_key,
             hook_secret=self._hook_secret,
+            trace=trace,
         )
         try:
             value = normalize(await self._call(invocation), f"step {task.step_id} output")
@@ -275,14 +281,7 @@ class Worker(BuildServer):
         )
 
     async def _call(self, invocation: StepInvocation) -> object:
-        run_step = self._runtime.run_step
-        if inspect.iscoroutinefunction(run_step):
-            return await run_step(invocation)
-        loop = asyncio.get_running_loop()
-        output = await loop.run_in_executor(self._pool, run_step, invocation)
-        if inspect.isawaitable(output):
-            output = await output
-        return output
+        return await invoke_step(self._runtime.run_step, invocation, self._pool)
 
     def _commit(self, *, asynchronous: bool = False) -> None:
         positions = self._offsets.safe_offsets()

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import copy
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -17,6 +22,8 @@ from streamflow.core.projection import ProjectedRun, project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import HookSecret, derive_hook_token
+from streamflow.core.trace_context import TraceParent
+from streamflow.otel import running_in
 from streamflow.workflow.typed import decode
 
 if TYPE_CHECKING:
@@ -120,6 +127,8 @@ class StepInvocation:
     """``flow:{run_id}:{step_id}``: stable across attempts and redeliveries."""
     hook_secret: HookSecret | None = field(default=None, repr=False, compare=False)
     """The host's hook secret (``hook_token``), if it configured one."""
+    trace: TraceParent | None = None
+    """The attempt's span context: the current OpenTelemetry span while the step runs."""
 
     def input_as(self, model: type[T]) -> T:
         """The step's input validated as ``model``; ``SerializationError`` when it does not
@@ -315,3 +324,22 @@ class FlowRuntime:
         fail the attempt (the retry policy decides what follows) or ``NonRetryable`` to fail the
         step at once. The default raises ``RuntimeFailure``: the runtime has no steps."""
         raise RuntimeFailure(f"{type(self).__name__} has no step {invocation.step_name!r}")
+
+
+async def invoke_step(
+    run_step: Callable[[StepInvocation], object],
+    invocation: StepInvocation,
+    pool: Executor | None,
+) -> object:
+    """Run one step attempt with ``run_step`` (a runtime's), inside the attempt's span
+    context: on the event loop for an ``async def``, else on ``pool`` (the context goes with
+    it), awaiting whatever it returns."""
+    with running_in(invocation.trace):
+        if inspect.iscoroutinefunction(run_step):
+            return await run_step(invocation)
+        loop = asyncio.get_running_loop()
+        call = functools.partial(contextvars.copy_context().run, run_step, invocation)
+        output = await loop.run_in_executor(pool, call)
+        if inspect.isawaitable(output):
+            output = await output
+        return output

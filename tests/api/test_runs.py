@@ -387,3 +387,28 @@ def test_the_console_is_served_when_the_package_ships_it(
         page = httpx.get(f"{url}/console/")
         assert (page.status_code, page.text) == (200, "<h1>runs</h1>")
         assert httpx.get(f"{url}/", follow_redirects=True).text == "<h1>runs</h1>"
+
+
+def test_a_start_records_the_callers_traceparent_and_ignores_a_malformed_one(
+    api_stack: ApiStack,
+) -> None:
+    """The W3C ``traceparent`` header of ``POST /v1/runs`` becomes the run's trace parent (its
+    span is a child of the caller's); a malformed header is ignored, as the W3C asks, and the
+    run is its own trace."""
+    header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    body = {"workflow": "api.echo", "run_id": "traced-1", "input": {"n": 1}}
+    assert api_stack.client.post("/v1/runs", json=body, headers={"traceparent": header}).is_success
+    body = {"workflow": "api.echo", "run_id": "traced-2", "input": {"n": 1}}
+    bad = {"traceparent": "00-zz-00f067aa0ba902b7-01"}
+    assert api_stack.client.post("/v1/runs", json=body, headers=bad).is_success
+
+    def created(run_id: str) -> dict[str, Any]:
+        events = api_stack.client.get(f"/v1/runs/{run_id}/history").json()["events"]
+        return next(e["body"] for e in events if e["type"] == "run_created")
+
+    assert created("traced-1")["trace"] == {
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "span_id": "00f067aa0ba902b7",
+        "sampled": True,
+    }
+    assert "trace" not in created("traced-2")

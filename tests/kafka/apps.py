@@ -16,6 +16,8 @@ import os
 import time
 from datetime import timedelta
 
+from opentelemetry.trace import get_current_span
+
 from streamflow import (
     FlowRuntime,
     RuntimeCommand,
@@ -71,6 +73,12 @@ class Ledgered(FlowRuntime):
             ledger.write(line)
             ledger.flush()
             os.fsync(ledger.fileno())
+        spans = os.environ.get("STREAMFLOW_TEST_SPANS")
+        if spans:  # the span step code runs in, for the tracing tests
+            ctx = get_current_span().get_span_context()
+            with open(spans, "a") as out:
+                out.write(f"{invocation.run_id} {invocation.step_id} {invocation.attempt} ")
+                out.write(f"{ctx.trace_id:032x} {ctx.span_id:016x}\n")
         return {"done": invocation.step_id}
 
 

@@ -17,6 +17,7 @@ from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryPolicy, StepFailureAction
 from streamflow.core.schedules import CatchUp, Overlap, Schedule, ScheduleState
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import (
     CancellationRequest,
     CancelledOutcome,
@@ -170,6 +171,10 @@ UPDATE_FULL = check_attributes(
 )
 """An update: a removal, a float attribute set to an int, and values of the other kinds."""
 UPDATE_MIN = check_attributes({}, removals=True)
+TRACE_FULL = TraceParent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", sampled=True)
+"""The W3C specification's example trace context."""
+TRACE_MIN = TraceParent("0" * 31 + "1", "0" * 15 + "1", sampled=False)
+"""The smallest ids that are not all zero, not sampled."""
 
 TOKEN = "tok-S3cr3t-9f8e7d6c5b4a"
 """A plaintext hook token: only ``HookCallback`` may carry it."""
@@ -203,6 +208,7 @@ EVENTS_FULL: list[FlowEvent] = [
         predecessor=PREDECESSOR_FULL,
         admission=ADMISSION_FULL,
         attributes=ATTRIBUTES_FULL,
+        trace=TRACE_FULL,
     ),
     ev.RunStarted(grant=GRANT_FULL),
     ev.RunCompleted(output=RICH),
@@ -668,6 +674,7 @@ EVERY_VALUE: list[WireValue] = [
     request(StartRun(spec=SPEC_MIN, admission=Admission(claims=CLAIMS_FULL)), full=False),
     envelope(ev.RunCreated(spec=SPEC_MIN, attributes=ATTRIBUTES_MIN)),
     request(StartRun(spec=SPEC_MIN, attributes=ATTRIBUTES_MIN), full=False),
+    envelope(ev.RunCreated(spec=SPEC_MIN, trace=TRACE_MIN)),
     envelope(
         ev.RunAttributesSet(update_id="u", attributes=check_attributes({"a": None}, removals=True))
     ),

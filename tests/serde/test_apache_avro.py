@@ -13,8 +13,12 @@ import avro.errors
 import avro.io
 import pytest
 
+import streamflow.core.events as ev
 from streamflow.core.attributes import check_attributes, kind_of
+from streamflow.core.errors import SerializationError
+from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.trace_context import TraceParent
 from streamflow.serde import codec, records
 from streamflow.serde.codec import HEADER_SIZE, MAGIC
 from streamflow.serde.messages import (
@@ -117,6 +121,72 @@ def test_a_request_built_by_hand_with_apache_avro_decodes() -> None:
         ),
     )
     assert codec.decode_request(data) == expected
+
+
+def _run_created_datum(trace: dict[str, Any] | None) -> dict[str, Any]:
+    """A ``HistoryRecord`` of a ``RunCreated`` as another implementation fills it in."""
+    return {
+        "run_id": "order-42",
+        "sequence": 1,
+        "event_id": "e-1",
+        "timestamp": datetime(2026, 3, 1, 9, 30, tzinfo=UTC),
+        "event": apache.Named(
+            "streamflow.v1.RunCreated",
+            {
+                "spec": {
+                    "name": "orders.fulfill",
+                    "version": "3",
+                    "runtime": {
+                        "kind": "python",
+                        "entrypoint": "app.orders",
+                        "export_name": "Orders",
+                    },
+                    "runtime_build_id": None,
+                    "patch_markers": [],
+                    "signal_names": [],
+                },
+                "input": b"null",
+                "parent": None,
+                "predecessor": None,
+                "admission": None,
+                "attributes": None,
+                "trace": trace,
+            },
+        ),
+    }
+
+
+def test_a_run_created_with_a_trace_context_written_by_apache_avro_decodes() -> None:
+    """Another implementation writes ``RunCreated.trace`` as a plain ``TraceContext`` record
+    (the union's only record branch); a malformed id is a ``SerializationError`` (the record is
+    dead-lettered), never a run outside any trace."""
+    schema_json = codec.schema_json("HistoryRecord")
+    schema = apache.parse(schema_json)
+    header = MAGIC + apache.fingerprint(schema_json)
+    trace = {
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "span_id": "00f067aa0ba902b7",
+        "sampled": False,
+    }
+    data = header + apache.write_body(schema, _run_created_datum(trace))
+    assert codec.decode_history(data) == FlowEventEnvelope(
+        run_id="order-42",
+        sequence=1,
+        event_id="e-1",
+        timestamp=datetime(2026, 3, 1, 9, 30, tzinfo=UTC),
+        event=ev.RunCreated(
+            spec=WorkflowSpec.python("orders.fulfill", "3", "app.orders", "Orders"),
+            trace=TraceParent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", False),
+        ),
+    )
+    untraced = header + apache.write_body(schema, _run_created_datum(None))
+    assert codec.decode_history(untraced).event == ev.RunCreated(
+        spec=WorkflowSpec.python("orders.fulfill", "3", "app.orders", "Orders")
+    )
+    for field, bad in (("trace_id", trace["trace_id"].upper()), ("span_id", "00f067aa")):
+        malformed = header + apache.write_body(schema, _run_created_datum({**trace, field: bad}))
+        with pytest.raises(SerializationError, match=r"RunCreated\.trace: invalid trace context"):
+            codec.decode_history(malformed)
 
 
 def _plain(datum: Any) -> Any:

@@ -17,6 +17,7 @@ import streamflow.core.events as ev
 from streamflow.core.attributes import SearchAttributes
 from streamflow.core.errors import PayloadTooLarge, SerializationError
 from streamflow.core.retry import RetryPolicy
+from streamflow.core.trace_context import TraceParent
 from streamflow.serde import codec, records
 from streamflow.serde.codec import (
     DEAD_LETTER_MAX_SIZE,
@@ -299,6 +300,73 @@ def test_invalid_search_attributes_are_refused_on_encode(
     ):
         with pytest.raises(SerializationError, match=reason):
             codec.encode(value)
+
+
+MALFORMED_TRACES = [
+    ("trace_id", "4BF92F3577B34DA6A3CE929D0E0E4736"),  # upper case
+    ("trace_id", "4bf92f3577b34da6a3ce929d0e0e473"),  # 31 digits
+    ("trace_id", "4bf92f3577b34da6a3ce929d0e0e47360"),  # 33 digits
+    ("trace_id", "0" * 32),  # all zero: invalid
+    ("trace_id", "4bf92f3577b34da6a3ce929d0e0e473g"),  # not hex
+    ("trace_id", ""),
+    ("span_id", "00f067aa0ba902b"),  # 15 digits
+    ("span_id", "0" * 16),
+    ("span_id", "00f067aa0ba902b7".upper()),
+    ("span_id", "00f067aa-ba902b7"),
+]
+"""``TraceContext`` fields a W3C ``traceparent`` cannot carry (field, value)."""
+
+
+@pytest.mark.parametrize(("field", "value"), MALFORMED_TRACES)
+def test_a_malformed_trace_context_is_rejected_from_history(field: str, value: str) -> None:
+    """A ``RunCreated`` whose trace context is malformed is a ``SerializationError`` (its
+    record is dead-lettered), never a run outside any trace."""
+    _, record = codec.decode_record(codec.encode_history(ex.envelope(ex.EVENTS_FULL[0])))
+    kind, event = record["event"]
+    assert kind == "streamflow.v1.RunCreated"
+    event["trace"][field] = value
+    with pytest.raises(
+        SerializationError, match=r"invalid HistoryRecord: .*RunCreated\.trace: invalid trace"
+    ):
+        codec.decode_history(codec.encode_record("HistoryRecord", record))
+
+
+@pytest.mark.parametrize(("field", "value"), MALFORMED_TRACES[:2])
+def test_a_malformed_trace_context_is_rejected_from_a_proposal(field: str, value: str) -> None:
+    _, record = codec.decode_record(REQUEST)
+    kind, proposal = record["body"]
+    assert kind == "streamflow.v1.Proposal"
+    created_kind, created = proposal["events"][0]
+    assert created_kind == "streamflow.v1.RunCreated"
+    created["trace"][field] = value
+    with pytest.raises(
+        SerializationError, match=r"invalid Request: .*RunCreated\.trace: invalid trace"
+    ):
+        codec.decode_request(codec.encode_record("Request", record))
+
+
+def _unchecked_trace(trace_id: str, span_id: str, sampled: object) -> TraceParent:
+    """A ``TraceParent`` whose fields were set past its constructor's check."""
+    trace = object.__new__(TraceParent)
+    for name, value in (("trace_id", trace_id), ("span_id", span_id), ("sampled", sampled)):
+        object.__setattr__(trace, name, value)
+    return trace
+
+
+@pytest.mark.parametrize(
+    ("trace", "reason"),
+    [
+        (_unchecked_trace("0" * 32, "00f067aa0ba902b7", True), "invalid trace context"),
+        (_unchecked_trace(ex.TRACE_FULL.trace_id, "short", True), "invalid trace context"),
+        (_unchecked_trace(ex.TRACE_FULL.trace_id, ex.TRACE_FULL.span_id, 1), "must be a bool"),
+        ({"trace_id": ex.TRACE_FULL.trace_id}, "must be a TraceParent, got dict"),
+    ],
+)
+def test_a_malformed_trace_context_is_refused_on_encode(trace: Any, reason: str) -> None:
+    """What decoding would refuse is never written."""
+    value = ex.envelope(ev.RunCreated(spec=ex.SPEC_MIN, trace=trace))
+    with pytest.raises(SerializationError, match=rf"RunCreated\.trace: .*{reason}"):
+        codec.encode(value)
 
 
 # -- flow control: the limits topology's records ------------------------------------------------

@@ -15,6 +15,7 @@ import streamflow.core.events as ev
 from streamflow.core.errors import InvalidPayload, SerializationError
 from streamflow.core.events import EVENT_TYPES, FlowEventEnvelope
 from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import CancellationRequest, OutcomeType
 from streamflow.serde import codec
 from streamflow.serde.messages import (
@@ -180,6 +181,19 @@ def test_spec_optionals_and_retry_policy_survive() -> None:
     assert created.spec.patch_markers == ("fix-1", "fix-2")
     assert created.spec.signal_names == ("approve", "reject")
     assert created.spec.to_json() == ex.SPEC_FULL.to_json()
+
+
+@pytest.mark.parametrize("trace", [ex.TRACE_FULL, ex.TRACE_MIN, None], ids=["full", "min", "none"])
+def test_a_run_created_keeps_its_trace_context(trace: TraceParent | None) -> None:
+    value = ex.envelope(ev.RunCreated(spec=ex.SPEC_MIN, trace=trace))
+    for data in (
+        codec.encode_history(value),
+        codec.encode_request(ex.request(Proposal(expected_sequence=1, events=(value.event,)))),
+    ):
+        decoded = codec.decode(data)
+        event = decoded.event if isinstance(decoded, FlowEventEnvelope) else decoded.body.events[0]
+        assert isinstance(event, ev.RunCreated)
+        assert event.trace == trace
 
 
 def test_instants_decode_as_utc_and_keep_microseconds() -> None:

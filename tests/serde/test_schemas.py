@@ -24,6 +24,7 @@ from streamflow.core.retention import FlowHistoryTombstone, HistoryHold
 from streamflow.core.retry import RetryBackoff, RetryPolicy, StepFailureAction
 from streamflow.core.schedules import Schedule, ScheduleState
 from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import (
     CancellationRequest,
     CancelledOutcome,
@@ -59,14 +60,14 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "94abbdd12af5e775",
-    "HistoryRecord": "601308f53880ee3a",
+    "Request": "def99169c9a129e8",
+    "HistoryRecord": "4e3925776373f9f4",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "e4595c8a1d35824f",
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "0b1714bfa2986a3c",
-    "HookRequest": "33c3ad8a5ceff9a3",
+    "HookRequest": "9ad9190ad8bdc392",
     "TokenRecord": "c1e6433bc5811e9b",
     "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
@@ -110,6 +111,9 @@ RETIRED_FINGERPRINTS = {
     "8405132bc5b203e1": "Request",
     "d0502d1751d7dc18": "HistoryRecord",
     "07cca32548f232e3": "HookRequest",
+    "94abbdd12af5e775": "Request",
+    "601308f53880ee3a": "HistoryRecord",
+    "33c3ad8a5ceff9a3": "HookRequest",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
@@ -178,6 +182,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "WorkflowSignal": WorkflowSignal,
     "ParentLink": ParentLink,
     "ContinuationLink": ContinuationLink,
+    "TraceContext": TraceParent,
     "CompletedOutcome": Completed,
     "FailedOutcome": Failed,
     "CancelledOutcome": CancelledOutcome,
@@ -231,7 +236,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 114
+    assert len(FILES) == len(DEFINITIONS) == 115
 
 
 def test_shipped_fingerprints_are_pinned() -> None:
@@ -270,11 +275,17 @@ def test_schema_json_is_the_expanded_schema_and_a_copy() -> None:
         assert codec.schema_json(name)["fields"]
 
 
+NOT_ON_THE_WIRE: dict[str, set[str]] = {"StartRun": {"trace"}}
+"""Python attributes that are no field of their record (record -> attributes): a start's trace
+context travels in the Kafka record's ``traceparent`` header, not in its value."""
+
+
 @pytest.mark.parametrize("name", sorted(RECORD_TYPES))
 def test_record_fields_are_the_python_attributes(name: str) -> None:
     fields = [f["name"] for f in definition(name)["fields"]]
     python = [f.name for f in dataclasses.fields(RECORD_TYPES[name])]
-    assert sorted(fields) == sorted(python)
+    skipped = NOT_ON_THE_WIRE.get(name, set())
+    assert sorted(fields) == sorted(n for n in python if n not in skipped)
 
 
 def test_every_record_and_enum_has_a_python_counterpart() -> None:
@@ -564,6 +575,10 @@ ATTRIBUTE_FIELDS: dict[str, str] = {"RunCreated": "attributes", "StartRun": "att
 """The search-attribute fields added to records that had shipped before (record -> field)."""
 ATTRIBUTE_RECORDS = ("SearchAttribute", "AttributeTime")
 
+TRACE_FIELDS: dict[str, str] = {"RunCreated": "trace"}
+"""The trace-context fields added to records that had shipped before (record -> field)."""
+TRACE_RECORDS = ("TraceContext",)
+
 
 def _without_events(schemas: Path, names: tuple[str, ...]) -> Path:
     """``schemas`` with the events ``names`` left out of the event union (and their files)."""
@@ -598,9 +613,22 @@ def _before_schedule_admission(schemas: Path) -> Path:
     return schemas
 
 
+def _before_trace(schemas: Path) -> Path:
+    """``schemas`` as they were before ``RunCreated.trace`` (and its ``TraceContext``)."""
+    for record, added in TRACE_FIELDS.items():
+        path = schemas / f"{record}.avsc"
+        schema = json.loads(path.read_text())
+        schema["fields"] = [f for f in schema["fields"] if f["name"] != added]
+        path.write_text(json.dumps(schema))
+    for name in TRACE_RECORDS:
+        (schemas / f"{name}.avsc").unlink()
+    return schemas
+
+
 def _before_attributes(schemas: Path) -> Path:
-    """``schemas`` as they were before search attributes: no ``run_attributes_set``, no
-    ``attributes`` of ``RunCreated`` and ``StartRun``."""
+    """``schemas`` as they were before search attributes (and what came after them): no
+    ``run_attributes_set``, no ``attributes`` of ``RunCreated`` and ``StartRun``."""
+    _before_trace(schemas)
     _without_events(schemas, ATTRIBUTE_EVENTS)
     for record, added in ATTRIBUTE_FIELDS.items():
         path = schemas / f"{record}.avsc"
@@ -669,29 +697,89 @@ def _events_before(name: str) -> list[ev.FlowEvent]:
     """The full examples of the events the union held before it gained event ``name``, as
     they were written then (without the fields added after)."""
     names = [type(e).__name__ for e in ex.EVENTS_FULL]
-    added = (ATTRIBUTE_FIELDS,)
+    added = (TRACE_FIELDS, ATTRIBUTE_FIELDS)
     if name != "RunAttributesSet":
         added += (FLOW_CONTROL_FIELDS,)
     return [_without_fields(e, *added) for e in ex.EVENTS_FULL[: names.index(name)]]
 
 
+def _records_of(
+    events: list[ev.FlowEvent],
+) -> tuple[list[FlowEventEnvelope], messages.Request, messages.HookRequest]:
+    """The history records, the proposal and the token claim that carry ``events``."""
+    envelopes = [
+        FlowEventEnvelope(run_id="run-1", sequence=n, event_id=f"e-{n}", timestamp=ex.T0, event=e)
+        for n, e in enumerate(events, start=1)
+    ]
+    proposal = dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(events))
+    claim = messages.HookRequest(
+        body=messages.ClaimToken(
+            token_digest=ex.DIGEST, run_id="run-1", hook_id="h-1", proposal=proposal
+        )
+    )
+    return envelopes, ex.request(proposal), claim
+
+
+def test_buffers_written_before_the_trace_context_still_decode(tmp_path: Path) -> None:
+    old = WireCodec(build_registry(_before_trace(_copy_schemas(tmp_path / "old"))))
+    before = [_without_fields(e, TRACE_FIELDS) for e in ex.EVENTS_FULL]
+    envelopes, proposal, claim = _records_of(before)
+    start = ex.request(ex.BODIES_FULL[0])
+    for value, fingerprint in (
+        *((envelope, "601308f53880ee3a") for envelope in envelopes),
+        (proposal, "94abbdd12af5e775"),
+        (start, "94abbdd12af5e775"),
+        (claim, "33c3ad8a5ceff9a3"),
+    ):
+        data = old.encode(value)
+        assert data[2:10].hex() == fingerprint
+        assert codec.decode(data) == value
+    # The added field reads as "outside any trace".
+    assert codec.decode(old.encode(envelopes[0])).event.trace is None
+    # An old reader meets a run with a trace context as an unknown writer schema, never as a
+    # run outside any trace.
+    for value in (
+        dataclasses.replace(envelopes[0], event=ex.EVENTS_FULL[0]),
+        ex.request(ex.PROPOSAL_FULL),
+    ):
+        with pytest.raises(SerializationError, match="unknown schema fingerprint"):
+            old.decode(codec.encode(value))
+
+
+def test_the_trace_field_defaults_to_none() -> None:
+    """Fields added to shipped records need defaults (schema evolution rule 3): null, which is
+    the Python default too."""
+    for record, added in TRACE_FIELDS.items():
+        field = next(f for f in definition(record)["fields"] if f["name"] == added)
+        python = next(f for f in dataclasses.fields(RECORD_TYPES[record]) if f.name == added)
+        assert field["type"] == ["null", "TraceContext"], record
+        assert (field["default"], python.default) == (None, None), record
+
+
+def test_a_trace_context_is_the_fields_of_a_traceparent() -> None:
+    fields = [(f["name"], f["type"]) for f in definition("TraceContext")["fields"]]
+    assert fields == [("trace_id", "string"), ("span_id", "string"), ("sampled", "boolean")]
+
+
+def test_no_trace_context_is_null_on_the_wire() -> None:
+    """A run outside any trace is written as before the field existed wrote nothing: ``null``,
+    and reads back as ``None``; a run inside one carries the ids as they are."""
+    none = ex.envelope(ev.RunCreated(spec=ex.SPEC_MIN))
+    assert codec.decode_record(codec.encode(none))[1]["event"][1]["trace"] is None
+    assert codec.decode(codec.encode(none)).event.trace is None
+    traced = ex.envelope(ev.RunCreated(spec=ex.SPEC_MIN, trace=ex.TRACE_FULL))
+    assert codec.decode_record(codec.encode(traced))[1]["event"][1]["trace"] == {
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "span_id": "00f067aa0ba902b7",
+        "sampled": True,
+    }
+
+
 def test_buffers_written_before_search_attributes_still_decode(tmp_path: Path) -> None:
     old = WireCodec(build_registry(_before_attributes(_copy_schemas(tmp_path / "old"))))
     before = _events_before("RunAttributesSet")
-    envelopes = [
-        FlowEventEnvelope(run_id="run-1", sequence=n, event_id=f"e-{n}", timestamp=ex.T0, event=e)
-        for n, e in enumerate(before, start=1)
-    ]
-    proposal = ex.request(dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(before)))
+    envelopes, proposal, claim = _records_of(before)
     start = ex.request(dataclasses.replace(ex.BODIES_FULL[0], attributes=None))
-    claim = messages.HookRequest(
-        body=messages.ClaimToken(
-            token_digest=ex.DIGEST,
-            run_id="run-1",
-            hook_id="h-1",
-            proposal=dataclasses.replace(ex.PROPOSAL_FULL, events=tuple(before)),
-        )
-    )
     for value, fingerprint in (
         *((envelope, "d0502d1751d7dc18") for envelope in envelopes),
         (proposal, "8405132bc5b203e1"),

@@ -28,6 +28,7 @@ from streamflow.core.obligations import key, newly_owed, owed
 from streamflow.core.projection import evolve, project
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.tokens import payload_digest, token_digest
+from streamflow.core.tracing import TraceParent, child_span_id, run_span_id, run_trace_id
 from streamflow.core.values import CancelledOutcome, Completed, ContinuationLink, ParentLink
 from tests.support import T0
 
@@ -92,6 +93,8 @@ def test_a_requested_child_is_owed_its_start_with_the_parent_link():
         spec=CHILD,
         input={"child": "a"},
         parent=ParentLink(run_id="p", child_id="a", child_run_id="p-a", depth=1),
+        # The child's span is a child of the parent's span of it, in the parent's trace.
+        trace=TraceParent(run_trace_id("p", None), child_span_id("p", "a")),
     )
 
 
@@ -114,6 +117,7 @@ def test_a_run_that_continued_as_new_owes_its_successor_with_the_link():
             input=2,
             parent=parent,
             predecessor=ContinuationLink(run_id="p", hop=1),
+            trace=TraceParent(run_trace_id("p", None), run_span_id("p")),
         )
     ]  # a chain that goes on does not resolve its parent yet
 

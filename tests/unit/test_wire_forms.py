@@ -30,6 +30,7 @@ from streamflow import (
 from streamflow.core import commands
 from streamflow.core.attributes import check_attributes
 from streamflow.core.tokens import token_digest
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import (
     CancelledOutcome,
     Completed,
@@ -140,6 +141,23 @@ def test_search_attributes_are_left_out_of_a_run_created_without_them():
     created = ev.RunCreated(spec=SPEC, attributes=check_attributes({"tier": "gold", "n": 1}))
     assert created.to_json()["attributes"] == {"n": {"int": 1}, "tier": {"text": "gold"}}
     assert FlowEvent.from_json(json.loads(json.dumps(created.to_json()))) == created
+
+
+def test_a_trace_context_is_left_out_of_a_run_created_outside_any_trace():
+    """A run outside any trace is written as before the field existed; one inside a trace
+    carries ``{trace_id, span_id, sampled}``, and a malformed one does not read back."""
+    assert "trace" not in ev.RunCreated(spec=SPEC).to_json()
+    trace = TraceParent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", sampled=False)
+    created = ev.RunCreated(spec=SPEC, trace=trace)
+    assert created.to_json()["trace"] == {
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "span_id": "00f067aa0ba902b7",
+        "sampled": False,
+    }
+    assert FlowEvent.from_json(json.loads(json.dumps(created.to_json()))) == created
+    malformed = {**created.to_json(), "trace": {**trace.to_json(), "span_id": "0" * 16}}
+    with pytest.raises(SerializationError, match="invalid trace context"):
+        FlowEvent.from_json(malformed)
 
 
 def test_step_created_without_retry_means_the_default_policy():

@@ -1,0 +1,118 @@
+"""The pure side of tracing: W3C ``traceparent`` parsing, ids derived from history, and the
+fold that says which spans each committed envelope ends."""
+
+from __future__ import annotations
+
+import pytest
+
+import streamflow.core.events as ev
+from streamflow import WorkflowSpec
+from streamflow.core.errors import SerializationError
+from streamflow.core.tracing import (
+    TraceFold,
+    TraceParent,
+    run_span_id,
+    run_trace_id,
+    step_span_id,
+    traced_count,
+)
+from streamflow.core.values import CancellationRequest
+from tests.unit.test_obligations import envelopes
+
+SPEC = WorkflowSpec.python("traced", "1", "m", "X")
+CALLER = TraceParent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+
+
+@pytest.mark.parametrize(
+    ("header", "parsed"),
+    [
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", CALLER),
+        (
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+            TraceParent(CALLER.trace_id, CALLER.span_id, sampled=False),
+        ),
+        # A later version is read by its first four fields.
+        ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes", CALLER),
+        ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", None),  # zero trace id
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", None),  # zero span id
+        ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", None),  # upper case
+        ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None),  # version ff
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x", None),  # 00 has 4 fields
+        ("00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01", None),  # short
+        ("", None),
+        (None, None),
+    ],
+)
+def test_traceparent_headers_are_read_as_the_w3c_recommendation_says(header, parsed) -> None:
+    assert TraceParent.parse(header) == parsed
+
+
+def test_a_context_round_trips_and_a_malformed_one_is_refused() -> None:
+    assert TraceParent.parse(CALLER.header) == CALLER
+    assert TraceParent.from_json(CALLER.to_json()) == CALLER
+    with pytest.raises(SerializationError):
+        TraceParent("xyz", CALLER.span_id)
+    with pytest.raises(SerializationError):
+        TraceParent.from_json(
+            {"trace_id": CALLER.trace_id, "span_id": CALLER.span_id, "sampled": 1}
+        )
+
+
+def test_ids_are_derived_from_history_alone() -> None:
+    assert run_trace_id("r", None) == run_trace_id("r", None) != run_trace_id("s", None)
+    assert run_trace_id("r", CALLER) == CALLER.trace_id
+    assert step_span_id("r", "a", 1) != step_span_id("r", "a", 2) != run_span_id("r")
+    assert len(run_trace_id("r", None)) == 32
+    assert len(step_span_id("r", "a", 1)) == 16
+
+
+def spans_of(events, run_id: str = "r"):
+    fold = TraceFold(run_id)
+    return [span for envelope in envelopes(run_id, events) for span in fold.apply(envelope)]
+
+
+def test_a_cancelled_run_ends_its_open_spans_with_it() -> None:
+    events = [
+        ev.RunCreated(spec=SPEC, input=None, trace=CALLER),
+        ev.RunStarted(),
+        ev.StepCreated(step_id="a", step_name="charge"),
+        ev.StepStarted(step_id="a", attempt=1),
+        ev.StepRetrying(step_id="a", attempt=1, error="boom"),
+        ev.StepStarted(step_id="a", attempt=2),
+        ev.RunCancellationRequested(request=CancellationRequest("stop")),
+        ev.RunCancelled(reason="stop"),
+    ]
+    spans = spans_of(events)
+    assert [(s.name, s.attributes.get("streamflow.outcome")) for s in spans] == [
+        ("step charge", "retrying"),
+        ("step charge", "abandoned"),
+        ("run traced", "cancelled"),
+    ]
+    assert spans[0].error == "boom"
+    assert spans[0].span_id == step_span_id("r", "a", 1)
+    assert spans[1].span_id == step_span_id("r", "a", 2)
+    run = spans[-1]
+    assert (run.trace_id, run.parent_id, run.span_id) == (
+        CALLER.trace_id,
+        CALLER.span_id,
+        run_span_id("r"),
+    )
+    assert {s.parent_id for s in spans[:-1]} == {run_span_id("r")}
+    assert all(s.end >= s.start for s in spans)
+    assert traced_count(envelopes("r", events)) == len(spans)
+
+
+def test_a_fold_rebuilt_from_history_goes_on_where_it_was() -> None:
+    events = [
+        ev.RunCreated(spec=SPEC, input=None),
+        ev.RunStarted(),
+        ev.StepCreated(step_id="a", step_name="charge"),
+        ev.StepStarted(step_id="a", attempt=1),
+        ev.StepCompleted(step_id="a", output=1),
+        ev.RunCompleted(output=1),
+    ]
+    history = envelopes("r", events)
+    fold = TraceFold.of("r", history[:4])
+    assert [s.name for e in history[4:] for s in fold.apply(e)] == ["step charge", "run traced"]
+    with pytest.raises(ValueError, match="does not follow"):
+        fold.apply(history[2])
