@@ -42,8 +42,11 @@ PYTEST_WORKERS ?= 4
 TEST_TMP := build/test-tmp
 
 # Under with_broker every worker uses one broker: STREAMFLOW_BOOTSTRAP's, else one it starts.
+# The tracing tests export to a real Jaeger: built once from the Go module proxy (minutes the
+# first time, cached after), before the tests, whose fixtures have 120 s each.
 pytest: $(STAMP) ## Run the test suite only (PYTEST_ARGS selects, PYTEST_WORKERS=4 by default)
 	rm -f build/test-logs/session*.log
+	scripts/trace-collector fetch
 	$(BIN)/python -m streamflow.testing.with_broker $(BIN)/pytest -n $(PYTEST_WORKERS) \
 	  --dist loadgroup --basetemp=$(TEST_TMP) --durations=15 $(PYTEST_ARGS)
 
