@@ -19,7 +19,9 @@ Spans: ``run <workflow>`` (``run_created`` to the terminal event), ``step <name>
 ``timer <wait id>`` (``wait_created`` to ``wait_completed``), ``signal <name>``
 (``signal_wait_created`` to ``signal_wait_completed``), ``hook <hook id>`` (``hook_created``
 to ``hook_received`` or ``hook_disposed``) and ``child <workflow>`` (``child_workflow_requested``
-to ``child_workflow_resolved``; the child run's span is its child).
+to ``child_workflow_resolved``; the child run's span is its child). A timeout that elapses
+ends its timer and the hook or signal wait it raced (``timed_out``), one disarmed ends its
+timer; a member that lost a race (``ctx.first``) ends there (``lost``).
 
 Pure: hashing only, no clock, randomness or I/O.
 """
@@ -136,6 +138,8 @@ class TraceFold:
     _open: dict[tuple[str, str], _Open] = field(default_factory=dict)
     _steps: dict[str, str] = field(default_factory=dict)
     _run_attributes: dict[str, AttributeValue] = field(default_factory=dict)
+    _timeouts: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """The subject (span kind and id) each armed timeout timer races."""
 
     @staticmethod
     def of(run_id: str, history: Iterable[ev.FlowEventEnvelope]) -> TraceFold:
@@ -379,6 +383,32 @@ def _child_resolved(f: TraceFold, e: ev.ChildWorkflowResolved, at: datetime) -> 
     return f._end("child", e.child_id, at, error=error, outcome=outcome)
 
 
+_KIND_OF_MEMBER = {"hook": "hook", "signal_wait": "signal", "timer": "timer"}
+"""The span kind of a timeout's subject or a race member (their ``subject``/``member``)."""
+
+
+def _timeout_armed(f: TraceFold, e: ev.TimeoutArmed, at: datetime) -> list[PlannedSpan]:
+    f._timeouts[e.wait_id] = (_KIND_OF_MEMBER.get(e.subject, e.subject), e.subject_id)
+    return []
+
+
+def _timeout_elapsed(f: TraceFold, e: ev.TimeoutElapsed, at: datetime) -> list[PlannedSpan]:
+    spans = f._end("timer", e.wait_id, at, outcome="elapsed")
+    subject = f._timeouts.pop(e.wait_id, None)
+    if subject is not None:
+        spans += f._end(*subject, at, outcome="timed_out")
+    return spans
+
+
+def _timeout_disarmed(f: TraceFold, e: ev.TimeoutDisarmed, at: datetime) -> list[PlannedSpan]:
+    f._timeouts.pop(e.wait_id, None)
+    return f._end("timer", e.wait_id, at, outcome="disarmed")
+
+
+def _race_lost(f: TraceFold, e: ev.RaceLost, at: datetime) -> list[PlannedSpan]:
+    return f._end(_KIND_OF_MEMBER.get(e.member, e.member), e.member_id, at, outcome="lost")
+
+
 _HANDLERS: dict[type[ev.FlowEvent], Callable[[TraceFold, Any, datetime], list[PlannedSpan]]] = {
     ev.RunCreated: _created,
     ev.RunStarted: _started,
@@ -396,6 +426,10 @@ _HANDLERS: dict[type[ev.FlowEvent], Callable[[TraceFold, Any, datetime], list[Pl
     ev.HookDisposed: _hook_disposed,
     ev.ChildWorkflowRequested: _child_requested,
     ev.ChildWorkflowResolved: _child_resolved,
+    ev.TimeoutArmed: _timeout_armed,
+    ev.TimeoutElapsed: _timeout_elapsed,
+    ev.TimeoutDisarmed: _timeout_disarmed,
+    ev.RaceLost: _race_lost,
     **dict.fromkeys(_OUTCOMES, _terminal),
 }
 """What each traced event does to the fold (the others change nothing)."""

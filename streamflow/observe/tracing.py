@@ -4,12 +4,13 @@
 TraceFold`) and starts and ends, through an OpenTelemetry ``TracerProvider``, each span an
 envelope ends, with the times history recorded and the ids history determines. A replay runs
 workflow code again but commits nothing, so it describes no span; an observer that sees an
-envelope again describes the same span again, with the same ids, times and attributes (a
-backend that keys spans by id, or dedupes identical spans, stores it once).
+envelope again describes the same span again, with the same ids, times and attributes (the
+Kafka observers also mark what they exported, so a restart does not export it again).
 
 The ids are history's only with a provider whose tracers take an ``id_generator`` (the
-OpenTelemetry SDK's ``TracerProvider``): each span is started with its planned ids handed to
-that tracer's generator. Any other provider gets the spans with ids of its own choosing.
+OpenTelemetry SDK's ``TracerProvider``): the ``streamflow`` tracer's generator is wrapped so
+that each span this observer starts gets its planned ids (any other span of that tracer, a
+user's, gets the provider's own). Any other provider gets the spans with ids of its own.
 
 ``opentelemetry-api`` is all this module needs; an exporter comes with the SDK (the
 ``streamflow[tracing]`` extra). :func:`provider_from_environment` builds the one the Kafka
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
@@ -44,20 +46,31 @@ HistoryReader = Callable[[str], Awaitable[Iterable[FlowEventEnvelope]]]
 
 
 class _PlannedIds:
-    """An SDK id generator that hands out the ids of the span about to start."""
+    """An SDK id generator that hands out the planned ids of the span this thread is about to
+    start, and the ``fallback`` generator's for any other span of the tracer (the SDK shares
+    one tracer per instrumentation scope: a user's spans through it keep random ids)."""
 
-    def __init__(self) -> None:
-        self.trace_id = 0
-        self.span_id = 0
+    def __init__(self, fallback: Any) -> None:
+        self._fallback = fallback
+        self._local = threading.local()
+
+    def plan(self, ids: tuple[int, int] | None) -> None:
+        """The ids (trace, span) of this thread's next span; ``None``: none planned."""
+        self._local.ids = ids
+
+    def _planned(self) -> tuple[int, int] | None:
+        return getattr(self._local, "ids", None)
 
     def generate_trace_id(self) -> int:
-        return self.trace_id
+        ids = self._planned()
+        return self._fallback.generate_trace_id() if ids is None else ids[0]
 
     def generate_span_id(self) -> int:
-        return self.span_id
+        ids = self._planned()
+        return self._fallback.generate_span_id() if ids is None else ids[1]
 
     def is_trace_id_random(self) -> bool:
-        return False
+        return self._planned() is None and bool(self._fallback.is_trace_id_random())
 
 
 def span_key(trace_id: str, span_id: str) -> str:
@@ -94,12 +107,17 @@ class TracingObserver:
             span is not described again (the Kafka observers keep these marks).
         """
         self._provider = provider
-        self._tracer = provider.get_tracer(SCOPE)
-        self._ids = _PlannedIds()
-        self.keeps_ids = hasattr(self._tracer, "id_generator")
-        if self.keeps_ids:
-            # This tracer's only (each get_tracer call makes one): its spans' ids are planned.
-            self._tracer.id_generator = self._ids  # type: ignore[attr-defined]
+        tracer: Any = provider.get_tracer(SCOPE)
+        self._tracer = tracer
+        generator = getattr(tracer, "id_generator", None)
+        self._ids: _PlannedIds | None = None
+        if isinstance(generator, _PlannedIds):
+            self._ids = generator  # another observer of the same provider planted it
+        elif generator is not None:
+            self._ids = _PlannedIds(generator)
+            tracer.id_generator = self._ids
+        self.keeps_ids = self._ids is not None
+        """Whether the spans get history's ids (the provider's tracers take an id generator)."""
         self._history = history
         self._exported = exported
         self.described_keys: list[str] = []
@@ -197,14 +215,19 @@ class TracingObserver:
         else:
             parent = TraceParent(planned.trace_id, planned.parent_id, planned.sampled)
             context = trace.set_span_in_context(trace.NonRecordingSpan(span_context(parent)))
-        self._ids.trace_id = int(planned.trace_id, 16)
-        self._ids.span_id = int(planned.span_id, 16)
-        span = self._tracer.start_span(
-            planned.name,
-            context=context,
-            attributes=planned.attributes,
-            start_time=_ns(planned.start),
-        )
+        ids = self._ids
+        if ids is not None:
+            ids.plan((int(planned.trace_id, 16), int(planned.span_id, 16)))
+        try:
+            span = self._tracer.start_span(
+                planned.name,
+                context=context,
+                attributes=planned.attributes,
+                start_time=_ns(planned.start),
+            )
+        finally:
+            if ids is not None:
+                ids.plan(None)
         if planned.error is not None:
             span.set_status(Status(StatusCode.ERROR, planned.error[:1024]))
         span.end(end_time=_ns(planned.end))

@@ -81,6 +81,9 @@ from streamflow.topologies.registry import RouteTable
 log = logging.getLogger("streamflow.observers")
 COMPONENT = "observers"
 DEFAULT_METRICS_INTERVAL = 15.0
+EXPORT_BACKOFF = 30.0
+"""Seconds between offers of spans to a trace collector that refused the last ones: a
+collector that is down costs a commit the exporter's timeout once per this, not every time."""
 
 
 class Observers(TransactionalTopology):
@@ -125,6 +128,8 @@ class Observers(TransactionalTopology):
             if tracer_provider is None
             else TracingObserver(tracer_provider, exported=self._exported)
         )
+        self._export_again_at = 0.0
+        """When to offer spans a refusing collector again (``time.monotonic``)."""
         self._marked = any(True for _ in self._offsets.scan("spans"))
         """Whether local state holds marks of exported spans."""
         self._indexed: dict[int, int] = {}
@@ -257,8 +262,15 @@ class Observers(TransactionalTopology):
         tracing = self._tracing
         if tracing is None or not tracing.described_keys:
             return
+        if time.monotonic() < self._export_again_at:
+            return  # the collector refused the last export: the spans wait (held) a while
         if not tracing.flush():
-            log.warning("observers: the trace collector did not take the spans; retrying later")
+            self._export_again_at = time.monotonic() + EXPORT_BACKOFF
+            log.warning(
+                "observers: the trace collector did not take %d spans; trying again in %.0f s",
+                len(tracing.described_keys),
+                EXPORT_BACKOFF,
+            )
             return
         batch = self._offsets.batch()
         for key in tracing.take_described():

@@ -247,3 +247,70 @@ async def test_replaying_runs_a_thousand_times_describes_each_span_once(store) -
     assert described == 100  # each run's first step, before the restart
     assert expected == 400  # the run, two steps and the signal wait, a run
     assert len({(s.context.trace_id, s.context.span_id) for s in spans}) == len(spans) == expected
+
+
+async def test_engines_sharing_a_provider_keep_history_ids_and_leave_user_spans_alone() -> None:
+    """The SDK hands one tracer per scope to everyone: two engines on one provider both give
+    their spans history's ids, and a span the user starts through that same tracer keeps an
+    id of the provider's own."""
+    provider, exporter = sdk()
+    first = FlowEngine.builder(app).with_tracer_provider(provider).build()
+    second = FlowEngine.builder(app).with_tracer_provider(provider).build()
+    async with closing(first), closing(second):
+        await plain.start(first, "shared-1", 1)
+        await plain.start(second, "shared-2", 1)
+        await first.result("shared-1", timeout=10)
+        await second.result("shared-2", timeout=10)
+        await until(lambda: len(exporter.get_finished_spans()) == 4, "four spans")
+    with provider.get_tracer("streamflow").start_as_current_span("mine") as mine:
+        pass
+    runs = {
+        s.attributes["streamflow.run_id"]: s
+        for s in exporter.get_finished_spans()
+        if s.name == "run tr.plain"
+    }
+    for run_id in ("shared-1", "shared-2"):
+        assert hexed(runs[run_id].context.span_id, 16) == tracing.run_span_id(run_id)
+        assert hexed(runs[run_id].context.trace_id, 32) == tracing.run_trace_id(run_id, None)
+    planned = {s.context.span_id for s in exporter.get_finished_spans() if s.name != "mine"}
+    assert mine.get_span_context().span_id not in planned
+    assert hexed(mine.get_span_context().trace_id, 32) not in {
+        tracing.run_trace_id(r, None) for r in runs
+    }
+
+
+def test_held_spans_wait_for_a_collector_that_refused_them() -> None:
+    """The Kafka observers' processor: spans are held until a flush, and a flush the collector
+    refuses keeps them for the next one (the exporter here stands in for a collector that is
+    down, then up: the only stand-in of these tests)."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from streamflow.observe.tracing import held_processor
+
+    class Collector:
+        def __init__(self) -> None:
+            self.up = False
+            self.taken: list[str] = []
+
+        def export(self, spans) -> SpanExportResult:
+            if not self.up:
+                return SpanExportResult.FAILURE
+            self.taken += [s.name for s in spans]
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            pass
+
+    collector = Collector()
+    provider = TracerProvider()
+    provider.add_span_processor(held_processor(collector))
+    tracer = provider.get_tracer("test")
+    tracer.start_span("a").end()
+    assert collector.taken == []  # held until a flush
+    assert provider.force_flush() is False  # refused: kept
+    tracer.start_span("b").end()
+    collector.up = True
+    assert provider.force_flush() is True
+    assert collector.taken == ["a", "b"]
+    assert provider.force_flush() is True
+    assert collector.taken == ["a", "b"]  # nothing twice

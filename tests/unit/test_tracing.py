@@ -17,6 +17,7 @@ from streamflow.core.tracing import (
     traced_count,
 )
 from streamflow.core.values import CancellationRequest
+from tests.support import FAR
 from tests.unit.test_obligations import envelopes
 
 SPEC = WorkflowSpec.python("traced", "1", "m", "X")
@@ -116,3 +117,31 @@ def test_a_fold_rebuilt_from_history_goes_on_where_it_was() -> None:
     assert [s.name for e in history[4:] for s in fold.apply(e)] == ["step charge", "run traced"]
     with pytest.raises(ValueError, match="does not follow"):
         fold.apply(history[2])
+
+
+def test_timeouts_and_races_end_the_spans_they_close() -> None:
+    digest = "a" * 64
+    events = [
+        ev.RunCreated(spec=SPEC, input=None),
+        ev.RunStarted(),
+        ev.SignalWaitCreated(wait_id="w", signal_name="paid"),
+        ev.WaitCreated(wait_id="t", resume_at=FAR),
+        ev.TimeoutArmed(wait_id="t", subject="signal_wait", subject_id="w"),
+        ev.TimeoutElapsed(wait_id="t"),
+        ev.HookCreated(hook_id="h", token_digest=digest),
+        ev.WaitCreated(wait_id="t2", resume_at=FAR),
+        ev.RaceArmed(race_id="hook:h", member="hook", member_id="h"),
+        ev.RaceArmed(race_id="hook:h", member="timer", member_id="t2"),
+        ev.WaitCompleted(wait_id="t2"),
+        ev.RaceLost(member="hook", member_id="h"),
+        ev.RunCompleted(output=None),
+    ]
+    spans = spans_of(events)
+    assert [(s.name, s.attributes["streamflow.outcome"]) for s in spans] == [
+        ("timer t", "elapsed"),
+        ("signal paid", "timed_out"),
+        ("timer t2", "completed"),
+        ("hook h", "lost"),
+        ("run traced", "completed"),
+    ]
+    assert traced_count(envelopes("r", events)) == len(spans)
