@@ -148,8 +148,8 @@ def render_runs(listing: dict[str, Any]) -> str:
 
 
 def render_run(view: dict[str, Any]) -> str:
-    """The header of ``streamflow show``: a run's status, origin, steps, waits, hooks (digests
-    only), signal waits, races, patches, children, error and incident."""
+    """The header of ``streamflow show``: a run's status, origin, trace, steps, waits, hooks
+    (digests only), signal waits, races, patches, children, error and incident."""
     lines = [
         f"run {view['run_id']}: {view['status']}",
         f"  workflow {view['workflow']} v{view['version']}, build {view['build'] or 'unpinned'}",
@@ -162,6 +162,9 @@ def render_run(view: dict[str, Any]) -> str:
         lines.append(f"  child {view['parent']['child_id']} of {view['parent']['run_id']}")
     if view.get("predecessor"):
         lines.append(f"  continues {view['predecessor']['run_id']}")
+    if view.get("trace"):
+        trace = view["trace"]
+        lines.append(f"  trace {trace['trace_id']}, span {trace['span_id']}")
     for step in view.get("steps", []):
         extra = f" (retry after {step['retry_after']})" if step.get("retry_after") else ""
         failure = step.get("last_error", step.get("error"))

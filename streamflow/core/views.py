@@ -21,6 +21,7 @@ from streamflow.core.snapshot import (
     WorkflowRunSnapshot,
 )
 from streamflow.core.timeutil import format_utc
+from streamflow.core.tracing import run_span_id, run_trace_id
 
 
 def _when(value: datetime | None) -> str | None:
@@ -129,6 +130,7 @@ def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
                 None if snap.continuation is None else snap.continuation.successor_run_id
             ),
             "cancellation_requested": snap.cancellation is not None,
+            "trace": trace_view(snap),
             "progress": [
                 {
                     "progress_id": p.progress_id,
@@ -184,6 +186,19 @@ def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
         }
     )
     return view
+
+
+def trace_view(snap: WorkflowRunSnapshot) -> dict[str, Any] | None:
+    """The run's place in its trace (``streamflow.core.tracing``): the trace id, the run's own
+    span id and the span it is a child of (``None`` for a run started outside any trace);
+    ``None`` before the run was created."""
+    if snap.spec is None:
+        return None
+    return {
+        "trace_id": run_trace_id(snap.run_id, snap.trace),
+        "span_id": run_span_id(snap.run_id),
+        "parent_span_id": None if snap.trace is None else snap.trace.span_id,
+    }
 
 
 def race_view(snap: WorkflowRunSnapshot, race_id: str) -> dict[str, Any]:

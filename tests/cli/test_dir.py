@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from streamflow.core.tracing import run_span_id, run_trace_id
 from tests.cli.apps import links
 from tests.cli.conftest import APP, ROOT, cli, hosted, wait_for
 
@@ -45,6 +46,9 @@ def test_start_records_and_a_host_runs_it(store_dir: Path) -> None:
     view = json.loads(ok("show", "e-1", "--dir", d, "--json"))
     assert view["run"]["status"] == "running"
     assert view["run"]["steps"] == []
+    # Where to look it up in a trace backend: its trace and its own span.
+    shown = ok("show", "e-1", "--dir", d)
+    assert f"trace {run_trace_id('e-1', None)}, span {run_span_id('e-1')}" in shown
 
     with hosted(store_dir) as host:
         wait_for(lambda: host.status("e-1") == "completed", "the host to finish e-1")

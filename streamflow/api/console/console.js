@@ -924,6 +924,7 @@
         ["Priority", h("span", { id: "run-priority" }, orDash(run.priority))],
         ["Slot", run.slot ? h("span", { className: "mono", id: "run-slot" }, run.slot.grant_id + " since " + run.slot.granted_at) : "—"],
         ["Attributes", h("span", { className: "mono", id: "run-attributes" }, attributeText(run.attributes))],
+        ["Trace", h("span", { className: "mono", id: "run-trace", title: "OpenTelemetry trace id / this run's span id" }, run.trace ? run.trace.trace_id + " / " + run.trace.span_id : "—")],
         ...lineage,
       ])),
       h("section", { className: "panel" }, h("h2", {}, "Progress"), progressBars(run.workflow === "streamflow.batch" ? run.progress.slice(-1) : run.progress)),
