@@ -138,6 +138,9 @@ class TraceFold:
     _open: dict[tuple[str, str], _Open] = field(default_factory=dict)
     _steps: dict[str, str] = field(default_factory=dict)
     _run_attributes: dict[str, AttributeValue] = field(default_factory=dict)
+    _trace_id: str = ""
+    _run_span: str = ""
+    """:attr:`trace_id`, once computed (the trace is fixed by ``run_created``)."""
     _timeouts: dict[str, tuple[str, str]] = field(default_factory=dict)
     """The subject (span kind and id) each armed timeout timer races."""
 
@@ -153,7 +156,16 @@ class TraceFold:
     @property
     def trace_id(self) -> str:
         """The run's trace id."""
-        return run_trace_id(self.run_id, self.trace)
+        if not self._trace_id:
+            self._trace_id = run_trace_id(self.run_id, self.trace)
+        return self._trace_id
+
+    @property
+    def run_span(self) -> str:
+        """The id of the run's own span."""
+        if not self._run_span:
+            self._run_span = run_span_id(self.run_id)
+        return self._run_span
 
     @property
     def sampled(self) -> bool:
@@ -196,7 +208,7 @@ class TraceFold:
                 name=opened.name,
                 trace_id=self.trace_id,
                 span_id=opened.span_id,
-                parent_id=run_span_id(self.run_id),
+                parent_id=self.run_span,
                 start=opened.start,
                 end=max(at, opened.start),
                 attributes=opened.attributes,
@@ -208,6 +220,7 @@ class TraceFold:
 
 def _created(f: TraceFold, e: ev.RunCreated, at: datetime) -> list[PlannedSpan]:
     f.trace = e.trace
+    f._trace_id = ""
     f.workflow = e.spec.name
     f.created_at = at
     f._run_attributes = {
@@ -264,7 +277,7 @@ def _terminal(f: TraceFold, e: ev.FlowEvent, at: datetime) -> list[PlannedSpan]:
         PlannedSpan(
             name=f"run {f.workflow}",
             trace_id=f.trace_id,
-            span_id=run_span_id(f.run_id),
+            span_id=f.run_span,
             parent_id=None if trace is None else trace.span_id,
             start=f.created_at,
             end=max(at, f.created_at),

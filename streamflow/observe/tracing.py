@@ -33,14 +33,14 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode, TracerProvider
 
 from streamflow.core.events import FlowEventEnvelope
-from streamflow.core.trace_context import TraceParent
 from streamflow.core.tracing import PlannedSpan, TraceFold
-from streamflow.otel import span_context
 
 log = logging.getLogger("streamflow.tracing")
 SCOPE = "streamflow"
 DEFAULT_MAX_RUNS = 4096
 """Runs whose folds stay in memory; another run's fold is rebuilt from its history."""
+_SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
+_NOT_SAMPLED = trace.TraceFlags(trace.TraceFlags.DEFAULT)
 HistoryReader = Callable[[str], Awaitable[Iterable[FlowEventEnvelope]]]
 """Reads a run's committed envelopes (an event store's ``list``)."""
 
@@ -210,14 +210,20 @@ class TracingObserver:
         return fold
 
     def _describe(self, planned: PlannedSpan) -> None:
+        trace_id = int(planned.trace_id, 16)
         if planned.parent_id is None:
             context = Context()
         else:
-            parent = TraceParent(planned.trace_id, planned.parent_id, planned.sampled)
-            context = trace.set_span_in_context(trace.NonRecordingSpan(span_context(parent)))
+            parent = trace.SpanContext(
+                trace_id=trace_id,
+                span_id=int(planned.parent_id, 16),
+                is_remote=True,
+                trace_flags=_SAMPLED if planned.sampled else _NOT_SAMPLED,
+            )
+            context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
         ids = self._ids
         if ids is not None:
-            ids.plan((int(planned.trace_id, 16), int(planned.span_id, 16)))
+            ids.plan((trace_id, int(planned.span_id, 16)))
         try:
             span = self._tracer.start_span(
                 planned.name,
