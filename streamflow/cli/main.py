@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -145,6 +147,25 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool = False) -> int:
     if as_program and args.command not in SERVERS:
         # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    with _caller_trace(args.command):
+        return _dispatch(args)
+
+
+def _caller_trace(command: str) -> contextlib.AbstractContextManager[None]:
+    """The ``TRACEPARENT`` environment variable (the OpenTelemetry convention for handing a
+    trace context to a process) as the current span of a client command, so the runs it starts
+    join the caller's trace; servers (``run``, ``serve``) take a context per request instead."""
+    carrier = os.environ.get("TRACEPARENT")
+    if not carrier or command in SERVERS:
+        return contextlib.nullcontext()
+    from streamflow.core.trace_context import TraceParent
+    from streamflow.otel import running_in
+
+    return running_in(TraceParent.parse(carrier))
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed command; a ``FlowError`` is one line on stderr and status 1."""
     try:
         if args.command == "topics":
             return topics.run(args)

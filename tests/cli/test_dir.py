@@ -284,3 +284,26 @@ def test_a_bulk_operation_on_a_store_directory(store_dir: Path) -> None:
     assert [e["type"] for e in history].count("run_cancellation_requested") == 1
     usage = refused("runs", "cancel", "--dir", d, "--app", APP)
     assert "needs --where" in usage
+
+
+def test_a_start_joins_the_trace_its_environment_names(store_dir: Path) -> None:
+    """``TRACEPARENT`` in the environment (how a CI job or a script hands its trace to a
+    process) makes the runs a command starts children of that span; a malformed one is
+    ignored."""
+    d = str(store_dir)
+    caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    for run_id, carrier in (("tp-1", caller), ("tp-2", "not-a-traceparent")):
+        done = cli(
+            "start", "cli.echo", run_id, "--input", '{"n": 1}', "--dir", d, "--app", APP,
+            env={"TRACEPARENT": carrier},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    traced = json.loads(ok("show", "tp-1", "--dir", d, "--json"))["run"]["trace"]
+    assert traced == {
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "span_id": run_span_id("tp-1"),
+        "parent_span_id": "00f067aa0ba902b7",
+    }
+    own = json.loads(ok("show", "tp-2", "--dir", d, "--json"))["run"]["trace"]
+    assert own["trace_id"] == run_trace_id("tp-2", None)
+    assert own["parent_span_id"] is None
