@@ -141,6 +141,8 @@ class TraceFold:
     _trace_id: str = ""
     _run_span: str = ""
     """:attr:`trace_id`, once computed (the trace is fixed by ``run_created``)."""
+    _queued: dict[str, datetime] = field(default_factory=dict)
+    """When each limited step's current attempt was queued for a slot."""
     _timeouts: dict[str, tuple[str, str]] = field(default_factory=dict)
     """The subject (span kind and id) each armed timeout timer races."""
 
@@ -294,9 +296,15 @@ def _step_created(f: TraceFold, e: ev.StepCreated, at: datetime) -> list[Planned
     return []
 
 
+def _attempt_queued(f: TraceFold, e: ev.StepAttemptQueued, at: datetime) -> list[PlannedSpan]:
+    f._queued[e.step_id] = at
+    return []
+
+
 def _step_started(f: TraceFold, e: ev.StepStarted, at: datetime) -> list[PlannedSpan]:
     name = f._steps.get(e.step_id, e.step_id)
     span_id = step_span_id(f.run_id, e.step_id, e.attempt)
+    queued = f._queued.pop(e.step_id, None)
     f._start(
         "step",
         e.step_id,
@@ -306,6 +314,7 @@ def _step_started(f: TraceFold, e: ev.StepStarted, at: datetime) -> list[Planned
         step_id=e.step_id,
         step=name,
         attempt=e.attempt,
+        queued_ms=None if queued is None else max(0, int((at - queued).total_seconds() * 1000)),
     )
     return []
 
@@ -426,6 +435,7 @@ _HANDLERS: dict[type[ev.FlowEvent], Callable[[TraceFold, Any, datetime], list[Pl
     ev.RunCreated: _created,
     ev.RunStarted: _started,
     ev.StepCreated: _step_created,
+    ev.StepAttemptQueued: _attempt_queued,
     ev.StepStarted: _step_started,
     ev.StepCompleted: _step_completed,
     ev.StepRetrying: _step_retrying,

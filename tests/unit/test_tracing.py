@@ -7,6 +7,7 @@ import pytest
 
 import streamflow.core.events as ev
 from streamflow import WorkflowSpec
+from streamflow.core.admission import Admission, LimitClaim, SlotGrant
 from streamflow.core.errors import SerializationError
 from streamflow.core.tracing import (
     TraceFold,
@@ -16,7 +17,7 @@ from streamflow.core.tracing import (
     step_span_id,
     traced_count,
 )
-from streamflow.core.values import CancellationRequest
+from streamflow.core.values import CancellationRequest, WorkflowProgress
 from tests.support import FAR
 from tests.unit.test_obligations import envelopes
 
@@ -145,3 +146,25 @@ def test_timeouts_and_races_end_the_spans_they_close() -> None:
         ("run traced", "completed"),
     ]
     assert traced_count(envelopes("r", events)) == len(spans)
+
+
+def test_a_limited_run_and_step_say_how_long_they_waited_for_their_slots() -> None:
+    claim = LimitClaim("concurrency", "", 2)
+    grant = SlotGrant("wf:traced#1", "wf:traced", 1, 0)
+    step_grant = SlotGrant("step:charge#1", "step:charge", 1, 0)
+    events = [
+        ev.RunCreated(spec=SPEC, input=None, admission=Admission(priority=2, claims=(claim,))),
+        ev.RunStarted(grant=grant),  # one second later (each envelope is a second apart)
+        ev.StepCreated(step_id="a", step_name="charge", limits=(claim,)),
+        ev.StepAttemptQueued(step_id="a", attempt=1),
+        ev.RunProgressRecorded(progress=WorkflowProgress("p", 1)),
+        ev.StepStarted(step_id="a", attempt=1, grant=step_grant),
+        ev.StepCompleted(step_id="a", output=None),
+        ev.RunCompleted(output=None),
+    ]
+    step, run = spans_of(events)
+    assert step.attributes["streamflow.queued_ms"] == 2000
+    assert (run.attributes["streamflow.queued_ms"], run.attributes["streamflow.priority"]) == (
+        1000,
+        2,
+    )
