@@ -65,5 +65,8 @@ def header_trace(headers: object) -> TraceParent | None:
 
 
 def trace_headers(parent: TraceParent | None) -> list[tuple[str, str | bytes | None]] | None:
-    """The Kafka record headers that carry ``parent`` (``None`` without one)."""
-    return None if parent is None else [(TRACEPARENT, parent.header.encode("ascii"))]
+    """The Kafka record headers that carry ``parent`` (``None`` without one, or for a root
+    context: no parent span to send)."""
+    if parent is None or parent.is_root:
+        return None
+    return [(TRACEPARENT, parent.header.encode("ascii"))]

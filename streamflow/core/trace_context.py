@@ -21,25 +21,51 @@ def _is_hex_id(value: object, length: int) -> bool:
     )
 
 
+ROOT_SPAN = "0" * 16
+"""The span id of a root context: a trace with no parent span."""
+
+
 @dataclass(frozen=True, slots=True)
 class TraceParent:
     """A W3C trace context: 32 lowercase hex digits of trace id, 16 of span id (neither all
-    zero) and whether the caller samples the trace."""
+    zero) and whether the caller samples the trace. A **root** context (:meth:`root`: the span
+    id all zero, which no ``traceparent`` header carries) names a trace without a parent span:
+    what a run started outside any trace records, so that its trace id is its own."""
 
     trace_id: str
     span_id: str
     sampled: bool = True
 
     def __post_init__(self) -> None:
-        if not _is_hex_id(self.trace_id, 32) or not _is_hex_id(self.span_id, 16):
+        if not _is_hex_id(self.trace_id, 32) or not (
+            self.span_id == ROOT_SPAN or _is_hex_id(self.span_id, 16)
+        ):
             raise SerializationError(
                 f"invalid trace context {self.trace_id!r}/{self.span_id!r}: use 32 and 16 "
-                "lowercase hex digits, not all zero"
+                "lowercase hex digits, the trace id not all zero"
             )
+
+    @staticmethod
+    def root(trace_id: str, sampled: bool = True) -> TraceParent:
+        """A trace of its own, ``trace_id``, with no parent span."""
+        return TraceParent(trace_id, ROOT_SPAN, sampled)
+
+    @property
+    def is_root(self) -> bool:
+        """Whether the context names no parent span (:meth:`root`)."""
+        return self.span_id == ROOT_SPAN
+
+    @property
+    def parent_span_id(self) -> str | None:
+        """The span a run's span is a child of; ``None`` for a root context."""
+        return None if self.is_root else self.span_id
 
     @property
     def header(self) -> str:
-        """The ``traceparent`` header value (version ``00``)."""
+        """The ``traceparent`` header value (version ``00``); ``ValueError`` for a root
+        context, which no header can carry."""
+        if self.is_root:
+            raise ValueError("a root trace context has no parent span to send")
         return f"00-{self.trace_id}-{self.span_id}-{'01' if self.sampled else '00'}"
 
     @staticmethod

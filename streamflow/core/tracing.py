@@ -5,10 +5,12 @@ what history records, so any number of replays or observer restarts describe the
   receives it (``traceparent``) and as ``run_created.trace`` records it: the span the run's
   own span is a child of (the caller's span; the parent run's child span for a child
   workflow; the predecessor's run span for a continue-as-new successor).
-- The ids: a run's trace id is its recorded parent's, or, for a run started outside any
-  trace, one derived from its run id; every span id is derived from the run id and the ids the
-  events carry (step id and attempt, wait id, hook id, child id). :func:`run_context` and
-  :func:`step_context` give the context step code runs in and a child inherits.
+- The ids: a run's trace id is the one ``run_created.trace`` records (its caller's, or, for a
+  run started outside any trace, a random one the start chose: a root context); every span id
+  is derived from that trace id, the run id and the ids the events carry (step id and
+  attempt, wait id, hook id, child id), so two deployments with the same run ids never share a
+  span id. :func:`run_context` and :func:`step_context` give the context step code runs in and
+  a child inherits.
 - :class:`TraceFold`: fed a run's envelopes in order, answers the spans each one **ends**, as
   :class:`PlannedSpan` values (name, ids, parent, times from the envelopes' commit times,
   attributes, error). A span is described once, by the event that ends it; a run's terminal
@@ -48,53 +50,52 @@ def derived_id(hex_digits: int, *parts: str) -> str:
 
 
 def run_trace_id(run_id: str, trace: TraceParent | None) -> str:
-    """The trace a run's spans belong to: its recorded parent's, else one of its own."""
+    """The trace a run's spans belong to: the one its ``run_created.trace`` names (its
+    caller's, its parent's, or, for a run started outside any trace, a root context of its
+    own); for a run recorded before contexts were, one derived from its run id."""
     return trace.trace_id if trace is not None else derived_id(32, "trace", run_id)
 
 
-def run_span_id(run_id: str) -> str:
-    """The id of a run's own span."""
-    return derived_id(16, "run", run_id)
+def run_span_id(run_id: str, trace_id: str) -> str:
+    """The id of a run's own span in trace ``trace_id``."""
+    return derived_id(16, "run", trace_id, run_id)
 
 
-def step_span_id(run_id: str, step_id: str, attempt: int) -> str:
+def step_span_id(run_id: str, trace_id: str, step_id: str, attempt: int) -> str:
     """The id of the span of one attempt of a step."""
-    return derived_id(16, "step", run_id, step_id, str(attempt))
+    return derived_id(16, "step", trace_id, run_id, step_id, str(attempt))
 
 
-def child_span_id(run_id: str, child_id: str) -> str:
+def child_span_id(run_id: str, trace_id: str, child_id: str) -> str:
     """The id of the span of a child workflow, in its parent ``run_id``."""
-    return derived_id(16, "child", run_id, child_id)
+    return derived_id(16, "child", trace_id, run_id, child_id)
 
 
-def _wait_span_id(run_id: str, wait_id: str) -> str:
-    return derived_id(16, "timer", run_id, wait_id)
-
-
-def _signal_span_id(run_id: str, wait_id: str) -> str:
-    return derived_id(16, "signal", run_id, wait_id)
-
-
-def _hook_span_id(run_id: str, hook_id: str) -> str:
-    return derived_id(16, "hook", run_id, hook_id)
+def _span_id(kind: str, run_id: str, trace_id: str, ident: str) -> str:
+    return derived_id(16, kind, trace_id, run_id, ident)
 
 
 def run_context(run_id: str, trace: TraceParent | None) -> TraceParent:
     """The context of a run's own span (a continue-as-new successor's parent)."""
-    sampled = True if trace is None else trace.sampled
-    return TraceParent(run_trace_id(run_id, trace), run_span_id(run_id), sampled)
+    trace_id = run_trace_id(run_id, trace)
+    return TraceParent(trace_id, run_span_id(run_id, trace_id), _sampled(trace))
 
 
 def step_context(run_id: str, trace: TraceParent | None, step_id: str, attempt: int) -> TraceParent:
     """The context step code runs in: its attempt's span."""
-    sampled = True if trace is None else trace.sampled
-    return TraceParent(run_trace_id(run_id, trace), step_span_id(run_id, step_id, attempt), sampled)
+    trace_id = run_trace_id(run_id, trace)
+    span_id = step_span_id(run_id, trace_id, step_id, attempt)
+    return TraceParent(trace_id, span_id, _sampled(trace))
 
 
 def child_context(run_id: str, trace: TraceParent | None, child_id: str) -> TraceParent:
     """The recorded parent of a child run: the parent run's span of that child."""
-    sampled = True if trace is None else trace.sampled
-    return TraceParent(run_trace_id(run_id, trace), child_span_id(run_id, child_id), sampled)
+    trace_id = run_trace_id(run_id, trace)
+    return TraceParent(trace_id, child_span_id(run_id, trace_id, child_id), _sampled(trace))
+
+
+def _sampled(trace: TraceParent | None) -> bool:
+    return True if trace is None else trace.sampled
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +167,7 @@ class TraceFold:
     def run_span(self) -> str:
         """The id of the run's own span."""
         if not self._run_span:
-            self._run_span = run_span_id(self.run_id)
+            self._run_span = run_span_id(self.run_id, self.trace_id)
         return self._run_span
 
     @property
@@ -280,7 +281,7 @@ def _terminal(f: TraceFold, e: ev.FlowEvent, at: datetime) -> list[PlannedSpan]:
             name=f"run {f.workflow}",
             trace_id=f.trace_id,
             span_id=f.run_span,
-            parent_id=None if trace is None else trace.span_id,
+            parent_id=None if trace is None else trace.parent_span_id,
             start=f.created_at,
             end=max(at, f.created_at),
             attributes=attributes,
@@ -303,7 +304,7 @@ def _attempt_queued(f: TraceFold, e: ev.StepAttemptQueued, at: datetime) -> list
 
 def _step_started(f: TraceFold, e: ev.StepStarted, at: datetime) -> list[PlannedSpan]:
     name = f._steps.get(e.step_id, e.step_id)
-    span_id = step_span_id(f.run_id, e.step_id, e.attempt)
+    span_id = step_span_id(f.run_id, f.trace_id, e.step_id, e.attempt)
     queued = f._queued.pop(e.step_id, None)
     f._start(
         "step",
@@ -336,7 +337,7 @@ def _wait_created(f: TraceFold, e: ev.WaitCreated, at: datetime) -> list[Planned
         "timer",
         e.wait_id,
         f"timer {e.wait_id}",
-        _wait_span_id(f.run_id, e.wait_id),
+        _span_id("timer", f.run_id, f.trace_id, e.wait_id),
         at,
         wait_id=e.wait_id,
     )
@@ -348,7 +349,7 @@ def _wait_completed(f: TraceFold, e: ev.WaitCompleted, at: datetime) -> list[Pla
 
 
 def _signal_wait(f: TraceFold, e: ev.SignalWaitCreated, at: datetime) -> list[PlannedSpan]:
-    span_id = _signal_span_id(f.run_id, e.wait_id)
+    span_id = _span_id("signal", f.run_id, f.trace_id, e.wait_id)
     f._start(
         "signal",
         e.wait_id,
@@ -370,7 +371,7 @@ def _hook_created(f: TraceFold, e: ev.HookCreated, at: datetime) -> list[Planned
         "hook",
         e.hook_id,
         f"hook {e.hook_id}",
-        _hook_span_id(f.run_id, e.hook_id),
+        _span_id("hook", f.run_id, f.trace_id, e.hook_id),
         at,
         hook_id=e.hook_id,
     )
@@ -386,7 +387,7 @@ def _hook_disposed(f: TraceFold, e: ev.HookDisposed, at: datetime) -> list[Plann
 
 
 def _child_requested(f: TraceFold, e: ev.ChildWorkflowRequested, at: datetime) -> list[PlannedSpan]:
-    span_id = child_span_id(f.run_id, e.child_id)
+    span_id = child_span_id(f.run_id, f.trace_id, e.child_id)
     f._start(
         "child",
         e.child_id,

@@ -190,14 +190,15 @@ def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
 
 def trace_view(snap: WorkflowRunSnapshot) -> dict[str, Any] | None:
     """The run's place in its trace (``streamflow.core.tracing``): the trace id, the run's own
-    span id and the span it is a child of (``None`` for a run started outside any trace);
-    ``None`` before the run was created."""
+    span id and the span it is a child of (``None`` for a run started outside any trace: the
+    root of a trace of its own); ``None`` before the run was created."""
     if snap.spec is None:
         return None
+    trace_id = run_trace_id(snap.run_id, snap.trace)
     return {
-        "trace_id": run_trace_id(snap.run_id, snap.trace),
-        "span_id": run_span_id(snap.run_id),
-        "parent_span_id": None if snap.trace is None else snap.trace.span_id,
+        "trace_id": trace_id,
+        "span_id": run_span_id(snap.run_id, trace_id),
+        "parent_span_id": None if snap.trace is None else snap.trace.parent_span_id,
     }
 
 

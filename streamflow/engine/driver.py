@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from streamflow.core.projection import ProjectedRun, evolve
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
+from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import ChildWorkflowCancellationPolicy, WorkflowTerminalOutcome
 from streamflow.engine.children import Children, child_debts, successor_owed
 from streamflow.engine.incidents import Incidents, recorded
@@ -138,9 +140,9 @@ class Driver:
         retry; drift raises ``RunConflict``, a build this engine does not run
         ``RuntimeBuildUnavailable``). A limited workflow is recorded queued with the claims
         ``admission`` gives (default: the runtime's, at ``priority``); ``attributes``: its
-        search attributes; the current OpenTelemetry span is its trace parent. Returns the
-        engine's own snapshot (copy it before handing it out) and whether this call created
-        the run."""
+        search attributes; its trace: the current OpenTelemetry span's, else one of its own.
+        Returns the engine's own snapshot (copy it before handing it out) and whether this
+        call created the run."""
         validate_run_id(run_id)
         spec.validate()
         check_priority(priority)
@@ -156,7 +158,7 @@ class Driver:
             input=value,
             admission=admission,
             attributes=checked or None,
-            trace=current_trace(),
+            trace=current_trace() or TraceParent.root(uuid.uuid4().hex),
         )
         rq.check_request(request)  # a value no store could give back is refused here
         route_error = self._route_error(run_id, rq.concerned_build(None, request))

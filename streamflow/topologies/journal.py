@@ -18,6 +18,7 @@ and the cached runs are ``journal_state``'s.
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -44,6 +45,7 @@ from streamflow.core.errors import (
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
 from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.trace_context import TraceParent
 from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
@@ -264,11 +266,14 @@ class Journal(TransactionalTopology):
         now = self._clock()
         try:
             request = self._wire.decode_value(msg.value(), m.Request)
-            if isinstance(request.body, m.StartRun):
-                # The caller's trace context rides in the record's traceparent header.
+            body = request.body
+            if isinstance(body, m.StartRun) and body.trace is None:
+                # The caller's trace context rides in the record's traceparent header; a start
+                # outside any trace records a trace of its own (the first start's is kept).
                 trace = header_trace(msg.headers())
-                if trace is not None:
-                    request = replace(request, body=replace(request.body, trace=trace))
+                if trace is None and not body.system:
+                    trace = TraceParent.root(uuid.uuid4().hex)
+                request = replace(request, body=replace(body, trace=trace))
             # A value no store could give back (too deep, a lone surrogate, NaN) is refused
             # like a body that does not decode: parked, and its sender told why.
             rq.check_request(request.body)

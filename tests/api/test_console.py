@@ -36,7 +36,7 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from streamflow.api import EmbeddedControl
-from streamflow.core.tracing import run_span_id, run_trace_id
+from streamflow.core.tracing import run_span_id
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.scheduler import FlowScheduler
 from streamflow.engine.tasks import InProcessTaskRunner
@@ -658,8 +658,9 @@ def test_the_filter_box_lists_the_runs_a_query_selects(console: tuple[str, httpx
         wait.until(ec.text_to_be_present_in_element((By.ID, "run-attributes"), "customer"))
         assert text_of(browser, "#run-attributes") == 'customer = "2", tags = ["eu","vip"]'
         # Its place in its trace: what to look it up by in a trace backend.
-        trace = f"{run_trace_id('qe-2', None)} / {run_span_id('qe-2')}"
-        assert text_of(browser, "#run-trace") == trace
+        traced = client.get("/v1/runs/qe-2").json()["trace"]
+        trace_id = traced["trace_id"]
+        assert text_of(browser, "#run-trace") == f"{trace_id} / {run_span_id('qe-2', trace_id)}"
         # A batch over them is a run whose page draws one bar: its latest page's count.
         body = {"action": "cancel", "where": "tags = 'vip'", "batch_id": "batch-c"}
         assert client.post("/v1/batches", json=body).status_code == 201

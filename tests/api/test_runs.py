@@ -14,7 +14,7 @@ import pytest
 
 from streamflow.api import EmbeddedControl
 from streamflow.api import app as api_app
-from streamflow.core.tracing import run_span_id, run_trace_id
+from streamflow.core.tracing import run_span_id
 from tests.api.apps import app as test_app
 from tests.api.conftest import API_KEY, ApiStack, served_api
 
@@ -129,9 +129,13 @@ def test_run_detail_has_the_contract_fields(api_stack: ApiStack) -> None:
     ):  # fmt: skip
         assert field in view, field
     assert view["workflow"] == "api.echo"
-    assert view["trace"] == {  # started outside any trace: a trace of its own
-        "trace_id": run_trace_id("detail-1", None),
-        "span_id": run_span_id("detail-1"),
+    # Started outside any trace: the root of a trace of its own, recorded at its start.
+    events = api_stack.client.get("/v1/runs/detail-1/history").json()["events"]
+    recorded = events[0]["body"]["trace"]
+    assert recorded["span_id"] == "0" * 16
+    assert view["trace"] == {
+        "trace_id": recorded["trace_id"],
+        "span_id": run_span_id("detail-1", recorded["trace_id"]),
         "parent_span_id": None,
     }
     assert view["input"] == {"n": 2}
@@ -417,7 +421,7 @@ def test_a_start_records_the_callers_traceparent_and_ignores_a_malformed_one(
         "span_id": "00f067aa0ba902b7",
         "sampled": True,
     }
-    assert "trace" not in created("traced-2")
+    assert created("traced-2")["trace"]["span_id"] == "0" * 16  # a root: a trace of its own
     view = api_stack.client.get("/v1/runs/traced-1").json()
     assert view["trace"]["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert view["trace"]["parent_span_id"] == "00f067aa0ba902b7"

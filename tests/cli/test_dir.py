@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streamflow.core.tracing import run_span_id, run_trace_id
+from streamflow.core.tracing import run_span_id
 from tests.cli.apps import links
 from tests.cli.conftest import APP, ROOT, cli, hosted, wait_for
 
@@ -47,8 +47,9 @@ def test_start_records_and_a_host_runs_it(store_dir: Path) -> None:
     assert view["run"]["status"] == "running"
     assert view["run"]["steps"] == []
     # Where to look it up in a trace backend: its trace and its own span.
+    trace_id = view["run"]["trace"]["trace_id"]
     shown = ok("show", "e-1", "--dir", d)
-    assert f"trace {run_trace_id('e-1', None)}, span {run_span_id('e-1')}" in shown
+    assert f"trace {trace_id}, span {run_span_id('e-1', trace_id)}" in shown
 
     with hosted(store_dir) as host:
         wait_for(lambda: host.status("e-1") == "completed", "the host to finish e-1")
@@ -301,9 +302,9 @@ def test_a_start_joins_the_trace_its_environment_names(store_dir: Path) -> None:
     traced = json.loads(ok("show", "tp-1", "--dir", d, "--json"))["run"]["trace"]
     assert traced == {
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
-        "span_id": run_span_id("tp-1"),
+        "span_id": run_span_id("tp-1", "4bf92f3577b34da6a3ce929d0e0e4736"),
         "parent_span_id": "00f067aa0ba902b7",
     }
     own = json.loads(ok("show", "tp-2", "--dir", d, "--json"))["run"]["trace"]
-    assert own["trace_id"] == run_trace_id("tp-2", None)
+    assert own["trace_id"] != "4bf92f3577b34da6a3ce929d0e0e4736"
     assert own["parent_span_id"] is None

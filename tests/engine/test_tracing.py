@@ -165,7 +165,7 @@ async def test_a_run_is_a_trace_in_its_callers_with_every_span_from_history(stor
     root = spans["run tr.order"]
     assert root.parent is not None
     assert root.parent.span_id == int(caller.span_id, 16)
-    assert root.context.span_id == int(tracing.run_span_id("o-1"), 16)
+    assert root.context.span_id == int(tracing.run_span_id("o-1", caller.trace_id), 16)
     by_time = {e.event.TYPE: e.timestamp for e in history}
     assert root.start_time == int(by_time["run_created"].timestamp() * 1e6) * 1000
     assert root.end_time == int(by_time["run_completed"].timestamp() * 1e6) * 1000
@@ -192,8 +192,8 @@ async def test_a_run_is_a_trace_in_its_callers_with_every_span_from_history(stor
     assert child_run.parent.span_id == spans["child tr.child"].context.span_id
 
     # Step code ran inside its attempt's span: the order's charge, then the child's.
-    order_charge = int(tracing.step_span_id("o-1", "charge", 1), 16)
-    child_charge = int(tracing.step_span_id(child_id, "charge", 1), 16)
+    order_charge = int(tracing.step_span_id("o-1", caller.trace_id, "charge", 1), 16)
+    child_charge = int(tracing.step_span_id(child_id, caller.trace_id, "charge", 1), 16)
     assert seen_in_step == [(trace_id, order_charge), (trace_id, child_charge)]
     step_ids = {
         s.context.span_id for s in exporter.get_finished_spans() if s.name == "step tr.charge"
@@ -202,15 +202,24 @@ async def test_a_run_is_a_trace_in_its_callers_with_every_span_from_history(stor
 
 
 async def test_a_run_started_outside_a_trace_is_its_own_trace() -> None:
+    """Two deployments (two engines on their own stores) run the same run id outside any
+    trace: each run is the root of a trace of its own, recorded at its start, and no span id
+    of one is a span id of the other."""
     provider, exporter = sdk()
-    engine = FlowEngine.builder(app).with_tracer_provider(provider).build()
-    async with closing(engine):
-        await plain.start(engine, "p-1", 1)
-        await engine.result("p-1", timeout=10)
-        await until(lambda: len(exporter.get_finished_spans()) == 2, "two spans")
-    run = next(s for s in exporter.get_finished_spans() if s.name == "run tr.plain")
-    assert run.parent is None
-    assert hexed(run.context.trace_id, 32) == tracing.run_trace_id("p-1", None)
+    recorded = []
+    for _ in range(2):
+        engine = FlowEngine.builder(app).with_tracer_provider(provider).build()
+        async with closing(engine):
+            await plain.start(engine, "p-1", 1)
+            await engine.result("p-1", timeout=10)
+            recorded.append((await engine.snapshot("p-1")).trace)
+    await until(lambda: len(exporter.get_finished_spans()) == 4, "four spans")
+    assert all(trace is not None and trace.is_root for trace in recorded)
+    assert recorded[0].trace_id != recorded[1].trace_id
+    runs = [s for s in exporter.get_finished_spans() if s.name == "run tr.plain"]
+    assert all(run.parent is None for run in runs)
+    assert {hexed(run.context.trace_id, 32) for run in runs} == {t.trace_id for t in recorded}
+    assert len({s.context.span_id for s in exporter.get_finished_spans()}) == 4
 
 
 async def test_replaying_runs_a_thousand_times_describes_each_span_once(store) -> None:
@@ -262,6 +271,10 @@ async def test_engines_sharing_a_provider_keep_history_ids_and_leave_user_spans_
         await first.result("shared-1", timeout=10)
         await second.result("shared-2", timeout=10)
         await until(lambda: len(exporter.get_finished_spans()) == 4, "four spans")
+        traces = {
+            "shared-1": (await first.snapshot("shared-1")).trace.trace_id,
+            "shared-2": (await second.snapshot("shared-2")).trace.trace_id,
+        }
     with provider.get_tracer("streamflow").start_as_current_span("mine") as mine:
         pass
     runs = {
@@ -269,14 +282,12 @@ async def test_engines_sharing_a_provider_keep_history_ids_and_leave_user_spans_
         for s in exporter.get_finished_spans()
         if s.name == "run tr.plain"
     }
-    for run_id in ("shared-1", "shared-2"):
-        assert hexed(runs[run_id].context.span_id, 16) == tracing.run_span_id(run_id)
-        assert hexed(runs[run_id].context.trace_id, 32) == tracing.run_trace_id(run_id, None)
+    for run_id, trace_id in traces.items():
+        assert hexed(runs[run_id].context.span_id, 16) == tracing.run_span_id(run_id, trace_id)
+        assert hexed(runs[run_id].context.trace_id, 32) == trace_id
     planned = {s.context.span_id for s in exporter.get_finished_spans() if s.name != "mine"}
     assert mine.get_span_context().span_id not in planned
-    assert hexed(mine.get_span_context().trace_id, 32) not in {
-        tracing.run_trace_id(r, None) for r in runs
-    }
+    assert hexed(mine.get_span_context().trace_id, 32) not in traces.values()
 
 
 def test_held_spans_wait_for_a_collector_that_refused_them() -> None:

@@ -49,13 +49,14 @@ async def test_spans_arrive_once_with_their_parents_after_a_kill_9_of_the_observ
         args={"observers": ("--http-port", "-1", "--metrics-interval", "0")},
     ).start()
     client = FlowClient(kafka, request_timeout=60)
-    # Ids of this test's own: the same run ids would make the same trace and span ids.
-    runs = [f"traced-{kafka.namespace}-{i}" for i in range(RUNS)]
+    runs = [f"traced-{i}" for i in range(RUNS)]
     caller = TraceParent(secrets.token_hex(16), secrets.token_hex(8))
+    history: dict[str, list] = {}
 
     def trace_of(run_id: str) -> str:
-        """The caller's trace for the first run, one of its own for the others."""
-        return caller.trace_id if run_id == runs[0] else tracing.run_trace_id(run_id, None)
+        """The trace the run recorded at its start: the caller's for the first run, a root
+        context of its own (a random trace id) for the others."""
+        return history[run_id][0].event.trace.trace_id
 
     try:
         await asyncio.to_thread(cluster.wait_for_route)
@@ -64,15 +65,24 @@ async def test_spans_arrive_once_with_their_parents_after_a_kill_9_of_the_observ
         for i, run_id in enumerate(runs[1:], start=1):
             await client.start_with_id(run_id, SPEC, {"i": i})
         await asyncio.gather(*(client.result(r, timeout=90) for r in runs))
+        history.update(committed_history(kafka))
+        assert trace_of(runs[0]) == caller.trace_id
+        assert all(history[r][0].event.trace.is_root for r in runs[1:])
         # The observers start once every run has ended, so their first transaction ends
-        # spans: they are killed after exporting them, before that transaction commits.
+        # spans: they are killed after exporting them, before that transaction commits. (A
+        # first poll that brought too few records to end a span exports nothing: the killed
+        # process is started again with the same fault, as its transaction never committed.)
         fault = "observers.after_produce_before_commit:kill@1"
-        observers = cluster.spawn("observers", faults=fault)
-        assert await asyncio.to_thread(observers.wait_exit, 90) == -signal.SIGKILL, cluster.logs()
-        exported_before = sum(len(collector.trace(trace_of(r))) for r in runs)
+        exported_before = 0
+        for _ in range(3):
+            observers = cluster.spawn("observers", faults=fault)
+            code = await asyncio.to_thread(observers.wait_exit, 90)
+            assert code == -signal.SIGKILL, cluster.logs()
+            exported_before = sum(len(collector.trace(trace_of(r))) for r in runs)
+            if exported_before:
+                break
         cluster.restart("observers")  # without the fault
 
-        history = committed_history(kafka)
         events = sum(len(h) for h in history.values())
         deadline = time.monotonic() + 90
         while len(await asyncio.to_thread(audited, kafka)) < events:
@@ -88,7 +98,7 @@ async def test_spans_arrive_once_with_their_parents_after_a_kill_9_of_the_observ
             ids = Counter(s["spanID"] for s in spans)
             assert max(ids.values()) == 1, f"{run_id}: a span arrived twice: {ids}"
             assert len(spans) == expected, [s["operationName"] for s in spans]
-            run_span = tracing.run_span_id(run_id)
+            run_span = tracing.run_span_id(run_id, trace_id)
             by_name = {s["operationName"]: s for s in spans}
             root = by_name["run drills.ledgered"]
             assert root["spanID"] == run_span
@@ -102,14 +112,14 @@ async def test_spans_arrive_once_with_their_parents_after_a_kill_9_of_the_observ
                 "timer pause",
             ]
             steps = {s["spanID"] for s in others if s["operationName"] == "step effect"}
-            assert steps == {tracing.step_span_id(run_id, f"s{i}", 1) for i in (1, 2, 3)}
+            assert steps == {tracing.step_span_id(run_id, trace_id, f"s{i}", 1) for i in (1, 2, 3)}
 
         # Step code ran inside its attempt's span, on the worker.
         for line in steps_seen.read_text().splitlines():
             run_id, step_id, attempt, trace_id, span_id = line.split()
             assert (trace_id, span_id) == (
                 trace_of(run_id),
-                tracing.step_span_id(run_id, step_id, int(attempt)),
+                tracing.step_span_id(run_id, trace_of(run_id), step_id, int(attempt)),
             )
     finally:
         client.close()

@@ -36,6 +36,8 @@ SPEC = WorkflowSpec.python("owed", "1", "m", "X")
 CHILD = WorkflowSpec.python("owed.child", "1", "m", "X")
 START = [ev.RunCreated(spec=SPEC, input={"n": 1}), ev.RunStarted()]
 ABANDON = ChildWorkflowCancellationPolicy.ABANDON
+PARENT_TRACE = run_trace_id("p", None)
+"""The trace of run ``p``: its history (``START``) records no context."""
 DIGEST = token_digest("a-token-long-enough-to-be-accepted")
 
 
@@ -94,7 +96,9 @@ def test_a_requested_child_is_owed_its_start_with_the_parent_link():
         input={"child": "a"},
         parent=ParentLink(run_id="p", child_id="a", child_run_id="p-a", depth=1),
         # The child's span is a child of the parent's span of it, in the parent's trace.
-        trace=TraceParent(run_trace_id("p", None), child_span_id("p", "a")),
+        trace=TraceParent(
+            run_trace_id("p", None), child_span_id("p", run_trace_id("p", None), "a")
+        ),
     )
 
 
@@ -117,7 +121,7 @@ def test_a_run_that_continued_as_new_owes_its_successor_with_the_link():
             input=2,
             parent=parent,
             predecessor=ContinuationLink(run_id="p", hop=1),
-            trace=TraceParent(run_trace_id("p", None), run_span_id("p")),
+            trace=TraceParent(PARENT_TRACE, run_span_id("p", PARENT_TRACE)),
         )
     ]  # a chain that goes on does not resolve its parent yet
 

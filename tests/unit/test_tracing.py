@@ -61,11 +61,28 @@ def test_a_context_round_trips_and_a_malformed_one_is_refused() -> None:
 
 
 def test_ids_are_derived_from_history_alone() -> None:
+    # A history recorded before trace contexts: the trace id comes from the run id.
     assert run_trace_id("r", None) == run_trace_id("r", None) != run_trace_id("s", None)
-    assert run_trace_id("r", CALLER) == CALLER.trace_id
-    assert step_span_id("r", "a", 1) != step_span_id("r", "a", 2) != run_span_id("r")
     assert len(run_trace_id("r", None)) == 32
-    assert len(step_span_id("r", "a", 1)) == 16
+    assert run_trace_id("r", CALLER) == CALLER.trace_id
+    t = CALLER.trace_id
+    assert step_span_id("r", t, "a", 1) != step_span_id("r", t, "a", 2) != run_span_id("r", t)
+    assert len(step_span_id("r", t, "a", 1)) == 16
+    # The same run id in another trace (another deployment): other span ids.
+    other = "0af7651916cd43dd8448eb211c80319c"
+    assert run_span_id("r", other) != run_span_id("r", t)
+    assert step_span_id("r", other, "a", 1) != step_span_id("r", t, "a", 1)
+
+
+def test_a_run_outside_any_trace_is_the_root_of_its_own() -> None:
+    root = TraceParent.root("0af7651916cd43dd8448eb211c80319c")
+    assert root.is_root
+    assert root.parent_span_id is None
+    (run,) = spans_of([ev.RunCreated(spec=SPEC, input=None, trace=root), ev.RunCompleted()])
+    assert (run.trace_id, run.parent_id) == (root.trace_id, None)
+    assert run.span_id == run_span_id("r", root.trace_id)
+    with pytest.raises(ValueError, match="root"):
+        _ = root.header
 
 
 def spans_of(events, run_id: str = "r"):
@@ -91,15 +108,15 @@ def test_a_cancelled_run_ends_its_open_spans_with_it() -> None:
         ("run traced", "cancelled"),
     ]
     assert spans[0].error == "boom"
-    assert spans[0].span_id == step_span_id("r", "a", 1)
-    assert spans[1].span_id == step_span_id("r", "a", 2)
+    assert spans[0].span_id == step_span_id("r", CALLER.trace_id, "a", 1)
+    assert spans[1].span_id == step_span_id("r", CALLER.trace_id, "a", 2)
     run = spans[-1]
     assert (run.trace_id, run.parent_id, run.span_id) == (
         CALLER.trace_id,
         CALLER.span_id,
-        run_span_id("r"),
+        run_span_id("r", CALLER.trace_id),
     )
-    assert {s.parent_id for s in spans[:-1]} == {run_span_id("r")}
+    assert {s.parent_id for s in spans[:-1]} == {run_span_id("r", CALLER.trace_id)}
     assert all(s.end >= s.start for s in spans)
     assert traced_count(envelopes("r", events)) == len(spans)
 

@@ -155,9 +155,13 @@ def test_a_trace_context_is_left_out_of_a_run_created_outside_any_trace():
         "sampled": False,
     }
     assert FlowEvent.from_json(json.loads(json.dumps(created.to_json()))) == created
-    malformed = {**created.to_json(), "trace": {**trace.to_json(), "span_id": "0" * 16}}
+    malformed = {**created.to_json(), "trace": {**trace.to_json(), "span_id": "zz"}}
     with pytest.raises(SerializationError, match="invalid trace context"):
         FlowEvent.from_json(malformed)
+    # A run started outside any trace records a root context: a trace of its own, no parent.
+    root = ev.RunCreated(spec=SPEC, trace=TraceParent.root("4bf92f3577b34da6a3ce929d0e0e4736"))
+    assert root.to_json()["trace"]["span_id"] == "0" * 16
+    assert FlowEvent.from_json(json.loads(json.dumps(root.to_json()))) == root
 
 
 def test_step_created_without_retry_means_the_default_policy():
