@@ -258,7 +258,8 @@ class Observers(TransactionalTopology):
     def prepare_commit(self) -> None:
         """Export the spans of the open transaction before it commits, and mark them exported
         (the marks go at the next commit: no committed record describes a span again). A
-        collector that refuses them gets them again at the next commit."""
+        collector that refuses them is offered them again, with what came since, at the first
+        commit ``EXPORT_BACKOFF`` seconds later."""
         tracing = self._tracing
         if tracing is None or not tracing.described_keys:
             return

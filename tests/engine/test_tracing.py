@@ -24,9 +24,12 @@ from streamflow import (
     RocksDBEventStore,
     WorkflowSignal,
 )
+from streamflow.core import events as ev
 from streamflow.core import tracing
 from streamflow.core.tracing import TraceParent, traced_count
+from streamflow.observe.tracing import TracingObserver
 from streamflow.otel import running_in
+from tests.support import T0
 
 app = App()
 seen_in_step: list[tuple[int, int]] = []
@@ -315,13 +318,32 @@ def test_held_spans_wait_for_a_collector_that_refused_them() -> None:
     collector = Collector()
     provider = TracerProvider()
     provider.add_span_processor(held_processor(collector))
-    tracer = provider.get_tracer("test")
-    tracer.start_span("a").end()
+    observer = TracingObserver(provider)
+    history = [
+        ev.FlowEventEnvelope(
+            run_id="held-1", sequence=n, event_id=f"e{n}", timestamp=at, event=event
+        )
+        for n, (event, at) in enumerate(
+            [
+                (ev.RunCreated(spec=plain.spec, input=1), T0),
+                (ev.RunStarted(), T0),
+                (ev.StepCreated(step_id="a", step_name="tr.charge"), T0),
+                (ev.StepStarted(step_id="a", attempt=1), T0),
+                (ev.StepCompleted(step_id="a", output=2), T0),
+                (ev.RunCompleted(output=2), T0),
+            ],
+            start=1,
+        )
+    ]
+    for envelope in history[:5]:
+        observer.record(envelope)
     assert collector.taken == []  # held until a flush
     assert provider.force_flush() is False  # refused: kept
-    tracer.start_span("b").end()
+    # The step's record comes again (its transaction aborted): the same span, described again.
+    observer.record(history[4], history)
+    observer.record(history[5])
     collector.up = True
     assert provider.force_flush() is True
-    assert collector.taken == ["a", "b"]
+    assert sorted(collector.taken) == ["run tr.plain", "step tr.charge"]  # each once
     assert provider.force_flush() is True
-    assert collector.taken == ["a", "b"]  # nothing twice
+    assert sorted(collector.taken) == ["run tr.plain", "step tr.charge"]  # nothing twice
