@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.error
-import urllib.request
 from collections import Counter
 from typing import Any
 
+from bench.jaeger import Jaeger
 from streamflow.core.tracing import TraceFold, run_trace_id
 from streamflow.kafka.client import TopicReader
 from streamflow.kafka.config import KafkaSettings
@@ -44,19 +43,7 @@ def histories(settings: KafkaSettings) -> dict[str, list[Any]]:
     return {run: [events[s] for s in sorted(events)] for run, events in runs.items()}
 
 
-def trace_spans(query: str, trace_id: str) -> list[dict[str, Any]]:
-    """The spans Jaeger holds for ``trace_id``."""
-    try:
-        with urllib.request.urlopen(f"{query}/api/traces/{trace_id}", timeout=30) as answer:
-            data = json.load(answer)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return []
-        raise
-    return [span for t in data.get("data") or [] for span in t.get("spans", [])]
-
-
-def check(settings: KafkaSettings, query: str) -> dict[str, Any]:
+def check(settings: KafkaSettings, jaeger: Jaeger) -> dict[str, Any]:
     """The comparison (see the module docstring)."""
     runs = histories(settings)
     traces: dict[str, list[dict[str, Any]]] = {}
@@ -67,7 +54,7 @@ def check(settings: KafkaSettings, query: str) -> dict[str, Any]:
         trace = getattr(created, "trace", None)
         trace_id = run_trace_id(run_id, trace)
         if trace_id not in traces:
-            traces[trace_id] = trace_spans(query, trace_id)
+            traces[trace_id] = jaeger.trace(trace_id)
         mine = [
             s
             for s in traces[trace_id]
@@ -101,7 +88,7 @@ def main() -> None:
     args = parser.parse_args()
     base = KafkaSettings.from_env()
     settings = KafkaSettings(bootstrap=args.bootstrap or base.bootstrap, namespace=args.namespace)
-    result = check(settings, args.query)
+    result = check(settings, Jaeger(otlp="", query=args.query))
     print(json.dumps(result, indent=2))
     sys.exit(1 if result["spans_missing"] or result["spans_received_twice"] else 0)
 

@@ -27,7 +27,6 @@ import json
 import platform
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -38,12 +37,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from bench.jaeger import running
 from bench.limits import APP, Ends, Job, free
 from streamflow import FlowEngine, RocksDBEventStore
 
 SPANS_PER_RUN = 4
 """The run's own span and one per step attempt (three no-op steps)."""
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "trace-collector"
 
 
 def _provider(exporter: Any) -> TracerProvider:
@@ -128,22 +127,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    state = Path(tempfile.mkdtemp(prefix="sf-bench-jaeger-"))
-    started = subprocess.run(
-        [str(SCRIPT), "start", "--state-dir", str(state)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    env = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in started.splitlines()
-        if line.startswith("export ")
-    )
-    try:
-        result = asyncio.run(main_async(args.runs, args.rounds, env["OTEL_EXPORTER_OTLP_ENDPOINT"]))
-    finally:
-        subprocess.run([str(SCRIPT), "stop", "--state-dir", str(state)], check=False)
+    with running(Path(tempfile.mkdtemp(prefix="sf-bench-jaeger-"))) as jaeger:
+        result = asyncio.run(main_async(args.runs, args.rounds, jaeger.otlp))
     result["machine"] = {"python": platform.python_version(), "cpus": platform.machine()}
     result["command"] = f"python -m bench.tracing --runs {args.runs} --rounds {args.rounds}"
     print(json.dumps(result["summary"], indent=2))

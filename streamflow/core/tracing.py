@@ -71,10 +71,6 @@ def child_span_id(run_id: str, trace_id: str, child_id: str) -> str:
     return derived_id(16, "child", trace_id, run_id, child_id)
 
 
-def _span_id(kind: str, run_id: str, trace_id: str, ident: str) -> str:
-    return derived_id(16, kind, trace_id, run_id, ident)
-
-
 def run_context(run_id: str, trace: TraceParent | None) -> TraceParent:
     """The context of a run's own span (a continue-as-new successor's parent)."""
     trace_id = run_trace_id(run_id, trace)
@@ -193,10 +189,13 @@ class TraceFold:
     # -- helpers for the handlers ----------------------------------------------------------
 
     def _start(
-        self, kind: str, ident: str, name: str, span_id: str, at: datetime, **attrs: Any
+        self, kind: str, ident: str, name: str, at: datetime, span_id: str = "", **attrs: Any
     ) -> None:
+        """Open the span of ``kind`` ``ident`` (its id: ``span_id``, else derived from the kind
+        and ident, as :func:`child_span_id` is for a child)."""
         attributes: dict[str, AttributeValue] = {"streamflow.run_id": self.run_id}
         attributes.update({f"streamflow.{k}": v for k, v in attrs.items() if v is not None})
+        span_id = span_id or derived_id(16, kind, self.trace_id, self.run_id, ident)
         self._open[(kind, ident)] = _Open(name, span_id, at, attributes)
 
     def _end(
@@ -310,8 +309,8 @@ def _step_started(f: TraceFold, e: ev.StepStarted, at: datetime) -> list[Planned
         "step",
         e.step_id,
         f"step {name}",
-        span_id,
         at,
+        span_id,
         step_id=e.step_id,
         step=name,
         attempt=e.attempt,
@@ -333,14 +332,7 @@ def _step_failed(f: TraceFold, e: ev.StepFailed, at: datetime) -> list[PlannedSp
 
 
 def _wait_created(f: TraceFold, e: ev.WaitCreated, at: datetime) -> list[PlannedSpan]:
-    f._start(
-        "timer",
-        e.wait_id,
-        f"timer {e.wait_id}",
-        _span_id("timer", f.run_id, f.trace_id, e.wait_id),
-        at,
-        wait_id=e.wait_id,
-    )
+    f._start("timer", e.wait_id, f"timer {e.wait_id}", at, wait_id=e.wait_id)
     return []
 
 
@@ -349,15 +341,8 @@ def _wait_completed(f: TraceFold, e: ev.WaitCompleted, at: datetime) -> list[Pla
 
 
 def _signal_wait(f: TraceFold, e: ev.SignalWaitCreated, at: datetime) -> list[PlannedSpan]:
-    span_id = _span_id("signal", f.run_id, f.trace_id, e.wait_id)
     f._start(
-        "signal",
-        e.wait_id,
-        f"signal {e.signal_name}",
-        span_id,
-        at,
-        wait_id=e.wait_id,
-        signal=e.signal_name,
+        "signal", e.wait_id, f"signal {e.signal_name}", at, wait_id=e.wait_id, signal=e.signal_name
     )
     return []
 
@@ -367,14 +352,7 @@ def _signal_done(f: TraceFold, e: ev.SignalWaitCompleted, at: datetime) -> list[
 
 
 def _hook_created(f: TraceFold, e: ev.HookCreated, at: datetime) -> list[PlannedSpan]:
-    f._start(
-        "hook",
-        e.hook_id,
-        f"hook {e.hook_id}",
-        _span_id("hook", f.run_id, f.trace_id, e.hook_id),
-        at,
-        hook_id=e.hook_id,
-    )
+    f._start("hook", e.hook_id, f"hook {e.hook_id}", at, hook_id=e.hook_id)
     return []
 
 
@@ -387,12 +365,10 @@ def _hook_disposed(f: TraceFold, e: ev.HookDisposed, at: datetime) -> list[Plann
 
 
 def _child_requested(f: TraceFold, e: ev.ChildWorkflowRequested, at: datetime) -> list[PlannedSpan]:
-    span_id = child_span_id(f.run_id, f.trace_id, e.child_id)
     f._start(
         "child",
         e.child_id,
         f"child {e.spec.name}",
-        span_id,
         at,
         child_id=e.child_id,
         child_run_id=e.child_run_id,

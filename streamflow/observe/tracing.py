@@ -116,16 +116,12 @@ class TracingObserver:
         elif generator is not None:
             self._ids = _PlannedIds(generator)
             tracer.id_generator = self._ids
-        self.keeps_ids = self._ids is not None
-        """Whether the spans get history's ids (the provider's tracers take an id generator)."""
         self._history = history
         self._exported = exported
         self.described_keys: list[str] = []
         """The keys of the spans described since :meth:`take_described`."""
         self._folds: OrderedDict[str, TraceFold] = OrderedDict()
         self._max_runs = max_runs
-        self.described = 0
-        """Spans described so far."""
 
     async def observe(self, envelope: FlowEventEnvelope) -> None:
         """The ``FlowEventObserver`` hook: :meth:`record`, with the run's history read first
@@ -162,7 +158,6 @@ class TracingObserver:
             self._describe(span)
             self.described_keys.append(key)
             described += 1
-        self.described += described
         return described
 
     def take_described(self) -> list[str]:

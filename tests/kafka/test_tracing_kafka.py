@@ -15,6 +15,7 @@ from collections import Counter
 
 import pytest
 
+from bench.jaeger import parent_of
 from streamflow.core import tracing
 from streamflow.core.tracing import TraceParent, traced_count
 from streamflow.kafka import admin
@@ -22,7 +23,6 @@ from streamflow.kafka.client import FlowClient
 from streamflow.kafka.manifest import load_manifest
 from streamflow.otel import running_in
 from streamflow.testing.processes import Cluster
-from tests.kafka.collector import parent_of
 from tests.kafka.test_kill_at_fault_points import APP, SPEC, committed_history
 from tests.kafka.test_observers_kills import audited
 
