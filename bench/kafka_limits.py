@@ -3,7 +3,8 @@
 * **W1 with limits no run reaches**: 1,000 runs x 3 no-op steps started at once, on two
   namespaces side by side: ``plain`` (the W1 workload, no limits) and ``limited`` (the same
   workflow with ``Concurrency(100_000)`` and a keyed ``Concurrency(100_000)`` over 100 keys,
-  so every run is queued, granted by the limits topology at once and never waits for a slot).
+  so every run is admitted from its run partition's share of those limits, in the journal
+  transaction that records it, and never waits for a slot: ``docs/kafka.md``, *Large limits*).
   Rounds alternate (plain, limited, plain, ...), so both see the same machine; reported: each
   side's runs/s per round, the medians and ``limited / plain``, and the CPU time of each side's
   topology processes over its rounds, in ms a run (and the ratio of the medians).

@@ -23,7 +23,9 @@ neither lost nor counted twice.
 Rules of :meth:`Ledger.admit`:
 
 - A holder is admissible when every claim has room: a concurrency claim when fewer than its
-  ``max`` holders of the group hold the same ``(limit_id, key)``, a rate claim when fewer
+  ``max`` holders of the group hold the same ``(limit_id, key)`` (less what the run
+  partitions' shares reserve of a large limit, when the ledger is given ``shares``:
+  :mod:`streamflow.core.shares`), a rate claim when fewer
   than ``max`` grants of the same ``(limit_id, key)`` fall in the window
   ``(t - period_ms, t]``, ``t`` the grant's time.
 - Only the **head** of each (priority, fairness key) queue is a candidate (FIFO within a key:
@@ -77,6 +79,7 @@ from streamflow.core.admission import (
     fairness_key,
 )
 from streamflow.core.errors import InvalidTransition
+from streamflow.core.shares import reserved
 
 EntryState = Literal["queued", "held"]
 _PRUNE_SERVED_AT = 64
@@ -148,10 +151,14 @@ _Item = tuple[int, int, Holder]
 class Ledger:
     """The ledger of one limit group (see the module docstring for its rules)."""
 
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, *, shares: int = 0) -> None:
         if not isinstance(group, str) or not group.strip():
             raise InvalidTransition(f"invalid limit group {group!r}")
         self.group = group
+        self.shares = shares
+        """The run partitions that grant shares of large limits on their own (0: none);
+        each claim's ``max`` less what they reserve (:func:`~streamflow.core.shares.reserved`)
+        is what this ledger grants."""
         self._entries: dict[Holder, LedgerEntry] = {}
         self._queues: dict[int, dict[str, list[_Item]]] = {
             p: {} for p in range(MIN_PRIORITY, MAX_PRIORITY + 1)
@@ -327,11 +334,17 @@ class Ledger:
         return [replace(e) for e in sorted(self._entries.values(), key=lambda e: e.order)]
 
     @staticmethod
-    def load(group: str, entries: Iterable[LedgerEntry], counters: LedgerCounters) -> Ledger:
+    def load(
+        group: str,
+        entries: Iterable[LedgerEntry],
+        counters: LedgerCounters,
+        *,
+        shares: int = 0,
+    ) -> Ledger:
         """The ledger whose :meth:`entries` and :meth:`counters` these were: queued entries
         queue again in their arrival order, held ones hold their grants, and the counters,
         served records and rate windows are those saved."""
-        ledger = Ledger(group)
+        ledger = Ledger(group, shares=shares)
         for entry in sorted(entries, key=lambda e: (e.arrival, e.order)):
             if entry.grant is None:
                 ledger.enqueue(entry.holder, entry.claims, entry.priority, entry.arrival)
@@ -436,7 +449,8 @@ class Ledger:
         for claim in entry.claims:
             slot = (claim.limit_id, claim.key)
             if claim.period_ms is None:
-                if self._held.get(slot, 0) >= claim.max:
+                room = claim.max - reserved(claim, self.shares) if self.shares else claim.max
+                if self._held.get(slot, 0) >= room:
                     return False
             else:
                 window = self._windows.get(slot)

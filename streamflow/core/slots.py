@@ -143,6 +143,27 @@ def holdings(snapshot: WorkflowRunSnapshot) -> list[Holding]:
     return found
 
 
+def holdings_key(snapshot: WorkflowRunSnapshot) -> tuple[object, ...]:
+    """Everything :func:`holdings` reads of ``snapshot``: two equal keys give equal holdings,
+    so a shell can skip listing them again when an append changed none of it (the key is
+    cheaper to build than the listing, and its parts compare by identity first)."""
+    limited = snapshot.limited_steps
+    steps = snapshot.steps
+    return (
+        snapshot.spec,
+        snapshot.base_status,
+        snapshot.admission,
+        snapshot.slot,
+        tuple(
+            (sid, s.status, s.queued_attempt, s.attempt, s.grant)
+            for sid in sorted(limited)
+            for s in (steps[sid],)
+        )
+        if limited
+        else (),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class SlotChanges:
     """What one append changes in a run's holdings: holders that now wait for a slot, and

@@ -134,10 +134,12 @@ def mirror_partition(
     family: str,
     offset_key: bytes,
     owns: Callable[[bytes], bool] | None = None,
+    seen: Callable[[Message], None] | None = None,
 ) -> None:
     """Stage into ``batch`` what a compacted topic's partition committed since the offset saved
     under ``offset_key`` (in ``meta``): each keyed record's value in ``family`` (a null value
-    deletes the key), and the new offset. A restore after a crash or a reassignment.
+    deletes the key), and the new offset; ``seen`` is shown each record restored. A restore
+    after a crash or a reassignment.
 
     Local state must never be ahead of Kafka: the saved offset follows the last record of a
     transaction this instance was told committed, and a broker crash can still take that
@@ -176,6 +178,8 @@ def mirror_partition(
                 batch.delete(family, key)
             else:
                 batch.put(family, key, value)
+            if seen is not None:
+                seen(msg)
         last = msg.offset()
     if last is not None:
         batch.put("meta", offset_key, encode_offset(last + 1))

@@ -142,6 +142,7 @@ class Journal(TransactionalTopology):
             partitions=self._partitions,
             hook_partitions=partition_count(self._consumer, self._names.hook_requests),
             limit_partitions=partition_count(self._consumer, self._names.limit_requests),
+            shares=self._local.shares,
         )
         self._routes = RouteTable(self._settings)
         self._txn: JournalTransaction | None = None
@@ -167,6 +168,7 @@ class Journal(TransactionalTopology):
     def begin(self) -> None:
         """Start staging the local state and counts of a new transaction."""
         self._txn = self._local.begin()
+        self._local.shares.begin()
         self._counts.begin()
 
     def built_on(self, tp: TopicPartition) -> bool:
@@ -213,12 +215,14 @@ class Journal(TransactionalTopology):
             # A prune is committed; local state (its own partition's deletions) is not yet.
             faults.hit("journal.after_prune_commit")
         self._local.write(txn)
+        self._local.shares.committed()
         self._txn = None
         self._counts.committed()
         self._local.trim()
 
     def aborted(self) -> None:
         """Drop the staged state and the cached snapshots of the runs the transaction touched."""
+        self._local.shares.aborted()
         if self._txn is not None:
             for run_id in self._txn.touched:
                 self._local.uncache(run_id)

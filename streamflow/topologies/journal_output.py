@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
@@ -45,7 +45,8 @@ from streamflow.core.limits import check_events
 from streamflow.core.lru import LruCache
 from streamflow.core.obligations import newly_owed, owed
 from streamflow.core.projection import evolve
-from streamflow.core.slots import holdings, slot_changes
+from streamflow.core.shares import is_share_grant
+from streamflow.core.slots import Holding, SlotChanges, holdings, holdings_key, slot_changes
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.tracing import step_context
 from streamflow.kafka.clients import close_producer, partition_count, producer
@@ -56,6 +57,7 @@ from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import error_info
 from streamflow.topologies.common import TYPE_HEADER, StateBatch, track_offset
+from streamflow.topologies.journal_shares import JournalShares
 
 SEQUENCE_CONFLICTS = "streamflow_sequence_conflicts_total"
 CALLBACK_CONFLICTS = "streamflow_callback_conflicts_total"
@@ -68,6 +70,10 @@ COUNTS_PUBLISH_INTERVAL = 5.0
 log = logging.getLogger("streamflow.journal")
 
 REFUSALS_REMEMBERED = 4096
+HOLDINGS_REMEMBERED = 8192
+"""Runs whose holdings after their last append are remembered (an append that changes
+nothing they follow from does not list them again)."""
+NO_CHANGES = SlotChanges()
 """Runs whose last refused decision the journal remembers, to log a repeat at DEBUG."""
 MAX_FORWARDS = 1024
 """A request handed on along a continuation chain more often than this is refused (a chain
@@ -114,6 +120,7 @@ class JournalOutput:
         partitions: int,
         hook_partitions: int,
         limit_partitions: int,
+        shares: JournalShares,
     ) -> None:
         self._port = port
         self._names = names
@@ -122,6 +129,11 @@ class JournalOutput:
         self._partitions = partitions
         self._hook_partitions = hook_partitions
         self._limit_partitions = limit_partitions
+        self._shares = shares
+        self._holdings: LruCache[str, tuple[tuple[object, ...], list[Holding]]] = LruCache(
+            HOLDINGS_REMEMBERED
+        )
+        """Each recent run's holdings after its last append, with the key they follow from."""
         self._task_partitions: dict[str, int] = {}
         self._refused: LruCache[str, str] = LruCache(REFUSALS_REMEMBERED)
         """Runs whose decision was refused, with the error last logged (``Type: message``)."""
@@ -143,24 +155,29 @@ class JournalOutput:
         check_events(events, self._wire.limits, run_id)
         encoded: list[tuple[ev.FlowEventEnvelope, bytes, bytes, bytes | None]] = []
         effects: list[d.Effect] = []
-        held = holdings(snap)
-        for event in events:
-            prior = owed(snap)
-            envelope = ev.FlowEventEnvelope(
-                run_id=run_id,
-                sequence=snap.last_sequence + 1,
-                event_id=str(uuid.uuid4()),
-                timestamp=now,
-                event=event,
-            )
-            evolve(snap, envelope)
-            task = self._task(snap, event, envelope.sequence)
-            value = self._wire.encode(envelope)
-            encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
-            effects += newly_owed(prior, owed(snap))
+        before = holdings_key(snap)
+        cached = self._holdings.get(run_id)
+        held = cached[1] if cached is not None and cached[0] == before else holdings(snap)
+        self._evolve(snap, events, now, encoded, effects)
+        key_after = holdings_key(snap)
+        after = held if key_after == before else holdings(snap)
+        # A queued holder whose claims fit its partition's shares starts in this same append
+        # (journal_shares); the rest queue at the limits topology.
+        granted = self._shares.grant(snap, held, after, now) if after is not held else []
+        if granted:
+            try:
+                check_events(granted, self._wire.limits, run_id)
+                self._evolve(snap, granted, now, encoded, effects)
+            except BaseException:
+                self._shares.undo(snap, granted)
+                raise
+            key_after, after = holdings_key(snap), holdings(snap)
+        self._holdings[run_id] = (key_after, after)
+        if after is not held:
+            self._shares.update(txn.batch, run_id, held, after)
         # The holdings the events change, across the whole list (a holder queued and ended
         # within it never reaches its group; one held before and ended is released once).
-        changes = slot_changes(held, holdings(snap), snap)
+        changes = slot_changes(held, after, snap) if after is not held else NO_CHANGES
         limits: list[m.LimitRequestBody] = [
             m.EnqueueSlot(group=h.group, holder=h.holder, claims=h.claims, priority=h.priority)
             for h in changes.queued
@@ -172,6 +189,7 @@ class JournalOutput:
                 grant_id=None if h.grant is None else h.grant.grant_id,
             )
             for h in changes.released
+            if not is_share_grant(h.grant)  # a share is given back in local state only
         ]
         for body in limits:
             self.limit(body, now)
@@ -195,6 +213,32 @@ class JournalOutput:
             log.info("run %s makes progress again", run_id)
         return effects
 
+    def _evolve(
+        self,
+        snap: WorkflowRunSnapshot,
+        events: Iterable[ev.FlowEvent],
+        now: datetime,
+        encoded: list[tuple[ev.FlowEventEnvelope, bytes, bytes, bytes | None]],
+        effects: list[d.Effect],
+    ) -> None:
+        """Apply ``events`` to ``snap`` and encode each (``encoded``), collecting what other
+        runs owe to them (``effects``)."""
+        run_id = snap.run_id
+        for event in events:
+            prior = owed(snap)
+            envelope = ev.FlowEventEnvelope(
+                run_id=run_id,
+                sequence=snap.last_sequence + 1,
+                event_id=str(uuid.uuid4()),
+                timestamp=now,
+                event=event,
+            )
+            evolve(snap, envelope)
+            task = self._task(snap, event, envelope.sequence)
+            value = self._wire.encode(envelope)
+            encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
+            effects += newly_owed(prior, owed(snap))
+
     def effect(self, txn: StagedWrites, origin: str, effect: d.Effect, now: datetime) -> None:
         """Produce the record that carries one follow-up to its run (or to the token index)."""
         if isinstance(effect, d.RunStep):
@@ -212,6 +256,10 @@ class JournalOutput:
         body: m.RequestBody
         if isinstance(effect, d.LaunchRun):
             target = effect.run_id
+            admission = effect.admission
+            if admission is not None and is_share_grant(admission.inherited):
+                # A share stays with its partition: the successor is admitted again.
+                effect = replace(effect, admission=replace(admission, inherited=None))
             body = rq.launch_request(effect)
             if effect.parent is not None and effect.predecessor is None:
                 txn.child_starts += 1

@@ -18,26 +18,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from streamflow.core import events as ev
 from streamflow.core.lru import LruCache
 from streamflow.core.projection import project
+from streamflow.core.shares import is_share_grant
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for, split_history_key
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.topologies.common import (
+    TYPE_HEADER,
     LocalState,
     StateBatch,
     decode_offset,
     encode_offset,
     mirror_partition,
 )
+from streamflow.topologies.journal_shares import FAMILY as SHARES
+from streamflow.topologies.journal_shares import GRANTING_EVENTS, JournalShares
 
-FAMILIES = ("events", "meta", "retention")
-"""The journal's column families: events by history key, saved offsets, retention records."""
+FAMILIES = ("events", "meta", "retention", SHARES)
+"""The journal's column families: events by history key, saved offsets, retention records,
+the holders of its partitions' shares (``journal_shares``)."""
 
 
 @dataclass
@@ -83,6 +88,8 @@ class JournalState:
         self._partitions = partitions
         # Trimmed when a transaction commits, never in one: what it touched stays cached.
         self._cache: LruCache[str, WorkflowRunSnapshot] = LruCache(cache_runs, trim_on_put=False)
+        self.shares = JournalShares(state, partitions)
+        """What each partition's shares of large limits count (``journal_shares``)."""
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -111,11 +118,26 @@ class JournalState:
 
     def restore(self, partition: int) -> None:
         """Bring local state up to history and retention partition ``partition``'s committed
-        end (a null history value is a retention tombstone: the key is deleted)."""
+        end (a null history value is a retention tombstone: the key is deleted), then
+        re-derive the partition's share holders from it."""
         batch = self._state.batch()
-        for topic, family, key, run_of in (
-            (self._names.history, "events", offset_key(partition), _history_run),
-            (self._names.retention, "retention", retention_offset_key(partition), _key_run),
+        granting: set[str] = set()
+
+        def seen(msg: Message) -> None:
+            # Only a run_started or step_started can grant a share: decode just those.
+            kind = dict(msg.headers() or ()).get(TYPE_HEADER)
+            value = msg.value()
+            if isinstance(kind, bytes):
+                kind = kind.decode(errors="replace")
+            if kind not in GRANTING_EVENTS or value is None:
+                return
+            envelope = self._wire.decode(value, ev.FlowEventEnvelope)
+            if is_share_grant(getattr(envelope.event, "grant", None)):
+                granting.add(envelope.run_id)
+
+        for topic, family, key, run_of, on_record in (
+            (self._names.history, "events", offset_key(partition), _history_run, seen),
+            (self._names.retention, "retention", retention_offset_key(partition), _key_run, None),
         ):
 
             def owns(raw: bytes, run_of: Callable[[bytes], str | None] = run_of) -> bool:
@@ -131,8 +153,14 @@ class JournalState:
                 family=family,
                 offset_key=key,
                 owns=owns,
+                seen=on_record,
             )
         self._state.write(batch)
+        self.shares.restore(partition, granting, self._projected)
+
+    def _projected(self, run_id: str) -> WorkflowRunSnapshot | None:
+        history = self._history(run_id)
+        return project(run_id, history) if history else None
 
     # -- runs ---------------------------------------------------------------------------------
 

@@ -246,7 +246,9 @@ class Limits(MirroredTopology):
             if saved is None
             else self._wire.decode(saved, m.LimitCounters).counters
         )
-        ledger = self._ledgers[group] = Ledger.load(group, entries, counters)
+        ledger = self._ledgers[group] = Ledger.load(
+            group, entries, counters, shares=self._run_partitions
+        )
         return ledger
 
     def _persist(self, group: str, ledger: Ledger, holders: set[Holder]) -> None:

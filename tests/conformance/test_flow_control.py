@@ -334,3 +334,154 @@ async def test_queued_and_held_slots_survive_a_restart(make_driver):
     waiting = await driver.wait_for("waiting", ended, TIMEOUT)
     assert waiting.status is WorkflowRunStatus.COMPLETED
     assert executions.peak["*"] == 1
+
+
+LARGE = 40
+"""Far above the Kafka harness's two run partitions: on Kafka each grants a share of 10."""
+
+
+async def settle_at(driver: Any, run_ids: list[str], limit: int) -> None:
+    """Wait until ``limit`` of ``run_ids`` hold a slot (they wait for their signal) and the rest
+    are queued, failing at once if more than ``limit`` ever hold one."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        snaps = [await driver.snapshot(r) for r in run_ids]
+        holding = sum(1 for s in snaps if s is not None and "go" in s.signal_waits)
+        queued = sum(1 for s in snaps if s is not None and s.status is WorkflowRunStatus.QUEUED)
+        assert holding <= limit, f"{holding} runs hold a slot of a limit of {limit}"
+        if holding == limit and queued == len(run_ids) - limit:
+            return
+        assert time.monotonic() < deadline, f"{holding} holding, {queued} queued"
+        await asyncio.sleep(0.05)
+
+
+def most_at_once(histories: list[list[Any]]) -> int:
+    """The most runs whose histories overlap between run_started and their end."""
+    edges = []
+    for history in histories:
+        started = next(e.timestamp for e in history if e.event.type == "run_started")
+        edges += [(started, 1), (history[-1].timestamp, -1)]
+    peak = current = 0
+    for _, step in sorted(edges):  # at equal times an end (-1) sorts before a start
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+async def test_a_large_limit_is_never_exceeded_by_partition_shares_and_survives_restarts(
+    make_driver,
+):
+    """On Kafka a limit this far above the run partitions' count is split: each run partition
+    grants a share on its own, in the transaction that records the run, and the limits
+    topology grants the rest. Whoever grants, at most ``LARGE`` runs hold a slot: 60 runs that
+    keep theirs until signalled settle at 40 holding and 20 queued, and stay there through a
+    restart and (on Kafka) a restart whose journal rebuilds its shares from the topics."""
+    app, fulfil = limited_app(Executions(), concurrency=Concurrency(LARGE))
+    driver = await make_driver(app)
+    run_ids = [f"big-{i}" for i in range(60)]
+    await asyncio.gather(
+        *(fulfil.start(driver, r, Order("a", n=i, hold=True)) for i, r in enumerate(run_ids))
+    )
+    await settle_at(driver, run_ids, LARGE)
+    for round_ in range(2):
+        if round_ and driver.name == "kafka":
+            await driver.restart(fresh_state=("journal",))
+        else:
+            await driver.restart()
+        late = [f"late-{round_}-{i}" for i in range(5)]
+        for run_id in late:
+            await fulfil.start(driver, run_id, Order("b", hold=True))
+        run_ids += late
+        await settle_at(driver, run_ids, LARGE)
+    for run_id in run_ids:
+        await driver.send_signal(run_id, WorkflowSignal(signal_id="s", name="go"))
+    outcomes = await all_ended(driver, run_ids)
+    assert {s.status for s in outcomes} == {WorkflowRunStatus.COMPLETED}
+    histories = [await driver.history(r) for r in run_ids]
+    assert most_at_once(histories) <= LARGE
+    granted = [
+        e.event.grant.grant_id for h in histories for e in h if e.event.type == "run_started"
+    ]
+    shares = sum(1 for g in granted if g.startswith("share:"))
+    if driver.name == "kafka":
+        assert shares > 0  # partitions granted some on their own, the topology the others
+        assert shares < len(granted)
+    else:
+        assert shares == 0
+
+
+async def test_chains_under_a_large_limit_give_their_slots_back_when_they_end(make_driver):
+    """A continue-as-new chain under a large limit holds one slot at a time and gives it back
+    when it ends (on Kafka a partition's share is not carried to a successor on another
+    partition: each run of the chain is admitted again), so after 30 chains of three runs the
+    whole limit is free again: 60 runs that keep their slots settle at 40 holding."""
+    app = App()
+
+    @app.workflow(signals=("go",), concurrency=Concurrency(LARGE))
+    async def chain(ctx: DurableContext, state: dict[str, Any]) -> int:
+        if state["hold"]:
+            await ctx.signal("go", "go")
+        if state["n"] < 2:
+            return ctx.continue_as_new({"n": state["n"] + 1, "hold": False})
+        return int(state["n"])
+
+    driver = await make_driver(app)
+    chains = [f"chain-{i}" for i in range(30)]
+    await asyncio.gather(*(chain.start(driver, r, {"n": 0, "hold": False}) for r in chains))
+    for run_id in chains:
+        assert (await driver.result(run_id, TIMEOUT)).status is WorkflowRunStatus.COMPLETED
+    holders = [f"hold-{i}" for i in range(60)]
+    await asyncio.gather(*(chain.start(driver, r, {"n": 2, "hold": True}) for r in holders))
+    await settle_at(driver, holders, LARGE)
+    for run_id in holders:
+        await driver.send_signal(run_id, WorkflowSignal(signal_id="s", name="go"))
+    outcomes = await all_ended(driver, holders)
+    assert {s.status for s in outcomes} == {WorkflowRunStatus.COMPLETED}
+    links = await driver.continuation_chain(chains[0])
+    assert len(links) == 3
+    slots = [
+        e.event.grant.grant_id
+        for run_id in links
+        for e in await driver.history(run_id)
+        if e.event.type == "run_started"
+    ]
+    if driver.name == "kafka" and slots[0].startswith("share:"):
+        assert len(set(slots)) == 3  # each run of the chain took a slot of its own
+    else:
+        assert len(set(slots)) == 1  # the chain kept its first run's grant
+
+
+async def test_step_attempts_under_a_large_limit_take_partition_shares(make_driver):
+    """A step's large limit is split like a workflow's: on Kafka the journal starts an attempt
+    with a share of its partition (``step_started{grant}`` in the append that queued it), and
+    every attempt completes with the limit kept."""
+    executions = Executions()
+    app = App()
+
+    @app.step(concurrency=Concurrency(LARGE), retry=None)
+    async def charge(order: Order) -> int:
+        began = executions.enter("charge")
+        await asyncio.sleep(0.01)
+        executions.leave("charge", str(order.n), began)
+        return order.n
+
+    @app.workflow
+    async def pay(ctx: DurableContext, order: Order) -> int:
+        first = await ctx.step("charge", charge, order)
+        return first + await ctx.step("again", charge, order)
+
+    driver = await make_driver(app)
+    run_ids = [f"pay-{i}" for i in range(30)]
+    await asyncio.gather(*(pay.start(driver, r, Order("x", n=i)) for i, r in enumerate(run_ids)))
+    outcomes = await all_ended(driver, run_ids)
+    assert [s.output for s in outcomes] == [2 * i for i in range(30)]
+    assert executions.peak["charge"] <= LARGE
+    started = [
+        e.event.grant.grant_id
+        for r in run_ids
+        for e in await driver.history(r)
+        if e.event.type == "step_started"
+    ]
+    assert len(started) == 60
+    shares = sum(1 for g in started if g.startswith("share:"))
+    assert (shares > 0) if driver.name == "kafka" else (shares == 0)

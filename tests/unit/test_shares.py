@@ -1,0 +1,112 @@
+"""Partition shares of large concurrency limits (streamflow.core.shares) and the room the
+limits topology's ledger leaves them: together they never grant more than a limit."""
+
+from __future__ import annotations
+
+from streamflow.core.admission import Holder, LimitClaim
+from streamflow.core.ledger import Ledger
+from streamflow.core.shares import (
+    MIN_SHARE,
+    PartitionShares,
+    ShareHolding,
+    is_share_grant,
+    reserved,
+    share_grant,
+    share_of,
+)
+
+GROUP = "wf:pay"
+
+
+def claim(max_: int, key: str = "", period_ms: int | None = None) -> LimitClaim:
+    limit_id = "rate" if period_ms else ("per-key" if key else "global")
+    return LimitClaim(limit_id, key, max_, period_ms)
+
+
+def holding(n: int, *claims: LimitClaim) -> ShareHolding:
+    return ShareHolding(GROUP, Holder(run_id=f"r{n}"), f"share:0:g{n}", claims)
+
+
+def test_only_large_concurrency_limits_are_split() -> None:
+    assert share_of(claim(2 * MIN_SHARE * 4), 4) == MIN_SHARE
+    assert share_of(claim(2 * MIN_SHARE * 4 - 1), 4) == 0  # a share would be below MIN_SHARE
+    assert share_of(claim(100_000), 4) == 12_500
+    assert share_of(claim(100_000, period_ms=1000), 4) == 0  # a rate window spans partitions
+    assert share_of(claim(100_000), 0) == 0
+    assert reserved(claim(100_000), 4) == 50_000
+    assert reserved(claim(10), 4) == 0
+
+
+def test_a_partition_takes_shares_up_to_its_share_per_key() -> None:
+    shares = PartitionShares(partitions=2)
+    big = claim(40)  # a share of 10 on each of two partitions
+    for n in range(10):
+        assert shares.fits(GROUP, [big])
+        assert shares.take(holding(n, big))
+    assert not shares.fits(GROUP, [big])
+    assert not shares.take(holding(3, big))  # counted once
+    assert shares.held(GROUP, "global") == 10
+    assert shares.give_back("share:0:g3")
+    assert not shares.give_back("share:0:g3")
+    assert shares.fits(GROUP, [big])
+    keyed = [claim(40, key="c1")]
+    assert shares.fits(GROUP, keyed)  # another (limit, key) counts on its own
+    assert not shares.fits(GROUP, [big, claim(10)])  # one claim without a share: not here
+    assert not shares.fits(GROUP, [])
+    assert not shares.fits(GROUP, [claim(40, period_ms=1000)])
+
+
+def test_rollback_undoes_what_an_aborted_transaction_took_and_gave_back() -> None:
+    shares = PartitionShares(partitions=2)
+    big = claim(40)
+    shares.take(holding(0, big))
+    shares.commit()
+    shares.begin()
+    shares.take(holding(1, big))
+    shares.give_back("share:0:g0")
+    shares.take(holding(2, big))
+    assert [h.grant_id for h in shares.holdings()] == ["share:0:g1", "share:0:g2"]
+    shares.rollback()
+    assert [h.grant_id for h in shares.holdings()] == ["share:0:g0"]
+    assert shares.held(GROUP, "global") == 1
+    shares.begin()
+    shares.take(holding(5, big))
+    shares.commit()
+    shares.rollback()  # nothing open: nothing undone
+    assert len(shares) == 2
+
+
+def test_share_grants_are_told_apart_from_the_topologys() -> None:
+    grant = share_grant(GROUP, 3, "abc", 1_000)
+    assert grant.grant_id == "share:3:abc"
+    assert grant.group == GROUP
+    assert grant.seq == 1
+    assert is_share_grant(grant)
+    assert not is_share_grant(None)
+    ledger = Ledger(GROUP)
+    ledger.enqueue(Holder(run_id="x"), [claim(1)], 3, 0)
+    (granted,) = ledger.admit(0)
+    assert not is_share_grant(granted.grant)
+
+
+def test_the_ledger_grants_only_what_the_shares_leave_and_together_never_more() -> None:
+    partitions, limit = 2, 40
+    ledger = Ledger(GROUP, shares=partitions)
+    big = claim(limit)
+    for n in range(limit):
+        ledger.enqueue(Holder(run_id=f"q{n}"), [big], 3, n)
+    granted = ledger.admit(0)
+    assert len(granted) == limit - reserved(big, partitions) == 20
+    on_partitions = [PartitionShares(partitions) for _ in range(partitions)]
+    taken = 0
+    for p, shares in enumerate(on_partitions):
+        n = 0
+        while shares.fits(GROUP, [big]):
+            shares.take(ShareHolding(GROUP, Holder(run_id=f"p{p}-{n}"), f"s{p}-{n}", (big,)))
+            n += 1
+        taken += n
+    assert taken + len(granted) == limit
+    small = Ledger(GROUP, shares=partitions)  # a limit too small to split is the ledger's
+    for n in range(5):
+        small.enqueue(Holder(run_id=f"s{n}"), [claim(3)], 3, n)
+    assert len(small.admit(0)) == 3
