@@ -72,12 +72,18 @@ def is_share_grant(grant: SlotGrant | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ShareHolding:
-    """One holder of a partition's shares: its group, grant id and claims."""
+    """One holder of a partition's shares: its group, grant, claims and priority."""
 
     group: str
     holder: Holder
-    grant_id: str
+    grant: SlotGrant
     claims: tuple[LimitClaim, ...]
+    priority: int = 3
+
+    @property
+    def grant_id(self) -> str:
+        """Its grant's id (what the partition counts it by)."""
+        return self.grant.grant_id
 
 
 _Slot = tuple[str, str, str]

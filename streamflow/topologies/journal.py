@@ -179,10 +179,10 @@ class Journal(TransactionalTopology):
         return built_on(self._state, self._names, tp)
 
     def writes_to(self, topic: str) -> bool:
-        """Everything of the namespace but the audit stream, the token index, the limit
-        ledgers and the routes."""
+        """Everything of the namespace but the audit stream, the token index and the routes
+        (in ``{ns}.limits`` only its partition shares' entries)."""
         names = self._names
-        return topic not in (names.audit, names.hook_tokens, names.builds, names.limits)
+        return topic not in (names.audit, names.hook_tokens, names.builds)
 
     def handle(self, msg: Message) -> None:
         """Decide one request and produce its events, effects and reply into the open

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from streamflow.core import events as ev
-from streamflow.core.admission import Holder, LimitClaim
+from streamflow.core.admission import Holder, LimitClaim, SlotGrant
 from streamflow.core.shares import (
     PartitionShares,
     ShareHolding,
@@ -39,6 +39,17 @@ FAMILY = "shares"
 """The journal's column family of share holders (key: run id, NUL, step id or nothing)."""
 GRANTING_EVENTS = frozenset({ev.RunStarted.TYPE, ev.StepStarted.TYPE})
 """The event types that may record a share grant (a restore looks at these)."""
+
+
+SHARE_ENTRY = b"\x02"
+"""Separates a group from a holder in the ``{ns}.limits`` key of a share holder's entry (the
+limits topology's own entries use ``0x00``, its counters ``0x01``, and it reads neither)."""
+
+
+def share_entry_key(group: str, holder: Holder) -> bytes:
+    """The ``{ns}.limits`` key of a share holder's entry (read by the ``/v1/limits`` views)."""
+    parts = (holder.run_id, holder.step_id or "", "" if holder.attempt is None else holder.attempt)
+    return group.encode() + SHARE_ENTRY + "\x1f".join(str(p) for p in parts).encode()
 
 
 def share_key(holder: Holder) -> bytes:
@@ -57,8 +68,9 @@ def _encode(h: ShareHolding) -> bytes:
             "run_id": h.holder.run_id,
             "step_id": h.holder.step_id,
             "attempt": h.holder.attempt,
-            "grant_id": h.grant_id,
+            "grant": h.grant.to_json(),
             "claims": [c.to_json() for c in h.claims],
+            "priority": h.priority,
         },
         separators=(",", ":"),
     ).encode()
@@ -69,14 +81,15 @@ def _decode(raw: bytes) -> ShareHolding:
     return ShareHolding(
         group=data["group"],
         holder=Holder(run_id=data["run_id"], step_id=data["step_id"], attempt=data["attempt"]),
-        grant_id=data["grant_id"],
+        grant=SlotGrant.from_json(data["grant"]),
         claims=tuple(LimitClaim.from_json(c) for c in data["claims"]),
+        priority=data.get("priority", 3),
     )
 
 
 def _held(listed: Iterable[Holding]) -> dict[Holder, ShareHolding]:
     return {
-        h.holder: ShareHolding(h.group, h.holder, h.grant.grant_id, h.claims)
+        h.holder: ShareHolding(h.group, h.holder, h.grant, h.claims, h.priority)
         for h in listed
         if h.grant is not None and is_share_grant(h.grant)
     }
@@ -152,7 +165,7 @@ class JournalShares:
             decision = decide_slot_granted(snap, h.holder, grant)
             if not decision.events:
                 continue
-            shares.take(ShareHolding(h.group, h.holder, grant.grant_id, h.claims))
+            shares.take(ShareHolding(h.group, h.holder, grant, h.claims, h.priority))
             events += decision.events
         return events
 
@@ -170,23 +183,29 @@ class JournalShares:
         run_id: str,
         before: list[Holding],
         after: list[Holding],
-    ) -> None:
+    ) -> tuple[list[ShareHolding], list[ShareHolding]]:
         """Count what an append changed in the run's share holders (``before`` → ``after``,
-        its :func:`~streamflow.core.slots.holdings`), staged in ``batch``."""
+        its :func:`~streamflow.core.slots.holdings`), staged in ``batch``; returns the holders
+        that began and those that ended (for the ``{ns}.limits`` view of them)."""
         if not _any_share(before) and not _any_share(after):
-            return
+            return [], []
         was, now = _held(before), _held(after)
         shares = self.of(partition_for(run_id, self._partitions))
+        began: list[ShareHolding] = []
+        ended: list[ShareHolding] = []
         for holder, h in was.items():
             kept = now.get(holder)
             if kept is None or kept.grant_id != h.grant_id:
                 shares.give_back(h.grant_id)
                 batch.delete(FAMILY, share_key(holder))
+                ended.append(h)
         for holder, h in now.items():
             known = was.get(holder)
             if known is None or known.grant_id != h.grant_id:
                 shares.take(h)
                 batch.put(FAMILY, share_key(holder), _encode(h))
+                began.append(h)
+        return began, ended
 
     # -- restore ------------------------------------------------------------------------------
 

@@ -71,7 +71,8 @@ def counters_key(group: str) -> bytes:
 
 
 def _group_of(key: bytes) -> str:
-    cut = min(i for i in (key.find(ENTRY), key.find(COUNTERS)) if i >= 0)
+    # 0x02: a partition share holder's entry, which the journal writes for the views.
+    cut = min(i for i in (key.find(ENTRY), key.find(COUNTERS), key.find(b"\x02")) if i >= 0)
     return key[:cut].decode()
 
 

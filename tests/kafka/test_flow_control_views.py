@@ -11,6 +11,7 @@ import pytest
 
 from streamflow import App, Concurrency, DurableContext, WorkflowSignal
 from streamflow.api.index import FlowIndex
+from streamflow.kafka.naming import partition_for
 from streamflow.testing.kafka_harness import KafkaDriver
 
 pytestmark = pytest.mark.kafka
@@ -80,5 +81,65 @@ async def test_a_queued_runs_position_and_the_limit_groups_are_read_from_kafka(k
             return view if queued and queued.get("position") == 1 else None
 
         assert await eventually(next_in_line) is not None
+    finally:
+        await driver.close()
+
+
+async def test_holders_of_partition_shares_are_counted_by_the_limits_view(kafka, tmp_path):
+    """A large limit is split into partition shares (two partitions: 10 slots each of a limit of
+    40, 20 for the limits topology): the runs the journals admit from their shares never reach
+    the topology's ledger, yet ``/v1/limits`` counts every holder, whoever granted it, and a
+    share holder that ends leaves the view."""
+    app = App()
+
+    @app.workflow(signals=("go",), concurrency=Concurrency(40, key=lambda who: who["key"]))
+    async def job(ctx: DurableContext, who: dict) -> str:
+        await ctx.signal("go", "go")
+        return who["key"]
+
+    driver = await asyncio.to_thread(KafkaDriver, kafka, app, state_root=tmp_path)
+    try:
+        index = FlowIndex(driver.client)
+        run_ids = [f"run-{i}" for i in range(50)]
+        await asyncio.gather(*(job.start(driver.client, r, {"key": "acme"}) for r in run_ids))
+
+        async def settled():
+            groups = (await index.limits())["groups"]
+            return groups if groups and groups[0]["holders"] == 40 else None
+
+        (group,) = await eventually(settled) or (await index.limits())["groups"]
+        assert (group["group"], group["holders"], group["queued"]) == ("wf:job", 40, 10)
+        (limit,) = group["limits"]
+        assert (limit["max"], limit["held"]) == (40, 40)
+        assert [(k["key"], k["held"], k["queued"]) for k in limit["keys"]] == [("acme", 40, 10)]
+        shared = []
+        for run_id in run_ids:
+            for e in await driver.history(run_id):
+                if e.event.type == "run_started" and e.event.grant.grant_id.startswith("share:"):
+                    shared.append(run_id)
+        assert len(shared) == 20  # each partition's share is full, the topology gave the rest
+        # A share that comes back waits for the next start on its partition (the queued runs
+        # wait for the topology's part), which takes it at once.
+        await driver.send_signal(shared[0], WorkflowSignal(signal_id="s", name="go"))
+        await driver.wait_for(shared[0], lambda s: s.is_terminal, 30)
+
+        async def counted(holders: int, queued: int):
+            (g,) = (await index.limits())["groups"]
+            return g if (g["holders"], g["queued"]) == (holders, queued) else None
+
+        assert await eventually(lambda: counted(39, 10)) is not None, await index.limits()
+        same_partition = next(
+            f"new-{i}"
+            for i in range(1000)
+            if partition_for(f"new-{i}", 2) == partition_for(shared[0], 2)
+        )
+        await job.start(driver.client, same_partition, {"key": "acme"})
+        started = await driver.wait_for(same_partition, lambda s: "go" in s.signal_waits, 30)
+        assert started.slot.grant_id.startswith("share:")
+        assert await eventually(lambda: counted(40, 10)) is not None, await index.limits()
+        # A slot of the topology's part that comes back goes to the first queued run.
+        granted = next(r for r in run_ids if r not in shared)
+        await driver.send_signal(granted, WorkflowSignal(signal_id="s", name="go"))
+        assert await eventually(lambda: counted(40, 9)) is not None, await index.limits()
     finally:
         await driver.close()

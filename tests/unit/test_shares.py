@@ -24,7 +24,7 @@ def claim(max_: int, key: str = "", period_ms: int | None = None) -> LimitClaim:
 
 
 def holding(n: int, *claims: LimitClaim) -> ShareHolding:
-    return ShareHolding(GROUP, Holder(run_id=f"r{n}"), f"share:0:g{n}", claims)
+    return ShareHolding(GROUP, Holder(run_id=f"r{n}"), share_grant(GROUP, 0, f"g{n}", 0), claims)
 
 
 def test_only_large_concurrency_limits_are_split() -> None:
@@ -102,7 +102,8 @@ def test_the_ledger_grants_only_what_the_shares_leave_and_together_never_more() 
     for p, shares in enumerate(on_partitions):
         n = 0
         while shares.fits(GROUP, [big]):
-            shares.take(ShareHolding(GROUP, Holder(run_id=f"p{p}-{n}"), f"s{p}-{n}", (big,)))
+            grant = share_grant(GROUP, p, str(n), 0)
+            shares.take(ShareHolding(GROUP, Holder(run_id=f"p{p}-{n}"), grant, (big,)))
             n += 1
         taken += n
     assert taken + len(granted) == limit
