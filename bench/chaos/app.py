@@ -7,7 +7,10 @@ Three workflows:
   done with the hook's payload;
 - ``chaos.limited``: at most ``PER_KEY`` runs per key at once (``key`` of its input), each a
   ``charge`` step (at most ``CHARGE_LIMIT`` attempts at once across every worker), a short
-  timer and a last step.
+  timer and a last step;
+- ``chaos.bulk``: at most ``BULK_LIMIT`` runs at once, a limit large enough to be split into
+  run partitions' shares on the suite's 8 partitions (each grants 8, the limits topology the
+  other 64); each run does one step and holds its slot for ``BULK_HOLD``.
 
 Every step execution appends ``time run step attempt key`` to the ledger named by
 ``STREAMFLOW_CHAOS_LEDGER`` (one ``write`` of one line with ``O_APPEND``, so lines from many
@@ -37,6 +40,9 @@ STEPS_SPEC = WorkflowSpec.python("chaos.steps", "1", "bench.chaos.app", "Chaos")
 LIMITED_SPEC = WorkflowSpec.python("chaos.limited", "1", "bench.chaos.app", "Chaos")
 PER_KEY = 2
 CHARGE_LIMIT = 6
+BULK_SPEC = WorkflowSpec.python("chaos.bulk", "1", "bench.chaos.app", "Chaos")
+BULK_LIMIT = 128
+BULK_HOLD = timedelta(seconds=30)
 HOOK_SPEC = WorkflowSpec.python("chaos.hook", "1", "bench.chaos.app", "Chaos")
 PAUSE = timedelta(milliseconds=200)
 TOKEN_PREFIX = "chaos-token-"
@@ -53,6 +59,8 @@ class Chaos(FlowRuntime):
         self, spec: WorkflowSpec, input: JsonValue, priority: int = 3
     ) -> Admission | None:
         check_priority(priority)
+        if spec.name == BULK_SPEC.name:
+            return Admission(priority=priority, claims=(LimitClaim("bulk", "", BULK_LIMIT),))
         if spec.name != LIMITED_SPEC.name:
             return None
         assert isinstance(input, dict)
@@ -66,6 +74,7 @@ class Chaos(FlowRuntime):
         return [
             LimitSpec("per-key", "concurrency", PER_KEY, keyed=True),
             LimitSpec("charge", "concurrency", CHARGE_LIMIT),
+            LimitSpec("bulk", "concurrency", BULK_LIMIT),
         ]
 
     def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
@@ -83,6 +92,17 @@ class Chaos(FlowRuntime):
             if not ctx.step_completed("last"):
                 return ctx.schedule_step("last", "effect", {"i": 2}, RETRY)
             return ctx.complete({"steps": 2})
+        if ctx.spec.name == BULK_SPEC.name:
+            if not ctx.step_completed("work"):
+                return ctx.schedule_step("work", "effect", {"i": 1}, RETRY)
+            if not ctx.wait_completed("hold"):
+                done = next(
+                    e.timestamp
+                    for e in ctx.history
+                    if isinstance(e.event, StepCompleted) and e.event.step_id == "work"
+                )
+                return ctx.wait_until("hold", done + BULK_HOLD)
+            return ctx.complete({"steps": 1})
         if ctx.spec.name == HOOK_SPEC.name:
             if not ctx.step_completed("prepare"):
                 return ctx.schedule_step("prepare", "effect", {"i": 0}, RETRY)

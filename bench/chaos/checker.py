@@ -409,26 +409,31 @@ class LimitProof:
     held at once and its maximum, the grants of each rate window, and every violation."""
 
     holders: int = 0
+    shared: int = 0
+    """Holders granted from a run partition's share of a split limit (``share:`` grants)."""
     peak: dict[str, tuple[int, int]] = field(default_factory=dict)
     """``group limit key`` → (most held at once, its max), for concurrency limits."""
     queued_never_granted: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
 
-def check_limits(report: Report) -> LimitProof:
+def check_limits(report: Report, partitions: int | None = None) -> LimitProof:
     """From committed history alone: a run or step attempt holds a slot of each of its claims
     from the event that recorded its grant until the event that ended it (the run's terminal
     event, the attempt's resolution, or its run's end). At no instant may more holders of one
     (limit group, limit id, key) hold a slot than that claim's max (an end and a start at the
     same microsecond count as the end first), and no rate window of recorded grant times may
-    hold more grants than its max."""
+    hold more grants than its max. With ``partitions`` (the run partitions), the holders of
+    each partition's share of a split limit (grant ids ``share:<partition>:…``) are checked
+    against its share as well."""
     proof = LimitProof()
-    edges: dict[tuple[str, str, str], list[tuple[int, int]]] = defaultdict(list)
-    maxima: dict[tuple[str, str, str], int] = {}
+    edges: dict[tuple[str, ...], list[tuple[int, int]]] = defaultdict(list)
+    maxima: dict[tuple[str, ...], int] = {}
     rates: dict[tuple[str, str, str], tuple[int, int, list[int]]] = {}
     for run_id, events in report.runs.items():
         for began, end, claims, grant in _spans(run_id, events, proof):
             proof.holders += 1
+            proof.shared += str(grant["grant_id"]).startswith("share:")
             for claim in claims:
                 slot = (grant["group"], claim["limit_id"], claim["key"])
                 if claim.get("period_ms") is not None:
@@ -436,16 +441,25 @@ def check_limits(report: Report) -> LimitProof:
                     rate[2].append(grant["granted_at_ms"])
                     continue
                 maxima[slot] = claim["max"]
-                edges[slot] += [(began, 1), (2**62 if end is None else end, -1)]
-    for slot, points in edges.items():
+                span = [(began, 1), (2**62 if end is None else end, -1)]
+                edges[slot] += span
+                grant_id = str(grant["grant_id"])
+                if partitions and grant_id.startswith("share:"):
+                    # The documented split (docs/kafka.md, Large limits), computed here on its
+                    # own: each partition grants at most max // (2 x partitions).
+                    part = grant_id.split(":", 2)[1]
+                    share = (*slot, f"share of partition {part}")
+                    maxima[share] = claim["max"] // (2 * partitions)
+                    edges[share] += span
+    for counted, points in edges.items():
         held = peak = 0
         for _, delta in sorted(points):  # at one instant the -1 (an end) sorts first
             held += delta
             peak = max(peak, held)
-        name = " ".join(slot)
-        proof.peak[name] = (peak, maxima[slot])
-        if peak > maxima[slot]:
-            proof.violations.append(f"limit {name}: {peak} held at once, max {maxima[slot]}")
+        name = " ".join(counted)
+        proof.peak[name] = (peak, maxima[counted])
+        if peak > maxima[counted]:
+            proof.violations.append(f"limit {name}: {peak} held at once, max {maxima[counted]}")
     for slot, (period, limit, times) in rates.items():
         times.sort()
         start = 0

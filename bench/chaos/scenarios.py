@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from bench.chaos import checker
-from bench.chaos.app import HOOK_SPEC, LIMITED_SPEC, STEPS_SPEC, Chaos, hook_token
+from bench.chaos.app import BULK_SPEC, HOOK_SPEC, LIMITED_SPEC, STEPS_SPEC, Chaos, hook_token
 from streamflow import HookConflict, HookTokenNotFound
 from streamflow.kafka import admin
 from streamflow.kafka.client import FlowClient
@@ -124,6 +124,7 @@ class Deployment:
     ) -> None:
         self.settings = settings
         self.root = root
+        self.partitions = partitions
         self.names = Names(settings.namespace)
         self.ledger = root / "ledger"
         admin.apply(settings, load_manifest(), profile=profile, partitions=partitions)
@@ -207,11 +208,13 @@ class Load:
             run_id = f"{prefix}-{i:05d}"
             if self.limited_keys:
                 # The claims are computed here, where the App is loaded, as Workflow.start does.
-                # Six runs in a row share a key, so each key queues behind its limit.
+                # Six runs in a row share a key, so each key queues behind its limit; every
+                # third run is a bulk run, under a limit split into partition shares.
                 value = {"key": f"key-{(i // 6) % self.limited_keys:02d}"}
-                admission = LIMITS.admission(LIMITED_SPEC, value)
+                spec = BULK_SPEC if i % 3 == 2 else LIMITED_SPEC
+                admission = LIMITS.admission(spec, value)
                 self.steps.append(run_id)
-                start = self.client.start_with_id(run_id, LIMITED_SPEC, value, admission=admission)
+                start = self.client.start_with_id(run_id, spec, value, admission=admission)
                 self.starts.append(asyncio.ensure_future(start))
                 await asyncio.sleep(1 / rate)
                 continue
@@ -419,13 +422,14 @@ def _check(
     outcome.missing = [r for r in run_ids if r not in report.runs]
     outcome.stuck = [r for r in run_ids if r in report.runs and report.terminal(r) is None]
     _check_hooks(outcome, report, callbacks)
-    limits = checker.check_limits(report)
+    limits = checker.check_limits(report, partitions=deployment.partitions)
     outcome.violations += limits.violations
     outcome.violations += [f"{r}: queued, never granted" for r in limits.queued_never_granted]
     if limits.holders:
         busiest = sorted(limits.peak.items(), key=lambda kv: -kv[1][0])[:3]
         outcome.limits = {
             "holders": limits.holders,
+            "shared": limits.shared,
             "limits": len(limits.peak),
             "at_max": sum(1 for peak, most in limits.peak.values() if peak == most),
             "busiest": {name: f"{peak}/{most}" for name, (peak, most) in busiest},
@@ -471,12 +475,15 @@ def _resumed(report: checker.Report, at: float, window: float = 60.0) -> float |
     """How long in-flight runs stalled after ``at``: over every run that had started and not
     ended at ``at``, the longest wait, counted from ``at``, for its next event, among the
     events of the following ``window`` seconds (a run moves on by several hops — journal,
-    processor, worker — and a fault may hold any of them)."""
+    processor, worker — and a fault may hold any of them). Bulk runs are left out: they hold
+    their slot on a long timer on purpose."""
     at_us = int(at * 1_000_000)
     end_us = at_us + int(window * 1_000_000)
     stalls: list[float] = []
     for events in report.runs.values():
         if events[0].timestamp_us >= at_us or events[-1].timestamp_us <= at_us:
+            continue
+        if (events[0].body.get("spec") or {}).get("name") == BULK_SPEC.name:
             continue
         worst = 0
         previous = at_us

@@ -203,12 +203,37 @@ def group_view(desk: LedgerReads, group: str, now: datetime) -> Json:
             elif claim.period_ms is None:
                 limit.held += 1
                 key.held += 1
+    holding += _add_shares(desk, group, limits)
     return {
         "group": group,
         "holders": holding,
         "queued": waiting,
         "limits": [_limit_json(ledger, limits[i], now_ms) for i in sorted(limits)],
     }
+
+
+def _add_shares(desk: LedgerReads, group: str, limits: dict[str, _Limit]) -> int:
+    """Count the holders of the run partitions' shares of ``group`` (on Kafka: what the journals
+    write to ``{ns}.limits``) into ``limits``; returns how many holders they are."""
+    shared = getattr(desk, "shared", None)
+    holders = 0
+    for counted in shared(group) if shared is not None else ():
+        # Every holder claims every limit of its group: a partition's holders are its largest
+        # total.
+        holders += max((c.held for c in counted.totals), default=0)
+        keyed = {c.limit_id for c in counted.keys}
+        for total in counted.totals:
+            limit = limits.get(total.limit_id)
+            if limit is None:
+                claim = LimitClaim(total.limit_id, "", total.max)
+                limit = limits[total.limit_id] = _Limit(total.limit_id, claim, -1)
+            limit.held += total.held
+            if total.limit_id not in keyed:  # a group-wide limit: its one key, ""
+                limit.keys.setdefault("", _Key()).held += total.held
+        for count in counted.keys:
+            limit = limits[count.limit_id]
+            limit.keys.setdefault(count.key, _Key()).held += count.held
+    return holders
 
 
 def _limit_json(ledger: Ledger, limit: _Limit, now_ms: int) -> Json:

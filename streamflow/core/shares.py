@@ -19,6 +19,10 @@ Rules:
   (:meth:`PartitionShares.fits`); otherwise it queues at the limits topology as before.
 - A share grant (:func:`share_grant`) is never passed on: a run that continues as new gives
   its share back, and its successor is admitted again (on its own partition).
+- A share that comes back goes to a holder of the same partition that waits at the limits
+  topology for the group, if one fits (:meth:`PartitionShares.first_fit`: the best priority,
+  then the longest waiting), so a reached split limit does not leave shares idle while
+  holders wait; the shell takes it out of the topology's queue.
 
 :class:`PartitionShares` is the count one partition keeps: a deterministic fold of
 :meth:`~PartitionShares.take` and :meth:`~PartitionShares.give_back`, with an undo log so a shell
@@ -86,8 +90,20 @@ class ShareHolding:
         return self.grant.grant_id
 
 
-_Slot = tuple[str, str, str]
-"""(group, limit_id, key)."""
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A holder of a partition that waits at the limits topology for a group whose every claim
+    has a share: when a share comes back, the partition may grant it instead."""
+
+    group: str
+    holder: Holder
+    claims: tuple[LimitClaim, ...]
+    priority: int
+    since_ms: int
+    """When it began to wait (what orders it behind holders of its priority)."""
+
+
+_Undo = tuple[str, ShareHolding | Waiting]
 
 
 class PartitionShares:
@@ -96,8 +112,21 @@ class PartitionShares:
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
         self._holders: dict[str, ShareHolding] = {}
-        self._held: dict[_Slot, int] = {}
-        self._undo: list[tuple[bool, ShareHolding]] | None = None
+        self._held: dict[str, dict[tuple[str, str], int]] = {}
+        """group -> (limit_id, key) -> holders."""
+        self._max: dict[str, dict[str, int]] = {}
+        """group -> limit_id -> the max of the latest claim taken."""
+        self._waiting: dict[str, dict[Holder, Waiting]] = {}
+        self._undo: list[_Undo] | None = None
+
+    def splits(self, claims: Iterable[LimitClaim]) -> bool:
+        """Whether every one of ``claims`` (at least one) has a share on these partitions."""
+        found = False
+        for claim in claims:
+            if share_of(claim, self.partitions) == 0:
+                return False
+            found = True
+        return found
 
     def fits(self, group: str, claims: Iterable[LimitClaim]) -> bool:
         """Whether a holder of ``group`` with ``claims`` may take a share now: every claim has
@@ -106,7 +135,8 @@ class PartitionShares:
         for claim in claims:
             any_claim = True
             share = share_of(claim, self.partitions)
-            if share == 0 or self._held.get((group, claim.limit_id, claim.key), 0) >= share:
+            held = self._held.get(group, {}).get((claim.limit_id, claim.key), 0)
+            if share == 0 or held >= share:
                 return False
         return any_claim
 
@@ -115,11 +145,14 @@ class PartitionShares:
         if holding.grant_id in self._holders:
             return False
         self._holders[holding.grant_id] = holding
+        held = self._held.setdefault(holding.group, {})
+        maxima = self._max.setdefault(holding.group, {})
         for claim in holding.claims:
-            slot = (holding.group, claim.limit_id, claim.key)
-            self._held[slot] = self._held.get(slot, 0) + 1
+            slot = (claim.limit_id, claim.key)
+            held[slot] = held.get(slot, 0) + 1
+            maxima[claim.limit_id] = claim.max
         if self._undo is not None:
-            self._undo.append((True, holding))
+            self._undo.append(("take", holding))
         return True
 
     def give_back(self, grant_id: str) -> bool:
@@ -127,16 +160,61 @@ class PartitionShares:
         holding = self._holders.pop(grant_id, None)
         if holding is None:
             return False
+        held = self._held[holding.group]
         for claim in holding.claims:
-            slot = (holding.group, claim.limit_id, claim.key)
-            left = self._held[slot] - 1
+            slot = (claim.limit_id, claim.key)
+            left = held[slot] - 1
             if left:
-                self._held[slot] = left
+                held[slot] = left
             else:
-                del self._held[slot]
+                del held[slot]
+        if not held:
+            del self._held[holding.group]
         if self._undo is not None:
-            self._undo.append((False, holding))
+            self._undo.append(("give", holding))
         return True
+
+    def wait(self, waiting: Waiting) -> bool:
+        """Note that ``waiting`` waits at the limits topology (``False``: noted already)."""
+        queue = self._waiting.setdefault(waiting.group, {})
+        if waiting.holder in queue:
+            return False
+        queue[waiting.holder] = waiting
+        if self._undo is not None:
+            self._undo.append(("wait", waiting))
+        return True
+
+    def stop_waiting(self, group: str, holder: Holder) -> bool:
+        """``holder`` no longer waits (granted, or ended; ``False``: it was not noted)."""
+        queue = self._waiting.get(group)
+        waiting = None if queue is None else queue.pop(holder, None)
+        if waiting is None:
+            return False
+        if not queue:
+            del self._waiting[group]
+        if self._undo is not None:
+            self._undo.append(("unwait", waiting))
+        return True
+
+    def first_fit(self, group: str) -> Waiting | None:
+        """The waiting holder of ``group`` a share that came back goes to: the best priority,
+        then the longest waiting, among those whose claims fit now (``None``: none fits).
+        ``O(n)`` in the group's waiting holders of this partition."""
+        best: Waiting | None = None
+        for w in self._waiting.get(group, {}).values():
+            if (best is None or (w.priority, w.since_ms) < (best.priority, best.since_ms)) and (
+                self.fits(group, w.claims)
+            ):
+                best = w
+        return best
+
+    def waiting(self) -> list[Waiting]:
+        """Every waiting holder noted, by group and holder."""
+        return [
+            w
+            for g in sorted(self._waiting)
+            for w in sorted(self._waiting[g].values(), key=lambda w: str(w.holder))
+        ]
 
     def begin(self) -> None:
         """Start recording what :meth:`rollback` undoes (a transaction begins)."""
@@ -149,15 +227,28 @@ class PartitionShares:
     def rollback(self) -> None:
         """Undo every take and give-back since :meth:`begin`, newest first."""
         undo, self._undo = self._undo or [], None
-        for took, holding in reversed(undo):
-            if took:
-                self.give_back(holding.grant_id)
+        for op, item in reversed(undo):
+            if isinstance(item, Waiting):
+                if op == "wait":
+                    self.stop_waiting(item.group, item.holder)
+                else:
+                    self.wait(item)
+            elif op == "take":
+                self.give_back(item.grant_id)
             else:
-                self.take(holding)
+                self.take(item)
 
     def held(self, group: str, limit_id: str, key: str = "") -> int:
         """How many share holders hold ``(limit_id, key)`` of ``group``."""
-        return self._held.get((group, limit_id, key), 0)
+        return self._held.get(group, {}).get((limit_id, key), 0)
+
+    def counts(self, group: str) -> dict[tuple[str, str], int]:
+        """How many share holders of ``group`` hold each ``(limit_id, key)`` (a copy)."""
+        return dict(self._held.get(group, {}))
+
+    def max_of(self, group: str, limit_id: str) -> int:
+        """The ``max`` of ``limit_id`` as the latest claim of it taken named it (0: none)."""
+        return self._max.get(group, {}).get(limit_id, 0)
 
     def holdings(self) -> list[ShareHolding]:
         """Every counted holder, in grant-id order."""

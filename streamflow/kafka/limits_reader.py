@@ -20,21 +20,34 @@ from streamflow.serde import messages as m
 
 ENTRY = b"\x00"
 COUNTERS = b"\x01"
+SHARES = b"\x02"
 
 
 class LedgerBook:
-    """Read-only ledgers of limit groups (for views; they grant nothing)."""
+    """Read-only ledgers of limit groups (for views; they grant nothing), and the share counts
+    the journal writes for each run partition's shares of a split limit."""
 
-    def __init__(self, ledgers: dict[str, Ledger]) -> None:
+    def __init__(
+        self, ledgers: dict[str, Ledger], shares: dict[str, list[m.ShareCounts]] | None = None
+    ) -> None:
         self._ledgers = ledgers
+        self._shares = shares or {}
 
     def ledger(self, group: str) -> Ledger | None:
-        """The ledger of ``group``, if the namespace has one."""
-        return self._ledgers.get(group)
+        """The ledger of ``group``, if the namespace has one (an empty one for a group whose
+        holders all hold partition shares)."""
+        ledger = self._ledgers.get(group)
+        if ledger is None and group in self._shares:
+            ledger = Ledger(group)
+        return ledger
+
+    def shared(self, group: str) -> list[m.ShareCounts]:
+        """What each run partition's shares of ``group`` hold."""
+        return self._shares.get(group, [])
 
     def groups(self) -> list[str]:
-        """Every group with a ledger."""
-        return sorted(self._ledgers)
+        """Every group with a ledger or a partition share holder."""
+        return sorted(set(self._ledgers) | set(self._shares))
 
     def position(self, group: str, holder: Holder) -> tuple[int, str] | None:
         """How many queued holders of ``holder``'s key are ahead of it in ``group``, and that
@@ -58,16 +71,22 @@ def read_ledgers(settings: KafkaSettings, timeout: float = 30.0) -> LedgerBook:
             latest[key] = value  # later records of a key replace earlier ones (compaction)
     entries: dict[str, list[LedgerEntry]] = {}
     counters: dict[str, LedgerCounters] = {}
+    shares: dict[str, list[m.ShareCounts]] = {}
     for key, value in latest.items():
         if value is None:
             continue
-        if key.endswith(COUNTERS) and ENTRY not in key:
+        if ENTRY not in key and key.endswith(COUNTERS):
             saved = wire.decode(value, m.LimitCounters)
             counters[saved.group] = saved.counters
+            continue
+        if ENTRY not in key and SHARES in key:
+            counted = wire.decode(value, m.ShareCounts)
+            shares.setdefault(counted.group, []).append(counted)
             continue
         record = wire.decode(value, m.LimitEntry)
         entries.setdefault(record.group, []).append(record.entry())
     groups = set(entries) | set(counters)
     return LedgerBook(
-        {g: Ledger.load(g, entries.get(g, []), counters.get(g, LedgerCounters())) for g in groups}
+        {g: Ledger.load(g, entries.get(g, []), counters.get(g, LedgerCounters())) for g in groups},
+        shares,
     )

@@ -41,6 +41,7 @@ from streamflow.serde.messages import (
     Request,
     RetentionRecord,
     ScheduleRecord,
+    ShareCounts,
     StepTask,
     TokenRecord,
 )
@@ -545,6 +546,18 @@ def decode_limit_counters(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> L
     """A ``{ns}.limits`` counters record; ``SerializationError`` when ``data`` does not carry a
     ``LimitCounters``."""
     return _codec(max_size).decode_as(data, LimitCounters)
+
+
+def encode_share_counts(counts: ShareCounts, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """The single-object buffer of a ``{ns}.limits`` share-count record (key ``group 0x02
+    partition``)."""
+    return _codec(max_size).encode(counts)
+
+
+def decode_share_counts(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> ShareCounts:
+    """A ``{ns}.limits`` share-count record; ``SerializationError`` when ``data`` does not
+    carry a ``ShareCounts``."""
+    return _codec(max_size).decode_as(data, ShareCounts)
 
 
 def fingerprint_of(name: str) -> bytes:

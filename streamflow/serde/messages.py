@@ -516,6 +516,36 @@ class LimitEntry:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ShareCount:
+    """How many holders of a partition's shares hold ``limit_id`` (``key`` ``""``: the limit's
+    total) or one key of it."""
+
+    limit_id: str
+    key: str
+    max: int
+    """The limit's ``max`` as the latest claim counted names it."""
+    held: int
+
+
+MAX_SHARE_KEYS = 1000
+"""The most keys one :class:`ShareCounts` lists (the largest counts)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareCounts:
+    """How many holders of run partition ``partition``'s shares of ``group``'s split limits
+    hold each limit (``totals``) and each key (``keys``: the :data:`MAX_SHARE_KEYS` largest;
+    ``keys_left`` more are not listed): ``{ns}.limits``, key ``group 0x02 partition``, written
+    by the journal for the views (the limits topology never reads it)."""
+
+    group: str
+    partition: int
+    totals: tuple[ShareCount, ...] = ()
+    keys: tuple[ShareCount, ...] = ()
+    keys_left: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LimitCounters:
     """A limit group's counters, served records and rate windows (``{ns}.limits``, key
     ``group 0x01``): with its entries, everything its ledger needs after a failover."""

@@ -108,6 +108,8 @@ from streamflow.serde.messages import (
     SealedRun,
     SendSignal,
     ServedWorkflow,
+    ShareCount,
+    ShareCounts,
     StartRun,
     StepResult,
     StepTask,
@@ -140,6 +142,7 @@ WireValue: TypeAlias = (
     | LimitRequest
     | LimitEntry
     | LimitCounters
+    | ShareCounts
 )
 """Everything a topic value can be, i.e. what a single-object buffer decodes to."""
 
@@ -479,15 +482,18 @@ _CLAIMS = Conv(
 
 
 def _admission(attributes: dict[str, Any]) -> Admission:
-    # Admission.from_json checks the priority and that no limit is claimed twice; its claims
-    # and inherited grant are decoded (and checked) already.
-    inherited = attributes["inherited"]
-    return Admission.from_json(
-        {
-            "priority": attributes["priority"],
-            "claims": [c.to_json() for c in attributes["claims"]],
-            "inherited": None if inherited is None else inherited.to_json(),
-        }
+    # Admission checks the priority and that no limit is claimed twice; its claims and
+    # inherited grant are decoded (and checked) already, so they are not parsed again.
+    return cast(
+        Admission,
+        _core(
+            "admission",
+            lambda: Admission(
+                priority=attributes["priority"],
+                claims=attributes["claims"],
+                inherited=attributes["inherited"],
+            ),
+        ),
     )
 
 
@@ -896,6 +902,22 @@ def _ledger_counters(attributes: dict[str, Any]) -> LedgerCounters:
     return LedgerCounters(**attributes)
 
 
+def _held(value: Any) -> int:
+    held = _count(value)
+    if held < 1:
+        raise SerializationError(f"a share count is at least 1, got {held}")
+    return held
+
+
+SHARE_COUNT = RecordMap(
+    "ShareCount",
+    ShareCount,
+    (("limit_id", SAME), ("key", SAME), ("max", Conv(_held, _held)), ("held", Conv(_held, _held))),
+)
+SHARE_COUNT_LIST = Conv(
+    lambda counts: [SHARE_COUNT.to_avro(c) for c in counts],
+    lambda records: tuple(SHARE_COUNT.from_avro(r) for r in records),
+)
 LEDGER_COUNTERS = RecordMap(
     "LedgerCounters",
     LedgerCounters,
@@ -1142,6 +1164,17 @@ TOP_LEVEL: tuple[RecordMap, ...] = (
         "LimitCounters",
         LimitCounters,
         (("group", GROUP), ("counters", _nested(LEDGER_COUNTERS))),
+    ),
+    RecordMap(
+        "ShareCounts",
+        ShareCounts,
+        (
+            ("group", GROUP),
+            ("partition", COUNT),
+            ("totals", SHARE_COUNT_LIST),
+            ("keys", SHARE_COUNT_LIST),
+            ("keys_left", COUNT),
+        ),
     ),
 )
 _BY_TYPE = {record.cls: record for record in TOP_LEVEL}

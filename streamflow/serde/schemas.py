@@ -49,6 +49,7 @@ TOP_LEVEL: tuple[str, ...] = (
     "LimitRequest",
     "LimitEntry",
     "LimitCounters",
+    "ShareCounts",
 )
 """The topic value types: the only schemas a single-object buffer may carry."""
 

@@ -44,6 +44,7 @@ from streamflow.core.errors import (
 )
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
+from streamflow.core.slots import decide_slot_granted
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.trace_context import TraceParent
 from streamflow.kafka.clients import copartitioned, partition_count
@@ -189,9 +190,15 @@ class Journal(TransactionalTopology):
         transaction."""
         assert self._txn is not None
         self._handle(msg, self._txn)
+        if self._local.shares.pulls:
+            self._pull(self._txn)
         # The request's output is produced into the open transaction: a handler failing here
         # must leave none of it visible (a crash test raises at this fault point).
         faults.hit("journal.after_handle")
+
+    def prepare_commit(self) -> None:
+        """Produce the share counts the open transaction changed (for the limit views)."""
+        self._output.share_counts()
 
     def has_output(self) -> bool:
         """Whether the open transaction wrote history or retention records."""
@@ -355,6 +362,31 @@ class Journal(TransactionalTopology):
                 subject=outcome.subject,
                 created=created,
             )
+
+    def _pull(self, txn: JournalTransaction) -> None:
+        """Grant the shares that came back in this request to the holders that waited for them
+        (``journal_shares``): each is appended to its run like a grant, and its run decided."""
+        now = self._clock()
+        shares = self._local.shares
+        while shares.pulls:
+            holder, grant = shares.pulls.pop(0)
+            run_id = holder.run_id
+            snap = self.snapshot(run_id)
+            decision = None if snap is None else decide_slot_granted(snap, holder, grant)
+            if snap is None or decision is None or not decision.events:
+                shares.pulled(holder, grant, granted=False)
+                continue
+            try:
+                effects = self._output.append(txn, snap, decision.events, now)
+            except FlowError as exc:
+                self._local.rebuild(txn, run_id)
+                shares.pulled(holder, grant, granted=False)
+                log.warning("run %s: a share for %s not appended (%s)", run_id, holder, exc)
+                continue
+            shares.pulled(holder, grant, granted=True)
+            for effect in effects:
+                self._output.effect(txn, run_id, effect, now)
+            self._decide_here(txn, run_id, now)
 
     def _decide_here(self, txn: JournalTransaction, run_id: str, now: datetime) -> None:
         """Decide the run in this process when its build is one the journal was given, and

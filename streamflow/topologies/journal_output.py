@@ -45,7 +45,7 @@ from streamflow.core.limits import check_events
 from streamflow.core.lru import LruCache
 from streamflow.core.obligations import newly_owed, owed
 from streamflow.core.projection import evolve
-from streamflow.core.shares import ShareHolding, is_share_grant
+from streamflow.core.shares import is_share_grant
 from streamflow.core.slots import Holding, SlotChanges, holdings, holdings_key, slot_changes
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.tracing import step_context
@@ -57,7 +57,7 @@ from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import error_info
 from streamflow.topologies.common import TYPE_HEADER, StateBatch, track_offset
-from streamflow.topologies.journal_shares import JournalShares, share_entry_key
+from streamflow.topologies.journal_shares import JournalShares, share_counts_key
 
 SEQUENCE_CONFLICTS = "streamflow_sequence_conflicts_total"
 CALLBACK_CONFLICTS = "streamflow_callback_conflicts_total"
@@ -174,19 +174,7 @@ class JournalOutput:
             key_after, after = holdings_key(snap), holdings(snap)
         self._holdings[run_id] = (key_after, after)
         if after is not held:
-            began, ended = self._shares.update(txn.batch, run_id, held, after)
-            for h in began:
-                entry = m.LimitEntry(
-                    group=h.group,
-                    holder=h.holder,
-                    claims=h.claims,
-                    priority=h.priority,
-                    arrival=0,
-                    grant=h.grant,
-                )
-                self._share_entry(h, entry)
-            for h in ended:
-                self._share_entry(h, None)
+            self._shares.update(txn.batch, run_id, held, after, now)
         # The holdings the events change, across the whole list (a holder queued and ended
         # within it never reaches its group; one held before and ended is released once).
         changes = slot_changes(held, after, snap) if after is not held else NO_CHANGES
@@ -203,6 +191,16 @@ class JournalOutput:
             for h in changes.released
             if not is_share_grant(h.grant)  # a share is given back in local state only
         ]
+        if after is not held:
+            # A holder that waited at the limits topology and took a share that came back
+            # leaves the topology's queue (a grant of the topology's already on its way is
+            # given back when it arrives: the run no longer waits for it).
+            waited = {h.holder for h in held if h.grant is None}
+            limits += [
+                m.ReleaseSlot(group=h.group, holder=h.holder, grant_id=None)
+                for h in after
+                if h.holder in waited and is_share_grant(h.grant)
+            ]
         for body in limits:
             self.limit(body, now)
         for envelope, key, value, task in encoded:
@@ -295,15 +293,23 @@ class JournalOutput:
             # neither committed: the window a crash test kills the journal in.
             faults.hit("journal.after_child_request_produced")
 
-    def _share_entry(self, h: ShareHolding, entry: m.LimitEntry | None) -> None:
-        """Show a share holder in ``{ns}.limits`` (``None``: it ended), in the open transaction,
-        for the ``/v1/limits`` views; the limits topology does not read these entries."""
-        self.produce(
-            self._names.limits,
-            share_entry_key(h.group, h.holder),
-            None if entry is None else self._wire.encode(entry),
-            partition=partition_for(h.group, self._limit_partitions),
-        )
+    def share_counts(self) -> None:
+        """Show, in ``{ns}.limits``, how many holders each partition's shares of each group
+        the open transaction changed now count (a tombstone when none), before it commits:
+        for the ``/v1/limits`` views; the limits topology does not read these records."""
+        for counts in self._shares.changed():
+            if isinstance(counts, tuple):
+                (partition, group), value = counts, None
+            else:
+                partition, group = counts.partition, counts.group
+                value = self._wire.encode(counts)
+            key = share_counts_key(group, partition)
+            self.produce(
+                self._names.limits,
+                key,
+                value,
+                partition=partition_for(group, self._limit_partitions),
+            )
 
     def limit(self, body: m.LimitRequestBody, now: datetime) -> None:
         """Produce one enqueue or release for the limits topology (keyed by its group), in

@@ -27,29 +27,66 @@ from streamflow.core.admission import Holder, LimitClaim, SlotGrant
 from streamflow.core.shares import (
     PartitionShares,
     ShareHolding,
+    Waiting,
     is_share_grant,
     share_grant,
 )
 from streamflow.core.slots import Holding, decide_slot_granted, holdings
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.kafka.naming import partition_for
+from streamflow.serde import messages as m
 from streamflow.topologies.common import LocalState, StateBatch
 
 FAMILY = "shares"
-"""The journal's column family of share holders (key: run id, NUL, step id or nothing)."""
-GRANTING_EVENTS = frozenset({ev.RunStarted.TYPE, ev.StepStarted.TYPE})
-"""The event types that may record a share grant (a restore looks at these)."""
+"""The journal's column family of share holders (key: run id, NUL, step id or nothing) and of
+the holders that wait at the limits topology for a split limit (:data:`WAITING` and the same
+key)."""
+WAITING = b"\x01"
+"""Begins the key of a holder that waits at the limits topology (no run id does)."""
+GRANTING_EVENTS = frozenset(
+    {ev.RunCreated.TYPE, ev.RunStarted.TYPE, ev.StepAttemptQueued.TYPE, ev.StepStarted.TYPE}
+)
+"""The event types that may queue a holder or record a share grant (a restore looks at
+these)."""
 
 
-SHARE_ENTRY = b"\x02"
-"""Separates a group from a holder in the ``{ns}.limits`` key of a share holder's entry (the
-limits topology's own entries use ``0x00``, its counters ``0x01``, and it reads neither)."""
+SHARE_COUNTS = b"\x02"
+"""Separates a group from a partition in the ``{ns}.limits`` key of that partition's share
+counts (the limits topology's entries use ``0x00``, its counters ``0x01``; it never reads
+these)."""
 
 
-def share_entry_key(group: str, holder: Holder) -> bytes:
-    """The ``{ns}.limits`` key of a share holder's entry (read by the ``/v1/limits`` views)."""
-    parts = (holder.run_id, holder.step_id or "", "" if holder.attempt is None else holder.attempt)
-    return group.encode() + SHARE_ENTRY + "\x1f".join(str(p) for p in parts).encode()
+def share_counts_key(group: str, partition: int) -> bytes:
+    """The ``{ns}.limits`` key of partition ``partition``'s share counts of ``group``."""
+    return group.encode() + SHARE_COUNTS + str(partition).encode()
+
+
+def share_counts(
+    group: str,
+    partition: int,
+    counts: dict[tuple[str, str], int],
+    maxima: dict[str, int],
+) -> m.ShareCounts:
+    """The ``ShareCounts`` record of a partition's ``counts`` (``(limit_id, key) -> holders``,
+    ``maxima``: each limit's max): each limit's total, and the
+    :data:`~streamflow.serde.messages.MAX_SHARE_KEYS` largest keys."""
+    totals: dict[str, int] = {}
+    keyed = []
+    for (limit_id, key), held in counts.items():
+        totals[limit_id] = totals.get(limit_id, 0) + held
+        if key:
+            keyed.append(m.ShareCount(limit_id=limit_id, key=key, max=maxima[limit_id], held=held))
+    keyed.sort(key=lambda c: (-c.held, c.limit_id, c.key))
+    return m.ShareCounts(
+        group=group,
+        partition=partition,
+        totals=tuple(
+            m.ShareCount(limit_id=i, key="", max=maxima[i], held=n)
+            for i, n in sorted(totals.items())
+        ),
+        keys=tuple(keyed[: m.MAX_SHARE_KEYS]),
+        keys_left=max(0, len(keyed) - m.MAX_SHARE_KEYS),
+    )
 
 
 def share_key(holder: Holder) -> bytes:
@@ -58,7 +95,7 @@ def share_key(holder: Holder) -> bytes:
 
 
 def _run_of(key: bytes) -> str:
-    return key.split(b"\x00", 1)[0].decode()
+    return key.removeprefix(WAITING).split(b"\x00", 1)[0].decode()
 
 
 def _encode(h: ShareHolding) -> bytes:
@@ -74,6 +111,36 @@ def _encode(h: ShareHolding) -> bytes:
         },
         separators=(",", ":"),
     ).encode()
+
+
+def _ms(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
+
+
+def _encode_waiting(w: Waiting) -> bytes:
+    return json.dumps(
+        {
+            "group": w.group,
+            "run_id": w.holder.run_id,
+            "step_id": w.holder.step_id,
+            "attempt": w.holder.attempt,
+            "claims": [c.to_json() for c in w.claims],
+            "priority": w.priority,
+            "since_ms": w.since_ms,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def _decode_waiting(raw: bytes) -> Waiting:
+    data = json.loads(raw)
+    return Waiting(
+        group=data["group"],
+        holder=Holder(run_id=data["run_id"], step_id=data["step_id"], attempt=data["attempt"]),
+        claims=tuple(LimitClaim.from_json(c) for c in data["claims"]),
+        priority=data["priority"],
+        since_ms=data["since_ms"],
+    )
 
 
 def _decode(raw: bytes) -> ShareHolding:
@@ -107,6 +174,9 @@ class JournalShares:
         self._partitions = partitions
         self._by_partition: dict[int, PartitionShares] = {}
         self._open = False
+        self.pulls: list[tuple[Holder, SlotGrant]] = []
+        """Shares given to waiting holders in the open transaction, to grant them in it."""
+        self._changed: set[tuple[int, str]] = set()
 
     def of(self, partition: int) -> PartitionShares:
         """Partition ``partition``'s shares (empty until restored)."""
@@ -134,6 +204,8 @@ class JournalShares:
     def aborted(self) -> None:
         """The transaction aborted: undo what it did."""
         self._open = False
+        self.pulls.clear()
+        self._changed.clear()
         for shares in self._by_partition.values():
             shares.rollback()
 
@@ -161,7 +233,7 @@ class JournalShares:
         for h in fresh:
             if h.holder in known or not shares.fits(h.group, h.claims):
                 continue
-            grant = share_grant(h.group, partition, uuid.uuid4().hex, now_ms)
+            grant = share_grant(h.group, partition, uuid.uuid4().hex[:16], now_ms)
             decision = decide_slot_granted(snap, h.holder, grant)
             if not decision.events:
                 continue
@@ -183,29 +255,91 @@ class JournalShares:
         run_id: str,
         before: list[Holding],
         after: list[Holding],
+        now: datetime,
     ) -> tuple[list[ShareHolding], list[ShareHolding]]:
-        """Count what an append changed in the run's share holders (``before`` → ``after``,
-        its :func:`~streamflow.core.slots.holdings`), staged in ``batch``; returns the holders
-        that began and those that ended (for the ``{ns}.limits`` view of them)."""
+        """Count what an append changed in the run's share holders and in its holders that
+        wait at the limits topology for a split limit (``before`` → ``after``, its
+        :func:`~streamflow.core.slots.holdings`), staged in ``batch``; returns the holders that
+        began and those that ended (for the ``{ns}.limits`` view of them). A share that ended
+        goes to the partition's first waiting holder that fits (:attr:`pulls`)."""
+        shares = self.of(partition_for(run_id, self._partitions))
+        self._wait(batch, shares, before, after, now)
         if not _any_share(before) and not _any_share(after):
             return [], []
-        was, now = _held(before), _held(after)
-        shares = self.of(partition_for(run_id, self._partitions))
+        was, held = _held(before), _held(after)
         began: list[ShareHolding] = []
         ended: list[ShareHolding] = []
         for holder, h in was.items():
-            kept = now.get(holder)
+            kept = held.get(holder)
             if kept is None or kept.grant_id != h.grant_id:
                 shares.give_back(h.grant_id)
                 batch.delete(FAMILY, share_key(holder))
                 ended.append(h)
-        for holder, h in now.items():
+        for holder, h in held.items():
             known = was.get(holder)
             if known is None or known.grant_id != h.grant_id:
                 shares.take(h)
                 batch.put(FAMILY, share_key(holder), _encode(h))
                 began.append(h)
+        for h in (*began, *ended):
+            self._changed.add((partition_for(run_id, self._partitions), h.group))
+        for h in ended:
+            self._pull(shares, h.group, now)
         return began, ended
+
+    def changed(self) -> list[m.ShareCounts | tuple[int, str]]:
+        """For each ``(partition, group)`` whose share holders the open transaction changed,
+        what they count now, or ``(partition, group)`` when nothing (forgotten once asked)."""
+        changed, self._changed = self._changed, set()
+        found: list[m.ShareCounts | tuple[int, str]] = []
+        for partition, group in sorted(changed):
+            shares = self.of(partition)
+            counts = shares.counts(group)
+            if not counts:
+                found.append((partition, group))
+                continue
+            maxima = {limit_id: shares.max_of(group, limit_id) for limit_id, _ in counts}
+            found.append(share_counts(group, partition, counts, maxima))
+        return found
+
+    def _wait(
+        self,
+        batch: StateBatch,
+        shares: PartitionShares,
+        before: list[Holding],
+        after: list[Holding],
+        now: datetime,
+    ) -> None:
+        """Note the holders that began (or stopped) waiting at the limits topology for a group
+        whose every claim has a share."""
+        was = {h.holder: h for h in before if h.grant is None and shares.splits(h.claims)}
+        waits = {h.holder: h for h in after if h.grant is None and shares.splits(h.claims)}
+        for holder, h in was.items():
+            if holder not in waits:  # (a pull has stopped its wait already)
+                shares.stop_waiting(h.group, holder)
+                batch.delete(FAMILY, WAITING + share_key(holder))
+        for holder, h in waits.items():
+            if holder not in was:
+                w = Waiting(h.group, holder, h.claims, h.priority, _ms(now))
+                shares.wait(w)
+                batch.put(FAMILY, WAITING + share_key(holder), _encode_waiting(w))
+
+    def _pull(self, shares: PartitionShares, group: str, now: datetime) -> None:
+        """Give a share that came back to the first waiting holder of ``group`` that fits:
+        counted at once, granted by the journal after the request (:attr:`pulls`)."""
+        w = shares.first_fit(group)
+        if w is None:
+            return
+        partition = partition_for(w.holder.run_id, self._partitions)
+        grant = share_grant(group, partition, uuid.uuid4().hex[:16], _ms(now))
+        shares.stop_waiting(group, w.holder)
+        shares.take(ShareHolding(group, w.holder, grant, w.claims, w.priority))
+        self.pulls.append((w.holder, grant))
+
+    def pulled(self, holder: Holder, grant: SlotGrant, granted: bool) -> None:
+        """A pull was applied (``granted``) or its holder no longer waited: give it back."""
+        if not granted:
+            self.of(partition_for(holder.run_id, self._partitions)).give_back(grant.grant_id)
 
     # -- restore ------------------------------------------------------------------------------
 
@@ -219,10 +353,14 @@ class JournalShares:
         ``runs`` (whose restored records granted a share) and of every run local state counts
         as a holder are recomputed from their histories (``snapshot``), then counted anew."""
         stored: dict[str, list[bytes]] = {}
-        for key, _ in self._state.scan(FAMILY):
+        since_of: dict[bytes, int] = {}
+        for key, raw in self._state.scan(FAMILY):
             run_id = _run_of(key)
             if partition_for(run_id, self._partitions) == partition:
                 stored.setdefault(run_id, []).append(key)
+                if key.startswith(WAITING):
+                    since_of[key] = _decode_waiting(raw).since_ms
+        splitter = PartitionShares(self._partitions)  # only asked which claims split
         batch = self._state.batch()
         for run_id in sorted(runs | stored.keys()):
             for key in stored.get(run_id, ()):
@@ -230,12 +368,22 @@ class JournalShares:
             snap = snapshot(run_id)
             if snap is None:
                 continue
-            for holder, h in _held(holdings(snap)).items():
-                batch.put(FAMILY, share_key(holder), _encode(h))
+            listed = holdings(snap)
+            for holder, held in _held(listed).items():
+                batch.put(FAMILY, share_key(holder), _encode(held))
+            for h in listed:
+                if h.grant is None and splitter.splits(h.claims):
+                    key = WAITING + share_key(h.holder)
+                    since = since_of.get(key, 0)
+                    w = Waiting(h.group, h.holder, h.claims, h.priority, since)
+                    batch.put(FAMILY, key, _encode_waiting(w))
         self._state.write(batch)
         shares = self._by_partition[partition] = PartitionShares(self._partitions)
         for key, raw in self._state.scan(FAMILY):
             if partition_for(_run_of(key), self._partitions) == partition:
-                shares.take(_decode(raw))
+                if key.startswith(WAITING):
+                    shares.wait(_decode_waiting(raw))
+                else:
+                    shares.take(_decode(raw))
         if self._open:
             shares.begin()

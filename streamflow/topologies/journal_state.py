@@ -132,7 +132,13 @@ class JournalState:
             if kind not in GRANTING_EVENTS or value is None:
                 return
             envelope = self._wire.decode(value, ev.FlowEventEnvelope)
-            if is_share_grant(getattr(envelope.event, "grant", None)):
+            event = envelope.event
+            admission = getattr(event, "admission", None)
+            if (
+                is_share_grant(getattr(event, "grant", None))
+                or isinstance(event, ev.StepAttemptQueued)
+                or (admission is not None and admission.claims)
+            ):
                 granting.add(envelope.run_id)
 
         for topic, family, key, run_of, on_record in (

@@ -88,8 +88,10 @@ async def test_a_queued_runs_position_and_the_limit_groups_are_read_from_kafka(k
 async def test_holders_of_partition_shares_are_counted_by_the_limits_view(kafka, tmp_path):
     """A large limit is split into partition shares (two partitions: 10 slots each of a limit of
     40, 20 for the limits topology): the runs the journals admit from their shares never reach
-    the topology's ledger, yet ``/v1/limits`` counts every holder, whoever granted it, and a
-    share holder that ends leaves the view."""
+    the topology's ledger, yet ``/v1/limits`` counts every holder, whoever granted it (the
+    journals write their partitions' share counts to ``{ns}.limits``); a share
+    that comes back goes to a run of its partition that waited at the topology (which leaves
+    the topology's queue), and a topology slot that comes back to the next queued run."""
     app = App()
 
     @app.workflow(signals=("go",), concurrency=Concurrency(40, key=lambda who: who["key"]))
@@ -118,28 +120,27 @@ async def test_holders_of_partition_shares_are_counted_by_the_limits_view(kafka,
                 if e.event.type == "run_started" and e.event.grant.grant_id.startswith("share:"):
                     shared.append(run_id)
         assert len(shared) == 20  # each partition's share is full, the topology gave the rest
-        # A share that comes back waits for the next start on its partition (the queued runs
-        # wait for the topology's part), which takes it at once.
-        await driver.send_signal(shared[0], WorkflowSignal(signal_id="s", name="go"))
-        await driver.wait_for(shared[0], lambda s: s.is_terminal, 30)
-
-        async def counted(holders: int, queued: int):
-            (g,) = (await index.limits())["groups"]
-            return g if (g["holders"], g["queued"]) == (holders, queued) else None
-
-        assert await eventually(lambda: counted(39, 10)) is not None, await index.limits()
-        same_partition = next(
-            f"new-{i}"
-            for i in range(1000)
-            if partition_for(f"new-{i}", 2) == partition_for(shared[0], 2)
+        # A share that comes back goes to a run of its partition that waits at the topology.
+        queued = [r for r in run_ids if (await driver.snapshot(r)).status.value == "queued"]
+        assert len(queued) == 10
+        ending = next(
+            r for r in shared if any(partition_for(q, 2) == partition_for(r, 2) for q in queued)
         )
-        await job.start(driver.client, same_partition, {"key": "acme"})
-        started = await driver.wait_for(same_partition, lambda s: "go" in s.signal_waits, 30)
-        assert started.slot.grant_id.startswith("share:")
-        assert await eventually(lambda: counted(40, 10)) is not None, await index.limits()
-        # A slot of the topology's part that comes back goes to the first queued run.
-        granted = next(r for r in run_ids if r not in shared)
-        await driver.send_signal(granted, WorkflowSignal(signal_id="s", name="go"))
+        await driver.send_signal(ending, WorkflowSignal(signal_id="s", name="go"))
+        await driver.wait_for(ending, lambda s: s.is_terminal, 30)
+
+        async def counted(holders: int, waiting: int):
+            (g,) = (await index.limits())["groups"]
+            return g if (g["holders"], g["queued"]) == (holders, waiting) else None
+
         assert await eventually(lambda: counted(40, 9)) is not None, await index.limits()
+        pulled = [q for q in queued if (await driver.snapshot(q)).status.value != "queued"]
+        assert len(pulled) == 1
+        (snap,) = [await driver.snapshot(q) for q in pulled]
+        assert snap.slot.grant_id.startswith(f"share:{partition_for(ending, 2)}:")
+        # A slot of the topology's part that comes back goes to the first queued run.
+        granted = next(r for r in run_ids if r not in shared and r not in queued)
+        await driver.send_signal(granted, WorkflowSignal(signal_id="s", name="go"))
+        assert await eventually(lambda: counted(40, 8)) is not None, await index.limits()
     finally:
         await driver.close()

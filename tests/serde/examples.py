@@ -77,6 +77,8 @@ from streamflow.serde.messages import (
     SealedRun,
     SendSignal,
     ServedWorkflow,
+    ShareCount,
+    ShareCounts,
     StartRun,
     StepResult,
     StepTask,
@@ -620,6 +622,18 @@ LIMIT_COUNTERS_FULL = LimitCounters(
 )
 LIMIT_COUNTERS_MIN = LimitCounters(group="g", counters=LedgerCounters())
 
+SHARE_COUNTS_FULL = ShareCounts(
+    group="wf:pay",
+    partition=3,
+    totals=(ShareCount(limit_id="global", key="", max=400, held=12),),
+    keys=(
+        ShareCount(limit_id="per-customer", key="acme", max=200, held=8),
+        ShareCount(limit_id="per-customer", key="zeta", max=200, held=4),
+    ),
+    keys_left=2,
+)
+SHARE_COUNTS_MIN = ShareCounts(group="g", partition=0)
+
 TOP_LEVEL_FULL: list[WireValue] = [
     request(BODIES_FULL[0]),
     envelope(EVENTS_FULL[0]),
@@ -637,6 +651,7 @@ TOP_LEVEL_FULL: list[WireValue] = [
     limit_request(LIMIT_BODIES_FULL[0]),
     LIMIT_ENTRY_FULL,
     LIMIT_COUNTERS_FULL,
+    SHARE_COUNTS_FULL,
 ]
 TOP_LEVEL_MIN: list[WireValue] = [
     request(BODIES_MIN[0], full=False),
@@ -655,6 +670,7 @@ TOP_LEVEL_MIN: list[WireValue] = [
     limit_request(LIMIT_BODIES_MIN[0], full=False),
     LIMIT_ENTRY_MIN,
     LIMIT_COUNTERS_MIN,
+    SHARE_COUNTS_MIN,
 ]
 
 EVERY_VALUE: list[WireValue] = [

@@ -40,6 +40,7 @@ from streamflow.serde.messages import (
     ResumeHook,
     RetentionRecord,
     ScheduleRecord,
+    ShareCounts,
     StartRun,
     StepResult,
     StepTask,
@@ -118,6 +119,7 @@ def test_examples_cover_every_event_body_and_outcome() -> None:
         LimitRequest,
         LimitEntry,
         LimitCounters,
+        ShareCounts,
     }
     assert {type(v) for v in ex.TOP_LEVEL_FULL} == top
     assert {type(v) for v in ex.TOP_LEVEL_MIN} == top
@@ -153,6 +155,7 @@ def test_typed_helpers_round_trip(value: Any) -> None:
         LimitRequest: (codec.encode_limit_request, codec.decode_limit_request),
         LimitEntry: (codec.encode_limit_entry, codec.decode_limit_entry),
         LimitCounters: (codec.encode_limit_counters, codec.decode_limit_counters),
+        ShareCounts: (codec.encode_share_counts, codec.decode_share_counts),
     }
     encode, decode = pairs[type(value)]
     data = encode(value)

@@ -76,6 +76,7 @@ PINNED_FINGERPRINTS = {
     "LimitRequest": "b29e38ac68f8a1d8",
     "LimitEntry": "4d97f33727cf1f02",
     "LimitCounters": "4440a099461c537e",
+    "ShareCounts": "04b81dc9e24a0d64",
 }
 """The 8 header bytes of every shipped top-level schema, as hex.
 
@@ -164,6 +165,8 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "LimitTick": messages.LimitTick,
     "LimitEntry": messages.LimitEntry,
     "LimitCounters": messages.LimitCounters,
+    "ShareCounts": messages.ShareCounts,
+    "ShareCount": messages.ShareCount,
     "LedgerCounters": LedgerCounters,
     "RateWindow": RateWindow,
     "Holder": Holder,
@@ -236,7 +239,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 115
+    assert len(FILES) == len(DEFINITIONS) == 117
 
 
 def test_shipped_fingerprints_are_pinned() -> None:

@@ -19,16 +19,25 @@ PER_KEY = LimitClaim("per-key", "k", 2)
 RATE = LimitClaim("rate", "", 2, period_ms=1000)
 
 
-def grant(seq: int, at_ms: int = 0) -> SlotGrant:
-    return SlotGrant(grant_id=f"wf:t#{seq}", group="wf:t", seq=seq, granted_at_ms=at_ms)
+def grant(seq: int, at_ms: int = 0, share: int | None = None) -> SlotGrant:
+    grant_id = f"wf:t#{seq}" if share is None else f"share:{share}:{seq}"
+    return SlotGrant(grant_id=grant_id, group="wf:t", seq=seq, granted_at_ms=at_ms)
 
 
-def history(run_id: str, began: int, ended: int | None, seq: int, *claims: LimitClaim):
-    """A run queued with ``claims``, granted at second ``began``, ended at ``ended``."""
+def history(
+    run_id: str,
+    began: int,
+    ended: int | None,
+    seq: int,
+    *claims: LimitClaim,
+    share: int | None = None,
+):
+    """A run queued with ``claims``, granted at second ``began`` (from partition ``share``'s
+    share when given), ended at ``ended``."""
     admission = Admission(priority=3, claims=claims)
     events = [
         (ev.RunCreated(spec=spec(), input=None, admission=admission), 0),
-        (ev.RunStarted(grant=grant(seq, began * 1000)), began),
+        (ev.RunStarted(grant=grant(seq, began * 1000, share)), began),
     ]
     if ended is not None:
         events.append((ev.RunCompleted(output=None), ended))
@@ -100,3 +109,21 @@ def test_a_queued_run_that_never_began_is_reported():
     queued = history("q", 1, None, 1, PER_KEY)[:1]  # run_created only
     proof = checker.check_limits(report(("q", queued)))
     assert proof.queued_never_granted == ["q"]
+
+
+def test_a_partition_share_holding_more_than_its_part_is_named():
+    """A limit of 32 on two partitions gives each a share of 8: nine holders of partition 0's
+    share at once break it even though the limit as a whole holds."""
+    big = LimitClaim("big", "", 32)
+    runs = [(f"s{i}", history(f"s{i}", 1, 5, i + 1, big, share=0)) for i in range(8)]
+    ok = checker.check_limits(report(*runs), partitions=2)
+    assert ok.violations == []
+    assert ok.peak["wf:t big  share of partition 0"] == (8, 8)
+    one_more = checker.check_limits(
+        report(*runs, ("s8", history("s8", 2, 5, 9, big, share=0))), partitions=2
+    )
+    assert one_more.violations == ["limit wf:t big  share of partition 0: 9 held at once, max 8"]
+    elsewhere = checker.check_limits(
+        report(*runs, ("t0", history("t0", 2, 5, 10, big, share=1))), partitions=2
+    )
+    assert elsewhere.violations == []  # partition 1's share is its own

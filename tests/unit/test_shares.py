@@ -9,6 +9,7 @@ from streamflow.core.shares import (
     MIN_SHARE,
     PartitionShares,
     ShareHolding,
+    Waiting,
     is_share_grant,
     reserved,
     share_grant,
@@ -111,3 +112,47 @@ def test_the_ledger_grants_only_what_the_shares_leave_and_together_never_more() 
     for n in range(5):
         small.enqueue(Holder(run_id=f"s{n}"), [claim(3)], 3, n)
     assert len(small.admit(0)) == 3
+
+
+def test_a_share_that_comes_back_goes_to_the_best_waiting_holder_that_fits() -> None:
+    shares = PartitionShares(partitions=2)
+    big = claim(40)
+    for n in range(10):
+        shares.take(holding(n, big))
+    acme, zeta = claim(40, key="acme"), claim(40, key="zeta")
+    for n in range(10):
+        shares.take(
+            ShareHolding(GROUP, Holder(run_id=f"a{n}"), share_grant(GROUP, 0, f"a{n}", 0), (acme,))
+        )
+    late = Waiting(GROUP, Holder(run_id="late"), (big,), 3, since_ms=20)
+    early = Waiting(GROUP, Holder(run_id="early"), (big,), 3, since_ms=10)
+    urgent = Waiting(GROUP, Holder(run_id="urgent"), (big,), 1, since_ms=30)
+    blocked = Waiting(GROUP, Holder(run_id="blocked"), (acme,), 1, since_ms=0)
+    other = Waiting(GROUP, Holder(run_id="other"), (zeta,), 5, since_ms=0)
+    for w in (late, early, urgent, blocked):
+        assert shares.wait(w)
+    assert not shares.wait(early)  # noted once
+    assert shares.first_fit(GROUP) is None  # every share of theirs is taken
+    shares.give_back("share:0:g0")
+    assert shares.first_fit(GROUP) == urgent  # the best priority first
+    assert shares.stop_waiting(GROUP, urgent.holder)
+    assert shares.first_fit(GROUP) == early  # then the longest waiting
+    assert shares.wait(other)
+    assert shares.first_fit(GROUP) == early  # zeta's share has room, but priority 3 < 5 first
+    assert shares.first_fit("wf:elsewhere") is None
+    assert [w.holder.run_id for w in shares.waiting()] == ["blocked", "early", "late", "other"]
+
+
+def test_rollback_undoes_waits_too() -> None:
+    shares = PartitionShares(partitions=2)
+    big = claim(40)
+    first = Waiting(GROUP, Holder(run_id="first"), (big,), 3, since_ms=1)
+    shares.wait(first)
+    shares.begin()
+    shares.stop_waiting(GROUP, first.holder)
+    shares.wait(Waiting(GROUP, Holder(run_id="second"), (big,), 3, since_ms=2))
+    shares.rollback()
+    assert shares.waiting() == [first]
+    assert shares.splits([big])
+    assert not shares.splits([big, claim(10)])
+    assert not shares.splits([])
