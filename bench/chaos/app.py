@@ -30,6 +30,7 @@ from streamflow import (
     RuntimeCommand,
     StepCompleted,
     StepInvocation,
+    WorkflowContext,
     WorkflowInvocation,
     WorkflowSpec,
 )
@@ -52,6 +53,23 @@ RETRY = RetryPolicy.fixed(3, timedelta(milliseconds=50))
 def hook_token(run_id: str) -> str:
     """The bearer token of a ``chaos.hook`` run's hook (the driver resumes by it)."""
     return f"{TOKEN_PREFIX}{run_id}-0123456789abcdef"
+
+
+def _step_then_wait(
+    ctx: WorkflowContext, step_id: str, step: str, wait_id: str, delay: timedelta
+) -> RuntimeCommand | None:
+    """Run step ``step_id`` (``step``), then wait ``delay`` from its completion; ``None`` once
+    both are done."""
+    if not ctx.step_completed(step_id):
+        return ctx.schedule_step(step_id, step, {"i": 1}, RETRY)
+    if not ctx.wait_completed(wait_id):
+        done = next(
+            e.timestamp
+            for e in ctx.history
+            if isinstance(e.event, StepCompleted) and e.event.step_id == step_id
+        )
+        return ctx.wait_until(wait_id, done + delay)
+    return None
 
 
 class Chaos(FlowRuntime):
@@ -80,29 +98,15 @@ class Chaos(FlowRuntime):
     def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
         ctx = invocation.context()
         if ctx.spec.name == LIMITED_SPEC.name:
-            if not ctx.step_completed("charge"):
-                return ctx.schedule_step("charge", "charge", {"i": 1}, RETRY)
-            if not ctx.wait_completed("pause"):
-                done = next(
-                    e.timestamp
-                    for e in ctx.history
-                    if isinstance(e.event, StepCompleted) and e.event.step_id == "charge"
-                )
-                return ctx.wait_until("pause", done + PAUSE)
+            waiting = _step_then_wait(ctx, "charge", "charge", "pause", PAUSE)
+            if waiting is not None:
+                return waiting
             if not ctx.step_completed("last"):
                 return ctx.schedule_step("last", "effect", {"i": 2}, RETRY)
             return ctx.complete({"steps": 2})
         if ctx.spec.name == BULK_SPEC.name:
-            if not ctx.step_completed("work"):
-                return ctx.schedule_step("work", "effect", {"i": 1}, RETRY)
-            if not ctx.wait_completed("hold"):
-                done = next(
-                    e.timestamp
-                    for e in ctx.history
-                    if isinstance(e.event, StepCompleted) and e.event.step_id == "work"
-                )
-                return ctx.wait_until("hold", done + BULK_HOLD)
-            return ctx.complete({"steps": 1})
+            waiting = _step_then_wait(ctx, "work", "effect", "hold", BULK_HOLD)
+            return ctx.complete({"steps": 1}) if waiting is None else waiting
         if ctx.spec.name == HOOK_SPEC.name:
             if not ctx.step_completed("prepare"):
                 return ctx.schedule_step("prepare", "effect", {"i": 0}, RETRY)

@@ -70,11 +70,11 @@ COUNTS_PUBLISH_INTERVAL = 5.0
 log = logging.getLogger("streamflow.journal")
 
 REFUSALS_REMEMBERED = 4096
+"""Runs whose last refused decision the journal remembers, to log a repeat at DEBUG."""
 HOLDINGS_REMEMBERED = 8192
 """Runs whose holdings after their last append are remembered (an append that changes
 nothing they follow from does not list them again)."""
 NO_CHANGES = SlotChanges()
-"""Runs whose last refused decision the journal remembers, to log a repeat at DEBUG."""
 MAX_FORWARDS = 1024
 """A request handed on along a continuation chain more often than this is refused (a chain
 can never be that long; it guards against a corrupt link)."""

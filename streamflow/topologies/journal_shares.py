@@ -7,12 +7,20 @@ A holder (a queued run or step attempt) whose every claim has a partition share 
 share is given back when its history stops listing it (the run or attempt ended), in the
 transaction that records the end.
 
-What each partition's shares count is derived from history, so it cannot drift from it: local
-state keeps one entry per share holder (family ``shares``, by run and step, written in the
-batch of the transaction that changed it, so with the events and their offset), and a restore
-re-derives the entries of every run whose restored records granted a share or that held one.
-In memory, each partition's :class:`~streamflow.core.shares.PartitionShares` follows the open
-transaction and rolls back when it aborts.
+A holder that did not fit and waits at the limits topology for a group whose every claim is
+split is noted as waiting; a share that comes back goes to the first waiting holder of its
+partition that fits (:attr:`JournalShares.pulls`: the journal appends its grant in the same
+transaction, and the output takes it out of the topology's queue).
+
+What each partition's shares count, and who waits, is derived from history, so it cannot drift
+from it: local state keeps one entry per share holder and per waiting holder (family
+``shares``, written in the batch of the transaction that changed it, so with the events and
+their offset), and a restore re-derives the entries of every run whose restored records could
+queue or grant one, or that local state counted. In memory, each partition's
+:class:`~streamflow.core.shares.PartitionShares` follows the open transaction and rolls back
+when it aborts. For the views, :meth:`JournalShares.changed` says which partitions' counts of
+which groups the transaction changed (the output writes them to ``{ns}.limits`` before it
+commits).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Any
 
 from streamflow.core import events as ev
 from streamflow.core.admission import Holder, LimitClaim, SlotGrant
@@ -98,19 +107,36 @@ def _run_of(key: bytes) -> str:
     return key.removeprefix(WAITING).split(b"\x00", 1)[0].decode()
 
 
+def _entry(
+    group: str, holder: Holder, claims: tuple[LimitClaim, ...], priority: int, **rest: object
+) -> bytes:
+    """The JSON of a ``shares`` entry: what it holds or waits for, and ``rest``."""
+    data = {
+        "group": group,
+        "run_id": holder.run_id,
+        "step_id": holder.step_id,
+        "attempt": holder.attempt,
+        "claims": [c.to_json() for c in claims],
+        "priority": priority,
+        **rest,
+    }
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _parts(raw: bytes) -> tuple[dict[str, Any], Holder, tuple[LimitClaim, ...]]:
+    data = json.loads(raw)
+    holder = Holder(run_id=data["run_id"], step_id=data["step_id"], attempt=data["attempt"])
+    return data, holder, tuple(LimitClaim.from_json(c) for c in data["claims"])
+
+
 def _encode(h: ShareHolding) -> bytes:
-    return json.dumps(
-        {
-            "group": h.group,
-            "run_id": h.holder.run_id,
-            "step_id": h.holder.step_id,
-            "attempt": h.holder.attempt,
-            "grant": h.grant.to_json(),
-            "claims": [c.to_json() for c in h.claims],
-            "priority": h.priority,
-        },
-        separators=(",", ":"),
-    ).encode()
+    return _entry(h.group, h.holder, h.claims, h.priority, grant=h.grant.to_json())
+
+
+def _decode(raw: bytes) -> ShareHolding:
+    data, holder, claims = _parts(raw)
+    grant = SlotGrant.from_json(data["grant"])
+    return ShareHolding(data["group"], holder, grant, claims, data["priority"])
 
 
 def _ms(at: datetime) -> int:
@@ -118,40 +144,12 @@ def _ms(at: datetime) -> int:
 
 
 def _encode_waiting(w: Waiting) -> bytes:
-    return json.dumps(
-        {
-            "group": w.group,
-            "run_id": w.holder.run_id,
-            "step_id": w.holder.step_id,
-            "attempt": w.holder.attempt,
-            "claims": [c.to_json() for c in w.claims],
-            "priority": w.priority,
-            "since_ms": w.since_ms,
-        },
-        separators=(",", ":"),
-    ).encode()
+    return _entry(w.group, w.holder, w.claims, w.priority, since_ms=w.since_ms)
 
 
 def _decode_waiting(raw: bytes) -> Waiting:
-    data = json.loads(raw)
-    return Waiting(
-        group=data["group"],
-        holder=Holder(run_id=data["run_id"], step_id=data["step_id"], attempt=data["attempt"]),
-        claims=tuple(LimitClaim.from_json(c) for c in data["claims"]),
-        priority=data["priority"],
-        since_ms=data["since_ms"],
-    )
-
-
-def _decode(raw: bytes) -> ShareHolding:
-    data = json.loads(raw)
-    return ShareHolding(
-        group=data["group"],
-        holder=Holder(run_id=data["run_id"], step_id=data["step_id"], attempt=data["attempt"]),
-        grant=SlotGrant.from_json(data["grant"]),
-        claims=tuple(LimitClaim.from_json(c) for c in data["claims"]),
-        priority=data.get("priority", 3),
-    )
+    data, holder, claims = _parts(raw)
+    return Waiting(data["group"], holder, claims, data["priority"], data["since_ms"])
 
 
 def _held(listed: Iterable[Holding]) -> dict[Holder, ShareHolding]:
@@ -349,9 +347,10 @@ class JournalShares:
         runs: set[str],
         snapshot: Callable[[str], WorkflowRunSnapshot | None],
     ) -> None:
-        """Re-derive partition ``partition``'s share holders after a restore: the entries of
-        ``runs`` (whose restored records granted a share) and of every run local state counts
-        as a holder are recomputed from their histories (``snapshot``), then counted anew."""
+        """Re-derive partition ``partition``'s share holders and waiting holders after a
+        restore: the entries of ``runs`` (whose restored records could queue or grant one) and
+        of every run local state counts are recomputed from their histories (``snapshot``),
+        then counted anew."""
         stored: dict[str, list[bytes]] = {}
         since_of: dict[bytes, int] = {}
         for key, raw in self._state.scan(FAMILY):
