@@ -47,6 +47,7 @@ TEST_TMP := build/test-tmp
 pytest: $(STAMP) ## Run the test suite only (PYTEST_ARGS selects, PYTEST_WORKERS=4 by default)
 	rm -f build/test-logs/session*.log
 	scripts/trace-collector fetch
+	scripts/schema-registry fetch
 	$(BIN)/python -m streamflow.testing.with_broker $(BIN)/pytest -n $(PYTEST_WORKERS) \
 	  --dist loadgroup --basetemp=$(TEST_TMP) --durations=15 $(PYTEST_ARGS)
 

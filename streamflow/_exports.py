@@ -84,6 +84,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "RuntimeBuildRouteNotFound",
         "RuntimeBuildUnavailable",
         "RuntimeFailure",
+        "SchemaRegistryUnavailable",
         "SerializationError",
         "SignalConflict",
         "StoreError",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -64,6 +65,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     canary = [i for i in items if i.path.name == "test_secret_canary.py"]
     if canary:
         items[:] = [i for i in items if i.path.name != "test_secret_canary.py"] + canary
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A running Apicurio Registry's Confluent-compatible base URL (one given in
+    ``STREAMFLOW_SCHEMA_REGISTRY`` is used as it is)."""
+    given = os.environ.get("STREAMFLOW_SCHEMA_REGISTRY")
+    if given:
+        yield given
+        return
+    state = tmp_path_factory.mktemp("schema-registry")
+    script = str(Path(__file__).parents[1] / "scripts" / "schema-registry")
+    started = subprocess.run(
+        [script, "start", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    line = next(x for x in started.stdout.splitlines() if "STREAMFLOW_SCHEMA_REGISTRY=" in x)
+    try:
+        yield line.split("=", 1)[1].strip().strip("'\"")
+    finally:
+        subprocess.run([script, "stop", "--state-dir", str(state)], check=False, timeout=60)
 
 
 @pytest.fixture(scope="session")

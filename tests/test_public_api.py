@@ -66,7 +66,7 @@ PINNED = {
     "ConflictError", "NotFoundError", "InvalidInputError", "InfrastructureError",
     # errors of timeouts and of Kafka deployments
     "FlowTimeout", "Fenced", "InspectionUnavailable", "AdminError", "TopicsRefused",
-    "ClusterUnavailable", "ManifestError",
+    "ClusterUnavailable", "ManifestError", "SchemaRegistryUnavailable",
 }  # fmt: skip
 
 

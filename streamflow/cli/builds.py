@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
 
+from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.core.events import FlowEventEnvelope, RunCreated
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.kafka.config import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
@@ -164,6 +165,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     summary = "list runtime builds: open runs, live routes, whether each is safe to retire"
     parser = subparsers.add_parser("builds", help=summary, description=summary)
     parser.add_argument("--bootstrap", help=f"host:port[,host:port] (default ${ENV_BOOTSTRAP})")
+    add_wire_args(parser)
     parser.add_argument("--namespace", help=f"topic prefix (default ${ENV_NAMESPACE})")
     parser.add_argument(
         "-X",
@@ -197,7 +199,10 @@ def cmd_builds(args: argparse.Namespace) -> int:
     try:
         properties = dict(_property(p) for p in args.properties)
         settings = KafkaSettings.from_env(
-            bootstrap=args.bootstrap, namespace=args.namespace, properties=properties
+            **wire_args(args),
+            bootstrap=args.bootstrap,
+            namespace=args.namespace,
+            properties=properties,
         )
     except ValueError as exc:
         return _fail(exc, EXIT_REFUSED)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from streamflow.cli.paths import store_path
+from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.core.builds import configured_compatibility
 from streamflow.core.errors import FlowError
 from streamflow.core.replay import Drift
@@ -94,6 +95,7 @@ def _sources(parser: argparse.ArgumentParser, *, file: bool) -> None:
     parser.add_argument(
         "--bootstrap", help="with --kafka: host:port (default $STREAMFLOW_BOOTSTRAP)"
     )
+    add_wire_args(parser)
     parser.add_argument(
         "--namespace", help="with --kafka: topic prefix (default $STREAMFLOW_NAMESPACE)"
     )
@@ -110,7 +112,9 @@ def load(args: argparse.Namespace) -> Histories:
     from streamflow.kafka.config import KafkaSettings
 
     reader = HistoryReader(
-        KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
+        KafkaSettings.from_env(
+            **wire_args(args), bootstrap=args.bootstrap, namespace=args.namespace
+        )
     )
     try:
         return reader.histories()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from streamflow.cli.paths import store_path
+from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.core.projection import project
 from streamflow.core.retention import (
     FlowHistoryRetentionPolicy,
@@ -112,6 +113,7 @@ def _sources(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap", help="with --kafka: host:port (default $STREAMFLOW_BOOTSTRAP)"
     )
+    add_wire_args(parser)
     parser.add_argument(
         "--namespace", help="with --kafka: topic prefix (default $STREAMFLOW_NAMESPACE)"
     )
@@ -188,7 +190,11 @@ async def _backend(args: argparse.Namespace) -> AsyncIterator[Retention]:
     from streamflow.kafka.client import FlowClient
     from streamflow.kafka.config import KafkaSettings
 
-    client = FlowClient(KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace))
+    client = FlowClient(
+        KafkaSettings.from_env(
+            **wire_args(args), bootstrap=args.bootstrap, namespace=args.namespace
+        )
+    )
     try:
         yield client
     finally:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamflow.cli.paths import project_on_path
+from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.core.builds import RuntimeBuildCompatibility, configured_compatibility
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
 from streamflow.core.decide import Limits
@@ -54,6 +55,7 @@ def register(subparsers: Any) -> None:
     run.add_argument("--compatible-build", action="append", default=[], metavar="BUILD")
     run.add_argument("--accept-unpinned", action="store_true")
     run.add_argument("--bootstrap", default=None)
+    add_wire_args(run)
     run.add_argument("--namespace", default=None)
     run.add_argument(
         "--state-dir",
@@ -267,6 +269,7 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
     """The topology object and its ``run(stop)`` callable for ``args.role``."""
     properties = dict(p.split("=", 1) for p in args.properties)
     settings = KafkaSettings.from_env(
+        **wire_args(args),
         bootstrap=args.bootstrap,
         namespace=args.namespace,
         properties=properties,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from streamflow.api.schedules import ScheduleDefinition
 from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, project_on_path, store_path
 from streamflow.cli.sources import DEFAULT_URL_HINT, api_key
+from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.core.admission import DEFAULT_PRIORITY, check_priority
 from streamflow.core.errors import InvalidInputError, StoreError
 from streamflow.core.schedules import CatchUp, Overlap, Schedule, with_admission
@@ -55,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         )
         parser.add_argument("--api-key-file", type=Path, help="bearer key for --url")
         parser.add_argument("--bootstrap", help=f"with --kafka (default ${ENV_BOOTSTRAP})")
+        add_wire_args(parser)
         parser.add_argument("--namespace", help=f"with --kafka (default ${ENV_NAMESPACE})")
         if name != "list":
             parser.add_argument("schedule_id", help="the schedule's id")
@@ -150,7 +152,9 @@ async def _run(args: argparse.Namespace) -> int:
     schedule = _definition(args) if args.action == "add" else None
     if args.kafka:
         try:
-            settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
+            settings = KafkaSettings.from_env(
+                **wire_args(args), bootstrap=args.bootstrap, namespace=args.namespace
+            )
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
         from streamflow.kafka.schedules import KafkaSchedules  # the Kafka client: --kafka only

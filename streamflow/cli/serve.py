@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from streamflow.api.limits import HttpLimits
 from streamflow.cli.paths import project_on_path
+from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.core.errors import FlowError
 from streamflow.core.tokens import HookSecret
 from streamflow.host import DEFAULT_HOST, DEFAULT_PORT, ensure_secret_file, read_secret_file
@@ -131,6 +132,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument(
         "--bootstrap", help="with --kafka: host:port (default $STREAMFLOW_BOOTSTRAP)"
     )
+    add_wire_args(serve)
     serve.add_argument(
         "--namespace", help="with --kafka: topic prefix (default $STREAMFLOW_NAMESPACE)"
     )
@@ -282,7 +284,9 @@ async def _serve_kafka(
     from streamflow.kafka.client import FlowClient
     from streamflow.kafka.config import KafkaSettings
 
-    settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
+    settings = KafkaSettings.from_env(
+        **wire_args(args), bootstrap=args.bootstrap, namespace=args.namespace
+    )
     client = await asyncio.to_thread(FlowClient, settings)
     try:
         sock, url = bind(args.host, args.port, insecure=args.insecure)

@@ -41,6 +41,7 @@ from streamflow.api.errors import ApiError, status_of
 from streamflow.api.index import DelegatedReads, InspectorIndex, RemoteError, Unreachable
 from streamflow.api.remote import HttpControl
 from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, project_on_path, store_path
+from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.clock import utc_now
 from streamflow.core.admission import DEFAULT_PRIORITY
 from streamflow.core.attributes import SearchAttributes, parse_typed
@@ -317,6 +318,7 @@ def add_source_options(parser: argparse.ArgumentParser, *, app: bool = False) ->
     group.add_argument("--url", help=f"the HTTP API of streamflow serve, e.g. {DEFAULT_URL_HINT}")
     parser.add_argument("--api-key-file", type=Path, help="bearer key for --url")
     parser.add_argument("--bootstrap", help=f"--kafka: host:port[,...] (default ${ENV_BOOTSTRAP})")
+    add_wire_args(parser)
     parser.add_argument("--namespace", help=f"--kafka: topic prefix (default ${ENV_NAMESPACE})")
     parser.add_argument(
         "--observers",
@@ -344,7 +346,9 @@ def open_source(args: argparse.Namespace) -> ControlPlane:
         from streamflow.api.remote import ObserversIndex
         from streamflow.kafka.client import FlowClient
 
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
+        settings = KafkaSettings.from_env(
+            **wire_args(args), bootstrap=args.bootstrap, namespace=args.namespace
+        )
         app = load_app(app_spec)
         index = None
         if args.observers:

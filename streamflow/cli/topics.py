@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from streamflow.core.errors import ClusterUnavailable, TopicsRefused
+from streamflow.cli.wire_args import add_wire_args, wire_args
+from streamflow.core.errors import ClusterUnavailable, SchemaRegistryUnavailable, TopicsRefused
 from streamflow.kafka.config import (
     DEFAULT_ADMIN_TIMEOUT,
     ENV_BOOTSTRAP,
@@ -21,6 +22,7 @@ from streamflow.kafka.config import (
     ENV_NAMESPACE,
     KafkaSettings,
 )
+from streamflow.serde.registry import register_schemas
 
 if TYPE_CHECKING:
     from streamflow.kafka.admin import ApplyReport, TopicState
@@ -47,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for name, summary, handler in commands:
         parser = actions.add_parser(name, help=summary, description=summary)
         parser.add_argument("--bootstrap", help=f"host:port[,host:port] (default ${ENV_BOOTSTRAP})")
+        add_wire_args(parser)
         parser.add_argument("--namespace", help=f"topic prefix (default ${ENV_NAMESPACE})")
         parser.add_argument(
             "--profile",
@@ -89,12 +92,20 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from streamflow.kafka.admin import apply  # the Kafka client: only for this command
 
     try:
-        _, report = _on_cluster(apply, args)
+        settings, report = _on_cluster(apply, args)
     except (ValueError, TopicsRefused) as exc:  # ManifestError is a ValueError
         return _fail(exc, EXIT_REFUSED)
     except ClusterUnavailable as exc:
         return _fail(exc, EXIT_UNAVAILABLE)
     _print_apply(report)
+    if settings.schema_registry is not None:
+        try:
+            registered = register_schemas(settings.schema_registry)
+        except SchemaRegistryUnavailable as exc:
+            return _fail(exc, EXIT_UNAVAILABLE)
+        print(f"schema registry {registered.url}: {len(registered.ids)} schemas registered")
+        for subject, schema_id in sorted(registered.ids.items()):
+            print(f"  {subject}  id {schema_id}")
     return EXIT_OK
 
 
@@ -129,7 +140,9 @@ def _on_cluster(command: Callable[..., T], args: argparse.Namespace) -> tuple[Ka
     ``describe``) returns for its topics in the manifests, with the options of ``args``."""
     from streamflow.kafka.manifest import load_manifest
 
-    settings = KafkaSettings.from_env(bootstrap=args.bootstrap, namespace=args.namespace)
+    settings = KafkaSettings.from_env(
+        **wire_args(args), bootstrap=args.bootstrap, namespace=args.namespace
+    )
     manifest = load_manifest(args.manifests)
     return settings, command(
         settings,

@@ -50,6 +50,7 @@ class for each thing that can go wrong.
     │   ├── FlowTimeout                    a wait gave up after its timeout (also a TimeoutError)
     │   ├── Fenced                         a topology was taken over: it stops (also a RuntimeError)
     │   ├── InspectionUnavailable          an observers instance cannot answer its part
+    │   ├── SchemaRegistryUnavailable      a schema registry did not answer: tried again later
     │   └── AdminError                     a Kafka topic operation did not complete
     │       ├── TopicsRefused              unsafe or rejected: co-partitioning, replication, ...
     │       └── ClusterUnavailable         the cluster did not answer within the timeout
@@ -94,6 +95,7 @@ from streamflow.core.errors_infra import IoError as IoError
 from streamflow.core.errors_infra import ManifestError as ManifestError
 from streamflow.core.errors_infra import RequestDeadLettered as RequestDeadLettered
 from streamflow.core.errors_infra import RuntimeBuildUnavailable as RuntimeBuildUnavailable
+from streamflow.core.errors_infra import SchemaRegistryUnavailable as SchemaRegistryUnavailable
 from streamflow.core.errors_infra import StoreError as StoreError
 from streamflow.core.errors_infra import TaskManagement as TaskManagement
 from streamflow.core.errors_infra import TopicsRefused as TopicsRefused
@@ -538,6 +540,7 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     FlowTimeout,
     Fenced,
     InspectionUnavailable,
+    SchemaRegistryUnavailable,
     TopicsRefused,
     ClusterUnavailable,
     ManifestError,

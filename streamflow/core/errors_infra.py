@@ -114,6 +114,12 @@ class Fenced(InfrastructureError, RuntimeError):
     before it joined this tree."""
 
 
+class SchemaRegistryUnavailable(InfrastructureError):
+    """A schema registry did not answer, or answered an error, when a record's schema had to
+    be registered or looked up: the record is not refused, it is tried again later. The text
+    names the registry's URL and what failed, never a credential."""
+
+
 class InspectionUnavailable(InfrastructureError):
     """Part of an inspection answer lives with an observers instance that cannot answer now
     (HTTP 503); the message names the instance or the partitions. Operator action: check that

@@ -78,7 +78,6 @@ from streamflow.kafka.readers import (
 )
 from streamflow.kafka.schedules import KafkaSchedules
 from streamflow.otel import current_trace
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 
 
@@ -108,7 +107,7 @@ class FlowClient:
         self._settings = settings
         self._timeout = request_timeout
         self._max_hops = max(0, int(max_continue_as_new_hops))
-        self._wire = codec.Wire(settings.limits)
+        self._wire = settings.wire()
         # Requests, and the replies to them and the run_finished notices read by its thread.
         self._requests = ClientRequests(settings, self._wire, request_timeout)
         self._history = HistoryReader(settings)

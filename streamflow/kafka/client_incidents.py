@@ -17,7 +17,6 @@ from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.kafka.readers import Record, TopicReader
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 
 Snapshot = Callable[[str], Awaitable[WorkflowRunSnapshot]]
@@ -30,6 +29,7 @@ class ClientIncidents:
     def __init__(self, settings: KafkaSettings, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
         self._incidents = TopicReader(settings, Names(settings.namespace).incidents)
+        self._wire = settings.wire()
         self._latest_incidents: dict[str, m.Incident] = {}
 
     async def incident(self, run_id: str) -> FlowIncident | None:
@@ -68,7 +68,7 @@ class ClientIncidents:
             if value is None:
                 self._latest_incidents.pop(key.decode(), None)
             else:
-                incident = codec.decode_incident(value)
+                incident = self._wire.decode(value, m.Incident)
                 self._latest_incidents[incident.run_id] = incident
 
     def close(self) -> None:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from confluent_kafka import TopicPartition
 
 from streamflow.core import requests as rq
-from streamflow.core.errors import FlowError, FlowTimeout
+from streamflow.core.errors import FlowError, FlowTimeout, SchemaRegistryUnavailable
 from streamflow.core.ids import validate_run_id
 from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.lru import LruCache
@@ -193,6 +193,17 @@ class ClientRequests:
 
     # -- replies ----------------------------------------------------------------------------
 
+    def _decoded(self, value: bytes) -> m.Reply:
+        """A reply; while the schema registry does not answer, asked again every second (the
+        listener would otherwise lose it)."""
+        while True:
+            try:
+                return self._wire.decode(value, m.Reply)
+            except SchemaRegistryUnavailable as exc:
+                log.warning("client: cannot decode a reply yet (%s); trying again", exc)
+                if self._stop.wait(1.0):
+                    raise
+
     def _listen(self) -> None:
         while not self._stop.is_set():
             for msg in poll_batch(self._replies, 500, 0.1):
@@ -200,7 +211,7 @@ class ClientRequests:
                 if msg.error() is not None or value is None:
                     continue
                 try:
-                    reply = codec.decode_reply(value)
+                    reply = self._decoded(value)
                 except FlowError:
                     log.warning("client: undecodable reply at offset %s", msg.offset())
                     continue

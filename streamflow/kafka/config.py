@@ -13,13 +13,24 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import TYPE_CHECKING
 
 from streamflow.core.limits import DEFAULT_MAX_RECORD_BYTES, RecordLimits
+
+if TYPE_CHECKING:
+    from streamflow.serde.codec import Wire
+    from streamflow.serde.registry import RegistryFraming
 
 ENV_BOOTSTRAP = "STREAMFLOW_BOOTSTRAP"
 ENV_NAMESPACE = "STREAMFLOW_NAMESPACE"
 ENV_PREFIX = "STREAMFLOW_KAFKA_"
 ENV_MAX_RECORD_BYTES = "STREAMFLOW_MAX_RECORD_BYTES"
+ENV_SCHEMA_REGISTRY = "STREAMFLOW_SCHEMA_REGISTRY"
+ENV_WIRE_FORMAT = "STREAMFLOW_WIRE_FORMAT"
+WIRE_FORMATS = ("single-object", "confluent")
+"""How records are framed: Avro single-object (the default), or the Confluent Schema Registry
+framing (``00`` and the schema's registry id), which needs ``schema_registry``."""
 ENV_MANIFESTS = "STREAMFLOW_MANIFESTS"
 """The directory of the topology manifests (:mod:`streamflow.kafka.manifest`)."""
 DEFAULT_ADMIN_TIMEOUT = 30.0
@@ -43,6 +54,12 @@ class KafkaSettings:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     """The record-size limit (``streamflow.core.limits``): the codec's limit, every producer's
     ``message.max.bytes`` and the topics' ``max.message.bytes`` follow from it."""
+    wire_format: str = "single-object"
+    """How records are written (:data:`WIRE_FORMATS`); every reader reads both framings when a
+    ``schema_registry`` is set, so a namespace switches with a rolling restart."""
+    schema_registry: str | None = None
+    """The base URL of a schema registry's Confluent-compatible API (Confluent Schema
+    Registry, Apicurio's ``/apis/ccompat/v7``, Karapace, Redpanda)."""
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
@@ -50,6 +67,29 @@ class KafkaSettings:
         if not _NAMESPACE.fullmatch(self.namespace):
             raise ValueError(f"invalid namespace {self.namespace!r}: use [A-Za-z0-9._-]")
         RecordLimits(self.max_record_bytes)  # validates
+        if self.wire_format not in WIRE_FORMATS:
+            raise ValueError(
+                f"invalid wire format {self.wire_format!r}: use one of {', '.join(WIRE_FORMATS)}"
+            )
+        if self.wire_format == "confluent" and not self.schema_registry:
+            raise ValueError(
+                f"the confluent wire format needs a schema registry: set {ENV_SCHEMA_REGISTRY} "
+                "or --schema-registry"
+            )
+
+    def wire(self) -> Wire:
+        """The codec every client and topology of these settings uses: their record-size
+        limit, and the schema registry's framing when one is set (one registry client per
+        URL in a process)."""
+        from streamflow.serde.codec import Wire
+
+        if self.schema_registry is None:
+            return Wire(self.limits)
+        return Wire(
+            self.limits,
+            framing=_framing(self.schema_registry),
+            confluent=self.wire_format == "confluent",
+        )
 
     @property
     def limits(self) -> RecordLimits:
@@ -64,6 +104,8 @@ class KafkaSettings:
         namespace: str | None = None,
         properties: Mapping[str, str] | None = None,
         max_record_bytes: int | None = None,
+        wire_format: str | None = None,
+        schema_registry: str | None = None,
     ) -> KafkaSettings:
         """Settings from the environment, overridden by the arguments given:
         ``STREAMFLOW_BOOTSTRAP``, ``STREAMFLOW_NAMESPACE`` (default ``streamflow``),
@@ -83,6 +125,8 @@ class KafkaSettings:
             namespace=namespace or env.get(ENV_NAMESPACE, DEFAULT_NAMESPACE),
             properties=props,
             max_record_bytes=limit,
+            wire_format=wire_format or env.get(ENV_WIRE_FORMAT, "single-object"),
+            schema_registry=schema_registry or env.get(ENV_SCHEMA_REGISTRY) or None,
         )
 
     def with_namespace(self, namespace: str) -> KafkaSettings:
@@ -108,10 +152,29 @@ class KafkaSettings:
             "bootstrap.servers": self.bootstrap,
             "namespace": self.namespace,
             "max_record_bytes": str(self.max_record_bytes),
+            "wire_format": self.wire_format,
         }
+        if self.schema_registry is not None:
+            shown["schema_registry"] = _without_credentials(self.schema_registry)
         for key, value in self.properties.items():
             shown[key] = "<redacted>" if _SECRET.search(key) else value
         return shown
 
     def __repr__(self) -> str:
         return f"KafkaSettings({self.redacted()!r})"
+
+
+@cache
+def _framing(url: str) -> RegistryFraming:
+    from streamflow.serde.registry import RegistryFraming
+    from streamflow.serde.schemas import shipped_registry
+
+    return RegistryFraming(url, shipped_registry())
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``<redacted>@``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    return f"{scheme}://<redacted>@{rest.split('@', 1)[1]}"

@@ -15,7 +15,6 @@ from streamflow.core.ledger import Ledger, LedgerCounters, LedgerEntry
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.kafka.readers import TopicReader
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 
 ENTRY = b"\x00"
@@ -59,7 +58,7 @@ class LedgerBook:
 def read_ledgers(settings: KafkaSettings, timeout: float = 30.0) -> LedgerBook:
     """Every limit group's ledger as ``{ns}.limits`` holds it up to its committed end
     (``FlowTimeout`` after ``timeout`` seconds)."""
-    wire = codec.Wire(settings.limits)
+    wire = settings.wire()
     reader = TopicReader(settings, Names(settings.namespace).limits)
     try:
         records = reader.catch_up(timeout=timeout)

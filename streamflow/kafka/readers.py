@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from streamflow.core.errors import FlowError, FlowTimeout, IoError
+from streamflow.core.errors import FlowError, FlowTimeout, IoError, SchemaRegistryUnavailable
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.retention import RetentionFacts
 from streamflow.kafka.clients import (
@@ -30,7 +30,6 @@ from streamflow.kafka.clients import (
 )
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for, split_history_key
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 
 log = logging.getLogger("streamflow.client")
@@ -112,6 +111,7 @@ class HistoryReader:
 
     def __init__(self, settings: KafkaSettings, topic: TopicReader | None = None) -> None:
         self._names = Names(settings.namespace)
+        self._wire = settings.wire()
         self._topic = topic or TopicReader(settings, self._names.history)
         self._runs: dict[str, list[FlowEventEnvelope]] = defaultdict(list)
         self._lock = threading.Lock()
@@ -123,7 +123,7 @@ class HistoryReader:
                 with contextlib.suppress(ValueError):  # not a history key: nothing to forget
                     self._runs.pop(split_history_key(key or b"")[0], None)
                 continue
-            envelope = codec.decode_history(value)
+            envelope = self._wire.decode(value, FlowEventEnvelope)
             events = self._runs[envelope.run_id]
             if envelope.sequence == len(events) + 1:
                 events.append(envelope)
@@ -192,6 +192,7 @@ class RetentionReader:
 
     def __init__(self, settings: KafkaSettings) -> None:
         self._topic = TopicReader(settings, Names(settings.namespace).retention)
+        self._wire = settings.wire()
         self._records: dict[str, m.RetentionRecord] = {}
         self._lock = threading.Lock()
 
@@ -203,7 +204,9 @@ class RetentionReader:
                 self._records.pop(key.decode(errors="replace"), None)
                 continue
             try:
-                record = codec.decode_retention(value)
+                record = self._wire.decode(value, m.RetentionRecord)
+            except SchemaRegistryUnavailable:
+                raise  # a registry outage: tried again, never refused
             except FlowError as exc:
                 log.warning("client: undecodable retention record: %s", exc)
                 continue

@@ -83,7 +83,7 @@ class ScheduleWriter:
 
     def __init__(self, settings: KafkaSettings, partitions: int) -> None:
         self._names = Names(settings.namespace)
-        self._wire = codec.Wire(settings.limits)
+        self._wire = settings.wire()
         self._producer = producer(settings)
         self._partitions = partitions
 
@@ -120,7 +120,7 @@ class KafkaSchedules:
         names = Names(settings.namespace)
         self._clock = clock
         self._reader = TopicReader(settings, names.schedules)
-        self._table = ScheduleTable(codec.Wire(settings.limits))
+        self._table = ScheduleTable(settings.wire())
         self._writer = ScheduleWriter(settings, self._reader.partitions)
         self._lock = threading.Lock()
 

@@ -46,6 +46,9 @@ from streamflow.serde.messages import (
     TokenRecord,
 )
 from streamflow.serde.records import AvroRecord, WireValue
+from streamflow.serde.registry import HEADER_SIZE as CONFLUENT_HEADER_SIZE
+from streamflow.serde.registry import MAGIC as CONFLUENT_MAGIC
+from streamflow.serde.registry import RegistryFraming
 from streamflow.serde.schemas import SchemaRegistry, ShippedSchema, shipped_registry
 
 MAGIC = b"\xc3\x01"
@@ -83,12 +86,24 @@ class WireCodec:
     """
 
     def __init__(
-        self, registry: SchemaRegistry | None = None, *, max_size: int = DEFAULT_MAX_SIZE
+        self,
+        registry: SchemaRegistry | None = None,
+        *,
+        max_size: int = DEFAULT_MAX_SIZE,
+        framing: RegistryFraming | None = None,
+        confluent: bool = False,
     ) -> None:
+        """``framing``: a schema registry, to read Confluent-framed buffers (``00`` and a
+        4-byte schema id) besides single-object ones; ``confluent``: write that framing too
+        (it needs ``framing``)."""
         if max_size <= HEADER_SIZE:
             raise ValueError(f"max_size must exceed the {HEADER_SIZE}-byte header")
+        if confluent and framing is None:
+            raise ValueError("the Confluent framing needs a schema registry")
         self.registry = registry if registry is not None else shipped_registry()
         self.max_size = max_size
+        self.framing = framing
+        self.confluent = confluent
 
     def encode(self, value: WireValue) -> bytes:
         """The single-object buffer of a Python wire value."""
@@ -124,8 +139,12 @@ class WireCodec:
         """The single-object buffer of an Avro record of top-level schema ``name``."""
         shipped = self.registry.schema(name)
         out = io.BytesIO()
-        out.write(MAGIC)
-        out.write(shipped.fingerprint)
+        if self.confluent:
+            assert self.framing is not None
+            out.write(self.framing.header(shipped))
+        else:
+            out.write(MAGIC)
+            out.write(shipped.fingerprint)
         failure: SerializationError | None = None
         try:
             schemaless_writer(out, shipped.parsed, record)
@@ -151,10 +170,25 @@ class WireCodec:
 
     def schema_of(self, data: bytes) -> ShippedSchema:
         """The shipped writer schema named by the header of ``data`` (the body is not read)."""
+        return self._header(data)[0]
+
+    def _header(self, data: bytes) -> tuple[ShippedSchema, int]:
+        """The writer schema of ``data`` and where its body begins: after a single-object
+        header, or (with a schema registry) a Confluent one, whose id the registry resolves
+        (:class:`SchemaRegistryUnavailable` when it cannot be asked)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise SerializationError(f"expected bytes, got {type(data).__name__}")
         if len(data) > self.max_size:
             raise PayloadTooLarge("buffer", len(data), self.max_size)
+        if data[:1] == CONFLUENT_MAGIC:
+            if self.framing is None:
+                raise SerializationError(
+                    "a Confluent-framed buffer (magic 00 and a schema id), and no schema "
+                    "registry is configured to resolve its id"
+                )
+            return self.framing.schema_of(bytes(data[:CONFLUENT_HEADER_SIZE])), (
+                CONFLUENT_HEADER_SIZE
+            )
         if len(data) < HEADER_SIZE:
             raise SerializationError(
                 f"buffer of {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header"
@@ -169,15 +203,15 @@ class WireCodec:
             raise SerializationError(
                 f"unknown schema fingerprint {fingerprint.hex()}: not a shipped schema"
             )
-        return shipped
+        return shipped, HEADER_SIZE
 
     def _read(self, data: bytes, expected: str | None) -> tuple[ShippedSchema, AvroRecord]:
-        writer = self.schema_of(data)
+        writer, start = self._header(data)
         if expected is not None and writer.name != expected:
             raise SerializationError(f"expected a {expected} buffer, got {writer.name}")
         reader = None if writer.current else self.registry.schema(writer.name).parsed
         body = io.BytesIO(data)
-        body.seek(HEADER_SIZE)
+        body.seek(start)
         failure: SerializationError | None = None
         try:
             record = schemaless_reader(
@@ -234,17 +268,23 @@ class RequestHeader:
     reply: bool
 
 
-def decode_request_header(data: bytes) -> RequestHeader | None:
-    """The header of a buffer whose schema is a ``Request`` (any shipped version), read field
-    by field without the body, or ``None`` when even that cannot be read. Used to answer a
-    request whose body is invalid with a typed reply."""
+def decode_request_header(
+    data: bytes, framing: RegistryFraming | None = None
+) -> RequestHeader | None:
+    """The header of a buffer whose schema is a ``Request`` (any shipped version, in either
+    framing when ``framing`` is given), read field by field without the body, or ``None`` when
+    even that cannot be read. Used to answer a request whose body is invalid with a typed
+    reply."""
+    reading = (
+        _codec(_UNLIMITED) if framing is None else WireCodec(max_size=_UNLIMITED, framing=framing)
+    )
     try:
-        shipped = _codec(_UNLIMITED).schema_of(data)  # a header is read whatever the size
+        shipped, start = reading._header(data)  # a header is read whatever the size
     except SerializationError:
         return None
     if shipped.name != "Request":
         return None
-    reader = _Fields(data, HEADER_SIZE)
+    reader = _Fields(data, start)
     try:
         request_id = reader.string()
         run_id = reader.string()
@@ -294,10 +334,26 @@ class Wire:
     """Encoding and decoding under one deployment's record-size limit (``KafkaSettings.limits``):
     what every topology and client uses, so one setting governs every record."""
 
-    def __init__(self, limits: RecordLimits | None = None) -> None:
+    def __init__(
+        self,
+        limits: RecordLimits | None = None,
+        *,
+        framing: RegistryFraming | None = None,
+        confluent: bool = False,
+    ) -> None:
+        """``framing``: a schema registry, so that Confluent-framed records are read too;
+        ``confluent``: write that framing (else single-object)."""
         self.limits = limits or RecordLimits()
-        self._records = _codec(self.limits.max_record_bytes)
-        self._letters = _codec(self.limits.dead_letter_bytes)
+        if framing is None and not confluent:
+            self._records = _codec(self.limits.max_record_bytes)
+            self._letters = _codec(self.limits.dead_letter_bytes)
+        else:
+            self._records = WireCodec(
+                max_size=self.limits.max_record_bytes, framing=framing, confluent=confluent
+            )
+            self._letters = WireCodec(
+                max_size=self.limits.dead_letter_bytes, framing=framing, confluent=confluent
+            )
 
     @property
     def max_size(self) -> int:
@@ -320,6 +376,10 @@ class Wire:
         if value is None:
             raise SerializationError(empty)
         return self.decode(value, kind)
+
+    def request_header(self, data: bytes) -> RequestHeader | None:
+        """:func:`decode_request_header` in this wire's framings."""
+        return decode_request_header(data, self._records.framing)
 
     def encode_dead_letter(self, letter: DeadLetter) -> bytes:
         """The buffer of a dead letter, under the larger dead-letter limit."""

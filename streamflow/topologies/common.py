@@ -13,7 +13,7 @@ from typing import Any, TypeVar, cast
 from confluent_kafka import KafkaError, Message, Producer
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from streamflow.core.errors import FlowError, SerializationError
+from streamflow.core.errors import FlowError, SchemaRegistryUnavailable, SerializationError
 from streamflow.kafka.clients import check_consumer_error, committed_at, read_to_end
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
@@ -308,6 +308,8 @@ class DeadLetters:
         ``None`` once ``msg`` is parked with why it is not one."""
         try:
             return self._wire.decode_value(msg.value(), kind, empty=empty)
+        except SchemaRegistryUnavailable:
+            raise  # a registry outage: tried again, never refused
         except FlowError as exc:
             self.park(msg, str(exc))
             return None

@@ -72,7 +72,7 @@ from typing import ClassVar
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from streamflow import faults
-from streamflow.core.errors import Fenced, FlowError, StoreError
+from streamflow.core.errors import Fenced, FlowError, SchemaRegistryUnavailable, StoreError
 from streamflow.core.lru import LruCache
 from streamflow.kafka.admin import fit_record_limit
 from streamflow.kafka.clients import (
@@ -84,7 +84,6 @@ from streamflow.kafka.clients import (
 )
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
-from streamflow.serde import codec
 from streamflow.topologies.eos_clients import (
     FENCING,
     MAX_BACKOFF,
@@ -108,7 +107,15 @@ MAX_POISON = 1000
 
 def _infrastructure(exc: BaseException) -> bool:
     """Whether ``exc`` is about the environment rather than about the record being handled."""
-    return isinstance(exc, KafkaException | BufferError | OSError | MemoryError | StoreError)
+    return isinstance(
+        exc,
+        KafkaException
+        | BufferError
+        | OSError
+        | MemoryError
+        | StoreError
+        | SchemaRegistryUnavailable,
+    )
 
 
 class TransactionalTopology(ClientKeeper):
@@ -139,7 +146,7 @@ class TransactionalTopology(ClientKeeper):
         if fitted_to:
             settings = fit_record_limit(settings, fitted_to, dead_letters=names.dead_letters)
         self._names = names
-        self._wire = codec.Wire(settings.limits)
+        self._wire = settings.wire()
         self._instance = tuning.instance
         self._source = f"{self.component}/{tuning.instance}"
         """How the records it writes name their writer (incidents, metric samples)."""

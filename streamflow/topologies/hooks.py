@@ -39,6 +39,7 @@ from streamflow.core.errors import (
     HookTokenConflict,
     HookTokenNotFound,
     InvalidTransition,
+    SchemaRegistryUnavailable,
 )
 from streamflow.core.tokens import ResolvedHook, digests_equal, is_token_digest, token_digest
 from streamflow.kafka.clients import partition_count
@@ -124,6 +125,8 @@ class Hooks(MirroredTopology):
         now = self._clock()
         try:
             request = self._wire.decode_value(msg.value(), m.HookRequest)
+        except SchemaRegistryUnavailable:
+            raise  # a registry outage: tried again, never refused
         except FlowError as exc:
             self._dead_letter(msg, str(exc), now)
             return

@@ -21,7 +21,6 @@ from streamflow.kafka.clients import partition_count, poll_batch, reader
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
 from streamflow.observe.metrics import FlowMetrics
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 
 log = logging.getLogger("streamflow.observers")
@@ -33,7 +32,7 @@ class IncidentFeed:
 
     def __init__(self, settings: KafkaSettings, metrics: FlowMetrics) -> None:
         topic = Names(settings.namespace).incidents
-        self._wire = codec.Wire(settings.limits)
+        self._wire = settings.wire()
         self._metrics = metrics
         self._reader = reader(settings)
         self._reader.assign(

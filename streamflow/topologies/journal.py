@@ -39,6 +39,7 @@ from streamflow.core.errors import (
     PayloadTooLarge,
     RequestDeadLettered,
     RuntimeBuildUnavailable,
+    SchemaRegistryUnavailable,
     SerializationError,
     UnknownWorkflow,
 )
@@ -51,7 +52,6 @@ from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.otel import header_trace
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.topologies.common import LocalState, send_dead_letter
 from streamflow.topologies.eos import TransactionalTopology
@@ -257,7 +257,7 @@ class Journal(TransactionalTopology):
         """A request whose handling failed: parked, and its sender told (when it asked)."""
         now = self._clock()
         self._letter(msg, reason, now)
-        header = codec.decode_request_header(msg.value() or b"")
+        header = self._wire.request_header(msg.value() or b"")
         if header is not None and header.reply:
             error = RequestDeadLettered(
                 self._names.dead_letters,
@@ -288,11 +288,13 @@ class Journal(TransactionalTopology):
             # A value no store could give back (too deep, a lone surrogate, NaN) is refused
             # like a body that does not decode: parked, and its sender told why.
             rq.check_request(request.body)
+        except SchemaRegistryUnavailable:
+            raise  # a registry outage: tried again, never refused
         except FlowError as exc:
             self._letter(msg, str(exc), now)
             # The header may still say who asked (an empty record has none): answer with the
             # typed reason.
-            header = codec.decode_request_header(msg.value() or b"")
+            header = self._wire.request_header(msg.value() or b"")
             if header is not None and header.reply:
                 error = exc if isinstance(exc, SerializationError) else SerializationError(str(exc))
                 self._output.reply_to(header.request_id, header.run_id, error, now)
@@ -332,6 +334,8 @@ class Journal(TransactionalTopology):
                 # (InvalidPayload: a value no store could give back).
                 self._local.rebuild(txn, run_id)
                 outcome = _Outcome(error=exc, incident=isinstance(request.body, m.Proposal))
+            except SchemaRegistryUnavailable:
+                raise  # a registry outage: tried again, never refused
             except FlowError as exc:
                 # A proposal (or, if ever, a decision) that does not follow from history:
                 # restore the staged view and report instead of writing anything.
@@ -378,6 +382,8 @@ class Journal(TransactionalTopology):
                 continue
             try:
                 effects = self._output.append(txn, snap, decision.events, now)
+            except SchemaRegistryUnavailable:
+                raise  # a registry outage: tried again, never refused
             except FlowError as exc:
                 self._local.rebuild(txn, run_id)
                 shares.pulled(holder, grant, granted=False)
@@ -416,6 +422,8 @@ class Journal(TransactionalTopology):
                 return  # the build's processors decide it (and report why it was refused)
             try:
                 effects = self._output.append(txn, snap, outcome.events, now)
+            except SchemaRegistryUnavailable:
+                raise  # a registry outage: tried again, never refused
             except FlowError as exc:
                 self._local.rebuild(txn, run_id)
                 self._decisions.forget(run_id)
@@ -561,6 +569,8 @@ def validate_error(run_id: str) -> FlowError:
     """The error an invalid run id gets in a reply (``InvalidRunId``)."""
     try:
         validate_run_id(run_id)
+    except SchemaRegistryUnavailable:
+        raise  # a registry outage: tried again, never refused
     except FlowError as exc:
         return exc
     return InvalidTransition(f"invalid run id {run_id!r}")

@@ -38,7 +38,7 @@ from typing import Unpack
 from confluent_kafka import Message
 
 from streamflow.core.admission import Holder, SlotGrant
-from streamflow.core.errors import FlowError
+from streamflow.core.errors import FlowError, SchemaRegistryUnavailable
 from streamflow.core.ledger import Ledger, LedgerCounters
 from streamflow.core.requests import GrantSlot
 from streamflow.kafka.clients import partition_count, producer
@@ -203,6 +203,8 @@ class Limits(MirroredTopology):
         now = self._clock()
         try:
             request = self._wire.decode_value(msg.value(), m.LimitRequest)
+        except SchemaRegistryUnavailable:
+            raise  # a registry outage: tried again, never refused
         except FlowError as exc:
             self._dead_letter(msg, str(exc), now)
             return
@@ -218,6 +220,8 @@ class Limits(MirroredTopology):
         if isinstance(body, m.EnqueueSlot):
             try:
                 ledger.enqueue(body.holder, body.claims, body.priority)
+            except SchemaRegistryUnavailable:
+                raise  # a registry outage: tried again, never refused
             except FlowError as exc:
                 self._dead_letter(msg, f"enqueue refused: {exc}", now)
                 return

@@ -39,7 +39,7 @@ from typing import Any, Unpack
 from confluent_kafka import OFFSET_END, Message, Producer, TopicPartition
 from opentelemetry.trace import TracerProvider
 
-from streamflow.core.errors import FlowError, SerializationError
+from streamflow.core.errors import FlowError, SchemaRegistryUnavailable, SerializationError
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.kafka.clients import (
     close_producer,
@@ -56,7 +56,6 @@ from streamflow.observe.http import Inspector
 from streamflow.observe.metrics import FlowMetrics
 from streamflow.observe.observers import FlowEventObserver, notify
 from streamflow.observe.tracing import TracingObserver
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.stores.inspect import StoreInspector
 from streamflow.stores.rocksdb import RocksDBEventStore
@@ -299,6 +298,8 @@ class Observers(TransactionalTopology):
                 self.index.ingest(envelope)
             self._indexed[msg.partition() or 0] = (msg.offset() or 0) + 1
             snap = self.index.snapshot(envelope.run_id)
+        except SchemaRegistryUnavailable:
+            raise  # a registry outage: tried again, never refused
         except FlowError as exc:
             # A gap or a history the index cannot follow: keep observing the rest.
             log.error(
@@ -496,7 +497,7 @@ class _SideReaders:
 
     def __init__(self, settings: KafkaSettings, names: Names, metrics: FlowMetrics) -> None:
         self._names = names
-        self._wire = codec.Wire(settings.limits)
+        self._wire = settings.wire()
         self._metrics = metrics
         self._reader = reader(settings)
         topics = (names.dead_letters, names.incidents, names.metrics)
@@ -567,6 +568,7 @@ class _Publisher:
         interval: float,
     ) -> None:
         self._producer: Producer = producer(settings)
+        self._wire = settings.wire()
         self._topic = names.metrics
         self._metrics = metrics
         self._source = source
@@ -591,7 +593,7 @@ class _Publisher:
                 source=self._source,
             )
             self._producer.produce(
-                self._topic, key=sample.name.encode(), value=codec.encode_metric(record)
+                self._topic, key=sample.name.encode(), value=self._wire.encode(record)
             )
         self._producer.poll(0)
         return len(samples)

@@ -38,7 +38,12 @@ from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import incidents
 from streamflow.core.builds import admits
-from streamflow.core.errors import FlowError, InvalidPayload, PayloadTooLarge
+from streamflow.core.errors import (
+    FlowError,
+    InvalidPayload,
+    PayloadTooLarge,
+    SchemaRegistryUnavailable,
+)
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.limits import check_events
 from streamflow.core.projection import ProjectedRun
@@ -149,7 +154,14 @@ class Processor(BuildServer):
             while not stop.is_set():
                 self._advertiser.beat(self._clock())
                 messages = poll_batch(self._consumer, 500, 0.05)
-                self._apply(messages)
+                try:
+                    self._apply(messages)
+                except SchemaRegistryUnavailable as exc:
+                    # Nothing of the batch is written: read it again once the registry answers.
+                    log.warning("processor: waiting for the schema registry (%s)", exc)
+                    self._rewind(messages)
+                    stop.wait(1.0)
+                    continue
                 self._fire_timers()
                 for run_id in sorted(self._pending):
                     self._decide(run_id)
@@ -157,6 +169,16 @@ class Processor(BuildServer):
                 self._producer.poll(0)
         finally:
             self._shutdown(withdraw=stop.is_set())
+
+    def _rewind(self, messages: list[Message]) -> None:
+        """Seek each partition of ``messages`` back to its first record in them."""
+        first: dict[tuple[str, int], int] = {}
+        for msg in messages:
+            if msg.error() is None:
+                tp = (msg.topic() or "", msg.partition() or 0)
+                first[tp] = min(first.get(tp, msg.offset() or 0), msg.offset() or 0)
+        for (topic, partition), offset in first.items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
 
     def _apply(self, messages: list[Message]) -> None:
         if not messages:
@@ -185,6 +207,8 @@ class Processor(BuildServer):
             return  # seen before (a restore overlaps what local state already had)
         try:
             cached.apply(envelope)
+        except SchemaRegistryUnavailable:
+            raise  # a registry outage: tried again, never refused
         except FlowError as exc:
             log.error("run %s: history does not project (%s); dropping it here", run_id, exc)
             self._runs.pop(run_id, None)

@@ -37,7 +37,6 @@ from streamflow.kafka.clients import (
 )
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
-from streamflow.serde import codec
 from streamflow.serde.messages import BuildRegistration, ServedWorkflow
 
 log = logging.getLogger("streamflow.registry")
@@ -94,6 +93,7 @@ class Advertiser:
         any), advertised with the route; ``limited``: those of them that declare concurrency
         or rate limits (``FlowRuntime.limited_workflows``), marked ``limited``."""
         self._names = Names(settings.namespace)
+        self._wire = settings.wire()
         self._producer = producer(settings)
         self._key = registration_key(group, instance)
         self._heartbeat = heartbeat
@@ -118,9 +118,7 @@ class Advertiser:
         if not force and self._last is not None and now - self._last < self._heartbeat:
             return
         record = replace(self._template, heartbeat_at=now)
-        self._producer.produce(
-            self._names.builds, key=self._key, value=codec.encode_registration(record)
-        )
+        self._producer.produce(self._names.builds, key=self._key, value=self._wire.encode(record))
         self._producer.flush(10)
         self._last = now
 
@@ -138,6 +136,7 @@ class RouteTable:
 
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
+        self._wire = settings.wire()
         self._names = Names(settings.namespace)
         self._reader = reader(settings)
         # Watermark queries go through a consumer that never fetches: on the reader they would
@@ -181,7 +180,7 @@ class RouteTable:
                 self._registrations.pop(key, None)
                 return
             try:
-                self._registrations[key] = codec.decode_registration(value)
+                self._registrations[key] = self._wire.decode(value, BuildRegistration)
             except Exception:
                 log.warning("ignoring an undecodable build registration %r", key)
 

@@ -21,7 +21,6 @@ from streamflow.kafka import admin
 from streamflow.kafka.clients import Deadline, producer
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
-from streamflow.serde import codec
 from streamflow.topologies.common import DeadLetters
 from streamflow.topologies.options import Serving, ServingOptions
 from streamflow.topologies.registry import Advertiser
@@ -57,7 +56,7 @@ class BuildServer:
         serving = self._serving = Serving(**options)
         compatibility = serving.compatibility
         self._settings = settings
-        self._wire = codec.Wire(settings.limits)
+        self._wire = settings.wire()
         self._runtime = runtime
         self._hook_secret = serving.hook_secret
         self._compat = compatibility

@@ -48,7 +48,6 @@ from streamflow.kafka.clients import (
 )
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.topologies.common import (
     DeadLetters,
@@ -104,7 +103,7 @@ class Timer:
         clock and group membership (:class:`~streamflow.topologies.options.Membership`)."""
         membership = Membership(**options)
         self._names = Names(settings.namespace)
-        self._wire = codec.Wire(settings.limits)
+        self._wire = settings.wire()
         self._clock = membership.clock
         self._tick = tick
         self._resend_after = resend_after

@@ -28,14 +28,13 @@ from datetime import datetime
 from confluent_kafka import Producer
 
 from streamflow import cron
-from streamflow.core.errors import FlowError
+from streamflow.core.errors import FlowError, SchemaRegistryUnavailable
 from streamflow.core.schedules import Fire, Schedule, anchor, cancel_reason, decide_fires
 from streamflow.core.values import CancellationRequest
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.kafka.readers import TopicReader
 from streamflow.kafka.schedules import ScheduleTable, ScheduleWriter, fired_key
-from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.topologies.registry import RouteTable
 
@@ -56,7 +55,7 @@ class ScheduleFiring:
         that records no admission (the journal refuses its starts: ``AdmissionRequired``)."""
         self._routes = routes
         self._names = Names(settings.namespace)
-        self._wire = codec.Wire(settings.limits)
+        self._wire = settings.wire()
         self._producer = producer
         self._partitions = requests_partitions
         self._reader = TopicReader(settings, self._names.schedules)
@@ -74,6 +73,8 @@ class ScheduleFiring:
                 continue
             try:
                 self._fire(self._table.definitions[schedule_id], now, is_open)
+            except SchemaRegistryUnavailable:
+                raise  # a registry outage: tried again, never refused
             except FlowError as exc:
                 log.error("timer: schedule %s: %s: %s", schedule_id, type(exc).__name__, exc)
 

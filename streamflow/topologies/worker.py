@@ -17,13 +17,14 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Unpack
+from typing import Any, Unpack
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from streamflow import faults
-from streamflow.core.errors import PayloadTooLarge
+from streamflow.core.errors import PayloadTooLarge, SchemaRegistryUnavailable
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import check_payload
 from streamflow.core.trace_context import TraceParent
@@ -202,14 +203,39 @@ class Worker(BuildServer):
         tp = (msg.topic() or "", msg.partition() or 0)
         offset = msg.offset() or 0
         self._offsets.take(tp, offset)
-        task = self._letters.decode(msg, m.StepTask, empty="empty task record")
+        try:
+            task = self._letters.decode(msg, m.StepTask, empty="empty task record")
+        except SchemaRegistryUnavailable as exc:
+            # Its offset stays taken (nothing commits past it): decoded again until it can be.
+            log.warning("worker: a task waits for the schema registry (%s)", exc)
+            self._start(self._decode_later(msg, tp, offset))
+            return
         if task is None:
             self._offsets.finish(tp, offset)
             return
-        trace = header_trace(msg.headers())
-        running = asyncio.ensure_future(self._execute(task, tp, offset, trace))
+        self._start(self._execute(task, tp, offset, header_trace(msg.headers())))
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        running = asyncio.ensure_future(work)
         self._tasks.add(running)
         running.add_done_callback(self._tasks.discard)
+
+    async def _decode_later(self, msg: Message, tp: tuple[str, int], offset: int) -> None:
+        """Decode a task whose schema the registry could not resolve, backing off (1 s, then
+        doubling up to 30 s) until it answers, then run it."""
+        delay = 1.0
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                task = self._letters.decode(msg, m.StepTask, empty="empty task record")
+            except SchemaRegistryUnavailable:
+                delay = min(delay * 2, 30.0)
+                continue
+            if task is None:
+                self._offsets.finish(tp, offset)
+                return
+            await self._execute(task, tp, offset, header_trace(msg.headers()))
+            return
 
     def _result(self, task: m.StepTask, value: JsonValue) -> m.StepResult:
         """The attempt's success, or a failure that ends the step (not retryable) when

@@ -38,7 +38,9 @@ CALLBACK = codec.encode_hook_request(ex.hook_request(ex.HOOK_BODIES_FULL[2]))
 
 
 def test_wrong_magic_is_rejected() -> None:
-    with pytest.raises(SerializationError, match="magic 0001 != c301"):
+    with pytest.raises(SerializationError, match="magic 0101 != c301"):
+        codec.decode(b"\x01\x01" + REQUEST[2:])
+    with pytest.raises(SerializationError, match=r"Confluent-framed .* no schema registry"):
         codec.decode(b"\x00\x01" + REQUEST[2:])
     with pytest.raises(SerializationError, match="magic"):
         codec.decode_request(b"\xc3\x00" + REQUEST[2:])

@@ -41,9 +41,10 @@ def test_every_raised_error_is_a_flow_error_and_exported():
     # ManifestError; then the three of durable functions (streamflow.App): UnknownWorkflow,
     # UnsupportedAwait and NotAStep; then InvalidPayload (a value no store could read back);
     # then the three of flow control: InvalidPriority, InvalidLimitKey and AdmissionRequired;
-    # then InvalidQuery (a run query that breaks the grammar) and InvalidSearchAttributes.
+    # then InvalidQuery (a run query that breaks the grammar) and InvalidSearchAttributes;
+    # then SchemaRegistryUnavailable (the Confluent framing's registry did not answer).
     # The families (and AdminError) are caught, never raised: not in the list.
-    assert len(errors.ALL_ERRORS) == 48
+    assert len(errors.ALL_ERRORS) == 49
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
@@ -115,6 +116,7 @@ FAMILY_OF = {
         errors.FlowTimeout,
         errors.Fenced,
         errors.InspectionUnavailable,
+        errors.SchemaRegistryUnavailable,
         errors.TopicsRefused,
         errors.ClusterUnavailable,
     },
@@ -204,6 +206,7 @@ ONE_OF_EACH_ERROR = [
     errors.FlowTimeout("a reply to StartRun for run run-1", 30.0, "are the topologies running?"),
     errors.Fenced("journal was fenced"),
     errors.InspectionUnavailable("observers instance http://o:8080: no answer"),
+    errors.SchemaRegistryUnavailable("no answer from the schema registry at http://r:8081"),
     errors.TopicsRefused(["ns.history: has 3 partitions, 6 declared"], created=["ns.tasks"]),
     errors.ClusterUnavailable("list topics", "no answer in 5 s"),
     errors.ManifestError("not valid TOML", source="topics.toml"),

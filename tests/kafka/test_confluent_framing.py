@@ -1,0 +1,195 @@
+"""A namespace written in the Confluent Schema Registry framing, on the real broker and a real
+registry (Apicurio, ``scripts/schema-registry``): every topology writes ``00`` and the schema's
+registry id, runs complete, and a namespace switched from single-object to Confluent by a
+restart (a rolling switch) still reads what it wrote before."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+from confluent_kafka import Consumer
+
+from streamflow import App, DurableContext, WorkflowRunStatus
+from streamflow.kafka.naming import Names
+from streamflow.testing.kafka_harness import KafkaDriver
+
+pytestmark = pytest.mark.kafka
+
+
+def app_of() -> tuple[App, object]:
+    app = App()
+
+    @app.step
+    async def double(n: int) -> int:
+        return 2 * n
+
+    @app.workflow
+    async def twice(ctx: DurableContext, n: int) -> int:
+        return await ctx.step("double", double, n)
+
+    return app, twice
+
+
+def first_bytes(settings, topic: str) -> set[bytes]:
+    """The first byte of every committed record of ``topic`` (its framing)."""
+    consumer = Consumer(
+        settings.client(
+            {"group.id": f"probe-{topic}", "auto.offset.reset": "earliest"},
+            **{"isolation.level": "read_committed", "enable.auto.commit": False},
+        )
+    )
+    consumer.subscribe([topic])
+    seen: set[bytes] = set()
+    empty = 0
+    try:
+        while empty < 20:
+            msg = consumer.poll(0.25)
+            if msg is None or msg.error():
+                empty += 1
+                continue
+            if msg.value():
+                seen.add(msg.value()[:1])
+    finally:
+        consumer.close()
+    return seen
+
+
+async def test_a_namespace_switches_to_the_confluent_framing_with_a_restart(
+    kafka,
+    tmp_path,
+    schema_registry,
+):
+    app, twice = app_of()
+    plain = replace(kafka, schema_registry=schema_registry)  # reads both, writes single-object
+    driver = await asyncio.to_thread(KafkaDriver, plain, app, state_root=tmp_path / "a")
+    try:
+        await twice.start(driver.client, "before", 3)
+        assert (await driver.result("before", 30)).output == 6
+    finally:
+        await driver.close()
+    confluent = replace(plain, wire_format="confluent")
+    driver = await asyncio.to_thread(KafkaDriver, confluent, app, state_root=tmp_path / "a")
+    try:
+        await twice.start(driver.client, "after", 4)
+        done = await driver.result("after", 30)
+        assert done.status is WorkflowRunStatus.COMPLETED
+        assert done.output == 8
+        before = await driver.snapshot("before")
+        assert before is not None
+        assert before.output == 6  # written single-object, read after the switch
+    finally:
+        await driver.close()
+    history = Names(kafka.namespace).history
+    assert first_bytes(kafka, history) == {b"\xc3", b"\x00"}
+
+
+def test_topics_apply_registers_every_shipped_schema(kafka, schema_registry):
+    """``topics apply --schema-registry URL`` registers each shipped top-level schema under its
+    full name, once: applying again answers the same ids."""
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from streamflow.serde.schemas import TOP_LEVEL
+
+    def apply() -> str:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "streamflow.cli.main",
+                "topics",
+                "apply",
+                "--bootstrap",
+                kafka.bootstrap,
+                "--namespace",
+                kafka.namespace,
+                "--profile",
+                "dev",
+                "--schema-registry",
+                schema_registry,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return done.stdout
+
+    def ids(output: str) -> list[str]:
+        return [line for line in output.splitlines() if " id " in line]
+
+    first = apply()
+    assert f"{len(TOP_LEVEL)} schemas registered" in first
+    assert len(ids(first)) == len(TOP_LEVEL)
+    assert ids(apply()) == ids(first)  # the same ids the second time
+    with urllib.request.urlopen(f"{schema_registry}/subjects", timeout=10) as answer:
+        subjects = set(json.loads(answer.read()))
+    assert {f"streamflow.v1.{name}" for name in TOP_LEVEL} <= subjects
+
+
+def confluent_values(settings, topic: str) -> list[bytes]:
+    """Every committed Confluent-framed value of ``topic``."""
+    consumer = Consumer(
+        settings.client(
+            {"group.id": f"interop-{topic}", "auto.offset.reset": "earliest"},
+            **{"isolation.level": "read_committed", "enable.auto.commit": False},
+        )
+    )
+    consumer.subscribe([topic])
+    found: list[bytes] = []
+    empty = 0
+    try:
+        while empty < 20:
+            msg = consumer.poll(0.25)
+            if msg is None or msg.error():
+                empty += 1
+                continue
+            value = msg.value()
+            if value and value[:1] == b"\x00":
+                found.append(value)
+    finally:
+        consumer.close()
+    return found
+
+
+async def test_code_that_is_not_streamflows_reads_history_and_replies(
+    kafka, tmp_path, schema_registry
+):
+    """confluent-kafka's own ``SchemaRegistryClient`` and ``AvroDeserializer`` (not
+    streamflow's codec) read the history and the replies a Confluent-framed namespace wrote."""
+    from confluent_kafka.schema_registry import (
+        SchemaRegistryClient,
+        record_subject_name_strategy,
+    )
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    app, twice = app_of()
+    settings = replace(kafka, schema_registry=schema_registry, wire_format="confluent")
+    driver = await asyncio.to_thread(KafkaDriver, settings, app, state_root=tmp_path)
+    try:
+        await twice.start(driver.client, "interop", 5)
+        assert (await driver.result("interop", 30)).output == 10
+    finally:
+        await driver.close()
+    names = Names(kafka.namespace)
+    deserialize = AvroDeserializer(
+        SchemaRegistryClient({"url": schema_registry}),
+        conf={"subject.name.strategy": record_subject_name_strategy},  # streamflow's subjects
+    )
+    history = [
+        deserialize(v, SerializationContext(names.history, MessageField.VALUE))
+        for v in confluent_values(kafka, names.history)
+    ]
+    mine = [r for r in history if r["run_id"] == "interop"]
+    assert [r["sequence"] for r in mine] == list(range(1, len(mine) + 1))
+    assert len(mine) >= 5  # created, started, the step's three, completed
+    replies = [
+        deserialize(v, SerializationContext(names.replies, MessageField.VALUE))
+        for v in confluent_values(kafka, names.replies)
+    ]
+    assert any(r["run_id"] == "interop" and r["ok"] for r in replies)
