@@ -161,12 +161,7 @@ async def test_code_that_is_not_streamflows_reads_history_and_replies(
 ):
     """confluent-kafka's own ``SchemaRegistryClient`` and ``AvroDeserializer`` (not
     streamflow's codec) read the history and the replies a Confluent-framed namespace wrote."""
-    from confluent_kafka.schema_registry import (
-        SchemaRegistryClient,
-        record_subject_name_strategy,
-    )
-    from confluent_kafka.schema_registry.avro import AvroDeserializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
+    from confluent_kafka.schema_registry import SchemaRegistryClient
 
     app, twice = app_of()
     settings = replace(kafka, schema_registry=schema_registry, wire_format="confluent")
@@ -176,9 +171,22 @@ async def test_code_that_is_not_streamflows_reads_history_and_replies(
         assert (await driver.result("interop", 30)).output == 10
     finally:
         await driver.close()
-    names = Names(kafka.namespace)
+    client = SchemaRegistryClient({"url": schema_registry})
+    try:
+        read(client, Names(kafka.namespace), kafka)
+    finally:
+        client.close()  # its HTTP connections, not left to the garbage collector
+
+
+def read(client, names: Names, kafka) -> None:
+    """Read the history and replies of ``kafka``'s namespace with confluent-kafka's own
+    deserializer (``client``: its schema registry client)."""
+    from confluent_kafka.schema_registry import record_subject_name_strategy
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
     deserialize = AvroDeserializer(
-        SchemaRegistryClient({"url": schema_registry}),
+        client,
         conf={"subject.name.strategy": record_subject_name_strategy},  # streamflow's subjects
     )
     history = [
