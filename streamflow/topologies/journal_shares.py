@@ -254,16 +254,16 @@ class JournalShares:
         before: list[Holding],
         after: list[Holding],
         now: datetime,
-    ) -> tuple[list[ShareHolding], list[ShareHolding]]:
+    ) -> None:
         """Count what an append changed in the run's share holders and in its holders that
         wait at the limits topology for a split limit (``before`` → ``after``, its
-        :func:`~streamflow.core.slots.holdings`), staged in ``batch``; returns the holders that
-        began and those that ended (for the ``{ns}.limits`` view of them). A share that ended
-        goes to the partition's first waiting holder that fits (:attr:`pulls`)."""
+        :func:`~streamflow.core.slots.holdings`), staged in ``batch``, and note the group as
+        changed (:meth:`changed`). A share that ended goes to the partition's first waiting
+        holder that fits (:attr:`pulls`)."""
         shares = self.of(partition_for(run_id, self._partitions))
         self._wait(batch, shares, before, after, now)
         if not _any_share(before) and not _any_share(after):
-            return [], []
+            return
         was, held = _held(before), _held(after)
         began: list[ShareHolding] = []
         ended: list[ShareHolding] = []
@@ -283,7 +283,6 @@ class JournalShares:
             self._changed.add((partition_for(run_id, self._partitions), h.group))
         for h in ended:
             self._pull(shares, h.group, now)
-        return began, ended
 
     def changed(self) -> list[m.ShareCounts | tuple[int, str]]:
         """For each ``(partition, group)`` whose share holders the open transaction changed,

@@ -6,6 +6,7 @@ restart (a rolling switch) still reads what it wrote before."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import replace
 
 import pytest
@@ -32,16 +33,16 @@ def app_of() -> tuple[App, object]:
     return app, twice
 
 
-def first_bytes(settings, topic: str) -> set[bytes]:
-    """The first byte of every committed record of ``topic`` (its framing)."""
+def committed_values(settings, topic: str) -> list[bytes]:
+    """Every committed, non-empty value of ``topic``, read from its beginning."""
     consumer = Consumer(
         settings.client(
-            {"group.id": f"probe-{topic}", "auto.offset.reset": "earliest"},
+            {"group.id": f"probe-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"},
             **{"isolation.level": "read_committed", "enable.auto.commit": False},
         )
     )
     consumer.subscribe([topic])
-    seen: set[bytes] = set()
+    found: list[bytes] = []
     empty = 0
     try:
         while empty < 20:
@@ -50,10 +51,15 @@ def first_bytes(settings, topic: str) -> set[bytes]:
                 empty += 1
                 continue
             if msg.value():
-                seen.add(msg.value()[:1])
+                found.append(msg.value())
     finally:
         consumer.close()
-    return seen
+    return found
+
+
+def first_bytes(settings, topic: str) -> set[bytes]:
+    """The first byte of every committed record of ``topic`` (its framing)."""
+    return {value[:1] for value in committed_values(settings, topic)}
 
 
 async def test_a_namespace_switches_to_the_confluent_framing_with_a_restart(
@@ -133,27 +139,7 @@ def test_topics_apply_registers_every_shipped_schema(kafka, schema_registry):
 
 def confluent_values(settings, topic: str) -> list[bytes]:
     """Every committed Confluent-framed value of ``topic``."""
-    consumer = Consumer(
-        settings.client(
-            {"group.id": f"interop-{topic}", "auto.offset.reset": "earliest"},
-            **{"isolation.level": "read_committed", "enable.auto.commit": False},
-        )
-    )
-    consumer.subscribe([topic])
-    found: list[bytes] = []
-    empty = 0
-    try:
-        while empty < 20:
-            msg = consumer.poll(0.25)
-            if msg is None or msg.error():
-                empty += 1
-                continue
-            value = msg.value()
-            if value and value[:1] == b"\x00":
-                found.append(value)
-    finally:
-        consumer.close()
-    return found
+    return [v for v in committed_values(settings, topic) if v[:1] == b"\x00"]
 
 
 async def test_code_that_is_not_streamflows_reads_history_and_replies(
