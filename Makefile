@@ -48,6 +48,7 @@ pytest: $(STAMP) ## Run the test suite only (PYTEST_ARGS selects, PYTEST_WORKERS
 	rm -f build/test-logs/session*.log
 	scripts/trace-collector fetch
 	scripts/schema-registry fetch
+	scripts/kafka-connect fetch
 	$(BIN)/python -m streamflow.testing.with_broker $(BIN)/pytest -n $(PYTEST_WORKERS) \
 	  --dist loadgroup --basetemp=$(TEST_TMP) --durations=15 $(PYTEST_ARGS)
 

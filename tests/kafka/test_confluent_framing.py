@@ -1,11 +1,13 @@
 """A namespace written in the Confluent Schema Registry framing, on the real broker and a real
 registry (Apicurio, ``scripts/schema-registry``): every topology writes ``00`` and the schema's
-registry id, runs complete, and a namespace switched from single-object to Confluent by a
-restart (a rolling switch) still reads what it wrote before."""
+registry id, runs complete, a namespace switched from single-object to Confluent by a
+restart (a rolling switch) still reads what it wrote before, and code that is not streamflow's
+(confluent-kafka's deserializer) reads the history, replies and audit stream."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from dataclasses import replace
 
@@ -14,6 +16,7 @@ from confluent_kafka import Consumer
 
 from streamflow import App, DurableContext, WorkflowRunStatus
 from streamflow.kafka.naming import Names
+from streamflow.observe.observers import InMemoryFlowEventObserver
 from streamflow.testing.kafka_harness import KafkaDriver
 
 pytestmark = pytest.mark.kafka
@@ -142,21 +145,26 @@ def confluent_values(settings, topic: str) -> list[bytes]:
     return [v for v in committed_values(settings, topic) if v[:1] == b"\x00"]
 
 
-async def test_code_that_is_not_streamflows_reads_history_and_replies(
+async def test_code_that_is_not_streamflows_reads_history_replies_and_audit(
     kafka, tmp_path, schema_registry
 ):
     """confluent-kafka's own ``SchemaRegistryClient`` and ``AvroDeserializer`` (not
-    streamflow's codec) read the history and the replies a Confluent-framed namespace wrote."""
+    streamflow's codec) read the history, the replies and the audit stream a Confluent-framed
+    namespace wrote."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     app, twice = app_of()
     settings = replace(kafka, schema_registry=schema_registry, wire_format="confluent")
-    driver = await asyncio.to_thread(KafkaDriver, settings, app, state_root=tmp_path)
+    seen = InMemoryFlowEventObserver()  # with an observer, the driver runs the observers (audit)
+    driver = await asyncio.to_thread(
+        KafkaDriver, settings, app, state_root=tmp_path, observers=[seen]
+    )
     try:
         await twice.start(driver.client, "interop", 5)
         assert (await driver.result("interop", 30)).output == 10
+        await driver.settle("interop")  # the observers have audited every event
     finally:
-        await driver.close()
+        await driver.close()  # a graceful stop commits the audit's open transaction
     client = SchemaRegistryClient({"url": schema_registry})
     try:
         read(client, Names(kafka.namespace), kafka)
@@ -165,8 +173,8 @@ async def test_code_that_is_not_streamflows_reads_history_and_replies(
 
 
 def read(client, names: Names, kafka) -> None:
-    """Read the history and replies of ``kafka``'s namespace with confluent-kafka's own
-    deserializer (``client``: its schema registry client)."""
+    """Read the history, replies and audit stream of ``kafka``'s namespace with confluent-kafka's
+    own deserializer (``client``: its schema registry client)."""
     from confluent_kafka.schema_registry import record_subject_name_strategy
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -187,3 +195,26 @@ def read(client, names: Names, kafka) -> None:
         for v in confluent_values(kafka, names.replies)
     ]
     assert any(r["run_id"] == "interop" and r["ok"] for r in replies)
+    audit = [
+        deserialize(v, SerializationContext(names.audit, MessageField.VALUE))
+        for v in confluent_values(kafka, names.audit)
+    ]
+    audited = [r for r in audit if r["run_id"] == "interop"]  # one partition: in offset order
+    # Every committed event once, in the history's order, with the same ids.
+    assert [(r["sequence"], r["event_id"]) for r in audited] == [
+        (r["sequence"], r["event_id"]) for r in mine
+    ]
+    keys = [r["event_key"] for r in audited]
+    assert keys[:2] == ["flow.run.created", "flow.run.started"]
+    assert "flow.step.completed" in keys
+    assert keys[-1] == "flow.run.completed"
+    assert {(r["workflow_name"], r["workflow_version"]) for r in audited} == {("twice", "1")}
+    assert audited[0]["status"] == "pending"
+    assert audited[-1]["status"] == "completed"
+    assert json.loads(audited[-1]["event"])["output"] == 10  # the run's result, as JSON
+    step = json.loads(next(r for r in audited if r["event_key"] == "flow.step.completed")["event"])
+    assert (step["type"], step["step_id"], step["output"]) == ("step_completed", "double", 10)
+    # timestamp-micros: a timezone-aware datetime, in commit order.
+    stamps = [r["committed_at"] for r in audited]
+    assert all(t.tzinfo is not None for t in stamps)
+    assert stamps == sorted(stamps)
