@@ -148,6 +148,7 @@ if TYPE_CHECKING:
     )
     from streamflow.core.spec import WorkflowRuntime, WorkflowSpec
     from streamflow.core.tokens import HookSecret, token_digest
+    from streamflow.core.triggers import KafkaTrigger, TriggerRecord
     from streamflow.core.values import (
         CancellationRequest,
         ChildOperationReference,
@@ -415,4 +416,6 @@ __all__ = [
     "FlowSchedules",
     "ScheduleNotFound",
     "InvalidSchedule",
+    "KafkaTrigger",
+    "TriggerRecord",
 ]

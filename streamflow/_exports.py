@@ -181,6 +181,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "HookSecret",
         "token_digest",
     ),
+    "streamflow.core.triggers": ("KafkaTrigger", "TriggerRecord"),
     "streamflow.core.values": (
         "CancellationRequest",
         "ChildOperationReference",

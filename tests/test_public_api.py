@@ -48,6 +48,8 @@ PINNED = {
     "serve",
     # cron schedules
     "Schedule", "Overlap", "CatchUp", "FlowSchedules", "ScheduleNotFound", "InvalidSchedule",
+    # triggers: runs started or signalled by the records of the user's own Kafka topics
+    "KafkaTrigger", "TriggerRecord",
     # retention
     "FlowHistoryRetentionPolicy", "FlowHistoryRetentionReport", "FlowHistoryTombstone",
     "HistoryHold",

@@ -1,5 +1,5 @@
-"""``streamflow run journal|processor|worker|timer|hooks|observers``: run one topology instance
-in this process.
+"""``streamflow run journal|processor|worker|timer|hooks|limits|triggers|observers``: run one
+topology instance in this process.
 
 Configuration comes from flags, then environment variables (``STREAMFLOW_BOOTSTRAP``,
 ``STREAMFLOW_NAMESPACE``, ``STREAMFLOW_APP``, ``STREAMFLOW_BUILD``, ``STREAMFLOW_STATE_DIR``,
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from streamflow.topologies.journal_decisions import HostedDecisions
 
-ROLES = ("journal", "processor", "worker", "timer", "hooks", "limits", "observers")
+ROLES = ("journal", "processor", "worker", "timer", "hooks", "limits", "triggers", "observers")
 log = logging.getLogger("streamflow.cli")
 
 
@@ -328,6 +328,8 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
     if args.role == "observers":
         return "observers", observers_main(args, settings, state)
     runtime = load_runtime(args.app)
+    if args.role == "triggers":
+        return "triggers", triggers_main(args, settings, runtime)
     if args.role == "processor":
         from streamflow.topologies.processor import Processor
 
@@ -357,6 +359,43 @@ def build_topology(args: argparse.Namespace) -> tuple[str, Any]:
         hook_secret=load_hook_secret(args.hook_secret_file),
     )
     return "worker", worker.run
+
+
+def triggers_main(
+    args: argparse.Namespace, settings: KafkaSettings, runtime: FlowRuntime
+) -> Callable[[threading.Event], None]:
+    """The triggers topology of ``--app`` (a ``streamflow.App`` that declares triggers);
+    ``SystemExit`` naming what is wrong otherwise."""
+    from streamflow.topologies.triggers import Triggers
+
+    if not isinstance(runtime, App) or not runtime.triggers:
+        raise SystemExit(
+            f"{args.app} declares no trigger: the triggers role runs the triggers of a "
+            "streamflow.App (@app.workflow(trigger=streamflow.KafkaTrigger(...)))"
+        )
+    try:
+        triggers = Triggers(
+            settings,
+            runtime,
+            instance=args.instance,
+            session_timeout_ms=args.session_timeout_ms,
+            static_membership=args.static_membership,
+            transaction_timeout_ms=args.transaction_timeout_ms,
+        )
+    except FlowError as exc:
+        raise SystemExit(f"triggers: {exc}") from None
+    for topic in triggers.topics:
+        for workflow, trigger in runtime.triggers:
+            if trigger.topic == topic:
+                log.info(
+                    "triggers: %s -> %s workflow %s version %s (%s)",
+                    topic,
+                    trigger.action,
+                    workflow.name,
+                    workflow.spec.version,
+                    trigger.value_format,
+                )
+    return triggers.run
 
 
 def load_observer(spec: str) -> FlowEventObserver:

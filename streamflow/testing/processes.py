@@ -7,6 +7,7 @@ kill it with SIGKILL, freeze it with SIGSTOP, and start a replacement on the sam
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -191,7 +192,8 @@ class TopologyProcess:
 
 class Cluster:
     """A journal, processor, worker, timer, hooks and limits topology as processes, restartable
-    one by one."""
+    one by one, and a triggers topology when ``triggers`` says so (``None``: when the App
+    declares triggers)."""
 
     ROLES = ("journal", "processor", "worker", "timer", "hooks", "limits")
 
@@ -204,8 +206,10 @@ class Cluster:
         faults: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
         args: dict[str, tuple[str, ...]] | None = None,
+        triggers: bool | None = None,
     ) -> None:
         self._settings = settings
+        self._triggers = triggers
         self._root = root
         self._app = app
         self._faults = faults or {}
@@ -247,9 +251,19 @@ class Cluster:
         """Where ``role``'s ``instance`` keeps its state (as ``streamflow run`` lays it out)."""
         return self._root / "state" / self._settings.namespace / f"{role}-{instance}"
 
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The roles :meth:`start` spawns: :attr:`ROLES`, and ``triggers`` when asked for, or
+        (not told) when the App declares triggers."""
+        wanted = self._triggers
+        if wanted is None:
+            declared = getattr(_imported(self._app), "triggers", None)  # App.triggers: a list
+            wanted = isinstance(declared, list) and bool(declared)
+        return (*self.ROLES, "triggers") if wanted else self.ROLES
+
     def start(self) -> Cluster:
-        """Spawn every role of :attr:`ROLES`, each with its fault points; this cluster."""
-        for role in self.ROLES:
+        """Spawn every role of :attr:`roles`, each with its fault points; this cluster."""
+        for role in self.roles:
             self.spawn(role, faults=self._faults.get(role))
         return self
 
@@ -283,6 +297,16 @@ class Cluster:
         """Stop every process gracefully, the last spawned first."""
         for process in reversed(list(self.processes.values())):
             process.terminate()
+
+
+def _imported(app: str) -> object:
+    """The object ``module:attribute`` names, imported in this process (``None`` when it
+    cannot be: the child processes then say why)."""
+    module, _, attribute = app.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attribute, None)
+    except ImportError:
+        return None
 
 
 class Supervisor:

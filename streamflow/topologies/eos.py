@@ -119,8 +119,8 @@ def _infrastructure(exc: BaseException) -> bool:
 
 
 class TransactionalTopology(ClientKeeper):
-    """Consumes ``input_topic`` in the group of its :attr:`component` and produces in
-    transactions."""
+    """Consumes ``input_topic`` (one topic, or several) in the group of its :attr:`component`
+    and produces in transactions."""
 
     component = "topology"
     defaults: ClassVar[Tuning] = Tuning()
@@ -131,7 +131,7 @@ class TransactionalTopology(ClientKeeper):
         settings: KafkaSettings,
         options: TransactionalOptions,
         *,
-        input_topic: str,
+        input_topic: str | Sequence[str],
         consumer_overrides: dict[str, object] | None = None,
         producer_overrides: dict[str, object] | None = None,
         fitted_to: Sequence[str] = (),
@@ -225,6 +225,11 @@ class TransactionalTopology(ClientKeeper):
     def tick(self) -> None:
         """Called once per loop iteration (refresh external views)."""
 
+    def transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is about the environment, not the record: aborted and tried again,
+        never dead-lettered (:func:`_infrastructure`; a subclass may add its own)."""
+        return _infrastructure(exc)
+
     def close_state(self) -> None:
         """Release local resources at shutdown."""
 
@@ -272,7 +277,7 @@ class TransactionalTopology(ClientKeeper):
         try:
             self.tick()
         except Exception as exc:  # a view refresh must never stop the loop
-            if not _infrastructure(exc):
+            if not self.transient(exc):
                 raise
             log.warning("%s: refresh failed (%s); going on", self.component, exc)
 
@@ -310,7 +315,7 @@ class TransactionalTopology(ClientKeeper):
             else:
                 self.dead_letter(msg, poisoned)
         except Exception as exc:
-            if poisoned is not None or _infrastructure(exc):
+            if poisoned is not None or self.transient(exc):
                 if poisoned is not None:
                     self._remember(topic, partition, offset, poisoned)
                 error = exc.args[0] if isinstance(exc, KafkaException) else None

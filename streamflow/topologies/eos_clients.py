@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -93,7 +93,7 @@ class ClientKeeper:
         settings: KafkaSettings,
         *,
         group: str,
-        input_topic: str,
+        input_topic: str | Sequence[str],
         consumer_overrides: dict[str, object] | None,
         consumer_required: dict[str, object],
         producer_config: dict[str, object],
@@ -101,7 +101,9 @@ class ClientKeeper:
         on_hang: HangHandler,
     ) -> None:
         self._settings = settings
-        self._input_topic = input_topic
+        self._input_topics = (input_topic,) if isinstance(input_topic, str) else tuple(input_topic)
+        self._input_topic = self._input_topics[0]
+        """The first input topic: the one the group coordinator is probed with."""
         self._call_timeout = call_timeout
         self._consumer_config = (group, consumer_overrides, consumer_required)
         self._consumer = consumer(settings, group, consumer_overrides, **consumer_required)
@@ -164,7 +166,7 @@ class ClientKeeper:
 
     def _subscribe(self) -> None:
         self._consumer.subscribe(
-            [self._input_topic],
+            list(self._input_topics),
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
@@ -481,7 +483,7 @@ class ClientKeeper:
                 stable,
                 raw,
                 self._settings.namespace,
-                self._input_topic,
+                self._input_topics,
                 self.writes_to,
                 self._call_timeout,
                 offsets=offsets,

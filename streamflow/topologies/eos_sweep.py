@@ -46,7 +46,7 @@ watermark queries per partition the topology writes, at each start of its produc
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import (
@@ -112,7 +112,7 @@ def find_stuck(
     stable: Consumer,
     raw: Consumer,
     namespace: str,
-    input_topic: str,
+    input_topic: str | Sequence[str],
     writes_to: Callable[[str], bool],
     timeout: float,
     *,
@@ -140,8 +140,12 @@ def find_stuck(
             held.append(TopicPartition(tp.topic, tp.partition, last_stable))
     if not offsets:
         return HangingTransactions(held, [])
+    topics = (input_topic,) if isinstance(input_topic, str) else input_topic
     inputs = [
-        TopicPartition(input_topic, p) for p in sorted(metadata.topics[input_topic].partitions)
+        TopicPartition(topic, p)
+        for topic in topics
+        if topic in metadata.topics
+        for p in sorted(metadata.topics[topic].partitions)
     ]
     unstable: list[TopicPartition] = []
     try:

@@ -48,6 +48,7 @@ from streamflow.core.limits import check_events
 from streamflow.core.slots import decide_slot_granted
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.trace_context import TraceParent
+from streamflow.core.triggers import REQUEST_PREFIX as TRIGGER_REQUEST
 from streamflow.kafka.clients import copartitioned, partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
@@ -366,6 +367,10 @@ class Journal(TransactionalTopology):
                 subject=outcome.subject,
                 created=created,
             )
+        elif outcome.error is not None and request.request_id.startswith(TRIGGER_REQUEST):
+            # A trigger's start or signal that nobody waits for: refused (RunConflict, a signal
+            # to a run that does not exist or has ended) it is parked with the reason, not lost.
+            self._letter(msg, f"{type(outcome.error).__name__}: {outcome.error}", now)
 
     def _pull(self, txn: JournalTransaction) -> None:
         """Grant the shares that came back in this request to the holders that waited for them

@@ -45,6 +45,7 @@ from streamflow.core.retry import RetryPolicy
 from streamflow.core.schedules import CatchUp, Overlap, Schedule
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
+from streamflow.core.triggers import KafkaTrigger, triggers_of
 from streamflow.core.values import Completed
 from streamflow.workflow.driving import ParkedRuns, drive
 from streamflow.workflow.durable import DurableContext
@@ -76,7 +77,10 @@ O = TypeVar("O")  # noqa: E741 - the output type
 class Workflow(Generic[I, O]):
     """A registered workflow: its :attr:`spec` starts runs on any backend, and
     :meth:`start` / :meth:`result` do so with typed input and output. :attr:`limits` holds its
-    ``concurrency=`` and ``rate_limit=`` declarations (``None``: none)."""
+    ``concurrency=`` and ``rate_limit=`` declarations (``None``: none), :attr:`triggers` its
+    ``trigger=`` ones."""
+
+    triggers: tuple[KafkaTrigger, ...] = ()
 
     def __init__(
         self, fn: Callable[..., Any], spec: WorkflowSpec, limits: DeclaredLimits | None = None
@@ -221,6 +225,12 @@ class App(FlowRuntime):
         return dict(self._schedules)
 
     @property
+    def triggers(self) -> list[tuple[Workflow[Any, Any], KafkaTrigger]]:
+        """Triggers declared with ``@app.workflow(trigger=...)``, each with the workflow version
+        it starts or signals (the Kafka ``triggers`` topology acts on them)."""
+        return [(w, t) for w in self._workflows.values() for t in w.triggers]
+
+    @property
     def workflows(self) -> dict[str, Workflow[Any, Any]]:
         """Registered workflows by name: the latest version of each (what starts by name run)."""
         return self._workflows.latest_by_name()
@@ -289,6 +299,7 @@ class App(FlowRuntime):
         schedule_priority: int = DEFAULT_PRIORITY,
         concurrency: LimitDeclarations = None,
         rate_limit: LimitDeclarations = None,
+        trigger: KafkaTrigger | Iterable[KafkaTrigger] | None = None,
     ) -> _WorkflowDecorator: ...
 
     def workflow(
@@ -308,6 +319,7 @@ class App(FlowRuntime):
         schedule_priority: int = DEFAULT_PRIORITY,
         concurrency: LimitDeclarations = None,
         rate_limit: LimitDeclarations = None,
+        trigger: KafkaTrigger | Iterable[KafkaTrigger] | None = None,
     ) -> Workflow[Any, Any] | _WorkflowDecorator:
         """Register ``async def f(ctx, input)`` (or ``f(ctx)``) as workflow ``name`` (default:
         the function's name) at ``version``, accepting the declared ``signals``. Use bare
@@ -322,7 +334,9 @@ class App(FlowRuntime):
         ``concurrency``: a :class:`streamflow.Concurrency` (or a list of them) limiting how many
         of its runs hold a slot at once; ``rate_limit``: a :class:`streamflow.RateLimit` (or a
         list) limiting how many begin per period. Each is kept in :attr:`Workflow.limits`;
-        :meth:`Workflow.admission` computes what a start asks of them."""
+        :meth:`Workflow.admission` computes what a start asks of them. ``trigger``: a
+        :class:`streamflow.KafkaTrigger` (or a list): each record of its topic starts a run (or
+        sends a declared signal) once the Kafka ``triggers`` topology runs."""
         cron_options = None
         if schedule is not None:
             cron_options = _CronOptions(
@@ -334,8 +348,9 @@ class App(FlowRuntime):
                 CatchUp(catch_up),
                 check_priority(schedule_priority),
             )
-        limits = (concurrency, rate_limit)
-        decorator = _WorkflowDecorator(self, name, version, tuple(signals), cron_options, limits)
+        limits, signals = (concurrency, rate_limit), tuple(signals)
+        triggers = triggers_of(trigger, signals)
+        decorator = _WorkflowDecorator(self, name, version, signals, cron_options, limits, triggers)
         return decorator if fn is None else decorator(fn)
 
     def _add_workflow(
@@ -564,7 +579,7 @@ class _CronOptions:
 
 class _WorkflowDecorator:
     """``@app.workflow(name=..., version=..., signals=..., schedule=..., concurrency=...,
-    rate_limit=...)``."""
+    rate_limit=..., trigger=...)``."""
 
     def __init__(
         self,
@@ -574,6 +589,7 @@ class _WorkflowDecorator:
         signals: tuple[str, ...],
         options: _CronOptions | None = None,
         limits: tuple[LimitDeclarations, LimitDeclarations] = (None, None),
+        triggers: tuple[KafkaTrigger, ...] = (),
     ) -> None:
         self._app = app
         self._name = name
@@ -581,6 +597,7 @@ class _WorkflowDecorator:
         self._signals = signals
         self._options = options
         self._limits = limits
+        self._triggers = triggers
 
     @overload
     def __call__(
@@ -594,6 +611,8 @@ class _WorkflowDecorator:
 
     def __call__(self, fn: WorkflowFn, /) -> Workflow[Any, Any]:
         name = self._name or fn.__name__
-        return self._app._add_workflow(
+        workflow = self._app._add_workflow(
             fn, name, self._version, self._signals, self._options, self._limits
         )
+        workflow.triggers = self._triggers
+        return workflow
