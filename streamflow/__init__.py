@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         InvalidLimitKey,
         InvalidPayload,
         InvalidPriority,
+        InvalidPublication,
         InvalidQuery,
         InvalidRunId,
         InvalidRuntimeBuildId,
@@ -117,6 +118,7 @@ if TYPE_CHECKING:
     from streamflow.core.ids import MAX_WORKFLOW_PATCH_MARKERS, RuntimeBuildId, WorkflowPatchId
     from streamflow.core.incidents import FlowIncident
     from streamflow.core.inspect import WorkflowRunSummary, WorkflowRunSuspension
+    from streamflow.core.publications import PublishedRecord
     from streamflow.core.retention import (
         FlowHistoryRetentionPolicy,
         FlowHistoryRetentionReport,
@@ -164,6 +166,7 @@ if TYPE_CHECKING:
     )
     from streamflow.core.wakeups import ScheduledWakeup, WakeupKind
     from streamflow.engine.engine import FlowEngine, FlowEngineBuilder
+    from streamflow.engine.publishing import Publisher
     from streamflow.engine.scheduler import FlowScheduler, FlowSchedulerTick
     from streamflow.engine.schedules import FlowSchedules
     from streamflow.engine.tasks import (
@@ -179,6 +182,7 @@ if TYPE_CHECKING:
     )
     from streamflow.flow import Flow
     from streamflow.host.serve import serve
+    from streamflow.kafka.publisher import KafkaPublisher
     from streamflow.observe.metrics import FlowMetrics
     from streamflow.observe.observers import (
         FanoutFlowEventObserver,
@@ -309,6 +313,7 @@ __all__ = [
     "AdmissionRequired",
     "InvalidPayload",
     "InvalidPriority",
+    "InvalidPublication",
     "InvalidQuery",
     "InvalidSearchAttributes",
     "InvalidRunId",
@@ -418,4 +423,7 @@ __all__ = [
     "InvalidSchedule",
     "KafkaTrigger",
     "TriggerRecord",
+    "Publisher",
+    "PublishedRecord",
+    "KafkaPublisher",
 ]

@@ -61,6 +61,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "InvalidLimitKey",
         "InvalidPayload",
         "InvalidPriority",
+        "InvalidPublication",
         "InvalidQuery",
         "InvalidSearchAttributes",
         "InvalidRunId",
@@ -221,6 +222,9 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "streamflow.flow": ("Flow",),
     "streamflow.host.serve": ("serve",),
+    "streamflow.engine.publishing": ("Publisher",),
+    "streamflow.core.publications": ("PublishedRecord",),
+    "streamflow.kafka.publisher": ("KafkaPublisher",),
     "streamflow.observe.metrics": ("FlowMetrics",),
     "streamflow.observe.observers": (
         "FanoutFlowEventObserver",

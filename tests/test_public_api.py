@@ -50,6 +50,8 @@ PINNED = {
     "Schedule", "Overlap", "CatchUp", "FlowSchedules", "ScheduleNotFound", "InvalidSchedule",
     # triggers: runs started or signalled by the records of the user's own Kafka topics
     "KafkaTrigger", "TriggerRecord",
+    # publications: ctx.publish, delivered by the journal (Kafka) or a host's publisher
+    "Publisher", "PublishedRecord", "KafkaPublisher",
     # retention
     "FlowHistoryRetentionPolicy", "FlowHistoryRetentionReport", "FlowHistoryTombstone",
     "HistoryHold",
@@ -63,7 +65,7 @@ PINNED = {
     "RuntimeFailure", "SerializationError", "IoError", "ReplayLimitExceeded",
     "PayloadTooLarge", "RequestDeadLettered", "NonRetryable", "HookAlreadyResolved",
     "HookTokenTooShort", "InvalidPayload", "InvalidPriority", "InvalidLimitKey",
-    "AdmissionRequired", "InvalidQuery", "InvalidSearchAttributes",
+    "AdmissionRequired", "InvalidQuery", "InvalidSearchAttributes", "InvalidPublication",
     # the families under FlowError (caught, never raised)
     "ConflictError", "NotFoundError", "InvalidInputError", "InfrastructureError",
     # errors of timeouts and of Kafka deployments

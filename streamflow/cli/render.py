@@ -88,6 +88,10 @@ def render_event(envelope: ev.FlowEventEnvelope) -> str:
         detail = f"{event.child.reference_id} {event.child.kind} {event.child.operation_id}"
     elif isinstance(event, ev.PatchRecorded):
         detail = event.patch_id
+    elif isinstance(event, ev.MessagePublished):
+        detail = f"{event.publish_id} -> {event.topic}"
+        if event.key is not None and event.key_format is None:
+            detail += f" key {_short(event.key, 40)}"
     elif isinstance(event, ev.RaceArmed):
         detail = f"{event.member.replace('_', ' ')} {event.member_id} in race {event.race_id}"
     elif isinstance(event, ev.RaceLost):

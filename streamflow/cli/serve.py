@@ -127,6 +127,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with a build: admit runs without a build pin too (runs started before builds)",
     )
     serve.add_argument(
+        "--publish-to",
+        metavar="BOOTSTRAP",
+        default=os.environ.get("STREAMFLOW_PUBLISH_TO"),
+        help="embedded: deliver the messages workflows publish (ctx.publish) to this Kafka "
+        "cluster, at least once (default $STREAMFLOW_PUBLISH_TO; STREAMFLOW_KAFKA_* variables "
+        "configure the producer); without it they wait in the store",
+    )
+    serve.add_argument(
         "--kafka", action="store_true", help="serve the API in front of a Kafka deployment"
     )
     serve.add_argument(
@@ -222,6 +230,11 @@ async def _serve(args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
     app = load_runtime(args.app) if args.app else bundle.app
     if args.kafka:
+        if args.publish_to:
+            raise ValueError(
+                "--publish-to delivers an embedded host's publications; on Kafka the journal "
+                "produces each one with the event that records it"
+            )
         if args.compatible_build or args.accept_unpinned:
             raise ValueError(
                 "--compatible-build and --accept-unpinned configure the embedded engine; with "
@@ -245,6 +258,13 @@ async def _serve(args: argparse.Namespace) -> int:
             log.info("approval links of the example app go to %s", outbox)
 
     args.dir.mkdir(parents=True, exist_ok=True)
+    publisher = None
+    if args.publish_to:
+        from streamflow.kafka.config import KafkaSettings
+        from streamflow.kafka.publisher import KafkaPublisher
+
+        publisher = KafkaPublisher(KafkaSettings.from_env(bootstrap=args.publish_to))
+        log.info("publications go to Kafka at %s", args.publish_to)
     async with serve(
         app,
         store=args.dir / "store",
@@ -263,10 +283,13 @@ async def _serve(args: argparse.Namespace) -> int:
         compatible_builds=args.compatible_build,
         accept_unpinned=args.accept_unpinned,
         tracer_provider=_tracer_provider(),
+        publisher=publisher,
     ) as served:
         _announce(served.url, key_file)
         await stop.wait()
         log.info("stopping: open runs resume on the next start")
+    if publisher is not None:
+        await asyncio.to_thread(publisher.close)
     log.info("stopped")
     return 0
 

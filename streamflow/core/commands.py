@@ -1,4 +1,4 @@
-"""The 18 ``RuntimeCommand`` types a workflow returns from one replay.
+"""The 19 ``RuntimeCommand`` types a workflow returns from one replay.
 
 A command never leaves the process that decides it: what is stored and sent is the events it
 leads to. Its JSON fields are normalised on construction, so it compares with history exactly
@@ -7,7 +7,7 @@ as those events would after a round trip through any store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import ClassVar
@@ -15,6 +15,7 @@ from typing import ClassVar
 from streamflow.core.admission import Admission, LimitClaim
 from streamflow.core.attributes import SearchAttributes, check_attributes, check_update_id
 from streamflow.core.jsonvalue import JsonValue, normalize
+from streamflow.core.publications import Publication, publication
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.values import (
@@ -195,6 +196,20 @@ class RuntimeCommand(_Normalized):
         )
 
     @staticmethod
+    def publish(
+        publish_id: str,
+        topic: str,
+        value: object,
+        key: str | bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Publish:
+        """Publish a message to Kafka topic ``topic`` (``message_published``) once per publish
+        id, and go on without suspending. Checked at once (``InvalidPublication``); the same
+        publication again is ``InvalidTransition`` (no progress), another one under the same
+        id ``NonDeterministic``."""
+        return Publish(publication=publication(publish_id, topic, value, key, headers))
+
+    @staticmethod
     def schedule_step(
         step_id: str, step_name: str, input: object = None, retry: RetryPolicy | None = None
     ) -> ScheduleStep:
@@ -352,6 +367,14 @@ class SetAttributes(RuntimeCommand):
     TYPE = "set_attributes"
     update_id: str
     attributes: SearchAttributes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Publish(RuntimeCommand):
+    """``RuntimeCommand.publish``: publish one message with the history."""
+
+    TYPE = "publish"
+    publication: Publication
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

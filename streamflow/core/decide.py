@@ -71,6 +71,7 @@ from streamflow.core.errors import (
 )
 from streamflow.core.ids import WorkflowPatchId
 from streamflow.core.jsonvalue import canonical, dumps_compact, json_equal
+from streamflow.core.publications import Publication
 from streamflow.core.races import Member, decide_first, member_of, no_recorded_race
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.slots import next_attempt
@@ -336,6 +337,8 @@ def decide_command(
         return _decide_patch(snapshot, command.patch_id)
     if isinstance(command, cmd.SetAttributes):
         return _decide_attributes(snapshot, command)
+    if isinstance(command, cmd.Publish):
+        return _decide_publish(snapshot, command.publication)
     if isinstance(command, cmd.CreateHook):
         return (
             _alone(snapshot, command)
@@ -401,6 +404,35 @@ def _decide_attributes(
             dumps_compact(command.attributes.to_json()),
         )
     return invalid(f"workflow rescheduled attribute update {command.update_id} without progress")
+
+
+def _decide_publish(snapshot: WorkflowRunSnapshot, p: Publication) -> Decision | Rejected:
+    """Record publication ``p`` once per publish id: a repeat records nothing (no progress),
+    another publication under the same id is ``NonDeterministic``."""
+    recorded = snapshot.publications.get(p.publish_id)
+    if recorded is None:
+        event = ev.MessagePublished(
+            publish_id=p.publish_id,
+            topic=p.topic,
+            value=p.value,
+            format=p.format,
+            key=p.key,
+            key_format=p.key_format,
+            headers=p.headers,
+        )
+        return Decision(events=(event,))
+    if recorded != p:
+        return nondeterministic(
+            snapshot,
+            f"publication {p.publish_id}",
+            _publication_json(recorded),
+            _publication_json(p),
+        )
+    return invalid(f"workflow published {p.publish_id} again without progress")
+
+
+def _publication_json(p: Publication) -> str:
+    return dumps_compact({"topic": p.topic, "key": p.key, "value": p.value, "headers": p.headers})
 
 
 def _child_json(child: cmd.ChildWorkflowCommand | ChildWorkflowSnapshot) -> str:

@@ -30,6 +30,7 @@ class for each thing that can go wrong.
     │   ├── AdmissionRequired              a start of a limited workflow without its admission
     │   ├── InvalidQuery                   a run query that breaks the grammar (its position)
     │   ├── InvalidSearchAttributes        a search attribute's name, value or count breaks a rule
+    │   ├── InvalidPublication             a ctx.publish topic, key, value or header breaks a rule
     │   ├── InvalidWorkerConfiguration     bad worker / router / queue / host settings
     │   ├── HookTokenTooShort              a new hook's token has fewer than 16 characters
     │   ├── ContinueAsNewCycle             a continuation link revisits a run
@@ -367,6 +368,13 @@ class InvalidSearchAttributes(InvalidInputError):
     is written."""
 
 
+class InvalidPublication(InvalidInputError):
+    """Raised for a ``ctx.publish`` that breaks a rule of :mod:`streamflow.core.publications`
+    (a malformed publish id, topic name, key or header, a value of no publishable kind), and on
+    Kafka for a topic the journal may not write (one of the namespace's own topics, or one that
+    does not exist): nothing is recorded or published."""
+
+
 class AdmissionRequired(InvalidInputError):
     """Raised (Kafka) for a new start of a workflow that declares concurrency or rate limits
     when the ``StartRun`` carries no admission with claims: a start sent without the App (a
@@ -552,6 +560,7 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     AdmissionRequired,
     InvalidQuery,
     InvalidSearchAttributes,
+    InvalidPublication,
 )
 """Every class of the tree that is raised, in a fixed order (the order the tree's classes were
 defined in when it was one module): each crosses a process boundary by name and fields

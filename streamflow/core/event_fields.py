@@ -205,6 +205,10 @@ _BOUNDED_FIELDS = frozenset(
         "grant",
         "limits",
         "update_id",
+        "publish_id",
+        "topic",
+        "format",
+        "key_format",
         "trace",
     }
 )

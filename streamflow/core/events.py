@@ -1,4 +1,4 @@
-"""The 34 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
+"""The 36 ``FlowEvent`` types, the ``FlowEventEnvelope`` and their JSON form.
 
 JSON is internally tagged: ``{"type": "step_completed", "step_id": …, "output": …}``. Each event
 class declares its fields once, as dataclass fields; a field's codec follows from its annotation
@@ -541,6 +541,24 @@ class RunAttributesSet(FlowEvent):
 
     update_id: str
     attributes: SearchAttributes
+
+
+@_event("message_published", "flow.message.published", origin=Origin.CODE)
+class MessagePublished(FlowEvent):
+    """Workflow code's ``publish(publish_id, topic, value, key, headers)``, once per publish
+    id (:mod:`streamflow.core.publications`): on Kafka the message is produced in the
+    transaction that appends this event; embedded, the host delivers it at least once."""
+
+    publish_id: str
+    topic: str
+    value: JsonValue
+    format: str
+    """How ``value`` becomes the record's bytes: ``json``, ``text`` or ``bytes`` (base64)."""
+    key: str | None = None
+    key_format: str | None = None
+    """``None``: ``key`` is text; ``bytes``: base64 text of the key's bytes."""
+    headers: JsonValue = None
+    """``None``, or an object of header names to text values, sorted by name."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,7 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from streamflow.core import events as ev
-from streamflow.core.errors import InvalidSearchAttributes, InvalidWorkflowPatchId
+from streamflow.core.errors import (
+    InvalidPublication,
+    InvalidSearchAttributes,
+    InvalidWorkflowPatchId,
+)
 from streamflow.core.ids import WorkflowPatchId, is_valid_run_id
 from streamflow.core.projection_rules import (
     NOT_TERMINAL,
@@ -24,6 +28,7 @@ from streamflow.core.projection_rules import (
     require_status,
     require_valid,
 )
+from streamflow.core.publications import Publication, check_recorded
 from streamflow.core.snapshot import (
     CancellationSnapshot,
     ChildWorkflowSnapshot,
@@ -248,6 +253,19 @@ def _run_attributes_set(s: S, e: ev.RunAttributesSet, env: Env) -> None:
     except InvalidSearchAttributes as exc:
         raise fail(s, f"attribute update {e.update_id}: {exc}") from None
     s.attribute_updates[e.update_id] = e.attributes
+
+
+@handles(ev.MessagePublished)
+def _message_published(s: S, e: ev.MessagePublished, env: Env) -> None:
+    require_status(s, RUN_ACTIVE, e.TYPE)
+    if e.publish_id in s.publications:
+        raise fail(s, f"duplicate publish id {e.publish_id}")
+    publication = Publication.recorded_by(e)
+    try:
+        check_recorded(publication)
+    except InvalidPublication as exc:
+        raise fail(s, f"publication {e.publish_id}: {exc}") from None
+    s.publications[e.publish_id] = publication
 
 
 @handles(ev.PatchRecorded)

@@ -14,6 +14,7 @@ from streamflow.core.admission import Admission, SlotGrant
 from streamflow.core.attributes import NONE as NO_ATTRIBUTES
 from streamflow.core.attributes import SearchAttributes
 from streamflow.core.jsonvalue import JsonValue
+from streamflow.core.publications import Publication
 from streamflow.core.snapshot_items import (
     ActiveHookSnapshot as ActiveHookSnapshot,
 )
@@ -142,6 +143,7 @@ class WorkflowRunSnapshot:
         "predecessor",
         "progress",
         "progress_by_id",
+        "publications",
         "races",
         "retry_steps",
         "run_id",
@@ -218,6 +220,8 @@ class WorkflowRunSnapshot:
         """The span the run's own span is a child of (``run_created.trace``)."""
         self.attribute_updates: dict[str, SearchAttributes] = {}
         """The attribute updates recorded, by update id (each is applied once)."""
+        self.publications: dict[str, Publication] = {}
+        """The messages the run published (``message_published``), by publish id."""
         self.last_sequence = 0
         """Sequence of the last event folded in (0 for an empty history)."""
         self.created_at: datetime | None = None

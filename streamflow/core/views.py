@@ -183,6 +183,10 @@ def run_view(snap: WorkflowRunSnapshot) -> dict[str, Any]:
                 for patch_id, sequence in sorted(snap.patches.items(), key=lambda p: (p[1], p[0]))
             ],
             "races": [race_view(snap, race_id) for race_id in sorted(snap.races)],
+            "publications": [
+                {"publish_id": p.publish_id, "topic": p.topic, "key": p.key, "format": p.format}
+                for p in snap.publications.values()
+            ],
         }
     )
     return view

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from streamflow.core import events as ev
 from streamflow.core import requests as rq
 from streamflow.core.admission import Admission
 from streamflow.core.builds import RuntimeBuildCompatibility, admits
-from streamflow.core.errors import FlowTimeout
+from streamflow.core.errors import FlowTimeout, InvalidWorkerConfiguration
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
 from streamflow.core.inspect import (
@@ -65,6 +66,7 @@ from streamflow.core.values import (
 )
 from streamflow.core.wakeups import ScheduledWakeup
 from streamflow.engine.driver import Driver
+from streamflow.engine.publishing import publication_delivery
 from streamflow.engine.recording import DurableHalves
 from streamflow.engine.settings import EngineSettings, FlowEngineBuilder
 from streamflow.engine.wakeup_calls import WakeupCalls
@@ -118,6 +120,9 @@ class FlowEngine(WakeupCalls):
         self._store = store
         self._runtime = runtime
         self._s = settings if settings is not None else EngineSettings()
+        self._publications = publication_delivery(store, self._s.publisher)
+        if self._publications is not None:
+            self._s = replace(self._s, observers=(*self._s.observers, self._publications))
         self._driver = Driver(store, runtime, self._s)
         self._durable = DurableHalves(store, self._driver, self._s)
         self._catalog = store if isinstance(store, RunCatalog) else None
@@ -240,6 +245,18 @@ class FlowEngine(WakeupCalls):
         """Stop the grants of its limit groups and the drives they started (runs are untouched;
         another engine on the store takes over)."""
         await self._driver.slots.close()
+        if self._publications is not None:
+            await self._publications.close()
+
+    async def deliver_publications(self) -> int:
+        """Deliver every publication the store holds to the configured publisher now, and
+        return how many were acknowledged (the engine also delivers them in the background);
+        a publisher's failure raises. ``InvalidWorkerConfiguration`` without a publisher."""
+        if self._publications is None:
+            raise InvalidWorkerConfiguration(
+                "this engine has no publisher: FlowEngine.builder(...).with_publisher(...)"
+            )
+        return await self._publications.drain()
 
     async def drive(self, run_id: str) -> WorkflowRunSnapshot:
         """Replay until the run is terminal or durably suspended; returns its snapshot.
@@ -262,6 +279,8 @@ class FlowEngine(WakeupCalls):
         not due, a hook or a signal are left to what wakes them (a ``FlowScheduler``, a
         callback). Returns the ids of the runs it drove; one whose drive fails does not stop
         the others (its failure is recorded as its incident, see :meth:`incident`)."""
+        if self._publications is not None:
+            self._publications.wake()  # what an earlier process recorded and did not deliver
         return await self._driver.recover(concurrency)
 
     # -- incidents ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from streamflow.core import decide as d
 from streamflow.core.builds import RuntimeBuildCompatibility
 from streamflow.core.limits import RecordLimits
 from streamflow.core.tokens import HookSecret
+from streamflow.engine.publishing import Publisher
 from streamflow.observe.observers import FlowEventObserver
 from streamflow.observe.tracing import TracingObserver
 from streamflow.stores.base import FlowEventStore
@@ -71,6 +72,9 @@ class EngineSettings:
     """Threads of the pool synchronous ``run_step`` code runs on."""
     hook_secret: HookSecret | None = None
     """The host secret hook tokens are derived from (``None``: no derived tokens)."""
+    publisher: Publisher | None = None
+    """Where recorded publications (``ctx.publish``) are delivered, at least once (``None``:
+    they wait in the store's outbox for an engine that has one)."""
 
 
 class FlowEngineBuilder:
@@ -157,6 +161,13 @@ class FlowEngineBuilder:
         outputs and payloads beyond it are refused with ``PayloadTooLarge``, exactly where a
         Kafka deployment with the same setting refuses them."""
         self._settings = replace(self._settings, record_limits=RecordLimits(int(n)))
+        return self
+
+    def with_publisher(self, publisher: Publisher) -> FlowEngineBuilder:
+        """Deliver the messages workflow code publishes (``ctx.publish``) through
+        ``publisher`` (e.g. ``streamflow.KafkaPublisher(bootstrap)``), at least once: the store
+        keeps each until the publisher has written it (:mod:`streamflow.engine.publishing`)."""
+        self._settings = replace(self._settings, publisher=publisher)
         return self
 
     def with_cache_runs(self, n: int) -> FlowEngineBuilder:

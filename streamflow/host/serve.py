@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from streamflow.core.builds import RuntimeBuildCompatibility
     from streamflow.core.tokens import HookSecret
     from streamflow.engine.engine import FlowEngine
+    from streamflow.engine.publishing import Publisher
     from streamflow.observe.metrics import FlowMetrics
     from streamflow.stores.base import FlowEventStore
     from streamflow.stores.rocksdb import RocksDBEventStore
@@ -143,6 +144,7 @@ async def serve(
     compatible_builds: Iterable[str] = (),
     accept_unpinned: bool = False,
     tracer_provider: TracerProvider | None = None,
+    publisher: Publisher | None = None,
 ) -> AsyncIterator[Served]:
     """Host ``app`` and serve the HTTP API until the block exits.
 
@@ -168,7 +170,9 @@ async def serve(
     build the host does not admit are logged at start, shown with ``"route": false`` by
     ``/v1/builds``, and requests to them are refused with ``RuntimeBuildUnavailable``
     (:func:`host_compatibility`). ``tracer_provider``: where every run's spans go
-    (``FlowEngineBuilder.with_tracer_provider``).
+    (``FlowEngineBuilder.with_tracer_provider``). ``publisher``: where the messages workflow
+    code publishes (``ctx.publish``) are delivered, at least once
+    (``FlowEngineBuilder.with_publisher``; without one they wait in the store).
 
     On start the scheduler recovers the runs a previous process left open, then fires timers
     and delayed retries as they fall due. On exit the server stops accepting, lets requests
@@ -207,6 +211,8 @@ async def serve(
             builder = builder.with_step_threads(step_threads)
         if tracer_provider is not None:
             builder = builder.with_tracer_provider(tracer_provider)
+        if publisher is not None:
+            builder = builder.with_publisher(publisher)
         engine = builder.build()
         control = EmbeddedControl(engine, app)
         if isinstance(app, App):
@@ -235,6 +241,7 @@ async def serve(
         finally:
             stop.set()
             await asyncio.gather(hosted, _settle(control, shutdown_timeout))
+            await engine.close()
     finally:
         if sock is not None:
             sock.close()

@@ -139,6 +139,23 @@ class FlowEventStore(Protocol):
         ...
 
 
+@runtime_checkable
+class PublicationOutbox(Protocol):
+    """A store that keeps the publications it records (``message_published``, from
+    ``ctx.publish``) until a host's publisher acknowledges them, written in the append that
+    records them: the built-in stores do. A publication is never forgotten before it was
+    delivered, whatever happens to the process or the run's history."""
+
+    async def pending_publications(self, limit: int = 100) -> builtins.list[ev.FlowEventEnvelope]:
+        """Up to ``limit`` recorded publications not yet acknowledged, each run's in the
+        order it published them."""
+        ...
+
+    async def acknowledge_publication(self, run_id: str, sequence: int) -> None:
+        """Forget the publication recorded at ``sequence`` of ``run_id`` (delivered)."""
+        ...
+
+
 @dataclass(slots=True)
 class StoreRun:
     """A store's validated view of one run: its projection and its scheduled wake-ups."""

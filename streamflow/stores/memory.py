@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import itertools
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -62,6 +63,8 @@ class InMemoryEventStore:
         self._tombstones: dict[str, FlowHistoryTombstone] = {}
         self._incidents: dict[str, FlowIncident] = {}
         self._rows = RowIndex()
+        self._outbox: dict[tuple[str, int], ev.FlowEventEnvelope] = {}
+        """Recorded publications not yet acknowledged, in the order they were recorded."""
 
     async def append_if_sequence(
         self, run_id: str, expected_sequence: int, event: ev.FlowEvent
@@ -107,9 +110,21 @@ class InMemoryEventStore:
                 self._hooks.setdefault(digest, set()).add((owner_run, hook_id))
             for resolved in prepared.resolved:
                 self._resolved[resolved.token_digest] = resolved
+            if isinstance(event, ev.MessagePublished):
+                self._outbox[(run_id, prepared.envelope.sequence)] = prepared.envelope
             assert prepared.row is not None
             self._rows.put(prepared.row)
             return prepared.envelope
+
+    async def pending_publications(self, limit: int = 100) -> builtins.list[ev.FlowEventEnvelope]:
+        """Up to ``limit`` recorded publications not yet acknowledged, oldest first."""
+        with self._lock:
+            return list(itertools.islice(self._outbox.values(), max(0, limit)))
+
+    async def acknowledge_publication(self, run_id: str, sequence: int) -> None:
+        """Forget the publication recorded at ``sequence`` of ``run_id``: it was delivered."""
+        with self._lock:
+            self._outbox.pop((run_id, sequence), None)
 
     def _unschedule(self, wakeup: ScheduledWakeup) -> None:
         key = _wake_key(wakeup)

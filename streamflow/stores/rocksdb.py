@@ -232,6 +232,9 @@ class RocksDBEventStore(RocksDBListing):
             for resolved in prepared.resolved:
                 digest = resolved.token_digest.encode()
                 batch.put(digest, record_value(resolved), self._handles["resolved"])
+            if isinstance(event, ev.MessagePublished) and copy_of is None:
+                # Delivered by the host's publisher, at least once, until acknowledged.
+                batch.put(key, envelope_value(envelope), self._handles["outbox"])
             if before is None or not before.same_place(row):
                 moved = self._listing_changes(batch, run_id, before, row)
             else:
@@ -356,6 +359,28 @@ class RocksDBEventStore(RocksDBListing):
                     break
                 due.append(wake_decode(value))
         return sorted(due, key=sort_key)
+
+    async def pending_publications(self, limit: int = 100) -> builtins.list[ev.FlowEventEnvelope]:
+        """Up to ``limit`` recorded publications not yet acknowledged (each run's in publish
+        order)."""
+        found: builtins.list[ev.FlowEventEnvelope] = []
+        with self._lock:
+            self._require_open()
+            if self._outbox is None:
+                return found
+            for _key, value in scan(self._outbox, self._where("the publication outbox")):
+                found.append(decode_envelope(value))
+                if len(found) >= limit:
+                    break
+        return found
+
+    async def acknowledge_publication(self, run_id: str, sequence: int) -> None:
+        """Forget the publication recorded at ``sequence`` of ``run_id``: it was delivered."""
+        with self._lock:
+            db = self._require_open()
+            batch = WriteBatch(raw_mode=True)
+            batch.delete(event_key(run_id, sequence), self._handles["outbox"])
+            self._write(db, batch)
 
     async def next_scheduled_wakeup(self) -> ScheduledWakeup | None:
         with self._lock:

@@ -83,6 +83,9 @@ class RocksDBBase:
             self._listing: Rdict | None = (
                 self._db.get_column_family("listing") if "listing" in families else None
             )
+            self._outbox: Rdict | None = (
+                self._db.get_column_family("outbox") if "outbox" in families else None
+            )
             self._handles = {name: self._db.get_column_family_handle(name) for name in families}
         except Exception as exc:
             raise StoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
@@ -272,6 +275,7 @@ class RocksDBBase:
             # Column-family objects keep the database alive; drop them before closing.
             self._events = self._runs = self._wakeups = self._hooks = None  # type: ignore[assignment]
             self._retention = self._incidents = self._resolved = self._listing = None
+            self._outbox = None
             self._handles.clear()
             self._cache.clear()
             db.close()

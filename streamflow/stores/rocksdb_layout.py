@@ -83,6 +83,7 @@ FAMILIES = (
     "resolved",
     "schedules",
     "listing",
+    "outbox",
 )
 HOOK_INDEX_READY = b"\xff/index-ready"
 """The ``hooks`` key whose presence says the hook index is complete (rebuilt on open if not)."""

@@ -35,6 +35,7 @@ from streamflow.core.errors import (
     FlowError,
     HookConflict,
     InvalidPayload,
+    InvalidPublication,
     InvalidTransition,
     PayloadTooLarge,
     RequestDeadLettered,
@@ -229,8 +230,10 @@ class Journal(TransactionalTopology):
         self._local.trim()
 
     def aborted(self) -> None:
-        """Drop the staged state and the cached snapshots of the runs the transaction touched."""
+        """Drop the staged state and the cached snapshots of the runs the transaction touched
+        (and the publication topics found: one may have gone)."""
         self._local.shares.aborted()
+        self._output.publications.forget()
         if self._txn is not None:
             for run_id in self._txn.touched:
                 self._local.uncache(run_id)
@@ -330,9 +333,10 @@ class Journal(TransactionalTopology):
             snap = self._local.ensure_snapshot(run_id, snap)
             try:
                 effects = self._output.append(txn, snap, outcome.events, now)
-            except (PayloadTooLarge, InvalidPayload) as exc:
+            except (PayloadTooLarge, InvalidPayload, InvalidPublication) as exc:
                 # Nothing was produced: the events are refused whole, with the typed reason
-                # (InvalidPayload: a value no store could give back).
+                # (InvalidPayload: a value no store could give back; InvalidPublication: a
+                # topic the journal may not write).
                 self._local.rebuild(txn, run_id)
                 outcome = _Outcome(error=exc, incident=isinstance(request.body, m.Proposal))
             except SchemaRegistryUnavailable:

@@ -57,6 +57,7 @@ from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.serde.errors import error_info
 from streamflow.topologies.common import TYPE_HEADER, StateBatch, track_offset
+from streamflow.topologies.journal_publications import JournalPublications
 from streamflow.topologies.journal_shares import JournalShares, share_counts_key
 
 SEQUENCE_CONFLICTS = "streamflow_sequence_conflicts_total"
@@ -137,6 +138,8 @@ class JournalOutput:
         self._task_partitions: dict[str, int] = {}
         self._refused: LruCache[str, str] = LruCache(REFUSALS_REMEMBERED)
         """Runs whose decision was refused, with the error last logged (``Type: message``)."""
+        self.publications = JournalPublications(names, lambda: port.producer)
+        """What ``ctx.publish`` sends, produced with the event that records it."""
 
     def append(
         self,
@@ -153,6 +156,7 @@ class JournalOutput:
         # The same payload rule as the embedded engine, then every record encoded (and so
         # size-checked) before any is produced: a list is appended whole or not at all.
         check_events(events, self._wire.limits, run_id)
+        self.publications.check(events)
         encoded: list[tuple[ev.FlowEventEnvelope, bytes, bytes, bytes | None]] = []
         effects: list[d.Effect] = []
         before = holdings_key(snap)
@@ -217,6 +221,8 @@ class JournalOutput:
             txn.staged.setdefault(run_id, []).append(envelope)
             if task is not None:
                 self._produce_task(snap, task, event)
+            elif isinstance(event, ev.MessagePublished):
+                self.publications.produce(self.produce, envelope)
             if event.is_terminal():
                 self._finished(snap, now)
         if self._refused.pop(run_id) is not None:

@@ -228,6 +228,23 @@ class WorkflowContext(RunFacts):
         again at once, and :meth:`attribute_update` is recorded from then on."""
         return RuntimeCommand.set_attributes(update_id, attributes)
 
+    def publish(
+        self,
+        publish_id: str,
+        topic: str,
+        value: object,
+        key: str | bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> RuntimeCommand:
+        """Return this to publish a message to Kafka topic ``topic`` with the history, once per
+        ``publish_id`` (``RuntimeCommand.publish``): the run is decided again at once, and
+        :meth:`published` is true from then on."""
+        return RuntimeCommand.publish(publish_id, topic, value, key, headers)
+
+    def published(self, publish_id: str) -> bool:
+        """Whether the run recorded publication ``publish_id``."""
+        return publish_id in self._snapshot.publications
+
     def attribute_update(self, update_id: str) -> bool:
         """Whether the run recorded attribute update ``update_id``."""
         return update_id in self._snapshot.attribute_updates

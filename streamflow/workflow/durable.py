@@ -67,6 +67,7 @@ from streamflow.workflow.operations import (
     LinkOperation,
     Operation,
     ProgressOperation,
+    PublishOperation,
     Resolution,
     SignalOperation,
     SleepOperation,
@@ -310,6 +311,23 @@ class DurableContext(RunFacts):
         (``InvalidSearchAttributes``, nothing recorded)."""
         return AttributesOperation(self, RuntimeCommand.set_attributes(update_id, attributes))
 
+    def publish(
+        self,
+        publish_id: str,
+        topic: str,
+        value: object,
+        key: str | bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> PublishOperation:
+        """Publish a message to the Kafka topic ``topic`` with the run's history, once per
+        ``publish_id``: on Kafka it is produced in the transaction that records it (never
+        without the history, never twice); embedded, the host's publisher delivers it at least
+        once. ``value``: ``bytes`` as they are, a ``str`` as UTF-8, anything else as compact
+        JSON; ``key``: ``str`` or ``bytes``; ``headers``: names to ``str`` values. Checked at
+        once (``InvalidPublication``, nothing recorded)."""
+        command = RuntimeCommand.publish(publish_id, topic, value, key, headers)
+        return PublishOperation(self, command)
+
     @property
     def attributes(self) -> dict[str, object]:
         """The run's search attributes as its history records them so far in this replay."""
@@ -469,6 +487,8 @@ def _resolutions(history: Sequence[ev.FlowEventEnvelope]) -> dict[tuple[str, str
             key = ("link", event.child.reference_id)
         elif isinstance(event, ev.RunAttributesSet):
             key = ("attributes", event.update_id)
+        elif isinstance(event, ev.MessagePublished):
+            key = ("publish", event.publish_id)
         else:
             continue
         out.setdefault(key, Resolution(envelope.sequence, envelope.timestamp))

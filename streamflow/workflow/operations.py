@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from streamflow.core.commands import (
     ChildWorkflowCommand,
     CreateHook,
+    Publish,
     RuntimeCommand,
     SetAttributes,
     StepCommand,
@@ -560,6 +561,34 @@ class AttributesOperation(Operation[None]):
 
     def _is_new(self) -> bool:
         return self._command_value.update_id not in self._ctx._snapshot.attribute_updates
+
+
+class PublishOperation(Operation[None]):
+    """``await ctx.publish(...)``: a message published with the history (once per publish
+    id)."""
+
+    __slots__ = ("_command_value",)
+
+    def __init__(self, ctx: DurableContext, command: Publish) -> None:
+        super().__init__(ctx)
+        self._command_value = command
+
+    def _reach(self) -> None:
+        return None
+
+    def _resolution(self) -> Resolution | None:
+        if self._is_new():
+            return None
+        return self._ctx._resolution_of("publish", self._command_value.publication.publish_id)
+
+    def _value(self) -> None:
+        return None
+
+    def _command(self) -> RuntimeCommand:
+        return self._command_value
+
+    def _is_new(self) -> bool:
+        return self._command_value.publication.publish_id not in self._ctx._snapshot.publications
 
 
 class LinkOperation(Operation[None]):

@@ -63,10 +63,12 @@ async def broken(ctx: DurableContext) -> None:
 @app.workflow(name="console.first", signals=("go",))
 async def first(ctx: DurableContext) -> object:
     """Records patch ``fast-path`` (``ctx.patched``), then races the ``go`` signal wait ``go``
-    against an hour's timer ``deadline`` (``ctx.first``)."""
+    against an hour's timer ``deadline`` (``ctx.first``), then publishes ``done`` to
+    ``console.out`` (``ctx.publish``)."""
     if not ctx.patched("fast-path"):
         return "old"
     won = await ctx.first(ctx.signal("go", "go"), ctx.sleep("deadline", timedelta(hours=1)))
+    await ctx.publish("done", "console.out", {"won": won.id}, key="first-1")
     return won.id
 
 

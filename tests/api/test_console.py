@@ -517,7 +517,9 @@ def test_steps_in_creation_order_with_times_waits_and_timeline_subjects(
         assert browser.save_screenshot(str(ARTIFACTS / "console-steps.png"))
 
 
-def test_a_run_page_shows_its_race_and_its_patches(console: tuple[str, httpx.Client]) -> None:
+def test_a_run_page_shows_its_race_its_patches_and_its_publications(
+    console: tuple[str, httpx.Client],
+) -> None:
     url, client = console
     started = client.post("/v1/runs", json={"workflow": "console.first", "run_id": "first-1"})
     assert started.status_code == 201, started.text
@@ -542,6 +544,15 @@ def test_a_run_page_shows_its_race_and_its_patches(console: tuple[str, httpx.Cli
         assert [
             (p.get_attribute("data-patch-id"), cells(p, "td:nth-child(2)")) for p in patches
         ] == [("fast-path", str(recorded))]
+        published = browser.find_elements(By.CSS_SELECTOR, "#publications tr.publication")
+        assert [
+            (
+                p.get_attribute("data-publish-id"),
+                cells(p, "td:nth-child(2)"),
+                cells(p, "td:nth-child(3)"),
+            )
+            for p in published
+        ] == [("done", "console.out", "first-1")]
         assert page_errors(browser) == []
 
 

@@ -56,6 +56,15 @@ async def quick(ctx: DurableContext, n: int) -> int:
     return await ctx.step("one", one, n)
 
 
+@app.workflow(name="host.publish")
+async def publish(ctx: DurableContext, order: dict[str, object]) -> int:
+    """One step, then a message to the topic the input names (``ctx.publish``)."""
+    n = int(order["n"])  # type: ignore[call-overload]
+    done = await ctx.step("one", one, n)
+    await ctx.publish("done", str(order["topic"]), {"n": n, "done": done}, key=f"n-{n}")
+    return done
+
+
 @app.step
 def meet(n: int) -> int:
     """Returns only once ``TOGETHER`` attempts are inside it at the same time (each on a

@@ -5,7 +5,8 @@ tests run with ``streamflow run <role> --app tests.kafka.trigger_apps:app``.
 The App's trigger reads the topic named by ``STREAMFLOW_TEST_TRIGGER_TOPIC`` (each test makes
 its own): every record ``{"id": I, "n": N}`` starts run ``order-I`` of ``orders``, which
 completes with ``N + 1`` in the journal's own transaction (no step: the kill test makes
-thousands of runs).
+thousands of runs). With ``STREAMFLOW_TEST_PUBLISH_TOPIC`` set, the run first publishes
+``{"order": I, "n": N + 1}`` there (``ctx.publish``), keyed by its run id.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from streamflow.serde import codec
 from streamflow.serde import messages as m
 
 TOPIC_ENV = "STREAMFLOW_TEST_TRIGGER_TOPIC"
+PUBLISH_ENV = "STREAMFLOW_TEST_PUBLISH_TOPIC"
 
 app = App()
 
@@ -41,6 +43,10 @@ app = App()
     ),
 )
 async def orders(ctx: DurableContext, n: int) -> int:
+    published = os.environ.get(PUBLISH_ENV)
+    if published:
+        order = ctx.run_id.removeprefix("order-")
+        await ctx.publish("done", published, {"order": order, "n": n + 1}, key=ctx.run_id)
     return n + 1
 
 

@@ -255,6 +255,15 @@ EVENTS_FULL: list[FlowEvent] = [
     ev.RaceLost(member="timer", member_id="deadline"),
     ev.StepAttemptQueued(step_id="s-1", attempt=2**32 - 1),
     ev.RunAttributesSet(update_id="set-tier ✓", attributes=UPDATE_FULL),
+    ev.MessagePublished(
+        publish_id="shipped ✓",
+        topic="orders.shipped-v2",
+        value={"order": 7, "lines": [1.5, None, "é"]},
+        format="json",
+        key="AAE=",
+        key_format="bytes",
+        headers={"content-type": "application/json", "x-tenant": "ü"},
+    ),
 ]
 EVENTS_MIN: list[FlowEvent] = [
     ev.RunCreated(spec=SPEC_MIN),
@@ -292,6 +301,7 @@ EVENTS_MIN: list[FlowEvent] = [
     ev.RaceLost(member="hook", member_id="h"),
     ev.StepAttemptQueued(step_id="s", attempt=0),
     ev.RunAttributesSet(update_id="u", attributes=UPDATE_MIN),
+    ev.MessagePublished(publish_id="p", topic="t", value="", format="text"),
 ]
 
 PROPOSAL_FULL = Proposal(

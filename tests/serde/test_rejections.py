@@ -271,7 +271,7 @@ def test_invalid_search_attributes_are_rejected_with_the_core_reason(
 
 
 def test_an_invalid_attribute_update_is_rejected_from_history() -> None:
-    data = codec.encode_history(ex.envelope(ex.EVENTS_FULL[-1]))
+    data = codec.encode_history(ex.envelope(ex.EVENTS_FULL[-2]))
     _, record = codec.decode_record(data)
     kind, event = record["event"]
     assert kind == "streamflow.v1.RunAttributesSet"

@@ -60,14 +60,14 @@ from tests.serde import apache
 from tests.serde import examples as ex
 
 PINNED_FINGERPRINTS = {
-    "Request": "def99169c9a129e8",
-    "HistoryRecord": "4e3925776373f9f4",
+    "Request": "98e5e81dc1b17a81",
+    "HistoryRecord": "2dc467fb2d0fbc05",
     "StepTask": "b18216d3ff1d3f24",
     "Reply": "e4595c8a1d35824f",
     "Incident": "e7f5667e9f3bed96",
     "DeadLetter": "31a1dca49c6abafe",
     "BuildRegistration": "0b1714bfa2986a3c",
-    "HookRequest": "9ad9190ad8bdc392",
+    "HookRequest": "1a71638d7225a723",
     "TokenRecord": "c1e6433bc5811e9b",
     "RetentionRecord": "469fe1f89d4670ac",
     "AuditRecord": "9195f3959cf895d0",
@@ -115,6 +115,9 @@ RETIRED_FINGERPRINTS = {
     "94abbdd12af5e775": "Request",
     "601308f53880ee3a": "HistoryRecord",
     "33c3ad8a5ceff9a3": "HookRequest",
+    "def99169c9a129e8": "Request",
+    "4e3925776373f9f4": "HistoryRecord",
+    "9ad9190ad8bdc392": "HookRequest",
 }
 """Decode-only versions shipped in ``schemas/retired/`` (fingerprint → schema)."""
 
@@ -239,7 +242,7 @@ def test_every_schema_file_is_reachable_from_a_top_level_schema() -> None:
     for name in TOP_LEVEL:
         used |= references(name, DEFINITIONS)
     assert used == set(DEFINITIONS)
-    assert len(FILES) == len(DEFINITIONS) == 117
+    assert len(FILES) == len(DEFINITIONS) == 118
 
 
 def test_shipped_fingerprints_are_pinned() -> None:
@@ -347,7 +350,7 @@ def test_an_int_attribute_stays_an_int_through_schema_resolution(tmp_path: Path)
     retired = new_dir / "retired" / f"HistoryRecord.{shipped.fingerprint.hex()}.avsc"
     retired.write_text(json.dumps(shipped.expanded))
     new = WireCodec(build_registry(new_dir))
-    for event in (ex.EVENTS_FULL[0], ex.EVENTS_FULL[-1]):
+    for event in (ex.EVENTS_FULL[0], ex.EVENTS_FULL[-2]):
         data = old.encode(ex.envelope(event))
         decoded = new.decode(data).event
         assert isinstance(decoded, ev.RunCreated | ev.RunAttributesSet)
@@ -573,6 +576,7 @@ and ``Holder`` stay: the limits topology's top-level schemas use them too, and a
 no schema reaches changes no fingerprint."""
 
 
+PUBLISH_EVENTS = ("MessagePublished",)
 ATTRIBUTE_EVENTS = ("RunAttributesSet",)
 ATTRIBUTE_FIELDS: dict[str, str] = {"RunCreated": "attributes", "StartRun": "attributes"}
 """The search-attribute fields added to records that had shipped before (record -> field)."""
@@ -616,8 +620,15 @@ def _before_schedule_admission(schemas: Path) -> Path:
     return schemas
 
 
+def _before_publications(schemas: Path) -> Path:
+    """``schemas`` as they were before the event union gained ``MessagePublished``."""
+    return _without_events(schemas, PUBLISH_EVENTS)
+
+
 def _before_trace(schemas: Path) -> Path:
-    """``schemas`` as they were before ``RunCreated.trace`` (and its ``TraceContext``)."""
+    """``schemas`` as they were before ``RunCreated.trace`` (and its ``TraceContext``, and
+    what came after it)."""
+    _before_publications(schemas)
     for record, added in TRACE_FIELDS.items():
         path = schemas / f"{record}.avsc"
         schema = json.loads(path.read_text())
@@ -723,9 +734,29 @@ def _records_of(
     return envelopes, ex.request(proposal), claim
 
 
+def test_buffers_written_before_publications_still_decode(tmp_path: Path) -> None:
+    old = WireCodec(build_registry(_before_publications(_copy_schemas(tmp_path / "old"))))
+    names = [type(e).__name__ for e in ex.EVENTS_FULL]
+    before = ex.EVENTS_FULL[: names.index("MessagePublished")]
+    envelopes, proposal, claim = _records_of(before)
+    for value, fingerprint in (
+        *((envelope, "4e3925776373f9f4") for envelope in envelopes),
+        (proposal, "def99169c9a129e8"),
+        (claim, "9ad9190ad8bdc392"),
+    ):
+        data = old.encode(value)
+        assert data[2:10].hex() == fingerprint
+        assert codec.decode(data) == value
+    # An old reader meets a publication as an unknown writer schema, never as something else.
+    published = ex.envelope(ex.EVENTS_FULL[names.index("MessagePublished")])
+    with pytest.raises(SerializationError, match="unknown schema fingerprint"):
+        old.decode(codec.encode(published))
+
+
 def test_buffers_written_before_the_trace_context_still_decode(tmp_path: Path) -> None:
     old = WireCodec(build_registry(_before_trace(_copy_schemas(tmp_path / "old"))))
-    before = [_without_fields(e, TRACE_FIELDS) for e in ex.EVENTS_FULL]
+    published = [type(e).__name__ for e in ex.EVENTS_FULL].index("MessagePublished")
+    before = [_without_fields(e, TRACE_FIELDS) for e in ex.EVENTS_FULL[:published]]
     envelopes, proposal, claim = _records_of(before)
     start = ex.request(ex.BODIES_FULL[0])
     for value, fingerprint in (

@@ -58,6 +58,7 @@ EXAMPLES: dict[str, Callable[[], cmd.RuntimeCommand]] = {
     "start_child_workflows": lambda: cmd.StartChildWorkflows(children=(_child("c1"),)),
     "record_patch": lambda: cmd.RecordPatch(patch_id="charge-first"),
     "set_attributes": lambda: cmd.RuntimeCommand.set_attributes("u1", {"customer": "42"}),
+    "publish": lambda: cmd.RuntimeCommand.publish("p1", "orders.shipped", {"order": 7}),
     "await_first": lambda: cmd.AwaitFirst(
         members=(
             cmd.CreateHook(hook_id="h1", token=TOKEN),

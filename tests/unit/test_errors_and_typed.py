@@ -42,9 +42,10 @@ def test_every_raised_error_is_a_flow_error_and_exported():
     # UnsupportedAwait and NotAStep; then InvalidPayload (a value no store could read back);
     # then the three of flow control: InvalidPriority, InvalidLimitKey and AdmissionRequired;
     # then InvalidQuery (a run query that breaks the grammar) and InvalidSearchAttributes;
-    # then SchemaRegistryUnavailable (the Confluent framing's registry did not answer).
+    # then SchemaRegistryUnavailable (the Confluent framing's registry did not answer) and
+    # InvalidPublication (a ctx.publish that breaks a rule, or names a topic it may not).
     # The families (and AdminError) are caught, never raised: not in the list.
-    assert len(errors.ALL_ERRORS) == 49
+    assert len(errors.ALL_ERRORS) == 50
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
@@ -106,6 +107,7 @@ FAMILY_OF = {
         errors.AdmissionRequired,
         errors.InvalidQuery,
         errors.InvalidSearchAttributes,
+        errors.InvalidPublication,
     },
     errors.InfrastructureError: {
         errors.StoreError,
@@ -218,6 +220,7 @@ ONE_OF_EACH_ERROR = [
     errors.AdmissionRequired("orders.fulfil version 1"),
     errors.InvalidQuery("unknown status 'sleeping'", 9),
     errors.InvalidSearchAttributes("attribute 'amount' is nan: use a finite number"),
+    errors.InvalidPublication("invalid publication: topic 'a b': a Kafka topic name is ..."),
 ]
 
 

@@ -31,6 +31,7 @@ CODE_ONLY = {
     ev.PatchRecorded,  # and the patch markers of ctx.patched later still
     ev.RaceArmed,  # and the races of ctx.first after them
     ev.RunAttributesSet,  # and the search attributes ctx.set_attributes changes
+    ev.MessagePublished,  # and the messages ctx.publish sends with the history
 }
 CODE_OR_HOST = {ev.RunCancelled, ev.RunTimedOut, ev.RunProgressRecorded, ev.ChildOperationLinked}
 PROPOSABLE = {
@@ -56,6 +57,7 @@ PROPOSABLE = {
     ev.RaceLost,
     ev.StepAttemptQueued,
     ev.RunAttributesSet,
+    ev.MessagePublished,
 }
 
 
@@ -66,7 +68,7 @@ def test_every_event_type_is_registered_with_exactly_one_origin():
         if isinstance(c, type) and issubclass(c, FlowEvent) and c is not FlowEvent
     }
     assert classes == set(EVENT_TYPES.values())
-    assert len(classes) == 35
+    assert len(classes) == 36
     for cls in classes:
         assert "ORIGIN" in vars(cls), f"{cls.TYPE} declares no origin of its own"
         assert isinstance(cls.ORIGIN, Origin)

@@ -106,11 +106,14 @@ ONE_OF_EACH_EVENT = [
             removals=True,
         ),
     ),
+    ev.MessagePublished(
+        publish_id="shipped", topic="orders.shipped", value={"order": 7}, format="json"
+    ),
 ]
 
 
-def test_the_catalogue_covers_all_35_event_types():
-    assert len(ev.EVENT_TYPES) == 35
+def test_the_catalogue_covers_all_36_event_types():
+    assert len(ev.EVENT_TYPES) == 36
     assert {type(e) for e in ONE_OF_EACH_EVENT} == set(ev.EVENT_TYPES.values())
 
 
@@ -233,17 +236,18 @@ ONE_OF_EACH_COMMAND = [
         [RuntimeCommand.create_hook("h", "token"), RuntimeCommand.wait_until("t", T0)]
     ),
     RuntimeCommand.set_attributes("tier", {"tier": "gold", "old": None}),
+    RuntimeCommand.publish("shipped", "orders.shipped", b"\x00raw", "k", {"h": "v"}),
 ]
 
 
-def test_the_command_helpers_cover_all_18_variants():
+def test_the_command_helpers_cover_all_19_variants():
     variants = {
         value
         for value in vars(commands).values()
         if isinstance(value, type) and issubclass(value, RuntimeCommand) and value.TYPE
     }
     assert {type(c) for c in ONE_OF_EACH_COMMAND} == variants
-    assert len(variants) == len({v.TYPE for v in variants}) == 18
+    assert len(variants) == len({v.TYPE for v in variants}) == 19
 
 
 def test_command_json_values_are_normalised_like_a_store_round_trip():

@@ -662,6 +662,7 @@
       case "timeout_armed": return [field(body, "wait_id"), field(body, "subject_id")];
       case "race_armed": return [field(body, "member_id"), field(body, "race_id")];
       case "race_lost": return [field(body, "member_id"), field(body, "member")];
+      case "message_published": return [field(body, "publish_id"), field(body, "topic")];
       default:
         for (const name of ["step_id", "wait_id", "hook_id", "child_id"]) {
           if (field(body, name) !== null) return [field(body, name), null];
@@ -909,6 +910,9 @@
       h("td", { className: "race-outcome" }, r.winner ? "won by " + r.winner.member + " " + r.winner.member_id : status(r.status))));
     const patches = (run.patches || []).map((p) => h("tr", { className: "patch", "data-patch-id": p.patch_id },
       h("td", { className: "mono" }, p.patch_id), h("td", { className: "mono" }, String(p.sequence))));
+    const publications = (run.publications || []).map((p) => h("tr", { className: "publication", "data-publish-id": p.publish_id },
+      h("td", { className: "mono" }, p.publish_id), h("td", { className: "mono" }, p.topic),
+      h("td", { className: "mono" }, p.key === null ? "—" : p.key)));
     const hooks = run.hooks.map((k) => h("tr", {},
       h("td", { className: "mono" }, k.hook_id), h("td", {}, status(k.status)),
       h("td", { className: "mono" }, k.token_digest)));
@@ -938,6 +942,8 @@
         table("races", ["Race", "Members", "Outcome"], races, "No races.")),
       h("section", { className: "panel" }, h("h2", {}, "Patches"),
         table("patches", ["Patch", "Recorded at sequence"], patches, "No patches recorded.")),
+      h("section", { className: "panel" }, h("h2", {}, "Publications"),
+        table("publications", ["Publication", "Topic", "Key"], publications, "No messages published.")),
       h("section", { className: "panel" }, h("h2", {}, "Open suspensions"),
         table("suspensions", ["Kind", "Subject", "Scheduled at", ""], suspended, "Nothing open.")),
       h("section", { className: "panel" }, h("h2", {}, "Hooks"),
