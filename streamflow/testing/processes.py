@@ -82,6 +82,10 @@ class TopologyProcess:
                 "STREAMFLOW_BOOTSTRAP": self._settings.bootstrap,
                 "STREAMFLOW_NAMESPACE": self._settings.namespace,
                 "STREAMFLOW_TOPIC_PROFILE": "dev",
+                # The deployment's wire settings, as the in-process clients of a test have them.
+                "STREAMFLOW_WIRE_FORMAT": self._settings.wire_format,
+                "STREAMFLOW_SCHEMA_REGISTRY": self._settings.schema_registry or "",
+                "STREAMFLOW_MAX_RECORD_BYTES": str(self._settings.max_record_bytes),
                 "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
             }
         )

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from streamflow.core.errors import FlowError, SchemaRegistryUnavailable, SerializationError
@@ -183,6 +183,18 @@ def mirror_partition(
         last = msg.offset()
     if last is not None:
         batch.put("meta", offset_key, encode_offset(last + 1))
+
+
+def seek_back(consumer: Consumer, messages: list[Message]) -> None:
+    """Seek each partition of ``messages`` back to its first record in them: the batch is read
+    again (after a schema registry outage kept it from being applied)."""
+    first: dict[tuple[str, int], int] = {}
+    for msg in messages:
+        if msg.error() is None:
+            tp = (msg.topic() or "", msg.partition() or 0)
+            first[tp] = min(first.get(tp, msg.offset() or 0), msg.offset() or 0)
+    for (topic, partition), offset in first.items():
+        consumer.seek(TopicPartition(topic, partition, offset))
 
 
 def valued_records(

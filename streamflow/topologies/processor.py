@@ -65,6 +65,7 @@ from streamflow.topologies.common import (
     StateBatch,
     decode_offset,
     encode_offset,
+    seek_back,
     valued_records,
 )
 from streamflow.topologies.options import ServingOptions
@@ -122,6 +123,9 @@ class Processor(BuildServer):
         history moves)."""
         self._timers: list[tuple[float, str]] = []
         self._pending: set[str] = set()
+        self._unloaded: set[int] = set()
+        """Partitions assigned whose runs are not rebuilt from local state yet (the schema
+        registry did not answer): loaded before anything of them is applied."""
 
     def _reset_if_identity_changed(self) -> None:
         """Local state reflects what the *previous* configuration admitted. A processor that
@@ -155,11 +159,14 @@ class Processor(BuildServer):
                 self._advertiser.beat(self._clock())
                 messages = poll_batch(self._consumer, 500, 0.05)
                 try:
+                    if self._unloaded:
+                        self._load(self._unloaded)
+                        self._unloaded = set()
                     self._apply(messages)
                 except SchemaRegistryUnavailable as exc:
                     # Nothing of the batch is written: read it again once the registry answers.
                     log.warning("processor: waiting for the schema registry (%s)", exc)
-                    self._rewind(messages)
+                    seek_back(self._consumer, messages)
                     stop.wait(1.0)
                     continue
                 self._fire_timers()
@@ -169,16 +176,6 @@ class Processor(BuildServer):
                 self._producer.poll(0)
         finally:
             self._shutdown(withdraw=stop.is_set())
-
-    def _rewind(self, messages: list[Message]) -> None:
-        """Seek each partition of ``messages`` back to its first record in them."""
-        first: dict[tuple[str, int], int] = {}
-        for msg in messages:
-            if msg.error() is None:
-                tp = (msg.topic() or "", msg.partition() or 0)
-                first[tp] = min(first.get(tp, msg.offset() or 0), msg.offset() or 0)
-        for (topic, partition), offset in first.items():
-            self._consumer.seek(TopicPartition(topic, partition, offset))
 
     def _apply(self, messages: list[Message]) -> None:
         if not messages:
@@ -392,7 +389,7 @@ class Processor(BuildServer):
 
     def _on_assign(self, consumer_: object, partitions: list[TopicPartition]) -> None:
         owned = {tp.partition for tp in partitions}
-        self._load(owned)
+        self._unloaded |= owned  # rebuilt by the loop, which waits for a schema registry
         for tp in partitions:
             stored = decode_offset(self._state.get("meta", _offset_key(tp.partition)))
             tp.offset = OFFSET_BEGINNING if stored is None else stored
@@ -401,6 +398,7 @@ class Processor(BuildServer):
 
     def _on_revoke(self, consumer_: object, partitions: list[TopicPartition]) -> None:
         lost = {tp.partition for tp in partitions}
+        self._unloaded -= lost
         for run_id in [r for r in self._runs if partition_for(r, self._partitions) in lost]:
             self._runs.pop(run_id, None)
             self._pending.discard(run_id)

@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streamflow.clock import utc_now
 from streamflow.core.builds import RuntimeBuildCompatibility, admits, configured_compatibility
-from streamflow.core.errors import FlowTimeout
+from streamflow.core.errors import FlowTimeout, SchemaRegistryUnavailable
 from streamflow.kafka.clients import (
     caught_up,
     close_producer,
@@ -42,6 +42,8 @@ from streamflow.serde.messages import BuildRegistration, ServedWorkflow
 log = logging.getLogger("streamflow.registry")
 DEFAULT_HEARTBEAT = timedelta(seconds=5)
 DEFAULT_TTL = timedelta(seconds=20)
+REGISTRY_RETRY = timedelta(seconds=1)
+"""How soon a heartbeat the schema registry kept from being encoded is tried again."""
 
 
 def registration_key(group: str, instance: str) -> bytes:
@@ -98,6 +100,8 @@ class Advertiser:
         self._key = registration_key(group, instance)
         self._heartbeat = heartbeat
         self._last: datetime | None = None
+        self._retry_at: datetime | None = None
+        """When to try a heartbeat the schema registry kept from being encoded again."""
         self._template = BuildRegistration(
             group=group,
             instance=instance,
@@ -114,11 +118,25 @@ class Advertiser:
 
     def beat(self, now: datetime, *, force: bool = False) -> None:
         """Write the registration with ``now`` as its heartbeat, unless the last one is younger
-        than the heartbeat interval (``force`` writes anyway). Waits up to 10 s for delivery."""
+        than the heartbeat interval (``force`` writes anyway). Waits up to 10 s for delivery.
+        A schema registry that does not answer (the Confluent framing, before the schema's id is
+        known) is logged and the heartbeat tried again a second later: the instance goes on."""
         if not force and self._last is not None and now - self._last < self._heartbeat:
             return
+        if self._retry_at is not None and now < self._retry_at:
+            return
         record = replace(self._template, heartbeat_at=now)
-        self._producer.produce(self._names.builds, key=self._key, value=self._wire.encode(record))
+        try:
+            value = self._wire.encode(record)
+        except SchemaRegistryUnavailable as exc:
+            if self._retry_at is None:
+                log.warning("cannot advertise the build route yet (tried every second): %s", exc)
+            self._retry_at = now + REGISTRY_RETRY
+            return
+        if self._retry_at is not None:
+            log.info("build route advertised: the schema registry answers again")
+            self._retry_at = None
+        self._producer.produce(self._names.builds, key=self._key, value=value)
         self._producer.flush(10)
         self._last = now
 
@@ -143,6 +161,9 @@ class RouteTable:
         # wait behind its fetch long-poll, half a second per partition.
         self._ends = reader(settings)
         self._registrations: dict[bytes, BuildRegistration] = {}
+        self._undecoded: dict[bytes, bytes] = {}
+        """Registrations read while the schema registry did not answer, by key: decoded again
+        at the next refresh; until then no lookup answers no (it raises the outage)."""
         self._lock = threading.Lock()
         self._slack = timedelta(0)
         self._slack_until: datetime | None = None
@@ -159,6 +180,8 @@ class RouteTable:
         """Apply registrations that arrived; with ``to_end``, first read every partition up to
         its current end, so nothing written before this call is missed."""
         targets = read_targets(self._ends, self._names.builds, self._partitions) if to_end else {}
+        for key, value in list(self._undecoded.items()):
+            self._apply(key, value)
         deadline = time.monotonic() + timeout
         while True:
             messages = poll_batch(self._reader, 500, 0.05 if to_end else 0)
@@ -176,11 +199,14 @@ class RouteTable:
 
     def _apply(self, key: bytes, value: bytes | None) -> None:
         with self._lock:
+            self._undecoded.pop(key, None)
             if value is None:
                 self._registrations.pop(key, None)
                 return
             try:
                 self._registrations[key] = self._wire.decode(value, BuildRegistration)
+            except SchemaRegistryUnavailable:
+                self._undecoded[key] = value  # not the record's fault: decoded again later
             except Exception:
                 log.warning("ignoring an undecodable build registration %r", key)
 
@@ -241,13 +267,27 @@ class RouteTable:
 
     def _serving(self, build: str | None, name: str, version: str, now: datetime) -> bool:
         routes = [r for r in self.live(now) if r.role == "processor" and admitted_by(r, build)]
-        return any(
+        found = any(
             not r.workflows or any(w.name == name and w.version == version for w in r.workflows)
             for r in routes
         )
+        return found or self._not_while_undecoded()
 
     def _admitted(self, build: str | None, now: datetime, role: str) -> bool:
-        return any(r.role == role and admitted_by(r, build) for r in self.live(now))
+        found = any(r.role == role and admitted_by(r, build) for r in self.live(now))
+        return found or self._not_while_undecoded()
+
+    def _not_while_undecoded(self) -> bool:
+        """``False``, unless registrations wait for the schema registry: then no lookup may
+        answer no (a live route may be among them), and the outage is raised instead."""
+        with self._lock:
+            waiting = len(self._undecoded)
+        if waiting:
+            raise SchemaRegistryUnavailable(
+                f"{waiting} build registrations of {self._names.builds} wait for the schema "
+                "registry to answer: the live routes are not known yet"
+            )
+        return False
 
     def close(self) -> None:
         """Close the readers."""

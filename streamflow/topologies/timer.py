@@ -37,6 +37,7 @@ from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from streamflow import faults
 from streamflow.core import events as ev
+from streamflow.core.errors import SchemaRegistryUnavailable
 from streamflow.core.timeutil import EPOCH, format_utc, parse_utc, to_micros
 from streamflow.kafka.clients import (
     SHUTDOWN_BUDGET,
@@ -56,6 +57,7 @@ from streamflow.topologies.common import (
     decode_offset,
     encode_offset,
     event_type,
+    seek_back,
     valued_records,
 )
 from streamflow.topologies.options import MemberOptions, Membership
@@ -161,11 +163,19 @@ class Timer:
         try:
             while not stop.is_set():
                 messages = poll_batch(self._consumer, 500, self._tick)
-                self._apply(messages)
-                if time.monotonic() - last_tick >= self._tick:
-                    self._fire(self._clock())
-                    self.schedules.tick(self._clock(), self._owned, self.is_open_run)
-                    last_tick = time.monotonic()
+                try:
+                    self._apply(messages)
+                    if time.monotonic() - last_tick >= self._tick:
+                        last_tick = time.monotonic()
+                        self._fire(self._clock())
+                        self.schedules.tick(self._clock(), self._owned, self.is_open_run)
+                except SchemaRegistryUnavailable as exc:
+                    # Nothing of the batch is indexed (read again), and the wake-ups not sent
+                    # stay due: both go on once the registry answers.
+                    log.warning("timer: waiting for the schema registry (%s)", exc)
+                    seek_back(self._consumer, messages)
+                    stop.wait(1.0)
+                    continue
                 self._producer.poll(0)
         finally:
             self._consumer.close()
