@@ -11,10 +11,10 @@ to ``record_progress`` and a link to ``link_child_operation``.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Container, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from streamflow.core.commands import (
     ChildWorkflowCommand,
@@ -535,60 +535,65 @@ class ProgressOperation(Operation[None]):
         return self._progress.progress_id not in self._ctx._snapshot.progress_by_id
 
 
-class AttributesOperation(Operation[None]):
+class _RecordedOnce(Operation[None]):
+    """An operation that records one event once per id and goes on at once: resolved where
+    history recorded it (``KIND`` and the id name it among the run's resolutions)."""
+
+    __slots__ = ("_command_value", "_id")
+    KIND: ClassVar[str] = ""
+
+    def __init__(self, ctx: DurableContext, command: RuntimeCommand, recorded_id: str) -> None:
+        super().__init__(ctx)
+        self._command_value = command
+        self._id = recorded_id
+
+    def _reach(self) -> None:
+        return None
+
+    def _resolution(self) -> Resolution | None:
+        if self._is_new():
+            return None
+        return self._ctx._resolution_of(self.KIND, self._id)
+
+    def _value(self) -> None:
+        return None
+
+    def _command(self) -> RuntimeCommand:
+        return self._command_value
+
+    def _is_new(self) -> bool:
+        return self._id not in self._recorded()
+
+    def _recorded(self) -> Container[str]:
+        raise NotImplementedError
+
+
+class AttributesOperation(_RecordedOnce):
     """``await ctx.set_attributes(...)``: a durable change of the run's search attributes
     (idempotent by its update id)."""
 
-    __slots__ = ("_command_value",)
+    __slots__ = ()
+    KIND = "attributes"
 
     def __init__(self, ctx: DurableContext, command: SetAttributes) -> None:
-        super().__init__(ctx)
-        self._command_value = command
+        super().__init__(ctx, command, command.update_id)
 
-    def _reach(self) -> None:
-        return None
-
-    def _resolution(self) -> Resolution | None:
-        if self._is_new():
-            return None
-        return self._ctx._resolution_of("attributes", self._command_value.update_id)
-
-    def _value(self) -> None:
-        return None
-
-    def _command(self) -> RuntimeCommand:
-        return self._command_value
-
-    def _is_new(self) -> bool:
-        return self._command_value.update_id not in self._ctx._snapshot.attribute_updates
+    def _recorded(self) -> Container[str]:
+        return self._ctx._snapshot.attribute_updates
 
 
-class PublishOperation(Operation[None]):
+class PublishOperation(_RecordedOnce):
     """``await ctx.publish(...)``: a message published with the history (once per publish
     id)."""
 
-    __slots__ = ("_command_value",)
+    __slots__ = ()
+    KIND = "publish"
 
     def __init__(self, ctx: DurableContext, command: Publish) -> None:
-        super().__init__(ctx)
-        self._command_value = command
+        super().__init__(ctx, command, command.publication.publish_id)
 
-    def _reach(self) -> None:
-        return None
-
-    def _resolution(self) -> Resolution | None:
-        if self._is_new():
-            return None
-        return self._ctx._resolution_of("publish", self._command_value.publication.publish_id)
-
-    def _value(self) -> None:
-        return None
-
-    def _command(self) -> RuntimeCommand:
-        return self._command_value
-
-    def _is_new(self) -> bool:
-        return self._command_value.publication.publish_id not in self._ctx._snapshot.publications
+    def _recorded(self) -> Container[str]:
+        return self._ctx._snapshot.publications
 
 
 class LinkOperation(Operation[None]):
