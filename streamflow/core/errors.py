@@ -461,7 +461,8 @@ class InvalidPayload(SerializationError):
 
 
 class ReplayLimitExceeded(FlowError):
-    """Raised when a drive loop or a host conflict-retry loop exceeds its iteration budget.
+    """Raised when a drive loop makes ``limit`` iterations in a row without recording anything
+    (a long run's progress never spends the budget), or a host conflict-retry loop exceeds it.
 
     Typical cause: workflow code keeps returning a command for an already-completed wait or hook.
     """

@@ -278,11 +278,16 @@ class Driver:
         ask the decider (the same one the Kafka processors and journal use) and act on its
         answer: append, run the steps, stop where the run suspends."""
         budget = self._s.max_replay_iterations
+        progressed_to = -1
         while True:
             cached = await self._runs.sync(run_id)
             if cached is None:
                 raise RunNotFound(run_id)
             snap = cached.snapshot
+            if snap.last_sequence > progressed_to:
+                # The last iteration recorded something: the budget bounds iterations that
+                # make no progress, not a long run's healthy ones.
+                progressed_to, budget = snap.last_sequence, self._s.max_replay_iterations
             if snap.is_terminal:
                 await self.incidents.heal(run_id)
                 return snap.copy()

@@ -60,8 +60,8 @@ class EngineSettings:
     record_limits: RecordLimits = field(default_factory=RecordLimits)
     """The record-size limit of events, inputs, outputs and payloads."""
     max_replay_iterations: int = DEFAULT_MAX_REPLAY_ITERATIONS
-    """Iterations of one drive loop (and retries of one lost race) before
-    ``ReplayLimitExceeded``."""
+    """Iterations of one drive loop in a row that record nothing (and retries of one lost
+    race) before ``ReplayLimitExceeded``."""
     clock: Clock = utc_now
     """The engine's notion of *now* (drive time, failure time)."""
     new_run_id: Callable[[], str] = random_run_id

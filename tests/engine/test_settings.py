@@ -15,7 +15,7 @@ from streamflow import (
 )
 from streamflow.core import decide as d
 from streamflow.engine.engine import EngineSettings
-from tests.support import Scripted, sequential, spec
+from tests.support import FAR, Scripted, sequential, spec
 
 
 def test_the_defaults_are_the_settings_defaults():
@@ -49,10 +49,22 @@ async def test_settings_by_hand_take_effect():
     assert (await engine.snapshot(run_id)).status is WorkflowRunStatus.COMPLETED
     assert observer.events() == await engine.history(run_id)
 
+    # The replay budget bounds iterations that make no progress: a run of many steps completes
+    # under a budget of one, each iteration having recorded something...
     tight = FlowEngine(
         InMemoryEventStore(),
-        Scripted(sequential("a", "b")),
+        Scripted(sequential(*"abcdefgh")),
         EngineSettings(max_replay_iterations=1),
     )
-    with pytest.raises(ReplayLimitExceeded):
-        await tight.start(spec())
+    long_run = await tight.start(spec())
+    assert (await tight.snapshot(long_run)).status is WorkflowRunStatus.COMPLETED
+    # ... and one that keeps returning a wait that already completed spends it.
+    spinning = FlowEngine(
+        InMemoryEventStore(),
+        Scripted(lambda ctx: ctx.wait_until("w", FAR)),
+        EngineSettings(max_replay_iterations=1),
+    )
+    await spinning.start_with_id("spin", spec())
+    with pytest.raises(ReplayLimitExceeded) as spent:
+        await spinning.resume_wait("spin", "w")
+    assert spent.value.limit == 1
