@@ -5,12 +5,14 @@ broker, each with its own deployment (topologies as processes) and namespace:
 
 * W1 — ``--runs`` runs x 3 no-op steps started at once: runs/s (median of three);
 * W2 — ``--latency-runs`` single-step runs one after another: start-to-result p50/p99;
-* W3 — one run of ``--steps`` sequential steps: ms/step over the first and the last 100 steps,
-  from the commit times the journal gave the ``step_completed`` events.
+* W3 — one run of ``--steps`` sequential steps: ms/step over the first and the last
+  ``--window`` steps (default 100), from the commit times the journal gave the
+  ``step_completed`` events, and the last window's over the first's (a long run stays flat
+  when it is about 1).
 
 Each App figure is reported beside the low-level one and as a ratio to it, in ``--rounds``
 rounds that swap the order of the two. Run: ``.venv/bin/python -m bench.kafka_durable [--runs
-1000] [--latency-runs 200] [--steps 500] [--rounds 2]``.
+1000] [--latency-runs 200] [--steps 500] [--rounds 2] [--window 100] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ VARIANTS: dict[str, tuple[str, WorkflowSpec]] = {
 }
 
 
-async def w3(client: FlowClient, spec: WorkflowSpec, steps: int) -> dict[str, float]:
+async def w3(
+    client: FlowClient, spec: WorkflowSpec, steps: int, window: int = 100
+) -> dict[str, float]:
     run_id = f"w3-{uuid.uuid4().hex[:12]}"
     began = time.perf_counter()
     await client.start_with_id(run_id, spec, {"steps": steps})
@@ -54,13 +58,14 @@ async def w3(client: FlowClient, spec: WorkflowSpec, steps: int) -> dict[str, fl
     return {
         "steps": steps,
         "ms_per_step": seconds * 1000 / steps,
-        "first_100_ms_per_step": per_step(done[:101]),
-        "last_100_ms_per_step": per_step(done[-101:]),
+        "window": window,
+        "first_window_ms_per_step": per_step(done[: window + 1]),
+        "last_window_ms_per_step": per_step(done[-window - 1 :]),
     }
 
 
 async def variant(
-    broker_bootstrap: str, name: str, runs: int, latency_runs: int, steps: int
+    broker_bootstrap: str, name: str, runs: int, latency_runs: int, steps: int, window: int
 ) -> dict[str, object]:
     app, spec = VARIANTS[name]
     root = Path(tempfile.mkdtemp(prefix=f"streamflow-kdurable-{name}-"))
@@ -80,14 +85,16 @@ async def variant(
                 "repetitions_s": [round(r, 3) for r in repetitions],
             },
             "W2": await w2(client, latency_runs, spec),
-            "W3": await w3(client, spec, steps),
+            "W3": await w3(client, spec, steps, window),
         }
     finally:
         client.close()
         cluster.stop()
 
 
-async def main(runs: int, latency_runs: int, steps: int, rounds: int) -> dict[str, object]:
+async def main(
+    runs: int, latency_runs: int, steps: int, rounds: int, window: int = 100
+) -> dict[str, object]:
     """``rounds`` rounds, the order of the two variants swapped each round (the first deployment
     on a fresh broker runs cold): each round's figures and its App/low-level ratios."""
     broker = broker_from_environment()
@@ -96,7 +103,7 @@ async def main(runs: int, latency_runs: int, steps: int, rounds: int) -> dict[st
         for number in range(rounds):
             order = list(VARIANTS) if number % 2 == 0 else list(reversed(VARIANTS))
             got = {
-                name: await variant(broker.bootstrap, name, runs, latency_runs, steps)
+                name: await variant(broker.bootstrap, name, runs, latency_runs, steps, window)
                 for name in order
             }
             figures["rounds"].append({"order": order, **got, **_ratios(got)})  # type: ignore[attr-defined]
@@ -115,7 +122,10 @@ def _ratios(got: dict[str, dict[str, dict[str, float]]]) -> dict[str, object]:
             "W3_ms_per_step": app["W3"]["ms_per_step"] / low["W3"]["ms_per_step"],
         },
         "app_W3_last_over_first": (
-            app["W3"]["last_100_ms_per_step"] / app["W3"]["first_100_ms_per_step"]
+            app["W3"]["last_window_ms_per_step"] / app["W3"]["first_window_ms_per_step"]
+        ),
+        "runtime_W3_last_over_first": (
+            low["W3"]["last_window_ms_per_step"] / low["W3"]["first_window_ms_per_step"]
         ),
     }
 
@@ -126,9 +136,12 @@ if __name__ == "__main__":
     parser.add_argument("--latency-runs", type=int, default=200)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--window", type=int, default=100, help="W3: steps in the first and last windows"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    result = asyncio.run(main(args.runs, args.latency_runs, args.steps, args.rounds))
+    result = asyncio.run(main(args.runs, args.latency_runs, args.steps, args.rounds, args.window))
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
