@@ -11,6 +11,7 @@ It implements :class:`streamflow.Flow`, the calls ``FlowClient`` offers on Kafka
 from __future__ import annotations
 
 import asyncio
+import logging
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -70,9 +71,11 @@ from streamflow.engine.publishing import publication_delivery
 from streamflow.engine.recording import DurableHalves
 from streamflow.engine.settings import EngineSettings, FlowEngineBuilder
 from streamflow.engine.wakeup_calls import WakeupCalls
-from streamflow.stores.base import FlowEventStore
+from streamflow.stores.base import FlowEventStore, PublicationOutbox
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.workflow.runtime import FlowRuntime
+
+log = logging.getLogger("streamflow.engine")
 
 if TYPE_CHECKING:
     from streamflow.engine.schedules import FlowSchedules
@@ -248,6 +251,11 @@ class FlowEngine(WakeupCalls):
         if self._publications is not None:
             await self._publications.close()
 
+    async def _undelivered(self) -> bool:
+        """Whether the store holds publications no publisher of this engine will deliver."""
+        store = self._store
+        return isinstance(store, PublicationOutbox) and bool(await store.pending_publications(1))
+
     async def deliver_publications(self) -> int:
         """Deliver every publication the store holds to the configured publisher now, and
         return how many were acknowledged (the engine also delivers them in the background);
@@ -281,6 +289,12 @@ class FlowEngine(WakeupCalls):
         the others (its failure is recorded as its incident, see :meth:`incident`)."""
         if self._publications is not None:
             self._publications.wake()  # what an earlier process recorded and did not deliver
+        elif await self._undelivered():
+            log.warning(
+                "publications: messages workflows published (ctx.publish) wait in the store for "
+                "a publisher: build the engine with_publisher(...) (streamflow serve "
+                "--publish-to BOOTSTRAP) to deliver them"
+            )
         return await self._driver.recover(concurrency)
 
     # -- incidents ----------------------------------------------------------------------------

@@ -169,13 +169,17 @@ async def test_an_engine_that_died_before_acknowledging_delivers_again(make_stor
     assert await store.pending_publications() == []
 
 
-async def test_without_a_publisher_publications_wait_in_the_outbox(make_store) -> None:
+async def test_without_a_publisher_publications_wait_in_the_outbox(make_store, caplog) -> None:
     store = make_store()
     engine = FlowEngine.builder(app).with_store(store).build()
     try:
         await order.start(engine, "o-4", 4)
         with pytest.raises(InvalidWorkerConfiguration, match="no publisher"):
             await engine.deliver_publications()
+        # A host that recovers without a publisher says what waits, where an operator looks.
+        with caplog.at_level("WARNING", logger="streamflow.engine"):
+            await engine.recover()
+        assert "wait in the store for a publisher" in caplog.text
     finally:
         await engine.close()
     publisher = Collecting()
