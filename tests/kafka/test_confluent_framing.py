@@ -165,7 +165,7 @@ async def test_code_that_is_not_streamflows_reads_history_replies_and_audit(
         await driver.settle("interop")  # the observers have audited every event
     finally:
         await driver.close()  # a graceful stop commits the audit's open transaction
-    client = SchemaRegistryClient({"url": schema_registry})
+    client = SchemaRegistryClient({"url": schema_registry, "timeout": 20})
     try:
         read(client, Names(kafka.namespace), kafka)
     finally:
