@@ -1,5 +1,5 @@
-"""Identifier rules: run ids, runtime build ids, workflow patch marker ids, and the step
-idempotency key."""
+"""Identifier rules: run ids, runtime build ids, workflow patch marker ids, Kafka topic names,
+and the step idempotency key."""
 
 from __future__ import annotations
 
@@ -20,6 +20,20 @@ MAX_IDENTIFIER_BYTES = 128
 MAX_RUN_ID_CHARS = 256
 """The longest run id every backend and entry point accepts."""
 MAX_WORKFLOW_PATCH_MARKERS = 256
+MAX_TOPIC_CHARS = 249
+"""The longest topic name Kafka accepts."""
+_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def is_topic_name(name: object) -> TypeGuard[str]:
+    """Whether Kafka accepts ``name`` as a topic name: 1..249 of ``[A-Za-z0-9._-]``, not
+    ``.`` or ``..``."""
+    return (
+        isinstance(name, str)
+        and len(name) <= MAX_TOPIC_CHARS
+        and name not in (".", "..")
+        and _TOPIC.fullmatch(name) is not None
+    )
 
 
 def validate_run_id(run_id: object) -> str:

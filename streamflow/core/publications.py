@@ -33,18 +33,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from streamflow.core.errors import InvalidPayload, InvalidPublication
+from streamflow.core.ids import MAX_TOPIC_CHARS, is_topic_name
 from streamflow.core.jsonvalue import JsonValue, lone_surrogate, normalize
 
 FORMATS = ("json", "text", "bytes")
 """How a recorded value becomes the record's bytes: compact JSON text, UTF-8 text, or the
 bytes the base64 text stands for."""
 MAX_ID_CHARS = 256
-MAX_TOPIC_CHARS = 249
 MAX_KEY_CHARS = 1024
 MAX_HEADERS = 32
 MAX_HEADER_NAME_CHARS = 256
@@ -53,7 +52,6 @@ HEADER_RUN = "streamflow-run-id"
 HEADER_PUBLISH = "streamflow-publish-id"
 HEADER_EVENT = "streamflow-event-id"
 RESERVED_HEADERS = frozenset({HEADER_RUN, HEADER_PUBLISH, HEADER_EVENT})
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +100,7 @@ def check_publish_id(publish_id: object) -> str:
 
 def check_topic(topic: object) -> str:
     """Return ``topic`` if it is a valid Kafka topic name; otherwise ``InvalidPublication``."""
-    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+    if not is_topic_name(topic):
         raise _fail(
             f"topic {topic!r}: a Kafka topic name is 1..{MAX_TOPIC_CHARS} characters of "
             "letters, digits, '.', '_' and '-' (not '.' or '..')"

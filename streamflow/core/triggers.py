@@ -17,7 +17,6 @@ Errors::
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
@@ -25,6 +24,7 @@ from typing import Any
 
 from streamflow.core.admission import DEFAULT_PRIORITY, check_priority
 from streamflow.core.errors import InvalidWorkflow, SerializationError
+from streamflow.core.ids import MAX_TOPIC_CHARS, is_topic_name
 from streamflow.core.jsonvalue import JsonValue
 
 REQUEST_PREFIX = "trigger:"
@@ -34,9 +34,6 @@ VALUE_FORMATS = ("json", "bytes", "avro")
 """How a trigger reads its records' values: ``json`` (UTF-8 JSON text), ``bytes`` (the raw
 value) or ``avro`` (the Confluent Schema Registry framing: ``00``, the writer schema's 4-byte
 registry id, then Avro binary)."""
-MAX_TOPIC_CHARS = 249
-"""The longest topic name Kafka accepts."""
-_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +128,7 @@ class KafkaTrigger:
 def check_topic(topic: object) -> str:
     """Return ``topic`` if Kafka accepts it as a topic name (1-249 of ``[A-Za-z0-9._-]``, not
     ``.`` or ``..``); otherwise raise ``InvalidWorkflow``."""
-    if (
-        not isinstance(topic, str)
-        or len(topic) > MAX_TOPIC_CHARS
-        or topic in (".", "..")
-        or _TOPIC.fullmatch(topic) is None
-    ):
+    if not is_topic_name(topic):
         raise InvalidWorkflow(
             f"KafkaTrigger: {topic!r} is not a Kafka topic name (1-{MAX_TOPIC_CHARS} of "
             "A-Z a-z 0-9 . _ -)"

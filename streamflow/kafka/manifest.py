@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from streamflow.core.errors import ManifestError as ManifestError
+from streamflow.core.ids import MAX_TOPIC_CHARS, is_topic_name
 from streamflow.core.limits import RecordLimits
 from streamflow.kafka.config import ENV_MANIFESTS as ENV_MANIFESTS
 from streamflow.kafka.manifest_table import PLACEHOLDERS as PLACEHOLDERS
@@ -61,8 +62,6 @@ DEAD_LETTERS = "dead_letters"
 CLEANUP_KINDS = frozenset({"delete", "compact"})
 ISOLATION_LEVELS = frozenset({"read_committed"})
 STATE_KINDS = frozenset({"rocksdb", "none"})
-MAX_TOPIC_LENGTH = 249
-_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]+")
 _TOPOLOGY_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 _TOPICS_KEYS = frozenset({"version", "defaults", "profiles", "topics"})
 _DEFAULTS_KEYS = frozenset({"partitions", "config"})
@@ -229,10 +228,10 @@ class Manifest:
                 "could never succeed"
             )
         name = render(template.name, namespace, build)
-        if not _TOPIC_CHARS.fullmatch(name) or len(name) > MAX_TOPIC_LENGTH or name in {".", ".."}:
+        if not is_topic_name(name):
             raise ManifestError(
                 f"{where}: {name!r} is not a legal Kafka topic name "
-                f"([A-Za-z0-9._-], at most {MAX_TOPIC_LENGTH} characters)"
+                f"([A-Za-z0-9._-], at most {MAX_TOPIC_CHARS} characters)"
             )
         return TopicSpec(
             role=role,
