@@ -35,10 +35,14 @@ import binascii
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from streamflow.core.errors import InvalidPayload, InvalidPublication
 from streamflow.core.ids import MAX_TOPIC_CHARS, is_topic_name
 from streamflow.core.jsonvalue import JsonValue, lone_surrogate, normalize
+
+if TYPE_CHECKING:
+    from streamflow.core.events import FlowEventEnvelope
 
 FORMATS = ("json", "text", "bytes")
 """How a recorded value becomes the record's bytes: compact JSON text, UTF-8 text, or the
@@ -246,10 +250,10 @@ class PublishedRecord:
     """Where history records it (the run's event sequence)."""
 
 
-def published_record(event: object, run_id: str, sequence: int, event_id: str) -> PublishedRecord:
-    """The record of the ``message_published`` event ``event`` recorded at ``sequence`` of
-    ``run_id`` with id ``event_id``."""
-    p = Publication.recorded_by(event)
+def published_record(envelope: FlowEventEnvelope) -> PublishedRecord:
+    """The record of the committed ``message_published`` ``envelope``."""
+    p = Publication.recorded_by(envelope.event)
+    run_id, event_id = envelope.run_id, envelope.event_id
     key, value = record_bytes(p)
     return PublishedRecord(
         topic=p.topic,
@@ -259,7 +263,7 @@ def published_record(event: object, run_id: str, sequence: int, event_id: str) -
         run_id=run_id,
         publish_id=p.publish_id,
         event_id=event_id,
-        sequence=sequence,
+        sequence=envelope.sequence,
     )
 
 

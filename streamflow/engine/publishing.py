@@ -53,14 +53,9 @@ def publication_delivery(store: object, publisher: Publisher | None) -> Publicat
     if not isinstance(store, PublicationOutbox):
         raise InvalidWorkerConfiguration(
             f"{type(store).__name__} keeps no publication outbox (pending_publications and "
-            "acknowledge_publication): a publisher needs a store that does"
+            "acknowledge_publications): a publisher needs a store that does"
         )
     return PublicationDelivery(store, publisher)
-
-
-def record_of(envelope: ev.FlowEventEnvelope) -> PublishedRecord:
-    """The record a ``message_published`` envelope is delivered as."""
-    return published_record(envelope.event, envelope.run_id, envelope.sequence, envelope.event_id)
 
 
 class PublicationDelivery:
@@ -75,12 +70,8 @@ class PublicationDelivery:
         self._one_at_a_time = asyncio.Lock()
         """A batch is delivered by one caller at a time (the task, or :meth:`drain`)."""
         self._task: asyncio.Task[None] | None = None
-        self.delivered = 0
-        """Publications acknowledged so far by this engine."""
-        self.failures = 0
-        """Consecutive failed attempts (0 after a success)."""
-        self.last_error: str | None = None
-        """The reason of the last failed attempt (``None`` after a success)."""
+        self._failures = 0
+        """Consecutive failed attempts (0 after a success): the backoff grows with them."""
 
     async def observe(self, envelope: ev.FlowEventEnvelope) -> None:
         """An observer of the engine's commits: a recorded publication wakes the delivery."""
@@ -118,10 +109,8 @@ class PublicationDelivery:
             pending = await self._outbox.pending_publications(BATCH)
             if not pending:
                 return 0
-            await self._publisher.publish([record_of(envelope) for envelope in pending])
-            for envelope in pending:
-                await self._outbox.acknowledge_publication(envelope.run_id, envelope.sequence)
-            self.delivered += len(pending)
+            await self._publisher.publish([published_record(envelope) for envelope in pending])
+            await self._outbox.acknowledge_publications((e.run_id, e.sequence) for e in pending)
             return len(pending)
 
     async def _run(self) -> None:
@@ -132,18 +121,18 @@ class PublicationDelivery:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self.failures += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                delay = min(MAX_BACKOFF, 0.1 * 2 ** min(self.failures, 10))
+                self._failures += 1
+                delay = min(MAX_BACKOFF, 0.1 * 2 ** min(self._failures, 10))
                 log.warning(
-                    "publications: delivery failed (attempt %d; trying again in %.1f s): %s",
-                    self.failures,
+                    "publications: delivery failed (attempt %d; trying again in %.1f s): %s: %s",
+                    self._failures,
                     delay,
-                    self.last_error,
+                    type(exc).__name__,
+                    exc,
                 )
                 await asyncio.sleep(delay)  # a backoff, not synchronisation
                 continue
-            if self.failures:
-                log.info("publications: delivered again after %d failed attempts", self.failures)
-            self.failures, self.last_error = 0, None
+            if self._failures:
+                log.info("publications: delivered again after %d failed attempts", self._failures)
+            self._failures = 0
             await self._wanted.wait()

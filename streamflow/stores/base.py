@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -151,8 +151,8 @@ class PublicationOutbox(Protocol):
         order it published them."""
         ...
 
-    async def acknowledge_publication(self, run_id: str, sequence: int) -> None:
-        """Forget the publication recorded at ``sequence`` of ``run_id`` (delivered)."""
+    async def acknowledge_publications(self, delivered: Iterable[tuple[str, int]]) -> None:
+        """Forget the publications recorded at these (run id, sequence) places: delivered."""
         ...
 
 

@@ -121,10 +121,11 @@ class InMemoryEventStore:
         with self._lock:
             return list(itertools.islice(self._outbox.values(), max(0, limit)))
 
-    async def acknowledge_publication(self, run_id: str, sequence: int) -> None:
-        """Forget the publication recorded at ``sequence`` of ``run_id``: it was delivered."""
+    async def acknowledge_publications(self, delivered: Iterable[tuple[str, int]]) -> None:
+        """Forget the publications recorded at these (run id, sequence) places: delivered."""
         with self._lock:
-            self._outbox.pop((run_id, sequence), None)
+            for place in delivered:
+                self._outbox.pop(place, None)
 
     def _unschedule(self, wakeup: ScheduledWakeup) -> None:
         key = _wake_key(wakeup)

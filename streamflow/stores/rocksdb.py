@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import json
+from collections.abc import Iterable
 from datetime import datetime
 
 from rocksdict import WriteBatch
@@ -374,12 +375,14 @@ class RocksDBEventStore(RocksDBListing):
                     break
         return found
 
-    async def acknowledge_publication(self, run_id: str, sequence: int) -> None:
-        """Forget the publication recorded at ``sequence`` of ``run_id``: it was delivered."""
+    async def acknowledge_publications(self, delivered: Iterable[tuple[str, int]]) -> None:
+        """Forget the publications recorded at these (run id, sequence) places, in one write:
+        they were delivered."""
         with self._lock:
             db = self._require_open()
             batch = WriteBatch(raw_mode=True)
-            batch.delete(event_key(run_id, sequence), self._handles["outbox"])
+            for run_id, sequence in delivered:
+                batch.delete(event_key(run_id, sequence), self._handles["outbox"])
             self._write(db, batch)
 
     async def next_scheduled_wakeup(self) -> ScheduledWakeup | None:

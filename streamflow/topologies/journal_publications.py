@@ -78,9 +78,7 @@ class JournalPublications:
     def produce(self, produce: Produce, envelope: ev.FlowEventEnvelope) -> None:
         """Produce the message ``envelope`` records with ``produce`` (into the open
         transaction)."""
-        record = published_record(
-            envelope.event, envelope.run_id, envelope.sequence, envelope.event_id
-        )
+        record = published_record(envelope)
         produce(record.topic, record.key, record.value, headers=list(record.headers))
 
     def forget(self) -> None:
