@@ -37,13 +37,12 @@ from streamflow.kafka.clients import (
 )
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names
+from streamflow.serde.codec import Wire
 from streamflow.serde.messages import BuildRegistration, ServedWorkflow
 
 log = logging.getLogger("streamflow.registry")
 DEFAULT_HEARTBEAT = timedelta(seconds=5)
 DEFAULT_TTL = timedelta(seconds=20)
-REGISTRY_RETRY = timedelta(seconds=1)
-"""How soon a heartbeat the schema registry kept from being encoded is tried again."""
 
 
 def registration_key(group: str, instance: str) -> bytes:
@@ -96,12 +95,14 @@ class Advertiser:
         or rate limits (``FlowRuntime.limited_workflows``), marked ``limited``."""
         self._names = Names(settings.namespace)
         self._wire = settings.wire()
+        self._plain = Wire(settings.limits)
+        """The single-object framing, which needs no registry: what a heartbeat is written in
+        while the schema registry does not answer (every reader given a registry reads it)."""
         self._producer = producer(settings)
         self._key = registration_key(group, instance)
         self._heartbeat = heartbeat
         self._last: datetime | None = None
-        self._retry_at: datetime | None = None
-        """When to try a heartbeat the schema registry kept from being encoded again."""
+        self._registry_away = False
         self._template = BuildRegistration(
             group=group,
             instance=instance,
@@ -119,23 +120,28 @@ class Advertiser:
     def beat(self, now: datetime, *, force: bool = False) -> None:
         """Write the registration with ``now`` as its heartbeat, unless the last one is younger
         than the heartbeat interval (``force`` writes anyway). Waits up to 10 s for delivery.
-        A schema registry that does not answer (the Confluent framing, before the schema's id is
-        known) is logged and the heartbeat tried again a second later: the instance goes on."""
+        While the schema registry does not answer (the Confluent framing, before the schema's
+        id is known) the heartbeat is written in the single-object framing, which every reader
+        given a registry reads: a route never lapses for a registry outage, so no start is
+        refused for it once the registry is back."""
         if not force and self._last is not None and now - self._last < self._heartbeat:
-            return
-        if self._retry_at is not None and now < self._retry_at:
             return
         record = replace(self._template, heartbeat_at=now)
         try:
             value = self._wire.encode(record)
         except SchemaRegistryUnavailable as exc:
-            if self._retry_at is None:
-                log.warning("cannot advertise the build route yet (tried every second): %s", exc)
-            self._retry_at = now + REGISTRY_RETRY
-            return
-        if self._retry_at is not None:
-            log.info("build route advertised: the schema registry answers again")
-            self._retry_at = None
+            if not self._registry_away:
+                log.warning(
+                    "advertising the build route in the single-object framing until the schema "
+                    "registry answers: %s",
+                    exc,
+                )
+            self._registry_away = True
+            value = self._plain.encode(record)
+        else:
+            if self._registry_away:
+                log.info("build route advertised in the registry's framing again")
+            self._registry_away = False
         self._producer.produce(self._names.builds, key=self._key, value=value)
         self._producer.flush(10)
         self._last = now

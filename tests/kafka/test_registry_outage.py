@@ -2,7 +2,8 @@
 its own (``streamflow run <role>``): a namespace written in the Confluent framing whose registry
 is SIGKILLed while 50 runs are in flight. The topologies go on with the schema ids they hold
 until one needs an id it never had (here the timer, for its first wake-up), and there the runs
-wait; restarted while the registry is away (cold: no id in memory), every topology waits. No run
+wait; restarted while the registry is away (cold: no id in memory), every topology waits (the
+processors keep their build route alive, in the framing that needs no registry). No run
 fails, nothing is dead-lettered, no step runs twice for it; once the registry is back (with its
 persistent storage, on the same address, as in a deployment) every run completes with its
 result.
@@ -32,6 +33,7 @@ from streamflow.kafka.manifest import load_manifest
 from streamflow.kafka.naming import Names
 from streamflow.kafka.readers import TopicReader
 from streamflow.testing.processes import ROOT, Cluster, Supervisor
+from streamflow.topologies.registry import DEFAULT_TTL
 from tests.kafka.test_kill_at_fault_points import APP, SPEC, ledger_lines
 
 pytestmark = pytest.mark.kafka
@@ -225,6 +227,7 @@ async def test_runs_wait_for_a_killed_registry_and_complete_once_it_is_back(
             cluster[role].kill()
             cluster[role].close_log()
             cluster.spawn(role)
+        killed_at = time.monotonic()
         supervisor = Supervisor(cluster).start()
         await asyncio.to_thread(
             wait_for,
@@ -233,6 +236,19 @@ async def test_runs_wait_for_a_killed_registry_and_complete_once_it_is_back(
                 for role in ("processor", "worker")
             ),
             "the restarted processor and worker finding the registry away",
+            45,
+            cluster.logs,
+        )
+        # The restarted processors keep their route alive in the framing that needs no
+        # registry; the killed instances' registrations lapse (a start sent now must not be
+        # refused for want of a route once the registry is back, as it once was).
+        await asyncio.to_thread(
+            wait_for,
+            lambda: (
+                time.monotonic() > killed_at + DEFAULT_TTL.total_seconds()
+                and any(v[:1] == b"\xc3" for v in committed(settings, names.builds))
+            ),
+            "a route advertised without the registry, and the killed instances' routes lapsed",
             45,
             cluster.logs,
         )
