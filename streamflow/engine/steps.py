@@ -16,21 +16,13 @@ from datetime import datetime
 from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
-from streamflow.core.errors import EventConflict, PayloadTooLarge, ReplayLimitExceeded
-from streamflow.core.jsonvalue import normalize
-from streamflow.core.limits import check_payload
+from streamflow.core.errors import EventConflict, ReplayLimitExceeded
 from streamflow.core.projection import ProjectedRun
-from streamflow.core.tracing import step_context
 from streamflow.engine.runs import RunCache
 from streamflow.engine.settings import EngineSettings
+from streamflow.workflow.deciding import attempt_step
 from streamflow.workflow.runtime import (
     FlowRuntime,
-    HistoryView,
-    StepInvocation,
-    invoke_step,
-    json_copy,
-    retryable,
-    step_error,
 )
 
 Commit = Callable[[ProjectedRun, tuple[ev.FlowEvent, ...]], Awaitable[None]]
@@ -105,31 +97,12 @@ class StepRunner:
         raise ReplayLimitExceeded(self._s.max_replay_iterations)
 
     async def _attempt(self, effect: d.RunStep, cached: ProjectedRun) -> d.AttemptResult:
-        invocation = StepInvocation(
-            run_id=effect.run_id,
-            step_id=effect.step_id,
-            step_name=effect.step_name,
-            input=json_copy(effect.input),
-            history=HistoryView(cached.history),
-            attempt=effect.attempt,
-            idempotency_key=effect.idempotency_key,
+        return await attempt_step(
+            self._runtime,
+            effect,
+            cached.snapshot,
+            cached.history,
             hook_secret=self._s.hook_secret,
-            trace=step_context(
-                effect.run_id, cached.snapshot.trace, effect.step_id, effect.attempt
-            ),
+            record_limits=self._s.record_limits,
+            pool=self._pool,
         )
-        try:
-            output = await self._call(invocation)
-            value = normalize(output, f"step {effect.step_id} output")
-        except Exception as exc:
-            return d.StepErrored(step_error(exc), retryable=retryable(exc))
-        try:
-            # The same limit as a Kafka worker's: an output too large fails the step at once
-            # (another attempt would run the step's side effect again, for the same output).
-            check_payload(value, f"step {effect.step_id} output", self._s.record_limits)
-        except PayloadTooLarge as exc:
-            return d.StepErrored(f"PayloadTooLarge: {exc}", retryable=False)
-        return d.StepSucceeded(value)
-
-    async def _call(self, invocation: StepInvocation) -> object:
-        return await invoke_step(self._runtime.run_step, invocation, self._pool)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -47,7 +48,7 @@ from streamflow.core.errors import (
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
 from streamflow.core.slots import decide_slot_granted
-from streamflow.core.snapshot import WorkflowRunSnapshot
+from streamflow.core.snapshot import StepStatus, WorkflowRunSnapshot
 from streamflow.core.trace_context import TraceParent
 from streamflow.core.triggers import REQUEST_PREFIX as TRIGGER_REQUEST
 from streamflow.kafka.clients import copartitioned, partition_count
@@ -146,6 +147,7 @@ class Journal(TransactionalTopology):
             hook_partitions=partition_count(self._consumer, self._names.hook_requests),
             limit_partitions=partition_count(self._consumer, self._names.limit_requests),
             shares=self._local.shares,
+            local=None if decisions is None else decisions.local_step,
         )
         self._routes = RouteTable(self._settings)
         self._txn: JournalTransaction | None = None
@@ -351,8 +353,7 @@ class Journal(TransactionalTopology):
             else:
                 # Decided here, by the one writer: of racing starts exactly one creates the run.
                 created = any(isinstance(e, ev.RunCreated) for e in outcome.events)
-                for effect in (*effects, *outcome.effects):
-                    self._output.effect(txn, run_id, effect, now)
+                self._follow(txn, run_id, effects, outcome.effects, now)
                 self._decide_here(txn, run_id, now)
         elif outcome.effects:
             for effect in outcome.effects:
@@ -399,8 +400,7 @@ class Journal(TransactionalTopology):
                 log.warning("run %s: a share for %s not appended (%s)", run_id, holder, exc)
                 continue
             shares.pulled(holder, grant, granted=True)
-            for effect in effects:
-                self._output.effect(txn, run_id, effect, now)
+            self._follow(txn, run_id, effects, (), now)
             self._decide_here(txn, run_id, now)
 
     def _decide_here(self, txn: JournalTransaction, run_id: str, now: datetime) -> None:
@@ -438,10 +438,87 @@ class Journal(TransactionalTopology):
                 self._decisions.forget(run_id)
                 log.debug("run %s: decision not appended here (%s)", run_id, exc)
                 return
-            for effect in (*effects, *outcome.effects):
-                self._output.effect(txn, run_id, effect, now)
+            self._follow(txn, run_id, effects, outcome.effects, now)
             # The prompting event and the decision are produced, not committed.
             faults.hit("journal.after_hosted_decision")
+
+    def _follow(
+        self,
+        txn: JournalTransaction,
+        run_id: str,
+        appended: Sequence[d.Effect],
+        owed: Sequence[d.Effect],
+        now: datetime,
+    ) -> None:
+        """Produce what an append owes other runs (and the token index): ``appended``, what
+        the output returned (among them, as ``RunStep``, the attempts of local steps it
+        started: run here), and ``owed``, the decision's own effects (whose ``RunStep`` are
+        the workers' tasks, produced with their ``step_started``)."""
+        for effect in (*appended, *owed):
+            if not isinstance(effect, d.RunStep):
+                self._output.effect(txn, run_id, effect, now)
+        for effect in appended:
+            if isinstance(effect, d.RunStep) and self._running(effect):
+                self._run_local(txn, effect, now)
+
+    def _running(self, effect: d.RunStep) -> bool:
+        """Whether ``effect``'s attempt is still the step's running one (a local step's, which
+        the output returned: nothing ends it within the transaction but its own outcome)."""
+        snap = self.snapshot(effect.run_id)
+        step = None if snap is None else snap.steps.get(effect.step_id)
+        return (
+            step is not None
+            and step.status is StepStatus.RUNNING
+            and (step.attempt == effect.attempt)
+        )
+
+    def _run_local(self, txn: JournalTransaction, effect: d.RunStep, now: datetime) -> None:
+        """Run one attempt of a local step here, now, and append its outcome in this
+        transaction (``journal_decisions``): a crash before the commit aborts both, and the
+        request that prompted the attempt is handled again, the attempt with it. An outcome
+        that cannot be appended hands the attempt to the build's workers instead."""
+        assert self._decisions is not None
+        run_id = effect.run_id
+        snap = self.snapshot(run_id)
+        assert snap is not None
+        staged = txn.staged.get(run_id, [])
+        started = next(
+            e.sequence
+            for e in reversed(staged)
+            if isinstance(e.event, ev.StepStarted) and e.event.step_id == effect.step_id
+        )
+        result = self._decisions.attempt(
+            effect, snap, staged, lambda: self.stored(run_id), self._limits
+        )
+        # The attempt ran; its outcome is not produced yet.
+        faults.hit("journal.after_local_step")
+        decision = d.decide_step_result(
+            snap, effect.step_id, effect.attempt, result, failed_at=self._clock(), now=now
+        )
+        if isinstance(decision, d.Rejected):
+            # Nothing but its own outcome ends a running attempt within the transaction.
+            log.warning("run %s: local step %s: %s", run_id, effect.step_id, decision.error)
+            return
+        try:
+            effects = self._output.append(txn, snap, decision.events, now)
+        except SchemaRegistryUnavailable:
+            raise  # a registry outage: tried again, never refused
+        except FlowError as exc:
+            self._local.rebuild(txn, run_id)
+            self._decisions.forget(run_id)
+            log.warning(
+                "run %s: the outcome of local step %s (attempt %d) cannot be recorded here "
+                "(%s): the attempt goes to the build's workers",
+                run_id,
+                effect.step_id,
+                effect.attempt,
+                exc,
+            )
+            rebuilt = self.snapshot(run_id)
+            assert rebuilt is not None
+            self._output.hand_over(rebuilt, effect, started)
+            return
+        self._follow(txn, run_id, effects, decision.effects, now)
 
     def _fitted_result(
         self,

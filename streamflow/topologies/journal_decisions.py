@@ -30,7 +30,9 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from streamflow.core import decide as d
 from streamflow.core import events as ev
+from streamflow.core.limits import RecordLimits
 from streamflow.core.lru import LruCache
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.snapshot import WorkflowRunSnapshot
@@ -85,6 +87,23 @@ class HostedDecisions:
         if any(isinstance(e, ev.HookCreated) for e in verdict.events):
             return None  # its token is claimed through the hooks topology: a processor's job
         return verdict.events
+
+    def local_step(self, snap: WorkflowRunSnapshot, step_name: str) -> bool:
+        """Whether step ``step_name`` of the run is a local step of a build decided here."""
+        return self._decider.local_step(snap, step_name)
+
+    def attempt(
+        self,
+        effect: d.RunStep,
+        snap: WorkflowRunSnapshot,
+        staged: Sequence[ev.FlowEventEnvelope],
+        stored: Callable[[], list[ev.FlowEventEnvelope]],
+        record_limits: RecordLimits,
+    ) -> d.AttemptResult:
+        """Run one attempt of a local step of the run here, now (its step code sees the run's
+        history as the open transaction leaves it)."""
+        history = self._history(snap, staged, stored) or []
+        return self._decider.run_local(effect, snap, history, record_limits)
 
     def _history(
         self,

@@ -122,8 +122,13 @@ class JournalOutput:
         hook_partitions: int,
         limit_partitions: int,
         shares: JournalShares,
+        local: Callable[[WorkflowRunSnapshot, str], bool] | None = None,
     ) -> None:
+        """``local(snap, step_name)``: whether an attempt of that step of the run is run by
+        this journal (a local step of a build it decides): its ``step_started`` owes no task
+        to the workers, and :meth:`append` returns it as a ``RunStep`` effect instead."""
         self._port = port
+        self._local = local
         self._names = names
         self._wire = wire
         self._source = source
@@ -251,14 +256,45 @@ class JournalOutput:
             )
             evolve(snap, envelope)
             task = self._task(snap, event, envelope.sequence)
+            if task is not None and self._local_attempt(snap, event, effects):
+                task = None
             value = self._wire.encode(envelope)
             encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
             effects += newly_owed(prior, owed(snap))
 
+    def _local_attempt(
+        self, snap: WorkflowRunSnapshot, event: ev.FlowEvent, effects: list[d.Effect]
+    ) -> bool:
+        """Whether the attempt ``event`` (a ``step_started``) starts is this journal's to run:
+        then it is added to ``effects`` as a ``RunStep``."""
+        assert isinstance(event, ev.StepStarted)
+        step = snap.steps[event.step_id]
+        if self._local is None or not self._local(snap, step.step_name):
+            return False
+        effects.append(
+            d.RunStep(
+                run_id=snap.run_id,
+                step_id=step.step_id,
+                step_name=step.step_name,
+                input=step.input,
+                attempt=event.attempt,
+                retry=step.retry,
+            )
+        )
+        return True
+
+    def hand_over(self, snap: WorkflowRunSnapshot, effect: d.RunStep, sequence: int) -> None:
+        """Send a local attempt (started at ``sequence``) whose outcome this journal could not
+        record to the build's workers, as a step task: the attempt then runs as any step's."""
+        started = ev.StepStarted(step_id=effect.step_id, attempt=effect.attempt)
+        task = self._task(snap, started, sequence)
+        assert task is not None
+        self._produce_task(snap, task, started)
+
     def effect(self, txn: StagedWrites, origin: str, effect: d.Effect, now: datetime) -> None:
         """Produce the record that carries one follow-up to its run (or to the token index)."""
         if isinstance(effect, d.RunStep):
-            return  # step tasks go with their step_started
+            return  # step tasks go with their step_started; a local attempt is the journal's
         if isinstance(effect, d.SlotRelease):
             # A grant its run no longer takes (cancelled or ended meanwhile): give it back.
             release = m.ReleaseSlot(

@@ -54,6 +54,7 @@ from streamflow.workflow.flow_control import DeclaredLimits, LimitDeclarations
 from streamflow.workflow.runtime import FlowRuntime, StepInvocation, WorkflowInvocation
 from streamflow.workflow.steps import (
     Step,
+    StepDecorator,
     StepInfo,
     remember_step,
     signature_of,
@@ -416,7 +417,8 @@ class App(FlowRuntime):
         timeout: float | None = None,
         concurrency: LimitDeclarations = None,
         rate_limit: LimitDeclarations = None,
-    ) -> _StepDecorator: ...
+        local: bool = False,
+    ) -> StepDecorator: ...
 
     def step(
         self,
@@ -428,13 +430,19 @@ class App(FlowRuntime):
         timeout: float | None = None,
         concurrency: LimitDeclarations = None,
         rate_limit: LimitDeclarations = None,
-    ) -> Step[Any, Any] | _StepDecorator:
+        local: bool = False,
+    ) -> Step[Any, Any] | StepDecorator:
         """Register a step function (``def`` or ``async def``, at most one argument) as step
         ``name`` (default: the function's name), with a default ``retry`` policy and a
         per-attempt ``timeout`` in seconds. Use bare (``@app.step``) or with options.
         ``concurrency`` and ``rate_limit`` limit its attempts across every worker, as on
-        :meth:`workflow` (kept in :attr:`Step.limits`; :meth:`Step.claims`)."""
-        decorator = _StepDecorator(self, name, retry, timeout, (concurrency, rate_limit))
+        :meth:`workflow` (kept in :attr:`Step.limits`; :meth:`Step.claims`). ``local``: run
+        its attempts where the run is decided, right after the decision, and record each
+        outcome with the decision (docs/semantics.md, *Local steps*); a local step has a
+        timeout (default 10 seconds) and no limits."""
+        decorator = StepDecorator(
+            self._add_step, name, retry, timeout, (concurrency, rate_limit), local=local
+        )
         return decorator if fn is None else decorator(fn)
 
     def _add_step(self, step: Step[Any, Any]) -> None:
@@ -507,6 +515,11 @@ class App(FlowRuntime):
         """Every registered ``(name, version)``: each version of a name is served."""
         return list(self._workflows)
 
+    def local_step(self, step_name: str) -> bool:
+        """Whether step ``step_name`` is registered ``local=True``."""
+        step = self._steps.get(step_name)
+        return step is not None and step.local
+
     def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand:
         """The next command of the run (its registered workflow run against its history)."""
         return self.registered(invocation.spec).decide(invocation, self._parked)
@@ -520,48 +533,6 @@ class App(FlowRuntime):
                 f"step {invocation.step_name!r} is not registered with this App ({known})"
             )
         return await step.run(invocation)
-
-
-class _StepDecorator:
-    """``@app.step(name=..., retry=..., timeout=..., concurrency=..., rate_limit=...)``."""
-
-    def __init__(
-        self,
-        app: App,
-        name: str | None,
-        retry: RetryPolicy | None,
-        timeout: float | None,
-        limits: tuple[LimitDeclarations, LimitDeclarations] = (None, None),
-    ) -> None:
-        self._app = app
-        self._name = name
-        self._retry = retry
-        self._timeout = timeout
-        self._limits = limits
-
-    @overload
-    def __call__(self, fn: Callable[[], Coroutine[Any, Any, R]], /) -> Step[None, R]: ...
-
-    @overload
-    def __call__(self, fn: Callable[[A], Coroutine[Any, Any, R]], /) -> Step[A, R]: ...
-
-    @overload
-    def __call__(self, fn: Callable[[], R], /) -> Step[None, R]: ...
-
-    @overload
-    def __call__(self, fn: Callable[[A], R], /) -> Step[A, R]: ...
-
-    def __call__(self, fn: Callable[..., Any], /) -> Step[Any, Any]:
-        name = self._name or fn.__name__
-        step: Step[Any, Any] = Step(
-            fn,
-            name=name,
-            retry=self._retry,
-            timeout=self._timeout,
-            limits=DeclaredLimits.of(f"step {name}", *self._limits),
-        )
-        self._app._add_step(step)
-        return step
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -35,15 +36,25 @@ from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.commands import RuntimeCommand
 from streamflow.core.errors import (
     FlowError,
+    PayloadTooLarge,
     ReplayLimitExceeded,
     RuntimeFailure,
 )
+from streamflow.core.jsonvalue import normalize
+from streamflow.core.limits import RecordLimits, check_payload
 from streamflow.core.projection import ProjectedRun
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.tokens import HookSecret
+from streamflow.core.tracing import step_context
 from streamflow.workflow.runtime import (
     FlowRuntime,
+    HistoryView,
+    StepInvocation,
     checked_command,
+    invoke_step,
+    json_copy,
+    retryable,
+    step_error,
     workflow_failures,
     workflow_invocation,
 )
@@ -262,11 +273,74 @@ class RunDecider:
         events = tuple(_cleanup_failed(e, error) for e in decision.events)
         return Propose(events, decision.effects, decision.suspend, decided=True)
 
+    def local_step(self, snap: WorkflowRunSnapshot, step_name: str) -> bool:
+        """Whether step ``step_name`` of ``snap``'s run is a local step this decider runs
+        (its build is one this decider serves, and its runtime says so)."""
+        return self.admits(snap) and self._runtime.local_step(step_name)
+
+    def run_local(
+        self,
+        effect: d.RunStep,
+        snap: WorkflowRunSnapshot,
+        history: Sequence[ev.FlowEventEnvelope],
+        record_limits: RecordLimits,
+    ) -> d.AttemptResult:
+        """Run one attempt of a local step here, now, on this decider's event loop (a plain
+        ``def`` step on the loop's default thread pool): :func:`attempt_step`."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        attempt = attempt_step(
+            self._runtime,
+            effect,
+            snap,
+            history,
+            hook_secret=self._hook_secret,
+            record_limits=record_limits,
+        )
+        return self._loop.run_until_complete(attempt)
+
     def close(self) -> None:
         """Close the event loop :meth:`decide` made, if it made one."""
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+
+async def attempt_step(
+    runtime: FlowRuntime,
+    effect: d.RunStep,
+    snap: WorkflowRunSnapshot,
+    history: Sequence[ev.FlowEventEnvelope],
+    *,
+    hook_secret: HookSecret | None,
+    record_limits: RecordLimits,
+    pool: Executor | None = None,
+) -> d.AttemptResult:
+    """Run one step attempt of ``snap``'s run in this process (the embedded engine's steps,
+    and a local step where its run is decided) and say how it went. An output over the
+    record-size limit fails the step at once, as a Kafka worker's does: another attempt would
+    run the side effect again for the same output."""
+    invocation = StepInvocation(
+        run_id=effect.run_id,
+        step_id=effect.step_id,
+        step_name=effect.step_name,
+        input=json_copy(effect.input),
+        history=HistoryView(history),
+        attempt=effect.attempt,
+        idempotency_key=effect.idempotency_key,
+        hook_secret=hook_secret,
+        trace=step_context(effect.run_id, snap.trace, effect.step_id, effect.attempt),
+    )
+    try:
+        output = await invoke_step(runtime.run_step, invocation, pool)
+        value = normalize(output, f"step {effect.step_id} output")
+    except Exception as exc:
+        return d.StepErrored(step_error(exc), retryable=retryable(exc))
+    try:
+        check_payload(value, f"step {effect.step_id} output", record_limits)
+    except PayloadTooLarge as exc:
+        return d.StepErrored(f"PayloadTooLarge: {exc}", retryable=False)
+    return d.StepSucceeded(value)
 
 
 MAX_CLEANUP_ERROR_CHARS = 500

@@ -319,6 +319,13 @@ class FlowRuntime:
         every version it registers."""
         return None
 
+    def local_step(self, step_name: str) -> bool:
+        """Whether attempts of step ``step_name`` run where the run is decided, right after
+        the decision, with their outcome recorded alongside it (docs/semantics.md, *Local
+        steps*). The default is ``False``; ``streamflow.App`` answers ``@app.step(local=True)``.
+        """
+        return False
+
     def run_step(self, invocation: StepInvocation) -> object:
         """Run one attempt of step ``invocation.step_name`` and return its JSON output. Raise to
         fail the attempt (the retry policy decides what follows) or ``NonRetryable`` to fail the

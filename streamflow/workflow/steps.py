@@ -12,7 +12,7 @@ import typing
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, overload
 from weakref import WeakKeyDictionary
 
 from streamflow.core.admission import LimitClaim
@@ -21,14 +21,26 @@ from streamflow.core.jsonvalue import JsonValue
 from streamflow.core.retry import RetryPolicy
 from streamflow.core.tokens import derive_hook_token
 from streamflow.workflow.errors import NotAStep
-from streamflow.workflow.flow_control import DeclaredLimits
+from streamflow.workflow.flow_control import DeclaredLimits, LimitDeclarations
 from streamflow.workflow.runtime import StepInvocation
 from streamflow.workflow.typed import decode, encode
 
-__all__ = ["Step", "StepInfo", "signature_of", "step_info", "step_of"]
+__all__ = [
+    "LOCAL_STEP_TIMEOUT",
+    "Step",
+    "StepDecorator",
+    "StepInfo",
+    "signature_of",
+    "step_info",
+    "step_of",
+]
 
 A = TypeVar("A")
 R = TypeVar("R")
+
+LOCAL_STEP_TIMEOUT = 10.0
+"""Seconds an attempt of a local step may take when its ``timeout`` is not given: it runs
+where its run is decided, which waits for it (docs/semantics.md, *Local steps*)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +109,21 @@ class Step(Generic[A, R]):
         retry: RetryPolicy | None,
         timeout: float | None,
         limits: DeclaredLimits | None = None,
+        local: bool = False,
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise InvalidWorkflow(f"step {name}: timeout must be positive, got {timeout}")
+        if local and limits is not None:
+            raise InvalidWorkflow(
+                f"step {name}: a local step runs where its run is decided, at once: it takes "
+                "no concurrency or rate limits"
+            )
         self.fn = fn
         self.name = name
         self.retry = None if retry is None else retry.validate()
-        self.timeout = timeout
+        self.local = local
+        """Whether its attempts run where the run is decided (``@app.step(local=True)``)."""
+        self.timeout = LOCAL_STEP_TIMEOUT if local and timeout is None else timeout
         self.limits = limits
         """The step's ``concurrency=`` and ``rate_limit=`` declarations (``None``: none)."""
         self.takes_input, self.input_type, self.output_type = signature_of(fn, 0)
@@ -181,3 +201,50 @@ def step_of(fn: object) -> Step[Any, Any]:
 def remember_step(step: Step[Any, Any]) -> None:
     """Make :func:`step_of` answer ``step`` for its function (what ``@app.step`` registers)."""
     _STEPS[step.fn] = step
+
+
+class StepDecorator:
+    """``@app.step(name=..., retry=..., timeout=..., concurrency=..., rate_limit=...,
+    local=...)``: builds the :class:`Step` and hands it to ``register``."""
+
+    def __init__(
+        self,
+        register: Callable[[Step[Any, Any]], None],
+        name: str | None,
+        retry: RetryPolicy | None,
+        timeout: float | None,
+        limits: tuple[LimitDeclarations, LimitDeclarations] = (None, None),
+        *,
+        local: bool = False,
+    ) -> None:
+        self._register = register
+        self._name = name
+        self._retry = retry
+        self._timeout = timeout
+        self._limits = limits
+        self._local = local
+
+    @overload
+    def __call__(self, fn: Callable[[], Coroutine[Any, Any, R]], /) -> Step[None, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[A], Coroutine[Any, Any, R]], /) -> Step[A, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[], R], /) -> Step[None, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[A], R], /) -> Step[A, R]: ...
+
+    def __call__(self, fn: Callable[..., Any], /) -> Step[Any, Any]:
+        name = self._name or fn.__name__
+        step: Step[Any, Any] = Step(
+            fn,
+            name=name,
+            retry=self._retry,
+            timeout=self._timeout,
+            limits=DeclaredLimits.of(f"step {name}", *self._limits),
+            local=self._local,
+        )
+        self._register(step)
+        return step

@@ -1,7 +1,8 @@
 """Child process for the kill -9 tests: drives one run of N sequential steps on RocksDB.
 
 Each step appends ``step attempt`` to a ledger file (flushed and fsynced) before returning, so
-the parent can count real side effects across process deaths.
+the parent can count real side effects across process deaths. With
+``STREAMFLOW_TEST_LOCAL_STEPS=1`` its steps are local steps (``local_step``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class Ledgered(FlowRuntime):
             if not ctx.step_completed(f"s{i}"):
                 return ctx.schedule_step(f"s{i}", "effect", {"i": i})
         return ctx.complete({"steps": self.steps})
+
+    def local_step(self, step_name):
+        return os.environ.get("STREAMFLOW_TEST_LOCAL_STEPS") == "1"
 
     def run_step(self, invocation):
         with open(self.ledger, "a") as ledger:

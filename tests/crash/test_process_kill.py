@@ -19,8 +19,11 @@ STEPS = 6
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_child(db: Path, ledger: Path, faults: str | None) -> subprocess.CompletedProcess[str]:
+def run_child(
+    db: Path, ledger: Path, faults: str | None, *, local: bool = False
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "STREAMFLOW_FAULTS"}
+    env["STREAMFLOW_TEST_LOCAL_STEPS"] = "1" if local else "0"
     if faults:
         env["STREAMFLOW_FAULTS"] = faults
     return subprocess.run(
@@ -60,15 +63,18 @@ def read_history(db: Path):
         "engine.after_append:kill@16",
     ],
 )
-def test_kill_minus_nine_then_restart_never_reruns_a_completed_step(tmp_path, fault):
+@pytest.mark.parametrize("local", [False, True], ids=["steps", "local-steps"])
+def test_kill_minus_nine_then_restart_never_reruns_a_completed_step(tmp_path, fault, local):
+    """Local steps (``local_step``) keep the same guarantees: the embedded engine runs every
+    step in its own process already."""
     db, ledger = tmp_path / "db", tmp_path / "ledger"
-    crashed = run_child(db, ledger, fault)
+    crashed = run_child(db, ledger, fault, local=local)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     durable = read_history(db)
     completed = {e.event.step_id for e in durable if isinstance(e.event, StepCompleted)}
     assert project("run-1", durable).status is not WorkflowRunStatus.COMPLETED
 
-    resumed = run_child(db, ledger, None)
+    resumed = run_child(db, ledger, None, local=local)
     assert resumed.returncode == 0, resumed.stderr
 
     history = read_history(db)

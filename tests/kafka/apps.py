@@ -13,6 +13,7 @@ it needs. Without the variable (or the hold file), steps run at once.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from datetime import timedelta
 
@@ -80,6 +81,22 @@ class Ledgered(FlowRuntime):
                 out.write(f"{invocation.run_id} {invocation.step_id} {invocation.attempt} ")
                 out.write(f"{ctx.trace_id:032x} {ctx.span_id:016x}\n")
         return {"done": invocation.step_id}
+
+
+class LocalLedgered(Ledgered):
+    """:class:`Ledgered` whose steps are local: a journal deciding its runs (``--decide``) runs
+    them itself. Each execution also appends ``run step topology`` to ``<ledger>.where``
+    (the topology: the ``streamflow run`` role of the process)."""
+
+    def local_step(self, step_name: str) -> bool:
+        return step_name == "effect"
+
+    def run_step(self, invocation: StepInvocation) -> object:
+        output = super().run_step(invocation)
+        role = sys.argv[sys.argv.index("run") + 1] if "run" in sys.argv else "?"
+        with open(os.environ["STREAMFLOW_TEST_LEDGER"] + ".where", "a") as where:
+            where.write(f"{invocation.run_id} {invocation.step_id} {role}\n")
+        return output
 
 
 PARENT_SPEC_NAME = "drills.parent"

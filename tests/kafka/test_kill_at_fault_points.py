@@ -58,7 +58,22 @@ DECIDING = [
     ("journal", "journal.after_commit_before_state:kill@3"),
     ("worker", "worker.after_effect_before_result:kill@6"),
 ]
-CASES = [(*case, False) for case in FAULT_POINTS] + [(*case, True) for case in DECIDING]
+LOCAL = [
+    # Every step is local (``LocalLedgered``) and the journal decides: it runs each attempt
+    # in the transaction that records it. Killed after an attempt ran and before its outcome
+    # is committed, the attempt runs again (at least once), with the same number and key.
+    ("journal", "journal.after_local_step:kill@5"),
+    ("journal", "journal.after_hosted_decision:kill@5"),
+    # A run takes two transactions (start, two steps and the timer; the wake-up, the last
+    # step and the end), and the eight runs share them: the second is sure to come.
+    ("journal", "journal.after_produce_before_commit:kill@2"),
+    ("journal", "journal.after_commit_before_state:kill@2"),
+]
+CASES = (
+    [(*case, "") for case in FAULT_POINTS]
+    + [(*case, "journal-decides") for case in DECIDING]
+    + [(*case, "local-steps") for case in LOCAL]
+)
 
 
 def committed_history(kafka) -> dict[str, list]:
@@ -103,19 +118,20 @@ def ledger_lines(path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("role", "fault", "decide"),
+    ("role", "fault", "mode"),
     CASES,
-    ids=[f + ("-journal-decides" if decide else "") for _, f, decide in CASES],
+    ids=[f"{f}-{mode}" if mode else f for _, f, mode in CASES],
 )
 async def test_kill_9_at_a_fault_point_loses_and_duplicates_nothing(
-    kafka, tmp_path, role, fault, decide
+    kafka, tmp_path, role, fault, mode
 ):
     admin.apply(kafka, load_manifest(), profile="dev", partitions=2)
     ledger = tmp_path / "ledger"
+    decide = bool(mode)
     cluster = Cluster(
         kafka,
         tmp_path,
-        app=APP,
+        app="tests.kafka.apps:LocalLedgered" if mode == "local-steps" else APP,
         faults={role: fault},
         args={"journal": ("--decide",)} if decide else None,
         env={"STREAMFLOW_TEST_LEDGER": str(ledger), "STREAMFLOW_LOG_LEVEL": "WARNING"},
@@ -167,3 +183,9 @@ async def test_kill_9_at_a_fault_point_loses_and_duplicates_nothing(
         assert max(effects.values()) == 2
     if role in ("journal", "processor", "timer"):
         assert max(effects.values()) <= 2  # at least once; redelivery only after a crash
+    if mode == "local-steps":
+        # The journal ran every attempt; no step task reached a worker.
+        where = Counter(role for *_, role in ledger_lines(ledger.with_suffix(".where")))
+        assert set(where) == {"journal"}, where
+        if fault.startswith("journal.after_local_step"):
+            assert max(effects.values()) == 2  # the attempt the kill interrupted ran again
