@@ -228,6 +228,7 @@ class JournalOutput:
                 self._produce_task(snap, task, event)
             elif isinstance(event, ev.MessagePublished):
                 self.publications.produce(self.produce, envelope)
+                faults.hit("journal.after_publication_produced")
             if event.is_terminal():
                 self._finished(snap, now)
         if self._refused.pop(run_id) is not None:

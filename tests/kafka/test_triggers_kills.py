@@ -56,9 +56,9 @@ def test_sigkill_of_triggers_and_journal_leaves_one_start_request_per_record(kaf
         app=APP,
         faults={
             "triggers": "triggers.after_produce_before_commit:kill@1",
-            # The 100th decision the journal makes itself (a run's publication and its end),
-            # produced and not committed.
-            "journal": "journal.after_hosted_decision:kill@100",
+            # The 100th publication the journal produces (in the transaction of its run's
+            # decision to publish), not committed: the aborted transaction holds one for sure.
+            "journal": "journal.after_publication_produced:kill@100",
         },
         env={TOPIC_ENV: topic, PUBLISH_ENV: published, "STREAMFLOW_LOG_LEVEL": "WARNING"},
         args={"journal": ("--decide",)},
