@@ -29,6 +29,13 @@ class NoopSteps(FlowRuntime):
         return None
 
 
+class LocalNoopSteps(NoopSteps):
+    """:class:`NoopSteps` whose steps are local: a journal that decides runs them itself."""
+
+    def local_step(self, step_name: str) -> bool:
+        return True
+
+
 DURABLE = App(export="bench.apps:DURABLE")
 """The same workload written with ``streamflow.App``: the steps awaited in a loop."""
 

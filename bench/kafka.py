@@ -15,10 +15,12 @@ The topologies run as separate processes (``streamflow run <role>``), as in a de
 broker this command starts is loaded until its JIT compiler settles before anything is measured
 (``--no-warm-up``: measure it cold), and its CPU is also reported by thread group.
 Run: ``.venv/bin/python -m bench.kafka [--runs 1000] [--latency-runs 200] [--w3-steps 500]
-[--rss-runs 10000] [--brokers 3]``. The broker's CPU is measured when this process starts it
-(no ``STREAMFLOW_BOOTSTRAP``). ``--brokers 3`` runs on a 3-node KRaft cluster on loopback with the
-production profile (replication factor 3, ``min.insync.replicas=2``; producers use acks=all):
-the durable configuration, CPU summed over the three nodes.
+[--rss-runs 10000] [--brokers 3] [--no-decide] [--local-steps]`` (``--local-steps``: the
+steps are local steps, which the deciding journal runs itself). The broker's CPU is measured
+when this process starts it (no ``STREAMFLOW_BOOTSTRAP``). ``--brokers 3`` runs on a 3-node
+KRaft cluster on loopback with the production profile (replication factor 3,
+``min.insync.replicas=2``; producers use acks=all): the durable configuration, CPU summed over
+the three nodes.
 """
 
 from __future__ import annotations
@@ -295,6 +297,7 @@ async def main(
     brokers: int = 1,
     decide: bool = True,
     warm: bool = True,
+    local_steps: bool = False,
 ) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="streamflow-kbench-"))
     if brokers > 1:
@@ -312,13 +315,15 @@ async def main(
     env = {"STREAMFLOW_LOG_LEVEL": "WARNING", "STREAMFLOW_JOURNAL_DECIDES": "1" if decide else "0"}
     if os.environ.get("STREAMFLOW_PROFILE_DIR"):
         env["STREAMFLOW_PROFILE_DIR"] = os.environ["STREAMFLOW_PROFILE_DIR"]
-    cluster = Cluster(settings, root, app="bench.apps:NoopSteps", env=env)
+    app = "bench.apps:LocalNoopSteps" if local_steps else "bench.apps:NoopSteps"
+    cluster = Cluster(settings, root, app=app, env=env)
     cluster.start()
     client = FlowClient(settings, request_timeout=300)
     results: dict[str, object] = {
         "partitions": PARTITIONS,
         "brokers": brokers,
         "journal_decides": decide,
+        "local_steps": local_steps,
     }
     try:
         await asyncio.to_thread(cluster.wait_for_route)
@@ -410,6 +415,11 @@ if __name__ == "__main__":
         action="store_false",
         help="measure a broker whose JIT compiler has not settled (its first minute)",
     )
+    parser.add_argument(
+        "--local-steps",
+        action="store_true",
+        help="the steps are local (@app.step(local=True)): a deciding journal runs them",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     figures = asyncio.run(
@@ -422,6 +432,7 @@ if __name__ == "__main__":
             args.brokers,
             args.decide,
             args.warm,
+            args.local_steps,
         )
     )
     text = json.dumps(figures, indent=2)

@@ -16,7 +16,10 @@ started at once (runs/s); W2 200 one-step runs one after another (start to resul
 W3 one run of 500 sequential steps (ms per step; the last 100 steps over the first 100).
 
 Run: ``.venv/bin/python -m bench.versus --restate PEERS/restate --restate-python VENV/bin/python
---restate-npm NPM_PREFIX [--rounds 2] [--out bench/results/versus-DATE.txt]``.
+--restate-npm NPM_PREFIX [--rounds 2] [--brokers 3] [--local-steps] [--no-embedded] [--out
+bench/results/versus-DATE.txt]`` (``--brokers 3``: streamflow on a 3-node KRaft cluster with
+replication factor 3; ``--local-steps``: a second Kafka row whose steps are local, run by the
+deciding journal).
 """
 
 from __future__ import annotations
@@ -44,12 +47,15 @@ def run_json(label: str, command: list[str], out: Path, env: dict[str, str]) -> 
     return figures
 
 
-def streamflow_kafka(scratch: Path) -> Figures:
-    out = scratch / "kafka.json"
+def streamflow_kafka(scratch: Path, *, brokers: int = 1, local_steps: bool = False) -> Figures:
+    name = "kafka-local.json" if local_steps else "kafka.json"
+    out = scratch / name
     # Its own broker (no STREAMFLOW_BOOTSTRAP), so that the broker's CPU is measured too.
     env = {k: v for k, v in os.environ.items() if k != "STREAMFLOW_BOOTSTRAP"}
     command = [sys.executable, "-m", "bench.kafka", "--rss-runs", "0", "--json", str(out)]
-    return run_json("streamflow on Kafka", command, out, env)
+    command += ["--brokers", str(brokers)] + (["--local-steps"] if local_steps else [])
+    label = "streamflow on Kafka" + (", local steps" if local_steps else "")
+    return run_json(label, command, out, env)
 
 
 def streamflow_embedded(scratch: Path) -> Figures:
@@ -163,12 +169,25 @@ def main() -> None:
     parser.add_argument("--restate-python", required=True, help="python with restate-sdk")
     parser.add_argument("--restate-npm", required=True, help="npm prefix with restate-server")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--brokers", type=int, default=1, help="3: streamflow on a 3-node cluster, RF 3"
+    )
+    parser.add_argument(
+        "--local-steps",
+        action="store_true",
+        help="also run streamflow on Kafka with local steps (run by the deciding journal)",
+    )
+    parser.add_argument(
+        "--no-embedded", dest="embedded", action="store_false", help="skip the embedded rows"
+    )
     parser.add_argument("--out", type=Path, help="also write the report (and .json beside it)")
     args = parser.parse_args()
     scratch_root = Path(tempfile.mkdtemp(prefix="streamflow-versus-"))
     versions = peer_versions(args.restate_python, args.restate_npm)
     report: list[str] = [
-        f"python -m bench.versus --rounds {args.rounds}",
+        f"python -m bench.versus --rounds {args.rounds} --brokers {args.brokers}"
+        + (" --local-steps" if args.local_steps else "")
+        + ("" if args.embedded else " --no-embedded"),
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; peers: {versions}",
     ]
@@ -177,16 +196,21 @@ def main() -> None:
         print(f"round {round_number}", file=sys.stderr)
         scratch = scratch_root / f"round{round_number}"
         scratch.mkdir()
-        kafka = streamflow_kafka(scratch)
-        embedded = streamflow_embedded(scratch)
+        kafka = streamflow_kafka(scratch, brokers=args.brokers)
+        local = (
+            streamflow_kafka(scratch, brokers=args.brokers, local_steps=True)
+            if args.local_steps
+            else None
+        )
+        embedded = streamflow_embedded(scratch) if args.embedded else None
         peer = restate(scratch, args.restate, args.restate_python, args.restate_npm)
-        raw.append({"kafka": kafka, "embedded": embedded, "restate": peer})
-        rows = {
-            "Restate": restate_row(peer),
-            "streamflow Kafka": kafka_row(kafka),
-            "embedded sync=True": embedded_row(embedded["rocksdb_sync"]),
-            "embedded no fsync": embedded_row(embedded["rocksdb"]),
-        }
+        raw.append({"kafka": kafka, "kafka_local": local, "embedded": embedded, "restate": peer})
+        rows = {"Restate": restate_row(peer), "streamflow Kafka": kafka_row(kafka)}
+        if local is not None:
+            rows["Kafka local steps"] = kafka_row(local)
+        if embedded is not None:
+            rows["embedded sync=True"] = embedded_row(embedded["rocksdb_sync"])
+            rows["embedded no fsync"] = embedded_row(embedded["rocksdb"])
         report += ["", f"round {round_number} (ratios to Restate in parentheses)"]
         report.append(table(rows, "Restate"))
     text = "\n".join(report)

@@ -62,10 +62,13 @@ class LocalState:
         """A read that raises ``StoreError`` when RocksDB fails (damage is never a miss)."""
         return rocks_get(self._families[family], key, f"local state {self.path} ({family})")
 
-    def scan(self, family: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        """Keys starting with ``prefix``, in order; ``StoreError`` when RocksDB fails."""
+    def scan(
+        self, family: str, prefix: bytes = b"", start: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Keys starting with ``prefix``, in order, from ``start`` (default: the first such
+        key); ``StoreError`` when RocksDB fails."""
         where = f"local state {self.path} ({family})"
-        for key, value in rocks_scan(self._families[family], where, prefix):
+        for key, value in rocks_scan(self._families[family], where, start or prefix):
             if not key.startswith(prefix):
                 return
             yield key, value

@@ -18,10 +18,12 @@ and the cached runs are ``journal_state``'s.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Unpack
 
@@ -58,7 +60,11 @@ from streamflow.otel import header_trace
 from streamflow.serde import messages as m
 from streamflow.topologies.common import LocalState, send_dead_letter
 from streamflow.topologies.eos import TransactionalTopology
-from streamflow.topologies.journal_decisions import MAX_ROUNDS, HostedDecisions
+from streamflow.topologies.journal_decisions import (
+    MAX_LOCAL_ROUNDS,
+    MAX_ROUNDS,
+    HostedDecisions,
+)
 from streamflow.topologies.journal_output import (
     CALLBACK_CONFLICTS,
     SEQUENCE_CONFLICTS,
@@ -406,15 +412,19 @@ class Journal(TransactionalTopology):
     def _decide_here(self, txn: JournalTransaction, run_id: str, now: datetime) -> None:
         """Decide the run in this process when its build is one the journal was given, and
         append the decision in the open transaction (``journal_decisions``), checked as a
-        processor's proposal at the run's current sequence would be."""
+        processor's proposal at the run's current sequence would be. At most ``MAX_ROUNDS``
+        decisions, or, while they run local steps, as many as fit in the transaction's commit
+        interval (at most ``MAX_LOCAL_ROUNDS``): the build's processors take up a run left
+        undecided."""
         if self._decisions is None:
             return
-        for _ in range(MAX_ROUNDS):
+        began = self._open or time.monotonic()
+        for rounds in range(1, MAX_LOCAL_ROUNDS + 1):
             snap = self.snapshot(run_id)
             if snap is None:
                 return
             events = self._decisions.decide(
-                snap, txn.staged.get(run_id, ()), lambda: self.stored(run_id), now
+                snap, txn.staged.get(run_id, ()), partial(self.stored, run_id), now
             )
             if events is None:
                 return
@@ -438,9 +448,13 @@ class Journal(TransactionalTopology):
                 self._decisions.forget(run_id)
                 log.debug("run %s: decision not appended here (%s)", run_id, exc)
                 return
-            self._follow(txn, run_id, effects, outcome.effects, now)
+            ran = self._follow(txn, run_id, effects, outcome.effects, now)
             # The prompting event and the decision are produced, not committed.
             faults.hit("journal.after_hosted_decision")
+            if rounds >= MAX_ROUNDS and (
+                not ran or time.monotonic() - began >= self._commit_interval
+            ):
+                return
 
     def _follow(
         self,
@@ -449,17 +463,21 @@ class Journal(TransactionalTopology):
         appended: Sequence[d.Effect],
         owed: Sequence[d.Effect],
         now: datetime,
-    ) -> None:
+    ) -> int:
         """Produce what an append owes other runs (and the token index): ``appended``, what
         the output returned (among them, as ``RunStep``, the attempts of local steps it
         started: run here), and ``owed``, the decision's own effects (whose ``RunStep`` are
-        the workers' tasks, produced with their ``step_started``)."""
+        the workers' tasks, produced with their ``step_started``). How many local attempts
+        ran."""
         for effect in (*appended, *owed):
             if not isinstance(effect, d.RunStep):
                 self._output.effect(txn, run_id, effect, now)
+        ran = 0
         for effect in appended:
             if isinstance(effect, d.RunStep) and self._running(effect):
+                ran += 1
                 self._run_local(txn, effect, now)
+        return ran
 
     def _running(self, effect: d.RunStep) -> bool:
         """Whether ``effect``'s attempt is still the step's running one (a local step's, which
@@ -488,7 +506,7 @@ class Journal(TransactionalTopology):
             if isinstance(e.event, ev.StepStarted) and e.event.step_id == effect.step_id
         )
         result = self._decisions.attempt(
-            effect, snap, staged, lambda: self.stored(run_id), self._limits
+            effect, snap, staged, partial(self.stored, run_id), self._limits
         )
         # The attempt ran; its outcome is not produced yet.
         faults.hit("journal.after_local_step")
@@ -630,9 +648,9 @@ class Journal(TransactionalTopology):
         """The run as the open transaction leaves it (``None``: unknown, or erased in it)."""
         return self._local.snapshot(self._txn, run_id)
 
-    def stored(self, run_id: str) -> list[ev.FlowEventEnvelope]:
-        """The run's committed history as local state holds it."""
-        return self._local.stored(self._txn, run_id)
+    def stored(self, run_id: str, after: int = 0) -> list[ev.FlowEventEnvelope]:
+        """The run's committed history as local state holds it, after sequence ``after``."""
+        return self._local.stored(self._txn, run_id, after)
 
     def stored_retention(self, run_id: str) -> bytes | None:
         """The run's encoded retention record as local state holds it."""

@@ -43,6 +43,9 @@ log = logging.getLogger("streamflow.journal")
 MAX_ROUNDS = 16
 """Decisions made for one run in one transaction (a command that appends without suspending,
 such as progress, is followed by the run's next decision)."""
+MAX_LOCAL_ROUNDS = 1000
+"""Decisions made for one run in one transaction while they run local steps, which go on past
+:data:`MAX_ROUNDS` until the transaction's commit interval has passed."""
 
 
 class HostedDecisions:
@@ -59,12 +62,13 @@ class HostedDecisions:
         self,
         snap: WorkflowRunSnapshot,
         staged: Sequence[ev.FlowEventEnvelope],
-        stored: Callable[[], list[ev.FlowEventEnvelope]],
+        stored: Callable[[int], list[ev.FlowEventEnvelope]],
         now: datetime,
     ) -> tuple[ev.FlowEvent, ...] | None:
         """The events the run's next decision appends, or ``None`` when it is not made here.
         ``snap``: the run as the open transaction leaves it; ``staged``: the events this
-        transaction appended to it; ``stored``: reads its committed history."""
+        transaction appended to it; ``stored(n)``: reads its committed history after
+        sequence ``n``."""
         if snap.spec is None or snap.is_terminal:
             self.forget(snap.run_id)
             return None
@@ -97,7 +101,7 @@ class HostedDecisions:
         effect: d.RunStep,
         snap: WorkflowRunSnapshot,
         staged: Sequence[ev.FlowEventEnvelope],
-        stored: Callable[[], list[ev.FlowEventEnvelope]],
+        stored: Callable[[int], list[ev.FlowEventEnvelope]],
         record_limits: RecordLimits,
     ) -> d.AttemptResult:
         """Run one attempt of a local step of the run here, now (its step code sees the run's
@@ -109,16 +113,18 @@ class HostedDecisions:
         self,
         snap: WorkflowRunSnapshot,
         staged: Sequence[ev.FlowEventEnvelope],
-        stored: Callable[[], list[ev.FlowEventEnvelope]],
+        stored: Callable[[int], list[ev.FlowEventEnvelope]],
     ) -> list[ev.FlowEventEnvelope] | None:
         run_id, length = snap.run_id, snap.last_sequence
         history = self._histories.get(run_id)
         if history is not None and len(history) < length:
-            for envelope in staged:
-                if envelope.sequence == len(history) + 1:
-                    history.append(envelope)
-        if history is None or len(history) != length:
-            history = [*stored(), *staged]
+            first = staged[0].sequence if staged else length + 1
+            if len(history) + 1 < first:
+                history += stored(len(history))  # committed since it was last decided here
+            # The transaction's events of one run are consecutive.
+            history += staged[max(0, len(history) + 1 - first) :]
+        if history is None or len(history) != length or history[-1].sequence != length:
+            history = [*stored(0), *staged]
             if [e.sequence for e in history] != list(range(1, length + 1)):
                 log.warning("run %s: local history does not match its projection", run_id)
                 self.forget(run_id)

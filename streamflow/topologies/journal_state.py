@@ -26,7 +26,7 @@ from streamflow.core.projection import project
 from streamflow.core.shares import is_share_grant
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.kafka.config import KafkaSettings
-from streamflow.kafka.naming import Names, partition_for, split_history_key
+from streamflow.kafka.naming import Names, history_key, partition_for, split_history_key
 from streamflow.serde import codec
 from streamflow.serde import messages as m
 from streamflow.topologies.common import (
@@ -185,11 +185,14 @@ class JournalState:
         self._cache[run_id] = snap
         return snap
 
-    def stored(self, txn: JournalTransaction | None, run_id: str) -> list[ev.FlowEventEnvelope]:
-        """The run's committed history as local state holds it (none once erased in ``txn``)."""
+    def stored(
+        self, txn: JournalTransaction | None, run_id: str, after: int = 0
+    ) -> list[ev.FlowEventEnvelope]:
+        """The run's committed history as local state holds it (none once erased in ``txn``),
+        from the event after sequence ``after``."""
         if txn is not None and run_id in txn.erased:
             return []
-        return self._history(run_id)
+        return self._history(run_id, after)
 
     def stored_retention(self, run_id: str) -> bytes | None:
         """The run's encoded retention record as local state holds it."""
@@ -214,10 +217,12 @@ class JournalState:
         if history:
             self._cache[run_id] = project(run_id, history)
 
-    def _history(self, run_id: str) -> list[ev.FlowEventEnvelope]:
+    def _history(self, run_id: str, after: int = 0) -> list[ev.FlowEventEnvelope]:
+        prefix = run_id.encode() + b"\x00"
+        start = history_key(run_id, after + 1) if after else None
         return [
             self._wire.decode(value, ev.FlowEventEnvelope)
-            for _, value in self._state.scan("events", run_id.encode() + b"\x00")
+            for _, value in self._state.scan("events", prefix, start)
         ]
 
 
