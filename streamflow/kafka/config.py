@@ -174,7 +174,6 @@ def _framing(url: str) -> RegistryFraming:
 
 def _without_credentials(url: str) -> str:
     """``url`` with any ``user:password@`` replaced by ``<redacted>@``."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return url
-    return f"{scheme}://<redacted>@{rest.split('@', 1)[1]}"
+    from streamflow.serde.registry import redacted_url
+
+    return redacted_url(url)

@@ -16,20 +16,16 @@ from __future__ import annotations
 
 import io
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import fastavro
 
 from streamflow.core.errors import SchemaRegistryUnavailable, SerializationError
 from streamflow.core.triggers import decode_json
-
-if TYPE_CHECKING:
-    import httpx
+from streamflow.serde.registry import HEADER_SIZE, RegistryClient
 
 MAGIC = 0
 """The first byte of a Confluent-framed value."""
-HEADER_SIZE = 5
-CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
 class TriggerValues:
@@ -39,9 +35,7 @@ class TriggerValues:
     HTTP client."""
 
     def __init__(self, registry: str | None, *, timeout: float = 10.0) -> None:
-        self._url = None if registry is None else registry.rstrip("/")
-        self._timeout = timeout
-        self._client: httpx.Client | None = None
+        self._registry = None if registry is None else RegistryClient(registry, timeout=timeout)
         self._schemas: dict[int, Any] = {}
 
     def decode(self, value: bytes | None, value_format: str) -> object:
@@ -108,47 +102,14 @@ class TriggerValues:
 
     def _get(self, path: str) -> Any:
         """The JSON answer to ``GET path`` (``None`` for a 404)."""
-        if self._url is None:
+        if self._registry is None:
             raise SchemaRegistryUnavailable(
                 "an avro trigger needs a schema registry: set --schema-registry (or "
                 "STREAMFLOW_SCHEMA_REGISTRY)"
             )
-        import httpx
-
-        if self._client is None:
-            self._client = httpx.Client(
-                base_url=self._url, timeout=self._timeout, headers={"Accept": CONTENT_TYPE}
-            )
-        try:
-            answer = self._client.get(path)
-        except httpx.HTTPError as exc:
-            raise SchemaRegistryUnavailable(
-                f"no answer from the schema registry at {self._shown()}: {type(exc).__name__}"
-            ) from None
-        if answer.status_code == 404:
-            return None
-        if answer.status_code >= 400:
-            raise SchemaRegistryUnavailable(
-                f"the schema registry at {self._shown()} answered GET {path} with HTTP "
-                f"{answer.status_code}"
-            )
-        try:
-            return answer.json()
-        except ValueError:
-            raise SchemaRegistryUnavailable(
-                f"the schema registry at {self._shown()} answered GET {path} with no JSON"
-            ) from None
-
-    def _shown(self) -> str:
-        """The registry URL without credentials (for messages)."""
-        url = self._url or ""
-        scheme, sep, rest = url.partition("://")
-        if sep and "@" in rest.split("/", 1)[0]:
-            return f"{scheme}://<redacted>@{rest.split('@', 1)[1]}"
-        return url
+        return self._registry.call("GET", path, missing_ok=True)
 
     def close(self) -> None:
         """Close the HTTP client (idempotent)."""
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        if self._registry is not None:
+            self._registry.close()

@@ -39,6 +39,74 @@ def subject_of(shipped: ShippedSchema) -> str:
     return shipped.full_name
 
 
+def redacted_url(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``<redacted>@``: how a registry (or any
+    URL that may carry credentials) is named in messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    return f"{scheme}://<redacted>@{rest.split('@', 1)[1]}"
+
+
+class RegistryClient:
+    """HTTP calls to one schema registry's Confluent-compatible API at ``url`` (credentials in
+    the URL are used, never shown: messages name :attr:`shown`), with ``timeout`` seconds a
+    call. A registry that does not answer, answers an error or answers no JSON is
+    :class:`~streamflow.core.errors.SchemaRegistryUnavailable`. The HTTP client is made on the
+    first call; :meth:`close` releases it."""
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.shown = redacted_url(self.url)
+        """The URL without credentials."""
+        self._timeout = timeout
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def call(self, method: str, path: str, body: Any = None, *, missing_ok: bool = False) -> Any:
+        """The JSON answer to ``method path`` with the JSON ``body`` (``None`` for a 404 when
+        ``missing_ok``)."""
+        import httpx  # only where a registry is configured
+
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(
+                    base_url=self.url, timeout=self._timeout, headers={"Accept": CONTENT_TYPE}
+                )
+            client = self._client
+        try:
+            answer = client.request(
+                method,
+                path,
+                content=None if body is None else json.dumps(body).encode(),
+                headers={"Content-Type": CONTENT_TYPE} if body is not None else None,
+            )
+        except httpx.HTTPError as exc:
+            raise SchemaRegistryUnavailable(
+                f"no answer from the schema registry at {self.shown}: {type(exc).__name__}"
+            ) from None
+        if missing_ok and answer.status_code == 404:
+            return None
+        if answer.status_code >= 400:
+            raise SchemaRegistryUnavailable(
+                f"the schema registry at {self.shown} answered {method} {path} with "
+                f"HTTP {answer.status_code}: {answer.text[:200]}"
+            )
+        try:
+            return answer.json()
+        except ValueError:
+            raise SchemaRegistryUnavailable(
+                f"the schema registry at {self.shown} answered {method} {path} with no JSON"
+            ) from None
+
+    def close(self) -> None:
+        """Close the HTTP client (idempotent)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
 class RegistryFraming:
     """The ids of shipped schemas in one schema registry at ``url`` (the base of its
     Confluent-compatible API), registering and fetching over HTTP with ``timeout`` seconds
@@ -51,13 +119,11 @@ class RegistryFraming:
         shipped: the schemas streamflow reads and writes.
         timeout: seconds each HTTP call may take.
         """
-        import httpx  # only where a registry is configured
-
-        self.url = url.rstrip("/")
+        self._http = RegistryClient(url, timeout=timeout)
+        self.url = self._http.url
+        self.shown = self._http.shown
+        """The URL without credentials."""
         self._shipped = shipped
-        self._client = httpx.Client(
-            base_url=self.url, timeout=timeout, headers={"Accept": CONTENT_TYPE}
-        )
         self._ids: dict[str, int] = {}
         self._schemas: dict[int, ShippedSchema] = {}
         self._lock = threading.Lock()
@@ -73,11 +139,11 @@ class RegistryFraming:
         """Register ``shipped`` under its subject (the registry answers the existing id when
         it holds the schema already); its id."""
         body = {"schema": json.dumps(shipped.expanded, separators=(",", ":"))}
-        answer = self._call("POST", f"/subjects/{subject_of(shipped)}/versions", body)
+        answer = self._http.call("POST", f"/subjects/{subject_of(shipped)}/versions", body)
         schema_id = answer.get("id") if isinstance(answer, dict) else None
         if not isinstance(schema_id, int) or not 0 <= schema_id <= MAX_SCHEMA_ID:
             raise SchemaRegistryUnavailable(
-                f"{self.url} answered a registration of {subject_of(shipped)} without an id"
+                f"{self.shown} answered a registration of {subject_of(shipped)} without an id"
             )
         with self._lock:
             self._ids[shipped.name] = schema_id
@@ -94,7 +160,7 @@ class RegistryFraming:
         shipped = self._schemas.get(schema_id)
         if shipped is not None:
             return shipped
-        answer = self._call("GET", f"/schemas/ids/{schema_id}", None, missing_ok=True)
+        answer = self._http.call("GET", f"/schemas/ids/{schema_id}", missing_ok=True)
         text = answer.get("schema") if isinstance(answer, dict) else None
         if not isinstance(text, str):
             raise SerializationError(f"schema id {schema_id} is not in the schema registry")
@@ -113,35 +179,7 @@ class RegistryFraming:
 
     def close(self) -> None:
         """Close the HTTP client."""
-        self._client.close()
-
-    def _call(self, method: str, path: str, body: Any, *, missing_ok: bool = False) -> Any:
-        import httpx
-
-        try:
-            answer = self._client.request(
-                method,
-                path,
-                content=None if body is None else json.dumps(body).encode(),
-                headers={"Content-Type": CONTENT_TYPE} if body is not None else None,
-            )
-        except httpx.HTTPError as exc:
-            raise SchemaRegistryUnavailable(
-                f"no answer from the schema registry at {self.url}: {type(exc).__name__}"
-            ) from None
-        if missing_ok and answer.status_code == 404:
-            return None
-        if answer.status_code >= 400:
-            raise SchemaRegistryUnavailable(
-                f"the schema registry at {self.url} answered {method} {path} with "
-                f"HTTP {answer.status_code}: {answer.text[:200]}"
-            )
-        try:
-            return answer.json()
-        except ValueError:
-            raise SchemaRegistryUnavailable(
-                f"the schema registry at {self.url} answered {method} {path} with no JSON"
-            ) from None
+        self._http.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +187,7 @@ class Registered:
     """What :func:`register_schemas` registered: each subject's schema id."""
 
     url: str
+    """The registry's URL, without credentials."""
     ids: dict[str, int]
 
 
@@ -162,4 +201,4 @@ def register_schemas(url: str, *, timeout: float = 10.0) -> Registered:
         ids = {subject_of(s): framing.register(s) for s in shipped.current.values()}
     finally:
         framing.close()
-    return Registered(framing.url, ids)
+    return Registered(framing.shown, ids)

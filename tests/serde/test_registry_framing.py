@@ -91,6 +91,13 @@ def test_an_unreachable_registry_is_a_transient_error_not_a_refusal(schema_regis
     writer = codec.WireCodec(framing=framing(gone), confluent=True)
     with pytest.raises(SchemaRegistryUnavailable, match=f"127.0.0.1:{port}"):
         writer.encode(ex.LIMIT_COUNTERS_FULL)
+    # Credentials in the URL are used, never shown: the error (which topologies log) hides them.
+    with_password = f"http://streamflow:s3cret-pw@127.0.0.1:{port}/apis/ccompat/v7"
+    writer = codec.WireCodec(framing=framing(with_password), confluent=True)
+    with pytest.raises(SchemaRegistryUnavailable) as refused:
+        writer.encode(ex.LIMIT_COUNTERS_FULL)
+    assert "s3cret-pw" not in str(refused.value)
+    assert f"http://<redacted>@127.0.0.1:{port}/apis/ccompat/v7" in str(refused.value)
     data = codec.WireCodec(framing=framing(schema_registry), confluent=True).encode(
         ex.LIMIT_COUNTERS_FULL
     )

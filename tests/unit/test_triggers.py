@@ -152,6 +152,15 @@ def test_a_registry_that_does_not_answer_is_an_outage_never_a_refusal():
         values.close()
     with pytest.raises(SchemaRegistryUnavailable, match="needs a schema registry"):
         TriggerValues(None).decode(b"\x00\x00\x00\x00\x07\x02", "avro")
+    # Credentials in the URL are used, never shown in the error the topology logs.
+    values = TriggerValues(f"http://user:s3cret-pw@127.0.0.1:{port}", timeout=2)
+    try:
+        with pytest.raises(SchemaRegistryUnavailable) as refused:
+            values.decode(b"\x00\x00\x00\x00\x07\x02", "avro")
+    finally:
+        values.close()
+    assert "s3cret-pw" not in str(refused.value)
+    assert f"<redacted>@127.0.0.1:{port}" in str(refused.value)
 
 
 NO_TRIGGERS = App()
