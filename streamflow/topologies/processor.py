@@ -57,7 +57,7 @@ from streamflow.kafka.clients import (
     poll_batch,
 )
 from streamflow.kafka.config import KafkaSettings
-from streamflow.kafka.naming import Names, partition_for
+from streamflow.kafka.naming import Names, partition_for, split_history_key
 from streamflow.serde import messages as m
 from streamflow.serde.errors import error_info
 from streamflow.topologies.common import (
@@ -65,6 +65,7 @@ from streamflow.topologies.common import (
     StateBatch,
     decode_offset,
     encode_offset,
+    event_type,
     seek_back,
     valued_records,
 )
@@ -78,6 +79,13 @@ COMPONENT = "processor"
 REPROPOSE_AFTER = 10.0
 """Seconds after a proposal with no new history for its run (it may have been lost with a
 dying journal transaction) after which the run is decided and proposed again."""
+SETTLED = frozenset({ev.StepStarted.TYPE, ev.WaitCreated.TYPE, ev.SignalWaitCreated.TYPE})
+"""Event types after which a run waits for the outside world (a step's result, a timer, a
+signal): history that ends with one (a journal deciding the build decided the run, or this
+processor's proposal was appended) needs no replay, so its records are kept undecoded until
+one that may need a decision arrives."""
+ENDS = frozenset(t for t, cls in ev.EVENT_TYPES.items() if cls.TERMINAL)
+"""Event types that end a run: its state here is dropped without decoding them."""
 
 
 class Processor(BuildServer):
@@ -115,6 +123,12 @@ class Processor(BuildServer):
         self._partitions = partition_count(self._consumer, self._names.requests)
         self._hook_partitions = partition_count(self._consumer, self._names.hook_requests)
         self._runs: dict[str, ProjectedRun] = {}
+        self._backlog: dict[str, list[Message]] = {}
+        """Each run's history records not decoded yet, in order (see :data:`SETTLED`)."""
+        self._seen: dict[str, int] = {}
+        """Each run's last sequence taken in, decoded or not."""
+        self._woken: set[str] = set()
+        """Runs a timer (a delayed retry, an incident's backoff) asks to decide."""
         self._proposed: dict[str, tuple[int, float]] = {}
         self._incidents: dict[str, FlowIncident] = {}
         """Runs whose latest decision failed (also in local state, ``incidents``)."""
@@ -173,6 +187,7 @@ class Processor(BuildServer):
                 for run_id in sorted(self._pending):
                     self._decide(run_id)
                 self._pending.clear()
+                self._woken.clear()
                 self._producer.poll(0)
         finally:
             self._shutdown(withdraw=stop.is_set())
@@ -183,12 +198,66 @@ class Processor(BuildServer):
         batch = self._state.batch()
         offsets: dict[int, int] = {}
         for msg, value in valued_records(messages, offsets, COMPONENT):
+            if self._take_undecoded(msg, value, batch):
+                continue
             envelope = self._letters.decode(msg, ev.FlowEventEnvelope)
             if envelope is not None:
                 self._absorb(envelope, value, batch)
         for partition, offset in offsets.items():
             batch.put("meta", _offset_key(partition), encode_offset(offset))
         self._state.write(batch)
+
+    def _take_undecoded(self, msg: Message, raw: bytes, batch: StateBatch) -> bool:
+        """Take in a record of a run held here from its key and type header alone (kept for
+        :meth:`_catch_up`); ``False`` when it must be decoded now (a run not held here, which
+        only its ``run_created`` can admit, or a record without the header)."""
+        kind = event_type(msg)
+        try:
+            run_id, sequence = split_history_key(msg.key() or b"")
+        except ValueError:
+            return False
+        if kind is None or run_id not in self._runs:
+            return False
+        if sequence <= self._seen[run_id]:
+            return True  # seen before (a restore overlaps what local state already had)
+        self._seen[run_id] = sequence
+        if kind in ENDS:
+            self._drop(run_id, batch)
+            return True
+        batch.put("events", run_id.encode() + b"\x00" + sequence.to_bytes(8, "big"), raw)
+        self._backlog.setdefault(run_id, []).append(msg)
+        self._pending.add(run_id)
+        return True
+
+    def _catch_up(self, run_id: str) -> ProjectedRun | None:
+        """The run with its undecoded records applied (``None`` when it is dropped: a record
+        that does not project; an undecodable one is dead-lettered and passed over)."""
+        cached = self._runs.get(run_id)
+        for msg in self._backlog.pop(run_id, ()):
+            envelope = self._letters.decode(msg, ev.FlowEventEnvelope)
+            if envelope is None or cached is None:
+                continue
+            try:
+                cached.apply(envelope)
+            except SchemaRegistryUnavailable:
+                raise  # a registry outage: tried again, never refused
+            except FlowError as exc:
+                log.error("run %s: history does not project (%s); dropping it here", run_id, exc)
+                self._forget(run_id)
+                return None
+        return cached
+
+    def _drop(self, run_id: str, batch: StateBatch) -> None:
+        """Forget an ended run here: its state, its incident and its local history."""
+        self._forget(run_id)
+        self._proposed.pop(run_id, None)
+        self._heal(run_id, batch)  # an ended run has nothing left to heal
+        batch.delete_range("events", run_id.encode() + b"\x00", run_id.encode() + b"\x01")
+
+    def _forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+        self._backlog.pop(run_id, None)
+        self._seen.pop(run_id, None)
 
     def _absorb(self, envelope: ev.FlowEventEnvelope, raw: bytes, batch: StateBatch) -> None:
         run_id = envelope.run_id
@@ -200,31 +269,39 @@ class Processor(BuildServer):
             if not admits(self._compat, event.spec.runtime_build_id):
                 return
             cached = self._runs[run_id] = ProjectedRun(run_id)
-        if envelope.sequence <= cached.snapshot.last_sequence:
+        if envelope.sequence <= self._seen.get(run_id, 0):
             return  # seen before (a restore overlaps what local state already had)
+        if self._catch_up(run_id) is None:
+            return
         try:
             cached.apply(envelope)
         except SchemaRegistryUnavailable:
             raise  # a registry outage: tried again, never refused
         except FlowError as exc:
             log.error("run %s: history does not project (%s); dropping it here", run_id, exc)
-            self._runs.pop(run_id, None)
+            self._forget(run_id)
             return
-        prefix = run_id.encode() + b"\x00"
+        self._seen[run_id] = envelope.sequence
         if cached.snapshot.is_terminal:
-            self._runs.pop(run_id, None)
-            self._proposed.pop(run_id, None)
-            self._heal(run_id, batch)  # an ended run has nothing left to heal
-            batch.delete_range("events", prefix, run_id.encode() + b"\x01")
+            self._drop(run_id, batch)
         else:
-            key = prefix + envelope.sequence.to_bytes(8, "big")
+            key = run_id.encode() + b"\x00" + envelope.sequence.to_bytes(8, "big")
             batch.put("events", key, raw)  # local state keeps the wire bytes
             self._pending.add(run_id)
 
     # -- deciding ------------------------------------------------------------------------------
 
     def _decide(self, run_id: str, *, retry_proposal: bool = False) -> None:
-        cached = self._runs.get(run_id)
+        backlog = self._backlog.get(run_id)
+        if (
+            backlog
+            and not retry_proposal
+            and run_id not in self._woken
+            and run_id not in self._incidents
+            and event_type(backlog[-1]) in SETTLED
+        ):
+            return  # it waits for the outside world: nothing to replay (see SETTLED)
+        cached = self._catch_up(run_id)
         if cached is None:
             return
         snap = cached.snapshot
@@ -384,6 +461,7 @@ class Processor(BuildServer):
                 self._decide(run_id, retry_proposal=True)
             else:
                 self._pending.add(run_id)
+                self._woken.add(run_id)
 
     # -- rebalancing and restore -------------------------------------------------------------
 
@@ -400,7 +478,7 @@ class Processor(BuildServer):
         lost = {tp.partition for tp in partitions}
         self._unloaded -= lost
         for run_id in [r for r in self._runs if partition_for(r, self._partitions) in lost]:
-            self._runs.pop(run_id, None)
+            self._forget(run_id)
             self._pending.discard(run_id)
             self._incidents.pop(run_id, None)
             self._held.pop(run_id, None)
@@ -416,6 +494,7 @@ class Processor(BuildServer):
                 current = ProjectedRun(envelope.run_id)
                 self._runs[envelope.run_id] = current
             current.apply(envelope)
+            self._seen[envelope.run_id] = envelope.sequence
             self._pending.add(envelope.run_id)
         # The incidents of these runs: attempts go on counting, but each run is decided at
         # once (a restart may carry the fix); one that ended meanwhile is forgotten.
