@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from streamflow import (
     App,
     DurableContext,
@@ -30,10 +32,15 @@ class NoopSteps(FlowRuntime):
 
 
 class LocalNoopSteps(NoopSteps):
-    """:class:`NoopSteps` whose steps are local: a journal that decides runs them itself."""
+    """:class:`NoopSteps` whose steps are local: a journal that decides runs them itself. Each
+    returns the time it ran (``time.time()``), as the peers' W3 steps record it: many local
+    completions share one commit time."""
 
     def local_step(self, step_name: str) -> bool:
         return True
+
+    async def run_step(self, invocation: StepInvocation) -> object:
+        return time.time()
 
 
 DURABLE = App(export="bench.apps:DURABLE")
