@@ -7,8 +7,9 @@ step results, timer wake-ups, cancellation, termination and host progress, and v
 processor proposals — and writes the resulting history events, their effects (a step task per
 ``step_started``, a ``run_finished`` notice per terminal event), replies and its consumer
 offsets in ONE Kafka transaction. It admits any build that has a live route in the build
-registry, and runs no user code unless it is given builds to decide (``journal_decisions``:
-then a run's next decision is appended in the transaction of the event that prompted it). The
+registry, and runs no user code unless it is given builds to decide (``journal_decisions``,
+``journal_rounds``: then a run's next decision is appended in the transaction of the event
+that prompted it, and the attempts of its local steps run here, recorded in it too). The
 records are written by ``journal_output``; retention requests (history holds, the prune of
 terminal components, forgetting pruned runs) are handled by ``journal_retention``, in the same
 transactions; local state (the events, offsets and retention records restored from the topics)
@@ -18,12 +19,9 @@ and the cached runs are ``journal_state``'s.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import Unpack
 
@@ -50,7 +48,7 @@ from streamflow.core.errors import (
 from streamflow.core.ids import is_valid_run_id, validate_run_id
 from streamflow.core.limits import check_events
 from streamflow.core.slots import decide_slot_granted
-from streamflow.core.snapshot import StepStatus, WorkflowRunSnapshot
+from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.trace_context import TraceParent
 from streamflow.core.triggers import REQUEST_PREFIX as TRIGGER_REQUEST
 from streamflow.kafka.clients import copartitioned, partition_count
@@ -60,11 +58,7 @@ from streamflow.otel import header_trace
 from streamflow.serde import messages as m
 from streamflow.topologies.common import LocalState, send_dead_letter
 from streamflow.topologies.eos import TransactionalTopology
-from streamflow.topologies.journal_decisions import (
-    MAX_LOCAL_ROUNDS,
-    MAX_ROUNDS,
-    HostedDecisions,
-)
+from streamflow.topologies.journal_decisions import HostedDecisions
 from streamflow.topologies.journal_output import (
     CALLBACK_CONFLICTS,
     SEQUENCE_CONFLICTS,
@@ -72,6 +66,7 @@ from streamflow.topologies.journal_output import (
     RefusalCounts,
 )
 from streamflow.topologies.journal_retention import RETENTION_BODIES, RetentionSaga
+from streamflow.topologies.journal_rounds import DecisionRounds
 from streamflow.topologies.journal_state import (
     FAMILIES,
     JournalState,
@@ -154,6 +149,15 @@ class Journal(TransactionalTopology):
             limit_partitions=partition_count(self._consumer, self._names.limit_requests),
             shares=self._local.shares,
             local=None if decisions is None else decisions.local_step,
+        )
+        self._rounds = DecisionRounds(
+            self,
+            self._output,
+            decisions,
+            instance=self._instance,
+            limits=self._limits,
+            clock=self._clock,
+            commit_interval=self._commit_interval,
         )
         self._routes = RouteTable(self._settings)
         self._txn: JournalTransaction | None = None
@@ -359,8 +363,8 @@ class Journal(TransactionalTopology):
             else:
                 # Decided here, by the one writer: of racing starts exactly one creates the run.
                 created = any(isinstance(e, ev.RunCreated) for e in outcome.events)
-                self._follow(txn, run_id, effects, outcome.effects, now)
-                self._decide_here(txn, run_id, now)
+                self._rounds.follow(txn, run_id, effects, outcome.effects, now)
+                self._rounds.decide(txn, run_id, now)
         elif outcome.effects:
             for effect in outcome.effects:
                 self._output.effect(txn, run_id, effect, now)
@@ -406,137 +410,8 @@ class Journal(TransactionalTopology):
                 log.warning("run %s: a share for %s not appended (%s)", run_id, holder, exc)
                 continue
             shares.pulled(holder, grant, granted=True)
-            self._follow(txn, run_id, effects, (), now)
-            self._decide_here(txn, run_id, now)
-
-    def _decide_here(self, txn: JournalTransaction, run_id: str, now: datetime) -> None:
-        """Decide the run in this process when its build is one the journal was given, and
-        append the decision in the open transaction (``journal_decisions``), checked as a
-        processor's proposal at the run's current sequence would be. At most ``MAX_ROUNDS``
-        decisions, or, while they run local steps, as many as fit in the transaction's commit
-        interval (at most ``MAX_LOCAL_ROUNDS``): the build's processors take up a run left
-        undecided."""
-        if self._decisions is None:
-            return
-        began = self._open or time.monotonic()
-        for rounds in range(1, MAX_LOCAL_ROUNDS + 1):
-            snap = self.snapshot(run_id)
-            if snap is None:
-                return
-            events = self._decisions.decide(
-                snap, txn.staged.get(run_id, ()), partial(self.stored, run_id), now
-            )
-            if events is None:
-                return
-            proposal = m.Proposal(
-                expected_sequence=snap.last_sequence,
-                events=events,
-                build=self._decisions.build,
-                processor=f"journal/{self._instance}",
-            )
-            outcome = rq.decide_request(
-                snap, proposal, rq.Facts(), run_id=run_id, now=now, reply=False
-            )
-            if not isinstance(outcome, rq.Append):
-                return  # the build's processors decide it (and report why it was refused)
-            try:
-                effects = self._output.append(txn, snap, outcome.events, now)
-            except SchemaRegistryUnavailable:
-                raise  # a registry outage: tried again, never refused
-            except FlowError as exc:
-                self._local.rebuild(txn, run_id)
-                self._decisions.forget(run_id)
-                log.debug("run %s: decision not appended here (%s)", run_id, exc)
-                return
-            ran = self._follow(txn, run_id, effects, outcome.effects, now)
-            # The prompting event and the decision are produced, not committed.
-            faults.hit("journal.after_hosted_decision")
-            if rounds >= MAX_ROUNDS and (
-                not ran or time.monotonic() - began >= self._commit_interval
-            ):
-                return
-
-    def _follow(
-        self,
-        txn: JournalTransaction,
-        run_id: str,
-        appended: Sequence[d.Effect],
-        owed: Sequence[d.Effect],
-        now: datetime,
-    ) -> int:
-        """Produce what an append owes other runs (and the token index): ``appended``, what
-        the output returned (among them, as ``RunStep``, the attempts of local steps it
-        started: run here), and ``owed``, the decision's own effects (whose ``RunStep`` are
-        the workers' tasks, produced with their ``step_started``). How many local attempts
-        ran."""
-        for effect in (*appended, *owed):
-            if not isinstance(effect, d.RunStep):
-                self._output.effect(txn, run_id, effect, now)
-        ran = 0
-        for effect in appended:
-            if isinstance(effect, d.RunStep) and self._running(effect):
-                ran += 1
-                self._run_local(txn, effect, now)
-        return ran
-
-    def _running(self, effect: d.RunStep) -> bool:
-        """Whether ``effect``'s attempt is still the step's running one (a local step's, which
-        the output returned: nothing ends it within the transaction but its own outcome)."""
-        snap = self.snapshot(effect.run_id)
-        step = None if snap is None else snap.steps.get(effect.step_id)
-        return (
-            step is not None
-            and step.status is StepStatus.RUNNING
-            and (step.attempt == effect.attempt)
-        )
-
-    def _run_local(self, txn: JournalTransaction, effect: d.RunStep, now: datetime) -> None:
-        """Run one attempt of a local step here, now, and append its outcome in this
-        transaction (``journal_decisions``): a crash before the commit aborts both, and the
-        request that prompted the attempt is handled again, the attempt with it. An outcome
-        that cannot be appended hands the attempt to the build's workers instead."""
-        assert self._decisions is not None
-        run_id = effect.run_id
-        snap = self.snapshot(run_id)
-        assert snap is not None
-        staged = txn.staged.get(run_id, [])
-        started = next(
-            e.sequence
-            for e in reversed(staged)
-            if isinstance(e.event, ev.StepStarted) and e.event.step_id == effect.step_id
-        )
-        result = self._decisions.attempt(
-            effect, snap, staged, partial(self.stored, run_id), self._limits
-        )
-        # The attempt ran; its outcome is not produced yet.
-        faults.hit("journal.after_local_step")
-        decision = d.decide_step_result(
-            snap, effect.step_id, effect.attempt, result, failed_at=self._clock(), now=now
-        )
-        if isinstance(decision, d.Rejected):
-            # Nothing but its own outcome ends a running attempt within the transaction.
-            log.warning("run %s: local step %s: %s", run_id, effect.step_id, decision.error)
-            return
-        try:
-            effects = self._output.append(txn, snap, decision.events, now)
-        except SchemaRegistryUnavailable:
-            raise  # a registry outage: tried again, never refused
-        except FlowError as exc:
-            self._local.rebuild(txn, run_id)
-            self._decisions.forget(run_id)
-            log.warning(
-                "run %s: the outcome of local step %s (attempt %d) cannot be recorded here "
-                "(%s): the attempt goes to the build's workers",
-                run_id,
-                effect.step_id,
-                effect.attempt,
-                exc,
-            )
-            rebuilt = self.snapshot(run_id)
-            assert rebuilt is not None
-            self._output.hand_over(rebuilt, effect, started)
-            return
-        self._follow(txn, run_id, effects, decision.effects, now)
+            self._rounds.follow(txn, run_id, effects, (), now)
+            self._rounds.decide(txn, run_id, now)
 
     def _fitted_result(
         self,
@@ -651,6 +526,14 @@ class Journal(TransactionalTopology):
     def stored(self, run_id: str, after: int = 0) -> list[ev.FlowEventEnvelope]:
         """The run's committed history as local state holds it, after sequence ``after``."""
         return self._local.stored(self._txn, run_id, after)
+
+    def rebuild(self, txn: JournalTransaction, run_id: str) -> None:
+        """Recompute the run's view from committed state and this transaction's events."""
+        self._local.rebuild(txn, run_id)
+
+    def opened_at(self) -> float | None:
+        """When (``time.monotonic()``) the open transaction began."""
+        return self._open
 
     def stored_retention(self, run_id: str) -> bytes | None:
         """The run's encoded retention record as local state holds it."""
