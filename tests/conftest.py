@@ -2,8 +2,10 @@
 
 The Kafka broker comes from, in order: ``STREAMFLOW_BOOTSTRAP``; a Docker engine
 (testcontainers); the local Kafka jars. If none can be had, Kafka tests FAIL: they are never
-skipped. ``STREAMFLOW_TEST_BACKENDS`` (default ``memory,rocksdb,kafka``) picks the conformance
-backends, e.g. ``memory`` for a quick local loop.
+skipped. ``STREAMFLOW_TEST_BACKENDS`` (default ``memory,rocksdb,kafka,kafka-processors``) picks
+the conformance backends, e.g. ``memory`` for a quick local loop: ``kafka`` runs with the
+journal deciding the runs (``journal --decide``), ``kafka-processors`` with every decision left
+to the processors.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from streamflow.kafka.config import KafkaSettings
 from streamflow.testing.broker import Broker, broker_from_environment
 from streamflow.testing.harness import EmbeddedDriver, RunDriver
 
-BACKENDS = os.environ.get("STREAMFLOW_TEST_BACKENDS", "memory,rocksdb,kafka").split(",")
+BACKENDS = os.environ.get(
+    "STREAMFLOW_TEST_BACKENDS", "memory,rocksdb,kafka,kafka-processors"
+).split(",")
 
 
 _SCAN = "test_zz_the_canary_token_is_found_nowhere"
@@ -144,13 +148,18 @@ async def make_driver(
     drivers: list[RunDriver] = []
 
     async def factory(runtime: FlowRuntime, **options: object) -> RunDriver:
-        if kind == "kafka":
+        if kind in ("kafka", "kafka-processors"):
             from streamflow.testing.kafka_harness import KafkaDriver
 
             settings = request.getfixturevalue("kafka")
             settings = settings.with_namespace(f"{settings.namespace}-{len(drivers)}")
             driver: RunDriver = await asyncio.to_thread(
-                KafkaDriver, settings, runtime, state_root=tmp_path / f"k{len(drivers)}", **options
+                KafkaDriver,
+                settings,
+                runtime,
+                state_root=tmp_path / f"k{len(drivers)}",
+                journal_decides=kind == "kafka",
+                **options,
             )
             drivers.append(driver)
             return driver
