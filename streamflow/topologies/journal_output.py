@@ -39,6 +39,7 @@ from streamflow import faults
 from streamflow.core import decide as d
 from streamflow.core import events as ev
 from streamflow.core import requests as rq
+from streamflow.core.decisions import run_step
 from streamflow.core.errors import ContinueAsNewLimitExceeded, FlowError
 from streamflow.core.ids import idempotency_key
 from streamflow.core.limits import check_events
@@ -272,16 +273,7 @@ class JournalOutput:
         step = snap.steps[event.step_id]
         if self._local is None or not self._local(snap, step.step_name):
             return False
-        effects.append(
-            d.RunStep(
-                run_id=snap.run_id,
-                step_id=step.step_id,
-                step_name=step.step_name,
-                input=step.input,
-                attempt=event.attempt,
-                retry=step.retry,
-            )
-        )
+        effects.append(run_step(snap, step, event.attempt))
         return True
 
     def hand_over(self, snap: WorkflowRunSnapshot, effect: d.RunStep, sequence: int) -> None:

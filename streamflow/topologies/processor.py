@@ -237,15 +237,23 @@ class Processor(BuildServer):
             envelope = self._letters.decode(msg, ev.FlowEventEnvelope)
             if envelope is None or cached is None:
                 continue
-            try:
-                cached.apply(envelope)
-            except SchemaRegistryUnavailable:
-                raise  # a registry outage: tried again, never refused
-            except FlowError as exc:
-                log.error("run %s: history does not project (%s); dropping it here", run_id, exc)
-                self._forget(run_id)
+            if not self._project(cached, envelope):
                 return None
         return cached
+
+    def _project(self, cached: ProjectedRun, envelope: ev.FlowEventEnvelope) -> bool:
+        """Apply one event to the run; ``False`` when its history does not project (the run is
+        dropped here)."""
+        try:
+            cached.apply(envelope)
+        except SchemaRegistryUnavailable:
+            raise  # a registry outage: tried again, never refused
+        except FlowError as exc:
+            run_id = envelope.run_id
+            log.error("run %s: history does not project (%s); dropping it here", run_id, exc)
+            self._forget(run_id)
+            return False
+        return True
 
     def _drop(self, run_id: str, batch: StateBatch) -> None:
         """Forget an ended run here: its state, its incident and its local history."""
@@ -271,15 +279,7 @@ class Processor(BuildServer):
             cached = self._runs[run_id] = ProjectedRun(run_id)
         if envelope.sequence <= self._seen.get(run_id, 0):
             return  # seen before (a restore overlaps what local state already had)
-        if self._catch_up(run_id) is None:
-            return
-        try:
-            cached.apply(envelope)
-        except SchemaRegistryUnavailable:
-            raise  # a registry outage: tried again, never refused
-        except FlowError as exc:
-            log.error("run %s: history does not project (%s); dropping it here", run_id, exc)
-            self._forget(run_id)
+        if self._catch_up(run_id) is None or not self._project(cached, envelope):
             return
         self._seen[run_id] = envelope.sequence
         if cached.snapshot.is_terminal:
