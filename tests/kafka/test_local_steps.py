@@ -3,9 +3,8 @@ own. With the journal deciding (``--decide``) it runs each attempt itself and re
 transaction of the decision: a run whose three steps are local and which waits once for a timer
 commits twice (the start with both steps before the timer; the wake-up with the last step and
 the end), every attempt runs in the journal and no step task reaches a worker; failures retry at
-once in the same transaction, a timeout fails the attempt, a delayed retry runs when its wake-up
-comes, and a chain longer than the journal's rounds per transaction goes on through the
-processors. Without ``--decide`` the same steps are ordinary: the workers run them."""
+once in the same transaction, a timeout fails the attempt, a delayed retry runs once it is due,
+and a chain longer than 16 decisions completes. Without ``--decide`` the same steps are ordinary: the workers run them."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ pytestmark = pytest.mark.kafka
 LEDGERED = WorkflowSpec.python("drills.ledgered", "1", "tests.kafka.apps", "Ledgered")
 CHAIN = 20
 """Additions in the durable chain: more decisions than the journal makes for one run in one
-transaction (16)."""
+transaction unless they run local steps (16)."""
 
 
 def where(path) -> Counter:
