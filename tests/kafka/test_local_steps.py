@@ -4,7 +4,8 @@ transaction of the decision: a run whose three steps are local and which waits o
 commits twice (the start with both steps before the timer; the wake-up with the last step and
 the end), every attempt runs in the journal and no step task reaches a worker; failures retry at
 once in the same transaction, a timeout fails the attempt, a delayed retry runs once it is due,
-and a chain longer than 16 decisions completes. Without ``--decide`` the same steps are ordinary: the workers run them."""
+and a chain longer than 16 decisions completes. Without ``--decide`` the same steps are
+ordinary: the workers run them."""
 
 from __future__ import annotations
 
