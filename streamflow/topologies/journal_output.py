@@ -257,9 +257,9 @@ class JournalOutput:
                 event=event,
             )
             evolve(snap, envelope)
-            task = self._task(snap, event, envelope.sequence)
-            if task is not None and self._local_attempt(snap, event, effects):
-                task = None
+            # A local attempt owes no task: it is not encoded only to be dropped.
+            local = isinstance(event, ev.StepStarted) and self._local_attempt(snap, event, effects)
+            task = None if local else self._task(snap, event, envelope.sequence)
             value = self._wire.encode(envelope)
             encoded.append((envelope, history_key(run_id, envelope.sequence), value, task))
             effects += newly_owed(prior, owed(snap))
