@@ -76,6 +76,7 @@ from streamflow.topologies.inspection import (
 from streamflow.topologies.journal_output import COUNTED, SEQUENCE_CONFLICTS
 from streamflow.topologies.options import TransactionalOptions, Tuning
 from streamflow.topologies.registry import RouteTable
+from streamflow.topologies.span_marks import SpanMarks
 
 log = logging.getLogger("streamflow.observers")
 COMPONENT = "observers"
@@ -122,15 +123,14 @@ class Observers(TransactionalTopology):
         state_dir.mkdir(parents=True, exist_ok=True)
         self.index = RocksDBEventStore(state_dir / "index")
         self._offsets = LocalState(state_dir / "offsets", ("meta", "spans"))
+        self._marks = SpanMarks(self._offsets)
         self._tracing = (
             None
             if tracer_provider is None
-            else TracingObserver(tracer_provider, exported=self._exported)
+            else TracingObserver(tracer_provider, exported=self._marks.exported)
         )
         self._export_again_at = 0.0
         """When to offer spans a refusing collector again (``time.monotonic``)."""
-        self._marked = any(True for _ in self._offsets.scan("spans"))
-        """Whether local state holds marks of exported spans."""
         self._indexed: dict[int, int] = {}
         """Partition -> next offset the index has copied, not yet saved."""
         self._reached: dict[int, int] = {}
@@ -218,7 +218,7 @@ class Observers(TransactionalTopology):
             self.dead_letter(msg, str(exc))
             return
         if self._tracing is not None:
-            self._trace(self._tracing, envelope)
+            self._trace(self._tracing, envelope, msg)
         status = self._observe(envelope, msg)
         record = m.AuditRecord(
             run_id=envelope.run_id,
@@ -237,22 +237,22 @@ class Observers(TransactionalTopology):
         )
         self._produced = True
 
-    def _trace(self, tracing: TracingObserver, envelope: FlowEventEnvelope) -> None:
+    def _trace(self, tracing: TracingObserver, envelope: FlowEventEnvelope, msg: Message) -> None:
         """Describe the spans ``envelope`` ends. Every record is traced, seen before or not
         (a run's fold is rebuilt from the index when needed): the spans of a transaction are
         exported, and marked exported in local state, before it commits
         (:meth:`prepare_commit`), so the records of a transaction that did not commit come
-        again and describe only the spans that were not exported."""
+        again and describe only the spans that were not exported (:mod:`.span_marks`)."""
+        described = len(tracing.described_keys)
         try:
             history = self.index.read(envelope.run_id) if tracing.needs_history(envelope) else None
             tracing.record(envelope, history)
+            keys = tracing.described_keys[described:]
+            self._marks.described(keys, msg.partition() or 0, msg.offset() or 0)
         except Exception:
             log.exception(
                 "observers: tracing failed on %s seq %d", envelope.run_id, envelope.sequence
             )
-
-    def _exported(self, key: str) -> bool:
-        return self._offsets.get("spans", key.encode()) is not None
 
     def prepare_commit(self) -> None:
         """Export the spans of the open transaction before it commits, and mark them exported
@@ -272,11 +272,7 @@ class Observers(TransactionalTopology):
                 EXPORT_BACKOFF,
             )
             return
-        batch = self._offsets.batch()
-        for key in tracing.take_described():
-            batch.put("spans", key.encode(), b"")
-        self._offsets.write(batch)
-        self._marked = True
+        self._marks.mark(tracing.take_described())
 
     def dead_letter(self, msg: Message, reason: str) -> None:
         """Park a history record it cannot handle (undecodable, or one whose handling raised)
@@ -359,13 +355,9 @@ class Observers(TransactionalTopology):
 
     def committed(self) -> None:
         """Save how far the index has copied each partition, and drop the marks of exported
-        spans (their records are committed)."""
+        spans whose records are committed now."""
         self._save_offsets()
-        if self._marked:
-            batch = self._offsets.batch()
-            batch.delete_range("spans", b"", b"\xff")
-            self._offsets.write(batch)
-            self._marked = False
+        self._marks.drop_committed(self._reached)
 
     def aborted(self) -> None:
         """Save how far the index has copied each partition (what was ingested stays, committed
