@@ -71,6 +71,8 @@ class ShippedSchema:
     """CRC-64-AVRO of ``canonical``, as the 8 bytes the single-object header carries."""
     parsed: Any = field(repr=False)
     """``fastavro.parse_schema`` of ``expanded``."""
+    named: dict[str, Any] = field(repr=False)
+    """The named types ``parse_schema`` found in it, by full name (what its writer needs)."""
     current: bool
     """Whether this is the version writers use (retired versions are decode-only)."""
 
@@ -184,7 +186,8 @@ def _retired(path: Path) -> ShippedSchema:
 
 def _ship(name: str, expanded: dict[str, Any], *, current: bool) -> ShippedSchema:
     try:
-        parsed = parse_schema(copy.deepcopy(expanded), named_schemas={})
+        named: dict[str, Any] = {}
+        parsed = parse_schema(copy.deepcopy(expanded), named_schemas=named)
         canonical = to_parsing_canonical_form(expanded)
     except Exception as exc:  # fastavro raises several unrelated types for a bad schema
         raise SerializationError(f"schema {name} does not parse: {exc}") from exc
@@ -194,6 +197,7 @@ def _ship(name: str, expanded: dict[str, Any], *, current: bool) -> ShippedSchem
         canonical=canonical,
         fingerprint=crc64_fingerprint(expanded),
         parsed=parsed,
+        named=named,
         current=current,
     )
 
