@@ -2,11 +2,11 @@
 
 The Kafka broker comes from, in order: ``STREAMFLOW_BOOTSTRAP``; a Docker engine
 (testcontainers); the local Kafka jars. If none can be had, Kafka tests FAIL: they are never
-skipped. ``STREAMFLOW_TEST_BACKENDS`` (default ``memory,rocksdb,kafka``) picks the conformance
-backends, e.g. ``memory`` for a quick local loop: ``kafka`` runs with the journal deciding the
-runs (``journal --decide``); ``kafka-processors`` (not in the default: with it the session's one
-broker holds more partitions than this machine's 20,000 open files allow) with every decision
-left to the processors.
+skipped. ``STREAMFLOW_TEST_BACKENDS`` picks the conformance
+backends (default all four), e.g. ``memory`` for a quick local loop: ``kafka`` runs with the
+journal deciding the runs (``journal --decide``), ``kafka-processors`` with every decision left
+to the processors. A Kafka conformance test deletes its namespaces' topics when it ends: the
+suite makes over a thousand, and one broker keeping them all runs out of open files.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import asyncio
 import os
 import subprocess
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -25,7 +26,9 @@ from streamflow.kafka.config import KafkaSettings
 from streamflow.testing.broker import Broker, broker_from_environment
 from streamflow.testing.harness import EmbeddedDriver, RunDriver
 
-BACKENDS = os.environ.get("STREAMFLOW_TEST_BACKENDS", "memory,rocksdb,kafka").split(",")
+BACKENDS = os.environ.get(
+    "STREAMFLOW_TEST_BACKENDS", "memory,rocksdb,kafka,kafka-processors"
+).split(",")
 
 
 _SCAN = "test_zz_the_canary_token_is_found_nowhere"
@@ -145,6 +148,7 @@ async def make_driver(
     """Builds a conformance driver for the backend under test."""
     kind = str(request.param)
     drivers: list[RunDriver] = []
+    namespaces: list[KafkaSettings] = []
 
     async def factory(runtime: FlowRuntime, **options: object) -> RunDriver:
         if kind in ("kafka", "kafka-processors"):
@@ -152,6 +156,7 @@ async def make_driver(
 
             settings = request.getfixturevalue("kafka")
             settings = settings.with_namespace(f"{settings.namespace}-{len(drivers)}")
+            namespaces.append(settings)
             driver: RunDriver = await asyncio.to_thread(
                 KafkaDriver,
                 settings,
@@ -175,3 +180,23 @@ async def make_driver(
     yield factory
     for driver in drivers:
         await driver.close()
+    if namespaces:
+        await asyncio.to_thread(_delete_namespaces, namespaces)
+
+
+def _delete_namespaces(namespaces: list[KafkaSettings]) -> None:
+    """Delete the topics of ``namespaces`` once their drivers stopped: the conformance suite
+    makes hundreds of namespaces, and a broker that kept them all would run out of open files
+    (every partition holds some)."""
+    from confluent_kafka.admin import AdminClient
+
+    client = AdminClient({"bootstrap.servers": namespaces[0].bootstrap})
+    prefixes = tuple(f"{settings.namespace}." for settings in namespaces)
+    topics = [t for t in client.list_topics(timeout=30).topics if t.startswith(prefixes)]
+    if not topics:
+        return
+    for topic, future in client.delete_topics(topics, operation_timeout=30).items():
+        try:
+            future.result(timeout=60)
+        except Exception as exc:  # the test's outcome stands; the broker keeps the topic
+            warnings.warn(f"could not delete {topic}: {exc}", stacklevel=1)

@@ -97,6 +97,7 @@ share.coordinator.state.topic.min.isr=1
 share.coordinator.state.topic.num.partitions=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
+file.delete.delay.ms=1000
 unclean.leader.election.enable=false
 log.cleaner.backoff.ms=500
 log.cleaner.dedupe.buffer.size=16777216
