@@ -18,7 +18,7 @@ def test_a_mark_lasts_until_its_own_record_is_committed(tmp_path) -> None:
     marks.described(["late"], partition=0, offset=8)
     marks.described(["other"], partition=1, offset=2)
     marks.mark(["early", "late", "other"])
-    assert marks.exported("early") and marks.exported("late") and marks.exported("other")
+    assert all(marks.exported(k) for k in ("early", "late", "other"))
 
     # The first transaction after a kill commits the records up to offset 4 of partition 0.
     marks.drop_committed({0: 5})
