@@ -32,6 +32,7 @@ import json
 import logging
 import resource
 import socket
+import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import replace
@@ -59,6 +60,7 @@ from streamflow.api.limits import HttpLimits as HttpLimits
 from streamflow.api.render import json_response
 from streamflow.core.jsonvalue import MAX_JSON_DEPTH
 from streamflow.core.lru import LruCache
+from streamflow.tls import ServerTls
 
 log = logging.getLogger("streamflow.api")
 
@@ -482,7 +484,9 @@ FILES_RESERVED = 256
 """Open files kept for everything but client connections (the store, Kafka, logs)."""
 
 
-def server_config(app: ASGIApp, limits: HttpLimits, **options: Any) -> uvicorn.Config:
+def server_config(
+    app: ASGIApp, limits: HttpLimits, *, tls: ServerTls | None = None, **options: Any
+) -> uvicorn.Config:
     """A uvicorn configuration serving ``app`` within ``limits``. The open-file limit is raised
     to hold :attr:`HttpLimits.max_connections`; where the system does not allow that, the cap
     is lowered to fit, with a warning, so that accepting never fails for want of a file.
@@ -490,6 +494,8 @@ def server_config(app: ASGIApp, limits: HttpLimits, **options: Any) -> uvicorn.C
     Args:
         app: the ASGI application to serve.
         limits: the connection, header and keep-alive limits the protocol enforces.
+        tls: serve HTTPS with this certificate (TLS 1.2 and later); a file that does not load
+            is a :class:`~streamflow.tls.TlsError` here.
         **options: further ``uvicorn.Config`` arguments (access log, lifespan, shutdown...).
     """
     available = raise_open_files_limit(limits.max_connections + FILES_RESERVED) - FILES_RESERVED
@@ -500,10 +506,16 @@ def server_config(app: ASGIApp, limits: HttpLimits, **options: Any) -> uvicorn.C
             limits.max_connections,
         )
         limits = replace(limits, max_connections=max(available, 1))
-    return uvicorn.Config(
+    config = uvicorn.Config(
         app,
         http=_guarded_protocol(limits),
         timeout_keep_alive=max(1, round(limits.keep_alive_timeout)),
         h11_max_incomplete_event_size=limits.max_header_bytes,
         **options,
+        **({} if tls is None else tls.uvicorn_options()),
     )
+    if tls is not None:
+        config.load()  # builds the SSL context from the files, which uvicorn owns from here
+        assert config.ssl is not None
+        config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
+    return config

@@ -60,6 +60,7 @@ from streamflow.core.views import (
 from streamflow.flow import Flow
 from streamflow.observe.http import Inspector
 from streamflow.otel import TRACEPARENT, current_trace
+from streamflow.tls import ClientTls, client_context, tls_failure
 
 if TYPE_CHECKING:
     import httpx
@@ -367,19 +368,32 @@ class HttpIndex:
     instance): each read one request, each refusal a :class:`RemoteError` named as the API
     named it (:class:`Unreachable` when nothing answers). Needs ``httpx``."""
 
-    def __init__(self, url: str, api_key: str | None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        *,
+        timeout: float = 30.0,
+        tls: ClientTls | None = None,
+    ) -> None:
         """
         Args:
-            url: the API's base URL, e.g. ``http://127.0.0.1:8233``.
+            url: the API's base URL, e.g. ``http://127.0.0.1:8233`` or ``https://...``.
             api_key: its bearer key (``None``: none is sent); never logged.
             timeout: seconds a request may take beyond a result's server-side wait.
+            tls: the CA to verify an ``https`` server with and the client certificate to
+                present (default: the ``STREAMFLOW_TLS_*`` environment; without it, the
+                system's trust store and no certificate).
         """
         import httpx  # the HTTP client: only where another server is asked
 
         self._url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client: httpx.AsyncClient = httpx.AsyncClient(
-            base_url=self._url, headers=headers, timeout=timeout + MAX_WAIT_SECONDS
+            base_url=self._url,
+            headers=headers,
+            timeout=timeout + MAX_WAIT_SECONDS,
+            verify=client_context(tls),
         )
 
     async def request(
@@ -402,7 +416,9 @@ class HttpIndex:
                 method, "/v1" + path, json=body, params=dict(query or {}), headers=headers
             )
         except httpx.HTTPError as exc:
-            raise Unreachable(f"no answer from {self._url}: {type(exc).__name__}") from None
+            failure = tls_failure(exc)
+            reason = type(exc).__name__ if failure is None else f"TLS: {failure}"
+            raise Unreachable(f"no answer from {self._url}: {reason}") from None
         try:
             data = answer.json()
         except ValueError:

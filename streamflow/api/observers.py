@@ -44,6 +44,7 @@ from streamflow.observe.http import (
     inspection_route,
 )
 from streamflow.observe.metrics import FlowMetrics
+from streamflow.tls import ServerTls
 from streamflow.workflow.runtime import FlowRuntime
 
 if TYPE_CHECKING:
@@ -148,10 +149,15 @@ class ObserversApi:
         client: FlowClient | None = None,
         app: FlowRuntime | None = None,
         api_key: str | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         """``inspector`` answers for the namespace, ``local`` (default: ``inspector``) for
         ``?scope=local``. ``client`` takes the mutations (``None``: reads only); ``app`` names
-        the workflows a start may name; ``api_key`` guards the keyed routes."""
+        the workflows a start may name; ``api_key`` guards the keyed routes; ``tls``: serve
+        HTTPS (its files are loaded here: :class:`~streamflow.tls.TlsError`)."""
+        if tls is not None:
+            tls.context()
+        self._tls = tls
         self._metrics = metrics
         self._inspector = inspector
         self._local = local
@@ -187,9 +193,11 @@ class ObserversApi:
 
     @property
     def url(self) -> str:
-        """The base URL of this server (``http://host:port``)."""
+        """The base URL of this server (``http://host:port``, ``https`` with TLS)."""
         name = str(self._address[0])
-        return f"http://[{name}]:{self.port}" if ":" in name else f"http://{name}:{self.port}"
+        scheme = "http" if self._tls is None else "https"
+        host = f"[{name}]" if ":" in name else name
+        return f"{scheme}://{host}:{self.port}"
 
     def start(self) -> ObserversApi:
         """Serve on a daemon thread; returns ``self`` once the server accepts connections."""
@@ -210,6 +218,7 @@ class ObserversApi:
             log_level="warning",
             lifespan="off",
             log_config=None,
+            tls=self._tls,
         )
         server = uvicorn.Server(config)
         self._server = server

@@ -27,28 +27,38 @@ from streamflow.core.errors import InspectionUnavailable
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.observe.http import fetch_json
+from streamflow.tls import ClientTls
 
 
 class ObserversIndex:
     """Answers inspection questions from the observers instances at ``urls``."""
 
     def __init__(
-        self, urls: str | Sequence[str], *, api_key: str | None = None, timeout: float = 30.0
+        self,
+        urls: str | Sequence[str],
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        tls: ClientTls | None = None,
     ) -> None:
         """``api_key``: the bearer key of the observers' endpoint (``run observers
-        --api-key-file``), sent with every question and never logged."""
+        --api-key-file``), sent with every question and never logged; ``tls``: what ``https``
+        instances are verified with (default: the ``STREAMFLOW_TLS_*`` environment)."""
         self._urls = [urls] if isinstance(urls, str) else list(urls)
         if not self._urls:
             raise ValueError("ObserversIndex needs at least one observers URL")
         self._timeout = timeout
         self._key = api_key
+        self._tls = tls
 
     def _ask(self, path: str, query: dict[str, str] | None = None) -> Any:
         problem: InspectionUnavailable | None = None
         for url in self._urls:
             try:
                 scoped = {**(query or {}), "scope": "all"}
-                return fetch_json(url, path, scoped, timeout=self._timeout, api_key=self._key)
+                return fetch_json(
+                    url, path, scoped, timeout=self._timeout, api_key=self._key, tls=self._tls
+                )
             except InspectionUnavailable as exc:  # RunNotFound passes: every instance agrees
                 problem = exc
         assert problem is not None
@@ -89,14 +99,23 @@ class HttpControl(DelegatedReads):
     :class:`~streamflow.api.schedules.ScheduleControl`. What ``streamflow ... --url`` drives.
     Needs ``httpx``."""
 
-    def __init__(self, url: str, api_key: str | None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        *,
+        timeout: float = 30.0,
+        tls: ClientTls | None = None,
+    ) -> None:
         """
         Args:
-            url: the API's base URL, e.g. ``http://127.0.0.1:8233``.
+            url: the API's base URL, e.g. ``http://127.0.0.1:8233`` or ``https://...``.
             api_key: its bearer key (``None``: none is sent); never logged.
             timeout: seconds a request may take beyond a result's server-side wait.
+            tls: what an ``https`` server is verified with and the client presents
+                (default: the ``STREAMFLOW_TLS_*`` environment).
         """
-        self.index = self._http = HttpIndex(url, api_key, timeout=timeout)
+        self.index = self._http = HttpIndex(url, api_key, timeout=timeout, tls=tls)
 
     async def _post(self, path: str, body: object = None) -> Json:
         return (await self._http.request("POST", path, body))[1]

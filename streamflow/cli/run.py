@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamflow.cli.paths import project_on_path
+from streamflow.cli.tls_args import add_tls_args, server_tls
 from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.core.builds import RuntimeBuildCompatibility, configured_compatibility
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS
@@ -136,11 +137,18 @@ def register(subparsers: Any) -> None:
         default=int(os.environ.get("STREAMFLOW_HTTP_PORT", "9464")),
         help="observers: port of /metrics and the inspection API (-1: do not serve)",
     )
+    add_tls_args(run)
+    run.add_argument(
+        "--insecure",
+        action="store_true",
+        help="observers: allow --http-host to name an address other machines reach without "
+        "TLS (the API speaks plain HTTP)",
+    )
     run.add_argument(
         "--advertise-url",
         default=os.environ.get("STREAMFLOW_ADVERTISE_URL"),
         help="observers: the URL other instances reach this one's inspection API at "
-        "(default: http://<http-host>:<port>, the machine's name when bound to 0.0.0.0)",
+        "(default: http[s]://<http-host>:<port>, the machine's name when bound to 0.0.0.0)",
     )
     run.add_argument(
         "--api-key-file",
@@ -426,7 +434,7 @@ def observers_main(
     """The observers topology's main function, serving the HTTP API (``/metrics``, ``/v1``,
     the console) on ``--http-port`` while it runs (unless the port is negative)."""
     from streamflow.api.observers import ObserversApi
-    from streamflow.host.http import advertised_url
+    from streamflow.host.http import advertised_url, check_exposure
     from streamflow.topologies.observers import Observers
 
     server = None
@@ -434,8 +442,15 @@ def observers_main(
     api_key = load_api_key(getattr(args, "api_key_file", None))
     if args.http_port >= 0:
         # Binds now: the URL is known (and advertised) before the topology joins its group.
-        server = ObserversApi(args.http_host, args.http_port, api_key=api_key)
-        advertise = args.advertise_url or advertised_url(args.http_host, server.port)
+        try:
+            tls = server_tls(args)
+            check_exposure(args.http_host, insecure=args.insecure, tls=tls)
+        except ValueError as exc:  # TlsError, InsecureBind, options that do not go together
+            raise SystemExit(f"observers: {type(exc).__name__}: {exc}") from None
+        server = ObserversApi(args.http_host, args.http_port, api_key=api_key, tls=tls)
+        advertise = args.advertise_url or advertised_url(
+            args.http_host, server.port, tls=tls is not None
+        )
     topology = Observers(
         settings,
         state_dir=state,

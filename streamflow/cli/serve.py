@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from streamflow.api.limits import HttpLimits
 from streamflow.cli.paths import project_on_path
+from streamflow.cli.tls_args import add_tls_args, server_tls
 from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.core.errors import FlowError
 from streamflow.core.tokens import HookSecret
@@ -48,10 +49,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     serve.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default loopback)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (0: a free one)")
+    add_tls_args(serve)
     serve.add_argument(
         "--insecure",
         action="store_true",
-        help="allow --host to name an address other machines reach (the API speaks plain HTTP)",
+        help="allow --host to name an address other machines reach without TLS (the API "
+        "speaks plain HTTP)",
     )
     serve.add_argument(
         "--allowed-host",
@@ -166,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     project_on_path()  # `--app mymod:app` names a module of this directory
     try:
         return asyncio.run(_serve(args))
-    except (FlowError, OSError, ValueError) as exc:
+    except (FlowError, OSError, ValueError) as exc:  # TlsError is a ValueError
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
@@ -284,6 +287,7 @@ async def _serve(args: argparse.Namespace) -> int:
         accept_unpinned=args.accept_unpinned,
         tracer_provider=_tracer_provider(),
         publisher=publisher,
+        tls=server_tls(args),
     ) as served:
         _announce(served.url, key_file)
         await stop.wait()
@@ -312,7 +316,8 @@ async def _serve_kafka(
     )
     client = await asyncio.to_thread(FlowClient, settings)
     try:
-        sock, url = bind(args.host, args.port, insecure=args.insecure)
+        tls = server_tls(args)
+        sock, url = bind(args.host, args.port, insecure=args.insecure, tls=tls)
         observers_key = (
             read_secret_file(args.observers_key_file) if args.observers_key_file else None
         )
@@ -324,7 +329,9 @@ async def _serve_kafka(
             limits=limits,
             allowed_hosts=[url_host(url), args.host, *args.allowed_host],
         )
-        async with serve_http(api, sock, shutdown_timeout=args.shutdown_timeout, limits=limits):
+        async with serve_http(
+            api, sock, shutdown_timeout=args.shutdown_timeout, limits=limits, tls=tls
+        ):
             _announce(url, key_file)
             if control.runs_batches:
                 resumed = await control.resume_batches()  # their runs are the namespace's

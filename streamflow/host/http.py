@@ -2,10 +2,10 @@
 handed out, without uvicorn's signal handling and without an access log (request paths carry
 hook tokens), within the edge's limits (:class:`~streamflow.api.edge.HttpLimits`).
 
-:func:`bind` binds loopback addresses freely; any other address reaches beyond this machine
-with plain HTTP, so it needs ``insecure=True`` (``--insecure``) and is logged as a warning. A
-wildcard bind (``0.0.0.0``, ``::``) is advertised by this machine's name, never as
-``http://0.0.0.0:...``."""
+:func:`bind` binds loopback addresses freely; any other address reaches beyond this machine,
+so it needs TLS (:class:`~streamflow.tls.ServerTls`, ``--tls-cert``/``--tls-key``) or
+``insecure=True`` (``--insecure``: plain HTTP, logged as a warning). A wildcard bind
+(``0.0.0.0``, ``::``) is advertised by this machine's name, never as ``http://0.0.0.0:...``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from fastapi import FastAPI
 
 from streamflow.api.edge import HttpLimits, server_config
 from streamflow.api.logs import redact_access_log
+from streamflow.tls import ServerTls
 
 log = logging.getLogger("streamflow.host")
 
@@ -75,36 +76,48 @@ def machine_name() -> str:
     return name
 
 
-def advertised_url(host: str, port: int) -> str:
+def advertised_url(host: str, port: int, *, tls: bool = False) -> str:
     """How others reach a server bound to ``host``: the bound address, or this machine's name
-    when bound to every interface."""
+    when bound to every interface (``https`` with ``tls``)."""
     if is_wildcard(host):
         host = machine_name()
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"{'https' if tls else 'http'}://{host}:{port}"
 
 
-def bind(host: str, port: int, *, insecure: bool = False) -> tuple[socket.socket, str]:
-    """A listening socket (bound before the URL is handed out, so a client that connects at
-    once is queued, never refused) and the base URL it is advertised at.
-
-    A ``host`` beyond loopback raises :class:`InsecureBind` unless ``insecure`` is true (then
-    it is logged as a warning): the API would answer anyone on the network over plain HTTP."""
-    if not is_loopback(host):
-        if not insecure:
-            raise InsecureBind(
-                f"{host or '0.0.0.0'} is reachable from other machines and the API speaks plain "
-                "HTTP: bind 127.0.0.1, or pass --insecure (insecure=True) to serve it there anyway"
-            )
-        log.warning(
-            "serving plain HTTP on %s, reachable from other machines: anyone who can reach it "
-            "reads the open routes and can try keys and hook tokens",
-            host or "0.0.0.0",
+def check_exposure(host: str, *, insecure: bool, tls: ServerTls | None) -> None:
+    """Refuse (:class:`InsecureBind`) to serve plain HTTP on ``host`` when other machines reach
+    it, unless ``insecure`` (then warn)."""
+    if is_loopback(host) or tls is not None:
+        return
+    if not insecure:
+        raise InsecureBind(
+            f"{host or '0.0.0.0'} is reachable from other machines and the API would speak "
+            "plain HTTP: serve TLS (--tls-cert and --tls-key), bind 127.0.0.1, or pass "
+            "--insecure (insecure=True) to serve plain HTTP there anyway"
         )
+    log.warning(
+        "serving plain HTTP on %s, reachable from other machines: anyone who can reach it "
+        "reads the open routes and can try keys and hook tokens",
+        host or "0.0.0.0",
+    )
+
+
+def bind(
+    host: str, port: int, *, insecure: bool = False, tls: ServerTls | None = None
+) -> tuple[socket.socket, str]:
+    """A listening socket (bound before the URL is handed out, so a client that connects at
+    once is queued, never refused) and the base URL it is advertised at (``https`` with
+    ``tls``).
+
+    A ``host`` beyond loopback raises :class:`InsecureBind` unless the server speaks TLS or
+    ``insecure`` is true (then it is logged as a warning): the API would answer anyone on the
+    network over plain HTTP."""
+    check_exposure(host, insecure=insecure, tls=tls)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)
-    return sock, advertised_url(host, sock.getsockname()[1])
+    return sock, advertised_url(host, sock.getsockname()[1], tls=tls is not None)
 
 
 def url_host(url: str) -> str:
@@ -122,9 +135,11 @@ async def serve_http(
     *,
     shutdown_timeout: float = 10.0,
     limits: HttpLimits | None = None,
+    tls: ServerTls | None = None,
 ) -> AsyncIterator[None]:
     """Serve ``app`` on ``sock`` (from :func:`bind`) while the block runs, within ``limits``
-    (connections, header time, keep-alive; :class:`HttpLimits`' defaults without). On exit
+    (connections, header time, keep-alive; :class:`HttpLimits`' defaults without), over TLS
+    with ``tls`` (its files are loaded first: :class:`~streamflow.tls.TlsError`). On exit
     the server stops accepting and lets requests in flight finish, for up to
     ``shutdown_timeout`` seconds; the socket is closed."""
     try:
@@ -137,6 +152,7 @@ async def serve_http(
             log_config=None,  # leave the embedding program's logging alone
             lifespan="off",
             timeout_graceful_shutdown=max(int(shutdown_timeout), 1),
+            tls=tls,
         )
         server = _Server(config)
         serving = asyncio.create_task(server.serve(sockets=[sock]), name="sf-host-http")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from streamflow.observe.metrics import FlowMetrics
     from streamflow.stores.base import FlowEventStore
     from streamflow.stores.rocksdb import RocksDBEventStore
+    from streamflow.tls import ServerTls
     from streamflow.workflow.runtime import FlowRuntime
 
 log = logging.getLogger("streamflow.host")
@@ -145,6 +146,7 @@ async def serve(
     accept_unpinned: bool = False,
     tracer_provider: TracerProvider | None = None,
     publisher: Publisher | None = None,
+    tls: ServerTls | None = None,
 ) -> AsyncIterator[Served]:
     """Host ``app`` and serve the HTTP API until the block exits.
 
@@ -157,9 +159,11 @@ async def serve(
     default executor, which the owner of the loop sizes). ``on_bind(url)`` is called once the
     port is bound, before recovery or the first request (e.g. to tell the app its own URL).
 
-    ``api_key`` must have at least 16 characters (``ValueError``). ``host`` beyond loopback
-    needs ``insecure=True`` (``InsecureBind`` otherwise; a warning is logged): plain HTTP on a
-    network. The ``Host`` header of a request must name the server (an address, a loopback
+    ``api_key`` must have at least 16 characters (``ValueError``). ``tls``: serve HTTPS with
+    this certificate (and, with its ``client_ca``, ask every client for a certificate); a file
+    that does not load is a ``TlsError`` before anything starts. ``host`` beyond loopback needs
+    ``tls`` or ``insecure=True`` (``InsecureBind`` otherwise; a warning is logged): plain HTTP
+    on a network. The ``Host`` header of a request must name the server (an address, a loopback
     name, the advertised name, or one of ``allowed_hosts``). ``limits``: the edge's limits on
     bodies, connections and unkeyed requests (``docs/http-api.md``, "Limits").
 
@@ -191,13 +195,15 @@ async def serve(
 
     key = api_key if api_key is not None else secrets.token_urlsafe(32)
     check_api_key(key)
+    if tls is not None:
+        tls.context()  # a file that does not load fails here, before the store is opened
     compatibility = host_compatibility(
         app, build, compatible_builds, accept_unpinned=accept_unpinned
     )
     opened, owned = _open_store(store)
     sock = None
     try:
-        sock, url = bind(host, port, insecure=insecure)
+        sock, url = bind(host, port, insecure=insecure, tls=tls)
         if on_bind is not None:
             on_bind(url)
         builder = FlowEngine.builder(app).with_store(opened)
@@ -231,7 +237,9 @@ async def serve(
                 limits=limits,
                 allowed_hosts=[url_host(url), host, *allowed_hosts],
             )
-            async with serve_http(api, sock, shutdown_timeout=shutdown_timeout, limits=limits):
+            async with serve_http(
+                api, sock, shutdown_timeout=shutdown_timeout, limits=limits, tls=tls
+            ):
                 log.info("serving on %s (%s)", url, _builds_line(compatibility))
                 if isinstance(app, App):
                     resumed = await control.resume_batches()

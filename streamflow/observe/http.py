@@ -23,6 +23,7 @@ an answer that needs another observers instance that cannot be reached a 503
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from urllib.parse import unquote, urlencode
 from streamflow.core.errors import InspectionUnavailable as InspectionUnavailable
 from streamflow.core.errors import RunNotFound
 from streamflow.core.snapshot import WorkflowRunStatus
+from streamflow.tls import ClientTls, client_context
 
 
 class Inspector(Protocol):
@@ -92,11 +94,12 @@ def fetch_json(
     *,
     timeout: float = 30.0,
     api_key: str | None = None,
+    tls: ClientTls | None = None,
 ) -> Any:
     """GET ``path`` of the inspection API at ``url``: the decoded JSON body. A 404 for an
     unknown run is :class:`RunNotFound`; any other failure (an HTTP error, no answer, not JSON)
     is :class:`InspectionUnavailable` naming the instance."""
-    return fetch_covered(url, path, query, timeout=timeout, api_key=api_key).value
+    return fetch_covered(url, path, query, timeout=timeout, api_key=api_key, tls=tls).value
 
 
 def fetch_covered(
@@ -106,16 +109,20 @@ def fetch_covered(
     *,
     timeout: float = 30.0,
     api_key: str | None = None,
+    tls: ClientTls | None = None,
 ) -> Covered:
     """Like :func:`fetch_json`, with the partitions the answer says it covers (none when it
-    does not say). ``api_key`` is sent as a bearer token (never logged)."""
+    does not say). ``api_key`` is sent as a bearer token (never logged); ``tls``: what an
+    ``https`` instance is verified with (default: the ``STREAMFLOW_TLS_*`` environment)."""
     base = url.rstrip("/")
     target = f"{base}{path}" + (f"?{urlencode(query)}" if query else "")
     request = urllib.request.Request(target)
     if api_key is not None:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        verify = client_context(tls) if target.startswith("https:") else True
+        context = verify if isinstance(verify, ssl.SSLContext) else None
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             body = json.loads(response.read().decode())
             header = response.headers.get(PARTITIONS_HEADER) or ""
             covered = frozenset(int(p) for p in header.split(",") if p.strip())

@@ -67,9 +67,10 @@ def console(tmp_path: Path) -> Iterator[tuple[str, httpx.Client]]:
 
 
 @contextmanager
-def chromium() -> Iterator[WebDriver]:
-    """Headless Chromium; fails the test (never skips it) when Debian's chromium or its driver
-    is missing. A context manager, not a fixture, so that this is a test failure, not an error."""
+def chromium(*arguments: str) -> Iterator[WebDriver]:
+    """Headless Chromium (with ``arguments`` besides its own); fails the test (never skips it)
+    when Debian's chromium or its driver is missing. A context manager, not a fixture, so that
+    this is a test failure, not an error."""
     for executable in (CHROMIUM, CHROMEDRIVER):
         if shutil.which(executable) is None:
             pytest.fail(
@@ -78,7 +79,7 @@ def chromium() -> Iterator[WebDriver]:
             )
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--disable-gpu", "--disable-dev-shm-usage"):
+    for argument in ("--headless=new", "--disable-gpu", "--disable-dev-shm-usage", *arguments):
         options.add_argument(argument)
     options.add_argument("--window-size=1280,1600")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # for get_log("browser")

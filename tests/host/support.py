@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 60.0
-_ANNOUNCE = re.compile(r"API (http://\S+)\s+console (\S+)\s+API key file (\S+)")
+_ANNOUNCE = re.compile(r"API (https?://\S+)\s+console (\S+)\s+API key file (\S+)")
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
@@ -40,8 +41,13 @@ class ServeProcess:
         cwd: Path | None = None,
         env: dict[str, str] | None = None,
         name: str = "serve",
+        ca: Path | None = None,
     ) -> None:
+        """``ca``: the CA its clients (:meth:`client`) verify an HTTPS server with."""
         self.directory = directory
+        self._verify: ssl.SSLContext | bool = (
+            True if ca is None else ssl.create_default_context(cafile=ca)
+        )
         logs = (directory if directory.is_absolute() else (cwd or REPO) / directory).parent / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         count = len(list(logs.glob(f"{name}-*.out")))
@@ -81,7 +87,9 @@ class ServeProcess:
     def client(self, key: str | None = None, timeout: float = 70.0) -> httpx.Client:
         """A client of the API, authorised with ``key`` when given."""
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        return httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, verify=self._verify
+        )
 
     def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = DEADLINE) -> int:
         """Send ``sig`` and wait for the exit status."""

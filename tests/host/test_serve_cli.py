@@ -204,3 +204,59 @@ def test_blocking_def_steps_of_many_runs_run_side_by_side(tmp_path: Path) -> Non
         assert serve.stop() == 0
     finally:
         serve.kill()
+
+
+def test_serve_over_tls_and_the_cli_over_https(tmp_path: Path) -> None:
+    """``serve --tls-cert --tls-key`` answers HTTPS; the CLI on ``--url https://...`` trusts it
+    through ``STREAMFLOW_TLS_CA``, and without that CA it exits 1 saying the certificate did
+    not verify. A serve given a key that does not match its certificate exits 2 at once."""
+    from tests.tls_certs import make_certs
+
+    certs = make_certs(tmp_path / "certs")
+    directory = tmp_path / ".streamflow"
+    tls = ("--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key))
+    served = ServeProcess(directory, "--app", "tests.host.apps:app", *tls)
+    try:
+        assert served.url.startswith("https://127.0.0.1:")
+        key = (directory / "api-key").read_text().strip()
+
+        def cli(*argv: str, ca: Path | None) -> subprocess.CompletedProcess[str]:
+            env = {**os.environ, "PYTHONPATH": str(REPO), "STREAMFLOW_API_KEY": key}
+            env.pop("STREAMFLOW_TLS_CA", None)
+            if ca is not None:
+                env["STREAMFLOW_TLS_CA"] = str(ca)
+            return subprocess.run(
+                [sys.executable, "-m", "streamflow.cli.main", *argv, "--url", served.url],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+
+        started = cli("start", "host.quick", "t-1", "--input", "4", ca=certs.ca)
+        assert started.returncode == 0, started.stderr
+        result = cli("result", "t-1", "--json", ca=certs.ca)
+        assert result.returncode == 0, result.stderr
+        assert '"output": 5' in result.stdout
+        untrusted = cli("show", "t-1", ca=None)  # the system's trust store: no such CA
+        assert untrusted.returncode == 1
+        assert "certificate verify failed" in untrusted.stderr
+        assert served.stop() == 0
+    finally:
+        served.kill()
+    assert key not in served.output()
+
+    command = ["serve", "--dir", str(directory), "--port", "0"]
+    command += ["--tls-cert", str(certs.server_cert)]
+    mismatched = subprocess.run(
+        [sys.executable, "-m", "streamflow.cli.main", *command, "--tls-key", str(certs.client_key)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert mismatched.returncode == 2
+    assert "error: TlsError: cannot use the TLS certificate" in mismatched.stderr
+    assert "Traceback" not in mismatched.stderr

@@ -14,33 +14,46 @@ from streamflow.api.batches import batch_workflow
 from streamflow.kafka.config import KafkaSettings
 from streamflow.stores.inspect import StoreInspector
 from streamflow.testing.kafka_harness import KafkaDriver
+from streamflow.tls import ServerTls
 from tests.host.apps import app
 from tests.host.support import ServeProcess, wait_until
+from tests.tls_certs import make_certs
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 batch_workflow(app)  # as `streamflow run processor --app` registers it
 
 
-@pytest.mark.parametrize("reads", ["history", "observers"])
+@pytest.mark.parametrize("reads", ["history", "observers", "observers-over-tls"])
 def test_serve_kafka_starts_and_lists_runs_of_the_deployment(
     reads: str, kafka: KafkaSettings, tmp_path: Path
 ) -> None:
     """Reads scan the history topic, or (``--observers URL``) come from an observers
-    instance's inspection API."""
+    instance's inspection API; over TLS, both the observers' endpoint and ``serve --kafka``
+    speak HTTPS, the server trusting the observers' CA through ``STREAMFLOW_TLS_CA``."""
     driver = KafkaDriver(
         kafka, app, state_root=tmp_path / "state", observers=[InMemoryFlowEventObserver()]
     )
     observers = None
     extra: list[str] = []
-    if reads == "observers":
+    env: dict[str, str] = {}
+    ca = None
+    tls = None
+    if reads == "observers-over-tls":
+        certs = make_certs(tmp_path / "certs")
+        ca = certs.ca
+        tls = ServerTls(cert=certs.server_cert, key=certs.server_key)
+        extra = ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
+        env = {"STREAMFLOW_TLS_CA": str(certs.ca)}
+    if reads != "history":
         topology = driver.observers_topology
         assert topology is not None
         index = StoreInspector(topology.index, owns=topology.owns)
         observers = ObserversApi(
-            "127.0.0.1", 0, inspector=index, api_key="observers-key-0123456789"
+            "127.0.0.1", 0, inspector=index, api_key="observers-key-0123456789", tls=tls
         ).start()
+        assert observers.url.startswith("https://" if tls else "http://")
         (tmp_path / "observers-key").write_text("observers-key-0123456789\n")
-        extra = [
+        extra += [
             "--observers",
             observers.url,
             "--observers-key-file",
@@ -58,7 +71,10 @@ def test_serve_kafka_starts_and_lists_runs_of_the_deployment(
             kafka.namespace,
             *extra,
             name=f"kafka-{reads}",
+            env=env,
+            ca=ca,
         )
+        assert serve.url.startswith("https://" if tls else "http://")
         key = (tmp_path / ".streamflow" / "api-key").read_text().strip()
         try:
             with serve.client(key) as api:
