@@ -8,7 +8,10 @@ order, for every HTTP request:
 2. a keyed route's bearer key is checked from the headers, before a byte of the body is read
    (:class:`~streamflow.api.errors.Unauthorized`);
 3. an unkeyed route that does work (``/v1/summary``, ``/metrics``, hook callbacks) spends a
-   token of its client's bucket (:class:`TooManyRequests`, with ``Retry-After``);
+   token of its client's bucket (:class:`TooManyRequests`, with ``Retry-After``); a wrong key
+   and a hook callback answered 404 (an unknown token) spend one of the client's failed
+   attempts, and a client with none left is refused a keyed route or a hook callback
+   (:class:`TooManyRequests`) before its key or token is looked at;
 4. a hook callback from another site's page is refused (:class:`CrossSiteRequest`), and its
    body must be declared JSON (:class:`UnsupportedMediaType`): no HTML form or ``text/plain``
    ``fetch`` of another site can resume a hook;
@@ -142,6 +145,12 @@ class ClientBuckets:
         self._burst = float(burst)
         self._buckets: LruCache[str, tuple[float, float]] = LruCache(max_clients)
 
+    def wait(self, client: str, now: float) -> float:
+        """The seconds until ``client``'s bucket has a token (0.0: it has one), spending none."""
+        tokens, then = self._buckets.get(client) or (self._burst, now)
+        tokens = min(self._burst, tokens + (now - then) * self._rate)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self._rate
+
     def take(self, client: str, now: float) -> float:
         """Spend one token of ``client``'s bucket: 0.0, or the seconds until one is there."""
         tokens, then = self._buckets.get(client) or (self._burst, now)
@@ -154,6 +163,12 @@ class ClientBuckets:
 
 
 # -- the guard ---------------------------------------------------------------------------------
+
+
+def _client(scope: Scope) -> str:
+    """The client's address ('' when the server does not know it)."""
+    client = scope.get("client")
+    return str(client[0]) if client else ""
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -220,6 +235,8 @@ class EdgeGuard:
         self._limits = limits
         self._allowed = frozenset(h.lower() for h in allowed_hosts)
         self._buckets = ClientBuckets(limits.unkeyed_rate, limits.unkeyed_burst)
+        self._failures = ClientBuckets(limits.failed_auth_rate, limits.failed_auth_burst)
+        """Failed key and hook-token attempts per client address."""
         self._clock = clock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -235,7 +252,10 @@ class EdgeGuard:
         except _Disconnected:
             return
         path = str(scope.get("path", ""))
-        if path.startswith("/v1/") and _route_kind(scope["method"], path) == _KEYED:
+        kind = _route_kind(scope["method"], path)
+        if kind == _HOOK:
+            send = self._counting_unknown_tokens(_client(scope), send)
+        if path.startswith("/v1/") and kind == _KEYED:
             # Every keyed body is read as JSON whatever its type says (`curl -d` sends a form
             # type): the bearer header, which no other site's page can send, guards them.
             headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
@@ -248,16 +268,30 @@ class EdgeGuard:
             raise _Refused(HostNotAllowed("the Host header does not name this server"))
         method, path = scope["method"], str(scope.get("path", ""))
         kind = _route_kind(method, path)
+        client = _client(scope)
+        guarded = kind == _HOOK or (kind == _KEYED and self._key is not None)
+        if guarded:
+            # Past its failed attempts an address is refused whatever it sends, so that an
+            # answer never tells a guess that came right from one that did not.
+            wait = self._failures.wait(client, self._clock())
+            if wait > 0:
+                raise _Refused(
+                    TooManyRequests(
+                        f"too many failed key or hook-token attempts from this address; retry "
+                        f"in {wait:.1f}s"
+                    ),
+                    [("retry-after", str(max(1, round(wait + 0.5))))],
+                )
         if kind == _KEYED and self._key is not None:
             given = _header(scope, b"authorization") or b""
             scheme, _, credentials = given.partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(
                 credentials.strip(), self._key
             ):
+                self._failures.take(client, self._clock())
                 raise _Refused(Unauthorized("a valid bearer API key is required"))
         if kind in (_UNKEYED, _HOOK):
-            client = scope.get("client")
-            wait = self._buckets.take(str(client[0]) if client else "", self._clock())
+            wait = self._buckets.take(client, self._clock())
             if wait > 0:
                 raise _Refused(
                     TooManyRequests(f"too many requests from this address; retry in {wait:.1f}s"),
@@ -284,6 +318,17 @@ class EdgeGuard:
                 )
             )
         return _replay(body, receive)
+
+    def _counting_unknown_tokens(self, client: str, send: Send) -> Send:
+        """``send``, counting a hook callback answered 404 (no hook has its token) as a failed
+        attempt of ``client``."""
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 404:
+                self._failures.take(client, self._clock())
+            await send(message)
+
+        return sending
 
     async def _read_body(self, scope: Scope, receive: Receive, limit: int) -> bytes:
         declared = _header(scope, b"content-length")

@@ -33,14 +33,31 @@ class HttpLimits:
     (``/v1/summary``, ``/metrics``, hook callbacks), on average."""
     unkeyed_burst: int = 100
     """How many such requests a client may make at once before the rate applies."""
+    failed_auth_burst: int = 10
+    """How many failed attempts (a wrong or missing API key on a keyed route, an unknown hook
+    token) one client address may make before it is refused 429 ``TooManyRequests``, whatever
+    it sends, until :attr:`failed_auth_rate` has given it another."""
+    failed_auth_rate: float = 0.2
+    """Failed attempts per second one client address regains (one every five seconds)."""
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_unkeyed_body_bytes", "max_header_bytes"):
             if getattr(self, name) < 1024:
                 raise ValueError(f"{name} must be at least 1024")
-        for name in ("max_connections", "max_connections_per_client", "unkeyed_burst"):
+        for name in (
+            "max_connections",
+            "max_connections_per_client",
+            "unkeyed_burst",
+            "failed_auth_burst",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        for name in ("body_timeout", "header_timeout", "keep_alive_timeout", "unkeyed_rate"):
+        for name in (
+            "body_timeout",
+            "header_timeout",
+            "keep_alive_timeout",
+            "unkeyed_rate",
+            "failed_auth_rate",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")

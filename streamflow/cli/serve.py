@@ -92,6 +92,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(default {limits.unkeyed_rate:g}; bursts of {limits.unkeyed_burst})",
     )
     serve.add_argument(
+        "--failed-auth-burst",
+        type=int,
+        default=limits.failed_auth_burst,
+        help="failed key or hook-token attempts one address may make before it is refused "
+        f"(429) whatever it sends (default {limits.failed_auth_burst})",
+    )
+    serve.add_argument(
+        "--failed-auth-rate",
+        type=float,
+        default=limits.failed_auth_rate,
+        help=f"failed attempts per second an address regains (default {limits.failed_auth_rate:g})",
+    )
+    serve.add_argument(
         "--api-key-file", type=Path, help="the bearer key (default: <dir>/api-key, created once)"
     )
     serve.add_argument(
@@ -180,6 +193,8 @@ def _limits(args: argparse.Namespace) -> HttpLimits:
         max_connections_per_client=args.max_connections_per_client,
         header_timeout=args.header_timeout,
         unkeyed_rate=args.unkeyed_rate,
+        failed_auth_burst=args.failed_auth_burst,
+        failed_auth_rate=args.failed_auth_rate,
     )
 
 

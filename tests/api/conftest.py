@@ -23,6 +23,7 @@ import pytest
 import uvicorn
 
 from streamflow.api import ControlPlane, EmbeddedControl, create_app, redact_access_log
+from streamflow.api.limits import HttpLimits
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.scheduler import FlowScheduler
 from streamflow.engine.tasks import InProcessTaskRunner
@@ -51,8 +52,11 @@ def served_api(
     redacted (what the log tests check)."""
     redact_access_log()
     redact_access_log("httpx")  # the tests' own client logs the URLs it calls
+    # The route tests call keyed routes without the key many times from one address; the
+    # lockout after failed attempts has tests of its own (test_failed_attempts.py).
+    limits = HttpLimits(failed_auth_burst=100_000)
     config = uvicorn.Config(
-        create_app(control, api_key=api_key, metrics=metrics),
+        create_app(control, api_key=api_key, metrics=metrics, limits=limits),
         host="127.0.0.1",
         port=0,
         log_level="info",
