@@ -27,6 +27,7 @@ from streamflow.api.batches import BatchOrder
 from streamflow.api.control import ControlPlane
 from streamflow.api.edge import EdgeGuard, HttpLimits
 from streamflow.api.errors import InvalidRequest, status_of
+from streamflow.api.keys import KeyRing
 from streamflow.api.query import (
     LIST_PARAMETERS,
     check_names,
@@ -197,7 +198,7 @@ def check_api_key(api_key: str | None) -> None:
 def create_app(
     control: ControlPlane,
     *,
-    api_key: str | None,
+    api_key: str | KeyRing | None,
     metrics: FlowMetrics | None = None,
     limits: HttpLimits | None = None,
     allowed_hosts: Iterable[str] = (),
@@ -207,13 +208,16 @@ def create_app(
     Args:
         control: the backend the routes act on.
         api_key: the bearer key of the keyed routes, at least 16 characters (``ValueError``
-            otherwise). ``None`` leaves them open: only for a server no one else can reach.
+            otherwise; role ``admin``), or the keys of a :class:`~streamflow.api.keys.KeyRing`,
+            each with its role. ``None`` leaves them open: only for a server no one else can
+            reach.
         metrics: what ``/metrics`` exposes (an empty exposition without).
         limits: the edge's limits (:class:`HttpLimits`; its defaults without).
         allowed_hosts: host names the ``Host`` header may name besides address literals and
             loopback names.
     """
-    check_api_key(api_key)
+    if not isinstance(api_key, KeyRing):
+        check_api_key(api_key)
     app = FastAPI(
         title="streamflow",
         summary="Control and query API of a streamflow deployment",

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import ipaddress
 import json
 import logging
@@ -49,6 +48,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from streamflow.api.errors import (
     ApiError,
     CrossSiteRequest,
+    Forbidden,
     HostNotAllowed,
     InvalidPayloadBody,
     InvalidRequest,
@@ -59,6 +59,7 @@ from streamflow.api.errors import (
     UnsupportedMediaType,
     status_of,
 )
+from streamflow.api.keys import KeyRing, Principal, needed_role
 from streamflow.api.limits import HttpLimits as HttpLimits
 from streamflow.api.render import json_response
 from streamflow.core.jsonvalue import MAX_JSON_DEPTH
@@ -165,6 +166,36 @@ class ClientBuckets:
 # -- the guard ---------------------------------------------------------------------------------
 
 
+audit_log = logging.getLogger("streamflow.audit")
+
+
+def _route_shape(path: str) -> str:
+    """``path`` with its run or schedule id left out (``/v1/runs/{id}/terminate``)."""
+    parts = path.split("/")
+    if len(parts) > 3 and parts[1] == "v1":
+        parts[3] = "{id}"
+    return "/".join(parts)
+
+
+def _audited(principal: Principal, method: str, path: str, send: Send) -> Send:
+    """``send``, logging who did what once the answer starts (``streamflow.audit``, INFO):
+    the key's name and role, never the key."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            audit_log.info(
+                "%s (%s) %s %s -> %d",
+                principal.name,
+                principal.role.value,
+                method,
+                path,
+                message["status"],
+            )
+        await send(message)
+
+    return sending
+
+
 def _client(scope: Scope) -> str:
     """The client's address ('' when the server does not know it)."""
     client = scope.get("client")
@@ -225,13 +256,13 @@ class EdgeGuard:
         self,
         app: ASGIApp,
         *,
-        api_key: str | None,
+        api_key: str | KeyRing | None,
         limits: HttpLimits,
         allowed_hosts: Iterable[str] = (),
         clock: Any = time.monotonic,
     ) -> None:
         self._app = app
-        self._key = None if api_key is None else api_key.encode()
+        self._keys = KeyRing.single(api_key) if isinstance(api_key, str) else api_key
         self._limits = limits
         self._allowed = frozenset(h.lower() for h in allowed_hosts)
         self._buckets = ClientBuckets(limits.unkeyed_rate, limits.unkeyed_burst)
@@ -245,7 +276,7 @@ class EdgeGuard:
             return
         send = _with_security_headers(send)
         try:
-            receive = await self._admit(scope, receive)
+            receive, principal = await self._admit(scope, receive)
         except _Refused as refused:
             await _refuse(refused, scope, receive, send)
             return
@@ -255,6 +286,8 @@ class EdgeGuard:
         kind = _route_kind(scope["method"], path)
         if kind == _HOOK:
             send = self._counting_unknown_tokens(_client(scope), send)
+        if principal is not None and scope["method"] not in ("GET", "HEAD"):
+            send = _audited(principal, scope["method"], path, send)
         if path.startswith("/v1/") and kind == _KEYED:
             # Every keyed body is read as JSON whatever its type says (`curl -d` sends a form
             # type): the bearer header, which no other site's page can send, guards them.
@@ -262,14 +295,14 @@ class EdgeGuard:
             scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
         await self._app(scope, receive, send)
 
-    async def _admit(self, scope: Scope, receive: Receive) -> Receive:
+    async def _admit(self, scope: Scope, receive: Receive) -> tuple[Receive, Principal | None]:
         host = _header(scope, b"host")
         if host is None or not host_allowed(host.decode("latin-1"), self._allowed):
             raise _Refused(HostNotAllowed("the Host header does not name this server"))
         method, path = scope["method"], str(scope.get("path", ""))
         kind = _route_kind(method, path)
         client = _client(scope)
-        guarded = kind == _HOOK or (kind == _KEYED and self._key is not None)
+        guarded = kind == _HOOK or (kind == _KEYED and self._keys is not None)
         if guarded:
             # Past its failed attempts an address is refused whatever it sends, so that an
             # answer never tells a guess that came right from one that did not.
@@ -282,14 +315,24 @@ class EdgeGuard:
                     ),
                     [("retry-after", str(max(1, round(wait + 0.5))))],
                 )
-        if kind == _KEYED and self._key is not None:
+        principal = None
+        if kind == _KEYED and self._keys is not None:
             given = _header(scope, b"authorization") or b""
             scheme, _, credentials = given.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                credentials.strip(), self._key
-            ):
+            principal = (
+                self._keys.authenticate(credentials) if scheme.lower() == b"bearer" else None
+            )
+            if principal is None:
                 self._failures.take(client, self._clock())
                 raise _Refused(Unauthorized("a valid bearer API key is required"))
+            needed = needed_role(method, path)
+            if not principal.role.allows(needed):
+                raise _Refused(
+                    Forbidden(
+                        f"the key {principal.name!r} has the role {principal.role.value}; "
+                        f"{method} {_route_shape(path)} needs {needed.value}"
+                    )
+                )
         if kind in (_UNKEYED, _HOOK):
             wait = self._buckets.take(client, self._clock())
             if wait > 0:
@@ -300,7 +343,7 @@ class EdgeGuard:
         if kind == _HOOK:
             _check_same_site(scope, host)
         if method not in ("POST", "PUT", "PATCH"):
-            return receive
+            return receive, principal
         limit = (
             self._limits.max_body_bytes if kind == _KEYED else self._limits.max_unkeyed_body_bytes
         )
@@ -317,7 +360,7 @@ class EdgeGuard:
                     f"the request body is nested more than {MAX_BODY_DEPTH} levels deep"
                 )
             )
-        return _replay(body, receive)
+        return _replay(body, receive), principal
 
     def _counting_unknown_tokens(self, client: str, send: Send) -> Send:
         """``send``, counting a hook callback answered 404 (no hook has its token) as a failed

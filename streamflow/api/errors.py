@@ -115,6 +115,14 @@ class LimitsUnavailable(ApiError):
     status = 501
 
 
+class Forbidden(ApiError):
+    """Raised when a valid API key's role does not allow the route (a ``read`` key that
+    cancels a run, an ``operate`` key that terminates one): use a key with the role the
+    message names."""
+
+    status = 403
+
+
 class ReadOnlyServer(ApiError):
     """Raised for a mutation sent to a server that takes none (an observers instance without
     an API key): send it to one that does."""

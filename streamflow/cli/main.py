@@ -26,6 +26,7 @@ from streamflow.cli import (
     check,
     history,
     inspect,
+    keys,
     lifecycle,
     limits,
     retention,
@@ -143,6 +144,7 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool = False) -> int:
     schedule.register(sub)
     lifecycle.register(sub)
     limits.register(sub)
+    keys.register(sub)
     args = parser.parse_args(argv)
     if as_program and args.command not in SERVERS:
         # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
@@ -179,6 +181,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return retention.run(args)
         if args.command == "check":
             return check.run(args)
+        if args.command == "keys":
+            return keys.run(args)
         if args.command == "serve":
             return serve.run(args)
         if args.command == "schedule":

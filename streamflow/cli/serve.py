@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from streamflow.api.keys import KeyRing
 from streamflow.api.limits import HttpLimits
 from streamflow.cli.paths import project_on_path
 from streamflow.cli.tls_args import add_tls_args, server_tls
@@ -108,6 +109,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--api-key-file", type=Path, help="the bearer key (default: <dir>/api-key, created once)"
     )
     serve.add_argument(
+        "--keys-file",
+        type=Path,
+        help="API keys with roles instead of one key (streamflow keys add NAME --role ROLE "
+        "--file FILE); re-read when it changes",
+    )
+    serve.add_argument(
         "--hook-secret-file",
         type=Path,
         help="the secret hook tokens derive from (default: <dir>/hook-secret, created once)",
@@ -198,7 +205,12 @@ def _limits(args: argparse.Namespace) -> HttpLimits:
     )
 
 
-def _api_key(args: argparse.Namespace) -> tuple[str, Path]:
+def _api_key(args: argparse.Namespace) -> tuple[str | KeyRing, Path]:
+    """The key (or the keys of ``--keys-file``) and the file it came from."""
+    if args.keys_file is not None:
+        if args.api_key_file is not None:
+            raise ValueError("give --api-key-file or --keys-file, not both")
+        return KeyRing.from_file(args.keys_file), args.keys_file
     if args.api_key_file is not None:
         return read_secret_file(args.api_key_file), args.api_key_file
     path = args.dir / "api-key"
@@ -219,11 +231,9 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-def _announce(url: str, key_file: Path) -> None:
-    print(
-        f"streamflow serve: API {url}  console {url}/console/  API key file {key_file}",
-        flush=True,
-    )
+def _announce(url: str, key: str | KeyRing, key_file: Path) -> None:
+    what = "API keys file" if isinstance(key, KeyRing) else "API key file"
+    print(f"streamflow serve: API {url}  console {url}/console/  {what} {key_file}", flush=True)
 
 
 def _tracer_provider() -> TracerProvider | None:
@@ -288,7 +298,8 @@ async def _serve(args: argparse.Namespace) -> int:
         store=args.dir / "store",
         host=args.host,
         port=args.port,
-        api_key=key,
+        api_key=key if isinstance(key, str) else None,
+        keys=key if isinstance(key, KeyRing) else None,
         hook_secret=_hook_secret(args),
         metrics=FlowMetrics(),
         shutdown_timeout=args.shutdown_timeout,
@@ -304,7 +315,7 @@ async def _serve(args: argparse.Namespace) -> int:
         publisher=publisher,
         tls=server_tls(args),
     ) as served:
-        _announce(served.url, key_file)
+        _announce(served.url, key, key_file)
         await stop.wait()
         log.info("stopping: open runs resume on the next start")
     if publisher is not None:
@@ -316,7 +327,7 @@ async def _serve(args: argparse.Namespace) -> int:
 async def _serve_kafka(
     args: argparse.Namespace,
     app: FlowRuntime,
-    key: str,
+    key: str | KeyRing,
     key_file: Path,
     stop: asyncio.Event,
     limits: HttpLimits,
@@ -347,7 +358,7 @@ async def _serve_kafka(
         async with serve_http(
             api, sock, shutdown_timeout=args.shutdown_timeout, limits=limits, tls=tls
         ):
-            _announce(url, key_file)
+            _announce(url, key, key_file)
             if control.runs_batches:
                 resumed = await control.resume_batches()  # their runs are the namespace's
                 if resumed:

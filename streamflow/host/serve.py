@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     # framework, engine, RocksDB or Prometheus client until an app is served.
     from streamflow.api import EmbeddedControl
     from streamflow.api.edge import HttpLimits
+    from streamflow.api.keys import KeyRing
     from streamflow.core.builds import RuntimeBuildCompatibility
     from streamflow.core.tokens import HookSecret
     from streamflow.engine.engine import FlowEngine
@@ -45,8 +46,9 @@ class Served:
     """The API's base URL, e.g. ``http://127.0.0.1:8233`` (the routes are under ``/v1``)."""
     engine: FlowEngine
     """The engine the host runs: start and await runs on it directly, in process."""
-    api_key: str
-    """The bearer key of the API's keyed routes."""
+    api_key: str | None
+    """The bearer key of the API's keyed routes (``None`` when the server takes a keys file:
+    its keys are known only to whoever made them)."""
 
     @property
     def console_url(self) -> str:
@@ -147,6 +149,7 @@ async def serve(
     tracer_provider: TracerProvider | None = None,
     publisher: Publisher | None = None,
     tls: ServerTls | None = None,
+    keys: KeyRing | None = None,
 ) -> AsyncIterator[Served]:
     """Host ``app`` and serve the HTTP API until the block exits.
 
@@ -159,12 +162,14 @@ async def serve(
     default executor, which the owner of the loop sizes). ``on_bind(url)`` is called once the
     port is bound, before recovery or the first request (e.g. to tell the app its own URL).
 
-    ``api_key`` must have at least 16 characters (``ValueError``). ``tls``: serve HTTPS with
-    this certificate (and, with its ``client_ca``, ask every client for a certificate); a file
-    that does not load is a ``TlsError`` before anything starts. ``host`` beyond loopback needs
-    ``tls`` or ``insecure=True`` (``InsecureBind`` otherwise; a warning is logged): plain HTTP
-    on a network. The ``Host`` header of a request must name the server (an address, a loopback
-    name, the advertised name, or one of ``allowed_hosts``). ``limits``: the edge's limits on
+    ``api_key`` must have at least 16 characters (``ValueError``). ``keys``: the keys of a
+    keys file, each with its role (``KeyRing.from_file``), instead of ``api_key``. ``tls``:
+    serve HTTPS with this certificate (and, with its ``client_ca``, ask every client for a
+    certificate); a file that does not load is a ``TlsError`` before anything starts.
+    ``host`` beyond loopback needs ``tls`` or ``insecure=True`` (``InsecureBind`` otherwise; a
+    warning is logged): plain HTTP on a network. The ``Host`` header of a request must name
+    the server (an address, a loopback name, the advertised name, or one of
+    ``allowed_hosts``). ``limits``: the edge's limits on
     bodies, connections and unkeyed requests (``docs/http-api.md``, "Limits").
 
     ``build``: the runtime build the host runs (default: the App's ``App(build=...)``; without
@@ -193,8 +198,11 @@ async def serve(
     from streamflow.host.http import bind, serve_http, url_host
     from streamflow.workflow.app import App
 
-    key = api_key if api_key is not None else secrets.token_urlsafe(32)
-    check_api_key(key)
+    if keys is not None and api_key is not None:
+        raise ValueError("give serve an api_key or keys, not both")
+    key = None if keys is not None else api_key or secrets.token_urlsafe(32)
+    if key is not None:
+        check_api_key(key)
     if tls is not None:
         tls.context()  # a file that does not load fails here, before the store is opened
     compatibility = host_compatibility(
@@ -232,7 +240,7 @@ async def serve(
         try:
             api = create_app(
                 control,
-                api_key=key,
+                api_key=keys if keys is not None else key,
                 metrics=metrics,
                 limits=limits,
                 allowed_hosts=[url_host(url), host, *allowed_hosts],

@@ -18,7 +18,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 60.0
-_ANNOUNCE = re.compile(r"API (https?://\S+)\s+console (\S+)\s+API key file (\S+)")
+_ANNOUNCE = re.compile(r"API (https?://\S+)\s+console (\S+)\s+API keys? file (\S+)")
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
