@@ -27,7 +27,7 @@ from streamflow.api.batches import BatchOrder
 from streamflow.api.control import ControlPlane
 from streamflow.api.edge import EdgeGuard, HttpLimits
 from streamflow.api.errors import InvalidRequest, status_of
-from streamflow.api.keys import KeyRing
+from streamflow.api.keys import MIN_KEY_CHARS, KeyRing, check_key
 from streamflow.api.query import (
     LIST_PARAMETERS,
     check_names,
@@ -180,7 +180,7 @@ class ScheduleBody(_Body):
     priority: Any = 3
 
 
-MIN_API_KEY_CHARS = 16
+MIN_API_KEY_CHARS = MIN_KEY_CHARS
 """The shortest API key accepted anywhere: an empty or short key would open the keyed routes
 to whoever guesses it."""
 
@@ -188,11 +188,8 @@ to whoever guesses it."""
 def check_api_key(api_key: str | None) -> None:
     """Refuse (``ValueError``) an API key that is empty or shorter than
     :data:`MIN_API_KEY_CHARS`; ``None`` (no key) passes."""
-    if api_key is not None and len(api_key.strip()) < MIN_API_KEY_CHARS:
-        raise ValueError(
-            f"an API key must have at least {MIN_API_KEY_CHARS} characters "
-            f"(got {len(api_key.strip())})"
-        )
+    if api_key is not None:
+        check_key(api_key)
 
 
 def create_app(
