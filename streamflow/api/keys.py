@@ -113,6 +113,8 @@ class KeyRing:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._entries = tuple(entries)
+        self._fixed: tuple[_Entry, ...] = ()
+        """Keys that are not the file's (kept across reloads)."""
         self._path = path
         self._clock = clock
         self._looked_at = clock()
@@ -125,9 +127,21 @@ class KeyRing:
         return cls([_Entry(Principal(name, Role.ADMIN), digest_of(key))])
 
     @classmethod
-    def from_file(cls, path: Path, *, clock: Callable[[], float] = time.monotonic) -> KeyRing:
-        """The keys of a keys file (``ValueError`` naming the line that does not parse)."""
-        return cls(read_keys(path), path=path, clock=clock)
+    def from_file(
+        cls,
+        path: Path,
+        *,
+        also: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> KeyRing:
+        """The keys of a keys file (``ValueError`` naming the line that does not parse), and
+        ``also``, a plain key of role ``admin`` named ``api-key`` (an observers instance's own
+        key, which it asks the other instances with)."""
+        ring = cls(read_keys(path), path=path, clock=clock)
+        if also is not None:
+            check_key(also)
+            ring._fixed = (_Entry(Principal("api-key", Role.ADMIN), digest_of(also)),)
+        return ring
 
     @property
     def principals(self) -> list[Principal]:
@@ -140,7 +154,7 @@ class KeyRing:
         self._maybe_reload()
         digest = hashlib.sha256(presented.strip()).digest()
         found: Principal | None = None
-        for entry in self._entries:
+        for entry in self._fixed + self._entries:
             if hmac.compare_digest(entry.digest, digest) and found is None:
                 found = entry.principal
         return found

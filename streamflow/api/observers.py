@@ -20,7 +20,6 @@ advertises it to the group); the server runs on a daemon thread with an event lo
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import socket
@@ -35,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from streamflow.api.app import create_app
 from streamflow.api.edge import HttpLimits, server_config
 from streamflow.api.kafka import KafkaControl
+from streamflow.api.keys import KeyRing
 from streamflow.core.errors import FlowError, InspectionUnavailable, RunNotFound
 from streamflow.observe.http import (
     PARTITIONS_HEADER,
@@ -60,12 +60,12 @@ class _Inspection:
     on to the API."""
 
     def __init__(
-        self, api: ASGIApp, *, local: Any, namespace: Inspector, api_key: str | None
+        self, api: ASGIApp, *, local: Any, namespace: Inspector, api_key: str | KeyRing | None
     ) -> None:
         self._api = api
         self._local = local
         self._namespace = namespace
-        self._key = None if api_key is None else api_key.encode()
+        self._keys = KeyRing.single(api_key) if isinstance(api_key, str) else api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "GET":
@@ -88,13 +88,13 @@ class _Inspection:
         await _reply(send, status, body, headers)
 
     def _authorised(self, scope: Scope) -> bool:
-        if self._key is None:
+        """Whether the request carries a key of this server (any role reads)."""
+        if self._keys is None:
             return True
-        given = b""
         for name, value in scope["headers"]:
             if name == b"authorization" and value.startswith(b"Bearer "):
-                given = value[len(b"Bearer ") :]
-        return hmac.compare_digest(given, self._key)
+                return self._keys.authenticate(value[len(b"Bearer ") :]) is not None
+        return False
 
 
 def _answer(
@@ -148,7 +148,7 @@ class ObserversApi:
         local: Any = None,
         client: FlowClient | None = None,
         app: FlowRuntime | None = None,
-        api_key: str | None = None,
+        api_key: str | KeyRing | None = None,
         tls: ServerTls | None = None,
     ) -> None:
         """``inspector`` answers for the namespace, ``local`` (default: ``inspector``) for

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamflow.api.keys import KeyRing
 from streamflow.cli.paths import project_on_path
 from streamflow.cli.tls_args import add_tls_args, server_tls
 from streamflow.cli.wire_args import add_wire_args, wire_args
@@ -157,6 +158,13 @@ def register(subparsers: Any) -> None:
         help="observers: a file holding the HTTP API's bearer key; with it the API takes "
         "mutations (start, signal, cancel, ...) and asks for the key on keyed routes; without "
         "it the API answers reads only, unauthenticated (keep it on a private address)",
+    )
+    run.add_argument(
+        "--keys-file",
+        type=Path,
+        default=os.environ.get("STREAMFLOW_KEYS_FILE"),
+        help="observers: API keys with roles (streamflow keys add), besides --api-key-file, "
+        "which the instances ask each other with; re-read when it changes",
     )
     run.add_argument(
         "--metrics-interval",
@@ -440,6 +448,12 @@ def observers_main(
     server = None
     advertise = None
     api_key = load_api_key(getattr(args, "api_key_file", None))
+    keys: str | KeyRing | None = api_key
+    if args.keys_file is not None:
+        try:
+            keys = KeyRing.from_file(args.keys_file, also=api_key)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"observers: --keys-file {args.keys_file}: {exc}") from None
     if args.http_port >= 0:
         # Binds now: the URL is known (and advertised) before the topology joins its group.
         try:
@@ -447,7 +461,7 @@ def observers_main(
             check_exposure(args.http_host, insecure=args.insecure, tls=tls)
         except ValueError as exc:  # TlsError, InsecureBind, options that do not go together
             raise SystemExit(f"observers: {type(exc).__name__}: {exc}") from None
-        server = ObserversApi(args.http_host, args.http_port, api_key=api_key, tls=tls)
+        server = ObserversApi(args.http_host, args.http_port, api_key=keys, tls=tls)
         advertise = args.advertise_url or advertised_url(
             args.http_host, server.port, tls=tls is not None
         )
@@ -472,15 +486,15 @@ def observers_main(
             namespace, local = topology.inspectors(api_key=api_key)
             server.set_metrics(topology.metrics)
             server.set_inspector(namespace, local=local)
-            if api_key is not None:
-                client = FlowClient(settings)  # mutations: only behind the key
+            if keys is not None:
+                client = FlowClient(settings)  # mutations: only behind a key
                 server.set_client(client)
             server.start()
             log.info(
                 "observers: the HTTP API on %s (advertised as %s, %s)",
                 server.url,
                 advertise,
-                "mutations behind the API key" if api_key is not None else "reads only",
+                "mutations behind the API keys" if keys is not None else "reads only",
             )
         try:
             topology.run(stop)

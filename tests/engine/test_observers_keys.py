@@ -1,0 +1,47 @@
+"""The observers' endpoint with a keys file (``run observers --keys-file``), on a real uvicorn
+server: every key reads, the inspection shapes included; a ``read`` key's mutation is
+refused ``Forbidden`` at the edge, an ``operate`` key's reaches the control plane (here without
+a Kafka client: ``ReadOnlyServer``); the instance's own key (``--api-key-file``) is accepted
+beside the file's; an unknown key is 401."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from streamflow import FlowEngine, InMemoryEventStore
+from streamflow.api import ObserversApi
+from streamflow.api.keys import KeyRing, Role, add_key
+from streamflow.stores.inspect import StoreInspector
+from tests.support import Scripted, spec
+
+OWN_KEY = "the-instances-own-key-0123456789"
+
+
+def test_the_observers_endpoint_takes_keys_with_roles(tmp_path) -> None:
+    store = InMemoryEventStore()
+    engine = FlowEngine.builder(Scripted(lambda ctx: ctx.complete(ctx.input))).with_store(store)
+    asyncio.run(engine.build().start_with_id("k-1", spec("echo"), {"n": 1}))
+    keys_file = tmp_path / "keys"
+    reader = add_key(keys_file, "grafana", Role.READ)
+    operator = add_key(keys_file, "ci-bot", Role.OPERATE)
+    ring = KeyRing.from_file(keys_file, also=OWN_KEY)
+    server = ObserversApi("127.0.0.1", 0, inspector=StoreInspector(store), api_key=ring).start()
+    try:
+
+        def call(method: str, path: str, key: str) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {key}"}
+            return httpx.request(method, server.url + path, headers=headers, timeout=30)
+
+        for key in (reader, operator, OWN_KEY):
+            assert call("GET", "/v1/runs/k-1", key).json()["status"] == "completed"
+            assert call("GET", "/v1/runs?scope=all", key).status_code == 200
+        assert call("GET", "/v1/runs", "not-a-key-of-this-server-0123").status_code == 401
+        assert call("GET", "/v1/runs?scope=all", "not-a-key-of-this-server").status_code == 401
+        refused = call("POST", "/v1/runs/k-1/cancel", reader)
+        assert (refused.status_code, refused.json()["error"]) == (403, "Forbidden")
+        passed = call("POST", "/v1/runs/k-1/cancel", operator)
+        assert (passed.status_code, passed.json()["error"]) == (403, "ReadOnlyServer")
+    finally:
+        server.stop()
