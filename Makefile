@@ -51,6 +51,13 @@ pytest: $(STAMP) ## Run the test suite only (PYTEST_ARGS selects, PYTEST_WORKERS
 	scripts/kafka-connect fetch
 	$(BIN)/python -m streamflow.testing.with_broker $(BIN)/pytest -n $(PYTEST_WORKERS) \
 	  --dist loadgroup --basetemp=$(TEST_TMP) --durations=15 $(PYTEST_ARGS)
+	@# The whole suite also runs the conformance suite with the processors deciding, in
+	@# processes of its own: one process holds at most about 1,000 Kafka clients at once.
+	if [ -z "$(PYTEST_ARGS)" ] && [ -z "$$STREAMFLOW_TEST_BACKENDS" ]; then \
+	  STREAMFLOW_TEST_BACKENDS=kafka-processors $(BIN)/python -m streamflow.testing.with_broker \
+	    $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup \
+	    --basetemp=$(TEST_TMP)/processors-deciding tests/conformance; \
+	fi
 
 canary: $(STAMP) ## After `make pytest` on the whole suite: search all it wrote for hook tokens
 	STREAMFLOW_CANARY_ROOT=$(TEST_TMP) $(BIN)/pytest --basetemp=build/test-tmp-canary \

@@ -134,9 +134,14 @@ class KeyRing:
         also: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> KeyRing:
-        """The keys of a keys file (``ValueError`` naming the line that does not parse), and
-        ``also``, a plain key of role ``admin`` named ``api-key`` (an observers instance's own
-        key, which it asks the other instances with)."""
+        """The keys of a keys file, re-read when it changes.
+
+        Args:
+            path: the keys file (``ValueError`` naming the line that does not parse).
+            also: a plain key of role ``admin`` named ``api-key``, besides the file's (an
+                observers instance's own key, which it asks the other instances with).
+            clock: seconds, monotonic (when to look at the file again).
+        """
         ring = cls(read_keys(path), path=path, clock=clock)
         if also is not None:
             check_key(also)

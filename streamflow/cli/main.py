@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from streamflow.cli import (
+    acls,
     builds,
     check,
     history,
@@ -145,6 +146,7 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool = False) -> int:
     lifecycle.register(sub)
     limits.register(sub)
     keys.register(sub)
+    acls.register(sub)
     args = parser.parse_args(argv)
     if as_program and args.command not in SERVERS:
         # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
@@ -183,6 +185,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return check.run(args)
         if args.command == "keys":
             return keys.run(args)
+        if args.command == "acls":
+            return acls.run(args)
         if args.command == "serve":
             return serve.run(args)
         if args.command == "schedule":

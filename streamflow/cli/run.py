@@ -515,7 +515,14 @@ def run(args: argparse.Namespace) -> int:
         level=os.environ.get("STREAMFLOW_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    name, main = build_topology(args)
+    from streamflow.kafka.clients import KafkaAccessDenied
+
+    try:
+        name, main = build_topology(args)
+    except KafkaAccessDenied as exc:  # an ACL is missing: a clear line, not a traceback
+        exc.role = exc.role or args.role
+        print(f"error: {args.role}: KafkaAccessDenied: {exc}", file=sys.stderr)
+        return 1
     thread = TopologyThread(name, main)
     stopping = threading.Event()
 

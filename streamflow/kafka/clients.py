@@ -20,6 +20,7 @@ from confluent_kafka import (
 
 from streamflow.core.errors import FlowTimeout, TopicsRefused
 from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.naming import reader_group
 
 log = logging.getLogger("streamflow.kafka")
 
@@ -44,7 +45,9 @@ def consumer(
     """A read_committed consumer that never commits on its own. ``tuning`` adjusts defaults
     (the pass-through properties still win); ``overrides`` are required settings."""
     required: dict[str, object] = {
-        "group.id": group or "streamflow.unused",
+        # A reader without a group still names one (librdkafka asks for its coordinator):
+        # the namespace's, so that a least-privilege ACL can name it.
+        "group.id": group or reader_group(settings.namespace),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
@@ -183,10 +186,50 @@ class Deadline:
         return remaining if at_most is None else min(remaining, at_most)
 
 
+AUTHORIZATION_ERRORS = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+
+
+class KafkaAccessDenied(Exception):
+    """Kafka refused this process's principal an operation: an ACL is missing. It does not
+    heal by retrying, so the topology stops with it; its message names what was refused and
+    the role whose ACLs ``streamflow acls`` prints (:attr:`role`, set where it is known)."""
+
+    def __init__(self, refused: str, role: str = "") -> None:
+        super().__init__(refused)
+        self.refused = refused
+        self.role = role
+
+    def __str__(self) -> str:
+        return (
+            f"{self.refused}; grant the ACLs `streamflow acls --role {self.role or 'ROLE'}` prints"
+        )
+
+
+def access_denied(component: str, error: KafkaError, what: str = "") -> KafkaAccessDenied:
+    """The :class:`KafkaAccessDenied` of ``component`` (``''``: not known here) for
+    ``error``; ``what``: the resource refused, when the error does not name it."""
+    refused = f" ({what})" if what else ""
+    prefix = f"{component}: " if component else ""
+    return KafkaAccessDenied(
+        f"{prefix}Kafka denied access{refused}: {error.str()}", component.split("/")[0]
+    )
+
+
 def check_consumer_error(error: KafkaError, component: str) -> None:
     """Raise a consumer's fatal error (its instance id fenced, say): the consumer is dead, and
     a process that goes on without it looks healthy while it takes no input. The topology
-    stops with the error, and its supervisor starts it again. Other errors are logged."""
+    stops with the error, and its supervisor starts it again. An authorization error is
+    raised as :class:`KafkaAccessDenied` (an ACL is missing: waiting would take no input for
+    ever). Other errors are logged."""
+    if error.code() in AUTHORIZATION_ERRORS:
+        raise access_denied(component, error)
     if error.fatal() or error.code() == KafkaError._FATAL:
         raise KafkaException(error)
     if error.code() != KafkaError._PARTITION_EOF:
@@ -210,6 +253,8 @@ def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10
     its metadata has an error."""
     metadata = client.list_topics(topic, timeout=timeout)
     info = metadata.topics.get(topic)
+    if info is not None and info.error is not None and info.error.code() in AUTHORIZATION_ERRORS:
+        raise access_denied("", info.error, f"topic {topic}")
     if info is None or info.error is not None or not info.partitions:
         raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
     return len(info.partitions)

@@ -98,3 +98,9 @@ class Names:
     def transactional_id(self, component: str, instance: str) -> str:
         """The transactional id of one instance of a topology ``component``."""
         return f"{self.namespace}.{component}.{instance}"
+
+
+def reader_group(namespace: str) -> str:
+    """The group id the group-less readers of ``namespace`` carry (none of them joins it:
+    librdkafka still asks for its coordinator, so a least-privilege ACL names it)."""
+    return f"{namespace}.readers"

@@ -191,6 +191,14 @@ class LocalKafkaBroker:
         )
         return _parse_properties(text) | self._extra
 
+    def format_args(self) -> list[str]:
+        """The storage tool's ``format`` arguments besides the cluster id and config."""
+        return ["--standalone"]
+
+    def client_config(self) -> dict[str, str]:
+        """What a client needs besides :attr:`bootstrap` (nothing: plain text, no ACLs)."""
+        return {}
+
     def start(self, timeout: float = 90.0) -> str:
         """Fetch jars if needed, format storage, launch the JVM, wait until it serves metadata."""
         libs, java_bin = self._libs or fetch_jars(), _java()
@@ -201,6 +209,7 @@ class LocalKafkaBroker:
         if not self._detach:
             atexit.register(self.stop)
         self._node = KafkaNode(NODE_ID, self._dir, detach=self._detach)
+        self._node.client_config = self.client_config()
         try:
             _boot(
                 [self._node],
@@ -208,7 +217,7 @@ class LocalKafkaBroker:
                 java_bin,
                 deadline,
                 lambda node: self.properties(node.port, node.controller_port),
-                ["--standalone"],
+                self.format_args(),
             )
         except BrokerError:
             self.stop()

@@ -105,6 +105,7 @@ def wait_ready(
     timeout: float = 90.0,
     node_id: int | Collection[int] | None = None,
     alive: Callable[[], bool] | None = None,
+    client_config: Mapping[str, str] | None = None,
 ) -> None:
     """Poll until metadata lists a live broker (every `node_id` if given), or raise BrokerError.
 
@@ -116,6 +117,7 @@ def wait_ready(
         node_id: the node id, or ids, metadata must list (``None``: any broker).
         alive: called on every poll (``None``: never): raises to abort, and says whether the
             broker has started.
+        client_config: more client properties (a broker that asks for SASL credentials).
     """
     deadline = time.monotonic() + timeout
     wanted = {node_id} if isinstance(node_id, int) else set(node_id or ())
@@ -138,7 +140,9 @@ def wait_ready(
                     return
                 last = "port open, broker still starting"
             else:
-                admin = admin_module.AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+                admin = admin_module.AdminClient(
+                    {"bootstrap.servers": bootstrap, "log_level": 2, **(client_config or {})}
+                )
                 brokers = admin.list_topics(timeout=5).brokers
                 if brokers and wanted <= brokers.keys():
                     return
@@ -230,6 +234,8 @@ class KafkaNode:
         self._java: list[str] = []  # java with classpath and logging; empty until configured
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
+        self.client_config: dict[str, str] = {}
+        """What a client needs besides the address (SASL credentials of a secured broker)."""
 
     @property
     def bootstrap(self) -> str:
@@ -354,7 +360,7 @@ class KafkaNode:
             started = [node._alive() for node in group.values()]  # each raises if its JVM died
             return all(started)
 
-        wait_ready(self.bootstrap, timeout, group.keys(), alive)
+        wait_ready(self.bootstrap, timeout, group.keys(), alive, self.client_config)
 
     def new_log(self) -> str:
         """What the JVM has logged since its latest launch."""

@@ -211,8 +211,12 @@ class Cluster:
         env: dict[str, str] | None = None,
         args: dict[str, tuple[str, ...]] | None = None,
         triggers: bool | None = None,
+        role_env: dict[str, dict[str, str]] | None = None,
     ) -> None:
+        """``env``: every process's extra environment; ``role_env``: one role's besides (its
+        own Kafka credentials, say)."""
         self._settings = settings
+        self._role_env = role_env or {}
         self._triggers = triggers
         self._root = root
         self._app = app
@@ -245,7 +249,7 @@ class Cluster:
             log_dir=self._root / "logs",
             instance=instance,
             faults=faults,
-            env=self._env,
+            env={**self._env, **self._role_env.get(role, {})},
             args=self._args.get(role, ()) if args is None else args,
         ).start()
         self.processes[f"{role}-{instance}"] = process

@@ -30,7 +30,13 @@ from typing import TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streamflow.core.errors import Fenced as Fenced
-from streamflow.kafka.clients import AcknowledgedProducer, consumer, reader, transactional_producer
+from streamflow.kafka.clients import (
+    AcknowledgedProducer,
+    access_denied,
+    consumer,
+    reader,
+    transactional_producer,
+)
 from streamflow.kafka.config import KafkaSettings
 from streamflow.topologies.eos_sweep import SETTLE, HangingTransactions, find_stuck, sweep
 from streamflow.topologies.watchdog import BoundedCaller, HangHandler, Hung, Watchdog
@@ -345,6 +351,12 @@ class ClientKeeper:
             return False
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                self._fenced = True
+                transactional_id = self._producer_config.get("transactional.id")
+                raise access_denied(
+                    self.component, error, f"transactional id {transactional_id}"
+                ) from exc
             if error.code() in FENCING:
                 self._fenced = True
                 raise Fenced(f"{self.component} was fenced: {error.str()}") from exc

@@ -1,0 +1,177 @@
+"""Least-privilege Kafka principals, against a real broker that authenticates with
+SASL/SCRAM-SHA-256 and authorizes with ACLs (KRaft's ``StandardAuthorizer``; nothing is allowed
+without an ACL): each topology runs as a user of its own holding exactly the ACLs ``streamflow
+acls --role ROLE`` prints, the topics are applied by a user holding the ``admin`` role's, and
+the client's; runs with steps and a timer complete, and the observers write the audit stream.
+A topology missing an ACL stops with a typed error naming what it was refused, instead of
+waiting for ever."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamflow.kafka import admin
+from streamflow.kafka.acls import acls_for
+from streamflow.kafka.client import FlowClient
+from streamflow.kafka.config import KafkaSettings
+from streamflow.kafka.manifest import load_manifest
+from streamflow.testing.processes import ROOT, Cluster
+from streamflow.testing.secured_broker import SecuredKafkaBroker
+from tests.kafka.test_kill_at_fault_points import APP, SPEC
+from tests.kafka.test_observers_kills import audited
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+TOPOLOGIES = ("journal", "processor", "worker", "timer", "hooks", "limits", "observers")
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafkaBroker]:
+    broker = SecuredKafkaBroker(tmp_path_factory.mktemp("secured-broker"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def _principal(
+    broker: SecuredKafkaBroker, namespace: str, role: str, topics: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """A new user holding exactly ``role``'s ACLs on ``namespace``: its librdkafka properties."""
+    user = f"{role}-{uuid.uuid4().hex[:6]}"
+    password = broker.add_user(user)
+    broker.grant(user, acls_for(role, namespace, topics))
+    return broker.client_config(user, password)
+
+
+def _env(properties: dict[str, str]) -> dict[str, str]:
+    """The properties as ``STREAMFLOW_KAFKA_*`` variables, as a deployment passes them."""
+    return {"STREAMFLOW_KAFKA_" + k.upper().replace(".", "_"): v for k, v in properties.items()}
+
+
+def _settings(broker: SecuredKafkaBroker, namespace: str, props: dict[str, str]) -> KafkaSettings:
+    return KafkaSettings(bootstrap=broker.bootstrap, namespace=namespace, properties=props)
+
+
+async def test_every_role_works_with_exactly_its_acls(
+    secured: SecuredKafkaBroker, tmp_path: Path
+) -> None:
+    namespace = f"acl-{uuid.uuid4().hex[:6]}"
+    applier = _principal(secured, namespace, "admin")
+    admin.apply(
+        _settings(secured, namespace, applier), load_manifest(), profile="dev", partitions=2
+    )
+    client_props = _principal(secured, namespace, "client")
+    settings = _settings(secured, namespace, client_props)
+    role_env = {role: _env(_principal(secured, namespace, role)) for role in TOPOLOGIES}
+    cluster = Cluster(
+        settings,
+        tmp_path,
+        app=APP,
+        env={"STREAMFLOW_LOG_LEVEL": "WARNING", "STREAMFLOW_TEST_LEDGER": str(tmp_path / "l")},
+        role_env=role_env,
+        args={"observers": ("--http-port", "-1", "--metrics-interval", "0")},
+    ).start()
+    cluster.spawn("observers")
+    client = None
+    try:
+        await asyncio.to_thread(cluster.wait_for_route)
+        client = FlowClient(settings, request_timeout=60)
+        runs = [f"acl-run-{i}" for i in range(4)]
+        for i, run_id in enumerate(runs):
+            await client.start_with_id(run_id, SPEC, {"i": i})
+        results = await asyncio.gather(*(client.result(r, timeout=120) for r in runs))
+        assert [r.status.value for r in results] == ["completed"] * 4, cluster.logs()
+        super_user = _settings(secured, namespace, secured.client_config())
+        deadline = asyncio.get_running_loop().time() + 60
+        while not {a.run_id for a in await asyncio.to_thread(audited, super_user)} >= set(runs):
+            assert asyncio.get_running_loop().time() < deadline, cluster.logs()
+            await asyncio.sleep(0.5)
+        for name, process in cluster.processes.items():
+            assert process.returncode is None, f"{name} exited:\n{cluster.logs()}"
+            assert "AUTHORIZATION_FAILED" not in process.tail(200).upper(), cluster.logs()
+    finally:
+        if client is not None:
+            client.close()
+        cluster.stop()
+
+
+def test_the_acls_command_prints_a_roles_acls() -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "streamflow.cli.main", "acls", "--role", "journal"),
+            *("--namespace", "prod", "--principal", "User:journal", "--topic", "orders"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert (
+        "--add --allow-principal User:journal --operation Write --transactional-id "
+        "'prod.journal.' --resource-pattern-type prefixed"
+    ) in lines
+    assert (
+        "--add --allow-principal User:journal --operation Write --topic 'orders' "
+        "--resource-pattern-type literal"
+    ) in lines
+    assert len(lines) == len(acls_for("journal", "prod", ["orders"]))
+
+
+@pytest.mark.parametrize(
+    ("role", "dropped", "named"),
+    [
+        ("journal", ("TRANSACTIONAL_ID", "{ns}.journal.", "WRITE"), "{ns}.journal.0"),
+        ("processor", ("GROUP", "{ns}.processor.", "READ"), "Group authorization failed"),
+        ("observers", ("TOPIC", "{ns}.history", "READ"), "topic {ns}.history"),
+    ],
+)
+def test_a_missing_acl_stops_the_topology_with_a_typed_error(
+    secured: SecuredKafkaBroker,
+    tmp_path: Path,
+    role: str,
+    dropped: tuple[str, str, str],
+    named: str,
+) -> None:
+    """``role`` without one of its ACLs (``dropped``: resource type, name, operation) exits
+    within the deadline, saying ``KafkaAccessDenied`` and what was refused, instead of
+    retrying for ever as it would after a transient error."""
+    namespace = f"acl-{uuid.uuid4().hex[:6]}"
+    applier = _principal(secured, namespace, "admin")
+    admin.apply(
+        _settings(secured, namespace, applier), load_manifest(), profile="dev", partitions=2
+    )
+    user = f"{role}-{uuid.uuid4().hex[:6]}"
+    password = secured.add_user(user)
+    resource, name, operation = dropped
+    missing = (resource, name.format(ns=namespace), operation)
+    kept = [a for a in acls_for(role, namespace) if (a.resource, a.name, a.operation) != missing]
+    assert len(kept) == len(acls_for(role, namespace)) - 1
+    secured.grant(user, kept)
+    cluster = Cluster(
+        _settings(secured, namespace, secured.client_config()),
+        tmp_path,
+        app=APP,
+        env={"STREAMFLOW_LOG_LEVEL": "WARNING", **_env(secured.client_config(user, password))},
+        args={"observers": ("--http-port", "-1")},
+    )
+    process = cluster.spawn(role)
+    try:
+        code = process.wait_exit(120)
+        log = process.tail(400)
+        assert code == 1, log
+        assert "KafkaAccessDenied" in log, log
+        assert named.format(ns=namespace) in log, log
+        assert f"streamflow acls --role {role}" in log, log
+    finally:
+        cluster.stop()
