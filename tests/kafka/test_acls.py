@@ -9,6 +9,8 @@ waiting for ever."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import subprocess
 import sys
 import uuid
@@ -95,6 +97,21 @@ async def test_every_role_works_with_exactly_its_acls(
         while not {a.run_id for a in await asyncio.to_thread(audited, super_user)} >= set(runs):
             assert asyncio.get_running_loop().time() < deadline, cluster.logs()
             await asyncio.sleep(0.5)
+        # The command line on --kafka, with the client's credentials from the environment.
+        shown = await asyncio.to_thread(
+            subprocess.run,
+            [
+                *(sys.executable, "-m", "streamflow.cli.main", "show", runs[0], "--json"),
+                *("--kafka", "--bootstrap", secured.bootstrap, "--namespace", namespace),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **_env(client_props)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["run"]["status"] == "completed"
         for name, process in cluster.processes.items():
             assert process.returncode is None, f"{name} exited:\n{cluster.logs()}"
             assert "AUTHORIZATION_FAILED" not in process.tail(200).upper(), cluster.logs()
