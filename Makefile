@@ -52,9 +52,11 @@ pytest: $(STAMP) ## Run the test suite only (PYTEST_ARGS selects, PYTEST_WORKERS
 	$(BIN)/python -m streamflow.testing.with_broker $(BIN)/pytest -n $(PYTEST_WORKERS) \
 	  --dist loadgroup --basetemp=$(TEST_TMP) --durations=15 $(PYTEST_ARGS)
 	@# The whole suite also runs the conformance suite with the processors deciding, in
-	@# processes of its own: one process holds at most about 1,000 Kafka clients at once.
+	@# processes of its own (one process holds at most about 1,000 Kafka clients at once),
+	@# deleting its topics as it goes (one broker's open files would not hold both sessions').
 	if [ -z "$(PYTEST_ARGS)" ] && [ -z "$$STREAMFLOW_TEST_BACKENDS" ]; then \
-	  STREAMFLOW_TEST_BACKENDS=kafka-processors $(BIN)/python -m streamflow.testing.with_broker \
+	  STREAMFLOW_TEST_BACKENDS=kafka-processors STREAMFLOW_TEST_DELETE_NAMESPACES=1 \
+	    $(BIN)/python -m streamflow.testing.with_broker \
 	    $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup \
 	    --basetemp=$(TEST_TMP)/processors-deciding tests/conformance; \
 	fi

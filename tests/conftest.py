@@ -5,9 +5,11 @@ The Kafka broker comes from, in order: ``STREAMFLOW_BOOTSTRAP``; a Docker engine
 skipped. ``STREAMFLOW_TEST_BACKENDS`` picks the conformance
 backends (default ``memory,rocksdb,kafka``), e.g. ``memory`` for a quick local loop: ``kafka``
 runs with the journal deciding the runs (``journal --decide``), ``kafka-processors`` with every
-decision left to the processors (``make pytest`` runs it in a second session of its own). A
-Kafka conformance test deletes its namespaces' topics when it ends: the suite makes over a
-thousand, and one broker keeping them all runs out of open files.
+decision left to the processors (``make pytest`` runs it in a second session of its own). With
+``STREAMFLOW_TEST_DELETE_NAMESPACES=1`` (that second session) a Kafka conformance test deletes
+its namespaces' topics when it ends: the suite makes over a thousand, and one broker keeping
+those of both sessions runs out of open files. The first session keeps them, for the
+secret-canary scan that follows.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from streamflow.testing.broker import Broker, broker_from_environment
 from streamflow.testing.harness import EmbeddedDriver, RunDriver
 
 BACKENDS = os.environ.get("STREAMFLOW_TEST_BACKENDS", "memory,rocksdb,kafka").split(",")
+DELETE_NAMESPACES = os.environ.get("STREAMFLOW_TEST_DELETE_NAMESPACES") == "1"
 
 
 _SCAN = "test_zz_the_canary_token_is_found_nowhere"
@@ -179,7 +182,7 @@ async def make_driver(
     yield factory
     for driver in drivers:
         await driver.close()
-    if namespaces:
+    if namespaces and DELETE_NAMESPACES:
         await asyncio.to_thread(_delete_namespaces, namespaces)
 
 
