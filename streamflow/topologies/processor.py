@@ -79,11 +79,13 @@ COMPONENT = "processor"
 REPROPOSE_AFTER = 10.0
 """Seconds after a proposal with no new history for its run (it may have been lost with a
 dying journal transaction) after which the run is decided and proposed again."""
-SETTLED = frozenset({ev.StepStarted.TYPE, ev.WaitCreated.TYPE, ev.SignalWaitCreated.TYPE})
-"""Event types after which a run waits for the outside world (a step's result, a timer, a
-signal): history that ends with one (a journal deciding the build decided the run, or this
+SETTLED = frozenset({ev.StepStarted.TYPE, ev.WaitCreated.TYPE})
+"""Event types after which a run waits for the outside world (a step's result, a timer):
+history that ends with one (a journal deciding the build decided the run, or this
 processor's proposal was appended) needs no replay, so its records are kept undecoded until
-one that may need a decision arrives."""
+one that may need a decision arrives. Not a signal wait: a signal that came before the wait
+was created is already in history, and no later record would ask for the decision that
+takes it (the run waited for a re-proposal, 10 s)."""
 ENDS = frozenset(t for t, cls in ev.EVENT_TYPES.items() if cls.TERMINAL)
 """Event types that end a run: its state here is dropped without decoding them."""
 
