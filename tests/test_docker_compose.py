@@ -62,6 +62,15 @@ def test_each_topology_runs_the_example_app_after_topics_exist(compose, role):
     assert int(service["stop_grace_period"].rstrip("s")) >= 30  # room for a graceful stop
 
 
+def test_the_observers_endpoint_may_bind_every_interface(compose):
+    """``run observers`` refuses an address beyond loopback without TLS or ``--insecure``."""
+    from streamflow.host.http import check_exposure
+
+    args = parse(compose["services"]["observers"]["command"])
+    assert args.http_host == "0.0.0.0"
+    check_exposure(args.http_host, insecure=args.insecure, tls=None)  # raises if refused
+
+
 def test_stateful_topologies_keep_their_rocksdb_on_a_volume(compose):
     for role in ("journal", "processor", "timer", "hooks", "limits", "observers"):
         assert any(v.endswith(":/var/lib/streamflow") for v in compose["services"][role]["volumes"])
