@@ -146,16 +146,19 @@ class ClientBuckets:
         self._burst = float(burst)
         self._buckets: LruCache[str, tuple[float, float]] = LruCache(max_clients)
 
+    def _tokens(self, client: str, now: float) -> float:
+        """``client``'s tokens at ``now``, refilled since it last spent one."""
+        tokens, then = self._buckets.get(client) or (self._burst, now)
+        return min(self._burst, tokens + (now - then) * self._rate)
+
     def wait(self, client: str, now: float) -> float:
         """The seconds until ``client``'s bucket has a token (0.0: it has one), spending none."""
-        tokens, then = self._buckets.get(client) or (self._burst, now)
-        tokens = min(self._burst, tokens + (now - then) * self._rate)
+        tokens = self._tokens(client, now)
         return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self._rate
 
     def take(self, client: str, now: float) -> float:
         """Spend one token of ``client``'s bucket: 0.0, or the seconds until one is there."""
-        tokens, then = self._buckets.get(client) or (self._burst, now)
-        tokens = min(self._burst, tokens + (now - then) * self._rate)
+        tokens = self._tokens(client, now)
         if tokens >= 1.0:
             self._buckets.put(client, (tokens - 1.0, now))
             return 0.0
