@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         NonRetryable,
         NotFoundError,
         PayloadTooLarge,
+        PayloadUnreadable,
         ReplayLimitExceeded,
         RequestDeadLettered,
         RunConflict,
@@ -190,6 +191,7 @@ if TYPE_CHECKING:
         InMemoryFlowEventObserver,
         NoopFlowEventObserver,
     )
+    from streamflow.payloads import PayloadCodec, PayloadKeys
     from streamflow.stores.base import FlowEventStore
     from streamflow.stores.memory import InMemoryEventStore
     from streamflow.stores.rocksdb import RocksDBEventStore
@@ -324,6 +326,9 @@ __all__ = [
     "InvalidWorkflowPatchId",
     "IoError",
     "PayloadTooLarge",
+    "PayloadUnreadable",
+    "PayloadCodec",
+    "PayloadKeys",
     "LeaseLost",
     "NonDeterministic",
     "NonRetryable",

@@ -103,6 +103,11 @@ CANARY_SECRET = b"sf-canary-hook-secret-4b1d9e7a2c6f08e3d5a1"
 canary token."""
 DERIVED_CANARY_RUNS = ("derived-1", "derived-2")
 
+CANARY_PAYLOAD = "sf-canary-payload-3c9e1f7a0b5d42e8"
+"""A marker the payload-encryption tests put in every kind of payload (inputs, step outputs,
+signal and hook payloads, hook metadata, progress details, child inputs, results) with a
+payload codec on. After the suite it must be found nowhere at rest, like the canary token."""
+
 
 class Routed(Scripted):
     """A runtime whose workflow function is chosen by the run's spec name (parents and

@@ -73,6 +73,7 @@ from streamflow.core.values import (
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.schedules import FlowSchedules
 from streamflow.flow import Flow
+from streamflow.payloads import PayloadCodec, is_sealed, sealed_key_id
 from streamflow.workflow.app import App
 from streamflow.workflow.runtime import FlowRuntime
 from streamflow.workflow.versions import WorkflowVersions
@@ -292,10 +293,14 @@ class FlowControl(DelegatedReads):
                 # A value no store could give back is refused as such (400 InvalidPayload),
                 # before the annotation looks at it.
                 check_json(cast("JsonValue", input), "workflow input")
-                self._app.check_start(spec, cast("JsonValue", input))
-                # The claims the workflow's key functions compute (the embedded engine
-                # computes them itself, after its own checks of the input).
-                admission = self._app.admission(spec, cast("JsonValue", input), priority)
+                plain = _readable(self._app.payload_codec, cast("JsonValue", input))
+                if plain is not _SEALED:
+                    # An input sealed with a key this host does not hold is the workflow
+                    # code's to check (it holds the key).
+                    self._app.check_start(spec, plain)
+                    # The claims the workflow's key functions compute (the embedded engine
+                    # computes them itself, after its own checks of the input).
+                    admission = self._app.admission(spec, plain, priority)
             # ``created`` is the backend's single writer's word: of racing starts of one id,
             # here or through another server, exactly one says it created the run.
             run = str(uuid.uuid4()) if run_id is None else run_id
@@ -503,3 +508,15 @@ class EmbeddedControl(FlowControl):
         await super().aclose()
         while self._driving:
             await asyncio.gather(*list(self._driving), return_exceptions=True)
+
+
+_SEALED: Any = object()
+
+
+def _readable(codec: PayloadCodec | None, value: JsonValue) -> Any:
+    """``value`` opened, or ``_SEALED`` when it is sealed with a key ``codec`` lacks."""
+    if not is_sealed(value):
+        return value
+    if codec is None or not codec.holds(sealed_key_id(value)):
+        return _SEALED
+    return codec.open(value, "workflow input")

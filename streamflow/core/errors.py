@@ -52,6 +52,7 @@ class for each thing that can go wrong.
     │   ├── Fenced                         a topology was taken over: it stops (also a RuntimeError)
     │   ├── InspectionUnavailable          an observers instance cannot answer its part
     │   ├── SchemaRegistryUnavailable      a schema registry did not answer: tried again later
+    │   ├── PayloadUnreadable              a sealed payload this process has no key for
     │   └── AdminError                     a Kafka topic operation did not complete
     │       ├── TopicsRefused              unsafe or rejected: co-partitioning, replication, ...
     │       └── ClusterUnavailable         the cluster did not answer within the timeout
@@ -94,6 +95,7 @@ from streamflow.core.errors_infra import FlowTimeout as FlowTimeout
 from streamflow.core.errors_infra import InspectionUnavailable as InspectionUnavailable
 from streamflow.core.errors_infra import IoError as IoError
 from streamflow.core.errors_infra import ManifestError as ManifestError
+from streamflow.core.errors_infra import PayloadUnreadable as PayloadUnreadable
 from streamflow.core.errors_infra import RequestDeadLettered as RequestDeadLettered
 from streamflow.core.errors_infra import RuntimeBuildUnavailable as RuntimeBuildUnavailable
 from streamflow.core.errors_infra import SchemaRegistryUnavailable as SchemaRegistryUnavailable
@@ -562,6 +564,7 @@ ALL_ERRORS: tuple[type[FlowError], ...] = (
     InvalidQuery,
     InvalidSearchAttributes,
     InvalidPublication,
+    PayloadUnreadable,
 )
 """Every class of the tree that is raised, in a fixed order (the order the tree's classes were
 defined in when it was one module): each crosses a process boundary by name and fields

@@ -120,6 +120,21 @@ class SchemaRegistryUnavailable(InfrastructureError):
     names the registry's URL and what failed, never a credential."""
 
 
+class PayloadUnreadable(InfrastructureError):
+    """A sealed payload (the payload codec's envelope) cannot be opened here: this process has
+    no payload codec, it does not hold the key the payload names, or that key does not open it
+    (another key under the same id, or an altered value). The message names the key id and
+    what reads the value, never the value. Nothing is recorded: the run waits, as after any
+    infrastructure failure. Operator action: give the process the key file that holds the key
+    (``--payload-codec``)."""
+
+    def __init__(self, key_id: str | None, reason: str, what: str = "a payload") -> None:
+        named = "a key id that is not text" if key_id is None else f"key {key_id!r}"
+        super().__init__(f"{what} is sealed with {named}: {reason}")
+        self.key_id = key_id
+        self.what = what
+
+
 class InspectionUnavailable(InfrastructureError):
     """Part of an inspection answer lives with an observers instance that cannot answer now
     (HTTP 503); the message names the instance or the partitions. Operator action: check that

@@ -54,6 +54,7 @@ from streamflow.engine.slots import EngineStoreView, SlotDesk
 from streamflow.engine.steps import StepRunner
 from streamflow.observe.observers import notify
 from streamflow.otel import current_trace
+from streamflow.payloads import open_value, seal_value
 from streamflow.stores.base import FlowEventStore
 from streamflow.workflow.deciding import Elsewhere, Idle, Propose, RunDecider, Stuck
 from streamflow.workflow.runtime import FlowRuntime
@@ -147,11 +148,13 @@ class Driver:
         spec.validate()
         check_priority(priority)
         checked = check_attributes(attributes)
-        value = normalize(input, "workflow input")
-        check_payload(value, "workflow input", self._s.record_limits)
-        self._runtime.check_start(spec, value)
+        codec = self._runtime.payload_codec
+        plain = open_value(codec, normalize(input, "workflow input"), "workflow input")
+        self._runtime.check_start(spec, plain)
         if admission is None:
-            admission = self._runtime.admission(spec, value, priority)
+            admission = self._runtime.admission(spec, plain, priority)
+        value = seal_value(codec, plain)
+        check_payload(value, "workflow input", self._s.record_limits)
         await self.slots_ready()
         request = rq.StartRun(
             spec=spec,

@@ -71,6 +71,7 @@ from streamflow.engine.publishing import publication_delivery
 from streamflow.engine.recording import DurableHalves
 from streamflow.engine.settings import EngineSettings, FlowEngineBuilder
 from streamflow.engine.wakeup_calls import WakeupCalls
+from streamflow.payloads import PayloadCodec
 from streamflow.stores.base import FlowEventStore, PublicationOutbox
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.workflow.runtime import FlowRuntime
@@ -127,7 +128,7 @@ class FlowEngine(WakeupCalls):
         if self._publications is not None:
             self._s = replace(self._s, observers=(*self._s.observers, self._publications))
         self._driver = Driver(store, runtime, self._s)
-        self._durable = DurableHalves(store, self._driver, self._s)
+        self._durable = DurableHalves(store, self._driver, self._s, runtime)
         self._catalog = store if isinstance(store, RunCatalog) else None
         """The store's listing rows and counts (the built-in stores keep them), if it has any."""
 
@@ -162,6 +163,11 @@ class FlowEngine(WakeupCalls):
     @property
     def runtime(self) -> FlowRuntime:
         return self._runtime
+
+    @property
+    def payload_codec(self) -> PayloadCodec | None:
+        """The runtime's payload codec (``FlowRuntime.with_payload_codec``)."""
+        return self._runtime.payload_codec
 
     @property
     def schedules(self) -> FlowSchedules:

@@ -11,6 +11,7 @@ the change, so a redelivered task reports only the commits it made. ``FlowEngine
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 
 from streamflow.core import decide as d
@@ -27,18 +28,31 @@ from streamflow.core.values import CancellationRequest, WorkflowSignal
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, scheduled_wakeups, sort_key
 from streamflow.engine.driver import Driver
 from streamflow.engine.settings import EngineSettings
+from streamflow.payloads import seal_value
 from streamflow.stores.base import FlowEventStore
+from streamflow.workflow.runtime import FlowRuntime
 
 
 class DurableHalves:
     """The durable halves of ``FlowEngine``'s calls: each returns once the change is durable
     and does not drive the run. Get it as ``engine.durable``."""
 
-    def __init__(self, store: FlowEventStore, driver: Driver, settings: EngineSettings) -> None:
-        """Halves over ``driver`` (``FlowEngine`` builds the one it hands out)."""
+    def __init__(
+        self,
+        store: FlowEventStore,
+        driver: Driver,
+        settings: EngineSettings,
+        runtime: FlowRuntime | None = None,
+    ) -> None:
+        """Halves over ``driver`` (``FlowEngine`` builds the one it hands out); ``runtime``'s
+        payload codec seals the signal and hook payloads they record."""
         self._store = store
         self._driver = driver
         self._s = settings
+        self._runtime = runtime
+
+    def _seal(self, value: JsonValue) -> JsonValue:
+        return value if self._runtime is None else seal_value(self._runtime.payload_codec, value)
 
     async def record_start(
         self,
@@ -69,6 +83,8 @@ class DurableHalves:
         """Append ``signal_received`` to the active leaf of ``run_id``'s chain (or recognise
         the delivery); returns once it is durable, without driving the run. Returns the
         leaf's snapshot and whether this call committed the delivery."""
+        if signal.payload is not None:
+            signal = replace(signal, payload=self._seal(signal.payload))
         problem = d.check_signal(signal)
         if problem is not None:
             raise problem.error
@@ -100,7 +116,7 @@ class DurableHalves:
         ``HookConflict``); returns once it is durable, without driving the run. Returns the
         snapshot and whether this call committed it. ``token_digest``: the digest the
         callback was addressed by (from :meth:`find_hook_by_token`)."""
-        value: JsonValue = normalize(payload, "hook payload")
+        value: JsonValue = self._seal(normalize(payload, "hook payload"))
         try:
             request = rq.ResumeHook(hook_id=hook_id, payload=value, token_digest=token_digest)
             result = await self._driver.host(run_id, request)
@@ -171,7 +187,7 @@ class DurableHalves:
         if not owners:
             resolved = await self._store.resolved_hook(digest)
             if resolved is not None:
-                raise resolved.error(normalize(payload, "hook payload"), resume=resume)
+                raise resolved.error(self._seal(normalize(payload, "hook payload")), resume=resume)
             raise HookTokenNotFound(digest)
         if len(owners) > 1:
             raise InvalidTransition("hook token is active in multiple runs (value redacted)")

@@ -32,6 +32,7 @@ from streamflow.workflow.runtime import (
     workflow_failures,
     workflow_invocation,
 )
+from streamflow.workflow.sealing import seal_command
 
 DEFAULT_LIMITS = d.Limits()
 REPLAY_HOOK_SECRET = HookSecret(b"streamflow replay only: never a host's hook secret")
@@ -111,10 +112,11 @@ async def _decide(
     now = now_event.timestamp if now_event is not None else run.history[-1].timestamp
     try:
         with workflow_failures(), from_the_top(recorded):
-            result = runtime.run_workflow(workflow_invocation(run, hook_secret))
+            invocation = workflow_invocation(run, hook_secret, runtime.payload_codec)
+            result = runtime.run_workflow(invocation)
             if inspect.isawaitable(result):
                 result = await result
-        command = checked_command(result)
+        command = seal_command(checked_command(result), runtime.payload_codec, snap)
     except FlowError as exc:
         failure = f"{type(exc).__name__}: {exc}"
         return refused(snap.run_id, sequence, recorded, DriftKind.FAILED, failure), 1

@@ -18,6 +18,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from streamflow.core import decide as d
@@ -78,6 +79,7 @@ from streamflow.kafka.readers import (
 )
 from streamflow.kafka.schedules import KafkaSchedules
 from streamflow.otel import current_trace
+from streamflow.payloads import PayloadCodec, seal_value
 from streamflow.serde import messages as m
 
 
@@ -95,6 +97,9 @@ class FlowClient:
     :meth:`continuation_chain` walk a chain with (``ContinueAsNewLimitExceeded`` past it, as
     the embedded engine's walks): the client cannot learn the processors' limit, so give it
     the ``--max-continue-as-new-hops`` they run with when that is not the default (64).
+
+    ``payload_codec`` seals the inputs, signal and hook payloads this client sends
+    (``streamflow.payloads``); ``Workflow.result`` opens outputs with it.
     """
 
     def __init__(
@@ -103,8 +108,10 @@ class FlowClient:
         *,
         request_timeout: float = 30.0,
         max_continue_as_new_hops: int = DEFAULT_MAX_CONTINUE_AS_NEW_HOPS,
+        payload_codec: PayloadCodec | None = None,
     ) -> None:
         self._settings = settings
+        self.payload_codec = payload_codec
         self._timeout = request_timeout
         self._max_hops = max(0, int(max_continue_as_new_hops))
         self._wire = settings.wire()
@@ -121,8 +128,9 @@ class FlowClient:
     # -- requests ---------------------------------------------------------------------------
 
     def _payload(self, value: object, what: str) -> JsonValue:
-        """``value`` as JSON, refused here (``PayloadTooLarge``) when no backend would take it."""
-        payload = normalize(value, what)
+        """``value`` as JSON, sealed with the payload codec, refused here (``PayloadTooLarge``)
+        when no backend would take it."""
+        payload = seal_value(self.payload_codec, normalize(value, what))
         check_payload(payload, what, self._wire.limits)
         return payload
 
@@ -230,6 +238,8 @@ class FlowClient:
         """Deliver a named signal to the run's chain (its active leaf receives it). The same
         delivery again is acknowledged without a second event; the same ``signal_id`` with
         other content raises ``SignalConflict``; a new one for an ended run ``RunTerminal``."""
+        if signal.payload is not None and self.payload_codec is not None:
+            signal = replace(signal, payload=self.payload_codec.seal(signal.payload))
         problem = d.check_signal(signal)
         if problem is not None:
             raise problem.error

@@ -94,7 +94,7 @@ class KafkaDriver(FlowDriver):
         self._raised: set[tuple[str, int]] = set()
         self._generation = 0
         self._start_topologies()
-        self.client = FlowClient(settings)
+        self.client = FlowClient(settings, payload_codec=runtime.payload_codec)
 
     @property
     def flow(self) -> Flow:

@@ -39,6 +39,7 @@ from streamflow.kafka.clients import (
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, build_slug, partition_for
 from streamflow.otel import header_trace
+from streamflow.payloads import seal_value
 from streamflow.serde import messages as m
 from streamflow.topologies.options import ServingOptions
 from streamflow.topologies.serving import BuildServer
@@ -282,7 +283,8 @@ class Worker(BuildServer):
             trace=trace,
         )
         try:
-            value = normalize(await self._call(invocation), f"step {task.step_id} output")
+            output = normalize(await self._call(invocation), f"step {task.step_id} output")
+            value = seal_value(self._runtime.payload_codec, output)
         except Exception as exc:
             result = self._ended(task, ok=False, error=step_error(exc), retryable=retryable(exc))
         else:
@@ -307,7 +309,8 @@ class Worker(BuildServer):
         )
 
     async def _call(self, invocation: StepInvocation) -> object:
-        return await invoke_step(self._runtime.run_step, invocation, self._pool)
+        codec = self._runtime.payload_codec
+        return await invoke_step(self._runtime.run_step, invocation, self._pool, codec)
 
     def _commit(self, *, asynchronous: bool = False) -> None:
         positions = self._offsets.safe_offsets()

@@ -47,6 +47,7 @@ from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.triggers import KafkaTrigger, triggers_of
 from streamflow.core.values import Completed
+from streamflow.payloads import open_value
 from streamflow.workflow.driving import ParkedRuns, drive
 from streamflow.workflow.durable import DurableContext
 from streamflow.workflow.errors import RunNotCompleted
@@ -169,7 +170,9 @@ class Workflow(Generic[I, O]):
         if not isinstance(outcome, Completed):
             assert outcome is not None
             raise RunNotCompleted(snapshot.run_id, outcome)
-        return cast(O, decode(outcome.output, self.output_type, f"workflow {self.name} output"))
+        what = f"workflow {self.name} output"
+        output = open_value(getattr(flow, "payload_codec", None), outcome.output, what)
+        return cast(O, decode(output, self.output_type, what))
 
     def decide(
         self, invocation: WorkflowInvocation, parked: ParkedRuns | None = None

@@ -7,6 +7,7 @@ private copies so workflow code cannot alter what was recorded.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -34,6 +35,7 @@ from streamflow.core.values import (
     CancellationRequest,
     ChildOperationReference,
     ChildWorkflowCancellationPolicy,
+    Completed,
     HookMetadata,
     WorkflowProgress,
     WorkflowTerminalOutcome,
@@ -91,7 +93,7 @@ class WorkflowContext(RunFacts):
         step = self._snapshot.steps.get(step_id)
         if step is None or step.status is not StepStatus.COMPLETED:
             return None
-        return json_copy(step.output)
+        return json_copy(self._invocation.open(step.output, f"step {step_id} output"))
 
     def step_output_as(self, step_id: str, model: type[T]) -> T | None:
         """The committed output validated as ``model``; ``None`` until the step completed,
@@ -99,7 +101,8 @@ class WorkflowContext(RunFacts):
         step = self._snapshot.steps.get(step_id)
         if step is None or step.status is not StepStatus.COMPLETED:
             return None
-        return decode(step.output, model, f"step {step_id} output")
+        what = f"step {step_id} output"
+        return decode(self._invocation.open(step.output, what), model, what)
 
     def step_failed(self, step_id: str) -> str | None:
         """The error of a step that exhausted its attempts (``continue_workflow_on_failure``)."""
@@ -137,7 +140,8 @@ class WorkflowContext(RunFacts):
 
     def signal_payload(self, wait_id: str) -> JsonValue:
         """Payload of the signal that completed ``wait_id`` (``None`` while waiting)."""
-        return json_copy(self._snapshot.signal_wait_payload(wait_id))
+        payload = self._snapshot.signal_wait_payload(wait_id)
+        return json_copy(self._invocation.open(payload, f"signal wait {wait_id} payload"))
 
     def signal_payload_as(self, wait_id: str, model: type[T]) -> T | None:
         """The payload of the signal that completed ``wait_id``, validated as ``model``; ``None``
@@ -146,14 +150,15 @@ class WorkflowContext(RunFacts):
         if wait is None or wait.signal_id is None:
             return None
         payload = self._snapshot.signals[wait.signal_id].payload
-        return decode(payload, model, f"signal wait {wait_id} payload")
+        what = f"signal wait {wait_id} payload"
+        return decode(self._invocation.open(payload, what), model, what)
 
     def hook_payload(self, hook_id: str) -> JsonValue:
         """Payload of the first ``hook_received`` for ``hook_id``."""
         hook = self._snapshot.hooks.get(hook_id)
         if hook is None or hook.status is not HookStatus.RECEIVED:
             return None
-        return json_copy(hook.payload)
+        return json_copy(self._invocation.open(hook.payload, f"hook {hook_id} payload"))
 
     def hook_payload_as(self, hook_id: str, model: type[T]) -> T | None:
         """The payload hook ``hook_id`` received, validated as ``model``; ``None`` unless it was
@@ -161,7 +166,8 @@ class WorkflowContext(RunFacts):
         hook = self._snapshot.hooks.get(hook_id)
         if hook is None or hook.status is not HookStatus.RECEIVED:
             return None
-        return decode(hook.payload, model, f"hook {hook_id} payload")
+        what = f"hook {hook_id} payload"
+        return decode(self._invocation.open(hook.payload, what), model, what)
 
     def hook_disposed(self, hook_id: str) -> bool:
         """Whether hook ``hook_id`` was revoked (``hook_disposed``) rather than resumed."""
@@ -187,7 +193,10 @@ class WorkflowContext(RunFacts):
         """How child ``child_id``'s chain ended; ``None`` while it is open or if it was never
         requested."""
         child = self._snapshot.child_workflows.get(child_id)
-        return None if child is None else child.outcome
+        if child is None or not isinstance(child.outcome, Completed):
+            return None if child is None else child.outcome
+        output = self._invocation.open(child.outcome.output, f"child {child_id} output")
+        return replace(child.outcome, output=output)
 
     # -- command builders -------------------------------------------------------------------------
 

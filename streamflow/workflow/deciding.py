@@ -46,10 +46,12 @@ from streamflow.core.projection import ProjectedRun
 from streamflow.core.snapshot import WorkflowRunSnapshot, WorkflowRunStatus
 from streamflow.core.tokens import HookSecret
 from streamflow.core.tracing import step_context
+from streamflow.payloads import seal_value
 from streamflow.workflow.runtime import (
     FlowRuntime,
     HistoryView,
     StepInvocation,
+    WorkflowInvocation,
     checked_command,
     invoke_step,
     json_copy,
@@ -58,6 +60,7 @@ from streamflow.workflow.runtime import (
     workflow_failures,
     workflow_invocation,
 )
+from streamflow.workflow.sealing import seal_command
 
 DEFAULT_MAX_REPLAY_ITERATIONS = 1024
 """Iterations one decision may take before ``ReplayLimitExceeded`` (every backend's default)."""
@@ -160,7 +163,7 @@ class RunDecider:
             return first
         try:
             with workflow_failures():
-                result = self._runtime.run_workflow(workflow_invocation(run, self._hook_secret))
+                result = self._runtime.run_workflow(self._invocation(run))
                 if inspect.isawaitable(result):
                     if self._loop is None:
                         self._loop = asyncio.new_event_loop()
@@ -177,13 +180,16 @@ class RunDecider:
             return first
         try:
             with workflow_failures():
-                result = self._runtime.run_workflow(workflow_invocation(run, self._hook_secret))
+                result = self._runtime.run_workflow(self._invocation(run))
                 if inspect.isawaitable(result):
                     result = await result
             command = checked_command(result)
         except FlowError as exc:
             return self._failed(run.snapshot, exc, now)
         return self._after_code(run.snapshot, command, now)
+
+    def _invocation(self, run: ProjectedRun) -> WorkflowInvocation:
+        return workflow_invocation(run, self._hook_secret, self._runtime.payload_codec)
 
     def _before_code(self, snap: WorkflowRunSnapshot, now: datetime) -> NextStep | _Replay:
         """Everything decided without the run's code; ``_REPLAY`` when the code must run. A
@@ -208,6 +214,7 @@ class RunDecider:
     ) -> NextStep:
         try:
             command = self._with_limits(snap, command)
+            command = seal_command(command, self._runtime.payload_codec, snap)
         except FlowError as exc:
             return Stuck(exc)
         decision = d.decide_command(
@@ -331,9 +338,10 @@ async def attempt_step(
         hook_secret=hook_secret,
         trace=step_context(effect.run_id, snap.trace, effect.step_id, effect.attempt),
     )
+    codec = runtime.payload_codec
     try:
-        output = await invoke_step(runtime.run_step, invocation, pool)
-        value = normalize(output, f"step {effect.step_id} output")
+        output = await invoke_step(runtime.run_step, invocation, pool, codec)
+        value = seal_value(codec, normalize(output, f"step {effect.step_id} output"))
     except Exception as exc:
         return d.StepErrored(step_error(exc), retryable=retryable(exc))
     try:

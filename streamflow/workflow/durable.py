@@ -151,7 +151,10 @@ class DurableContext(RunFacts):
             for s in self._snapshot.signals.values()
             if s.name == name and s.received_sequence <= self._position.sequence
         ]
-        return [json_copy(s.payload) for s in sorted(found, key=lambda s: s.received_sequence)]
+        return [
+            json_copy(self._invocation.open(s.payload, f"signal {s.signal_id} payload"))
+            for s in sorted(found, key=lambda s: s.received_sequence)
+        ]
 
     # -- operations ----------------------------------------------------------------------------
 

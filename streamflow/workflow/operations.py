@@ -164,7 +164,9 @@ class StepOperation(Operation[R]):
         step = self._ctx._snapshot.steps[self._id]
         if step.status is StepStatus.FAILED:
             raise StepFailedError(self._id, step.error or "")
-        return cast(R, decode(step.output, self._step.output_type, f"step {self._id} output"))
+        what = f"step {self._id} output"
+        output = self._ctx._invocation.open(step.output, what)
+        return cast(R, decode(output, self._step.output_type, what))
 
     def _command(self) -> RuntimeCommand:
         return RuntimeCommand.schedule_step(self._id, self._step.name, self._input, self._retry)
@@ -219,7 +221,8 @@ class ChildOperation(Operation[R]):
         if not isinstance(outcome, Completed):
             raise ChildWorkflowFailed(self._id, outcome)
         what = f"child {self._id} output"
-        return cast(R, decode(outcome.output, self._workflow.output_type, what))
+        output = self._ctx._invocation.open(outcome.output, what)
+        return cast(R, decode(output, self._workflow.output_type, what))
 
     def _command(self) -> RuntimeCommand:
         return RuntimeCommand.start_child_workflow(self._id, self.spec, self._input, self._policy)
@@ -386,8 +389,10 @@ class SignalOperation(_Timed[T]):
     def _value(self) -> T:
         if self._ctx._snapshot.signal_waits[self._id].status is WaitStatus.TIMED_OUT:
             raise self._timed_out()
-        payload = self._ctx._snapshot.signal_wait_payload(self._id)
-        return cast(T, decode(payload, self._type, f"signal wait {self._id} payload"))
+        what = f"signal wait {self._id} payload"
+        recorded = self._ctx._snapshot.signal_wait_payload(self._id)
+        payload = self._ctx._invocation.open(recorded, what)
+        return cast(T, decode(payload, self._type, what))
 
     def _subject(self) -> WaitForSignal:
         return RuntimeCommand.wait_for_signal(self._id, self._name)
@@ -428,7 +433,8 @@ class HookOperation(_Timed[T]):
             raise HookDisposedError(self._id)
         if hook.status is HookStatus.TIMED_OUT:
             raise self._timed_out()
-        return cast(T, decode(hook.payload, self._type, f"hook {self._id} payload"))
+        what = f"hook {self._id} payload"
+        return cast(T, decode(self._ctx._invocation.open(hook.payload, what), self._type, what))
 
     def _subject(self) -> CreateHook:
         return RuntimeCommand.create_hook(self._id, self._token, self._metadata)

@@ -9,9 +9,9 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from streamflow.core.admission import Admission, LimitClaim, LimitSpec, check_priority
 from streamflow.core.commands import RuntimeCommand
@@ -24,6 +24,7 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import HookSecret, derive_hook_token
 from streamflow.core.trace_context import TraceParent
 from streamflow.otel import running_in
+from streamflow.payloads import PayloadCodec, open_value
 from streamflow.workflow.typed import decode
 
 if TYPE_CHECKING:
@@ -90,6 +91,14 @@ class WorkflowInvocation:
     """The projection of ``history`` when the engine already has it (saves a replay)."""
     hook_secret: HookSecret | None = field(default=None, repr=False, compare=False)
     """The host's hook secret (``ctx.hook_token``), if it configured one."""
+    codec: PayloadCodec | None = field(default=None, repr=False, compare=False)
+    """The runtime's payload codec: what opens the sealed payloads of ``history`` for the
+    context's accessors (``input`` is already open)."""
+
+    def open(self, value: JsonValue, what: str) -> JsonValue:
+        """``value`` as workflow code reads it: opened when it is a sealed payload
+        (``PayloadUnreadable`` when this runtime has no key for it)."""
+        return open_value(self.codec, value, what)
 
     def context(self) -> WorkflowContext:
         """The :class:`WorkflowContext` of this replay (projects ``history`` unless ``snapshot``
@@ -166,18 +175,21 @@ class RunFacts:
 
 
 def workflow_invocation(
-    run: ProjectedRun, hook_secret: HookSecret | None = None
+    run: ProjectedRun, hook_secret: HookSecret | None = None, codec: PayloadCodec | None = None
 ) -> WorkflowInvocation:
-    """The invocation that replays ``run`` through workflow code once."""
+    """The invocation that replays ``run`` through workflow code once, its input opened with
+    ``codec`` when it is sealed."""
     snap = run.snapshot
     assert snap.spec is not None
+    what = f"workflow run {snap.run_id} input"
     return WorkflowInvocation(
         run_id=snap.run_id,
         spec=snap.spec,
-        input=json_copy(snap.input),
+        input=json_copy(open_value(codec, snap.input, what)),
         history=HistoryView(run.history),
         snapshot=snap,
         hook_secret=hook_secret,
+        codec=codec,
     )
 
 
@@ -265,6 +277,18 @@ class FlowRuntime:
     deterministic function of the invocation: no clock, randomness or I/O.
     """
 
+    payload_codec: PayloadCodec | None = None
+    """Seals the payloads this runtime's code produces and opens those it reads
+    (:meth:`with_payload_codec`); ``None``: payloads are recorded as they are."""
+
+    def with_payload_codec(self, codec: PayloadCodec | None) -> Self:
+        """Seal every payload this runtime's workflow and step code produces with ``codec``
+        and open those it reads (``streamflow.payloads``); returns the runtime. Every
+        process that runs this code (engine, processors, workers, a deciding journal) then
+        needs the codec's keys; the parts that only move payloads do not."""
+        self.payload_codec = codec
+        return self
+
     def run_workflow(self, invocation: WorkflowInvocation) -> RuntimeCommand | Any:
         """Decide the run's next command from ``invocation`` (usually through
         ``invocation.context()``). An exception other than a ``FlowError`` becomes
@@ -337,10 +361,16 @@ async def invoke_step(
     run_step: Callable[[StepInvocation], object],
     invocation: StepInvocation,
     pool: Executor | None,
+    codec: PayloadCodec | None = None,
 ) -> object:
     """Run one step attempt with ``run_step`` (a runtime's), inside the attempt's span
     context: on the event loop for an ``async def``, else on ``pool`` (the context goes with
-    it), awaiting whatever it returns."""
+    it), awaiting whatever it returns. A sealed input is opened with ``codec`` first."""
+    if codec is not None or invocation.input is not None:
+        what = f"step {invocation.step_id} input"
+        opened = open_value(codec, invocation.input, what)
+        if opened is not invocation.input:
+            invocation = replace(invocation, input=opened)
     with running_in(invocation.trace):
         if inspect.iscoroutinefunction(run_step):
             return await run_step(invocation)

@@ -43,9 +43,10 @@ def test_every_raised_error_is_a_flow_error_and_exported():
     # then the three of flow control: InvalidPriority, InvalidLimitKey and AdmissionRequired;
     # then InvalidQuery (a run query that breaks the grammar) and InvalidSearchAttributes;
     # then SchemaRegistryUnavailable (the Confluent framing's registry did not answer) and
-    # InvalidPublication (a ctx.publish that breaks a rule, or names a topic it may not).
+    # InvalidPublication (a ctx.publish that breaks a rule, or names a topic it may not);
+    # then PayloadUnreadable (a sealed payload this process has no key for).
     # The families (and AdminError) are caught, never raised: not in the list.
-    assert len(errors.ALL_ERRORS) == 50
+    assert len(errors.ALL_ERRORS) == 51
     for cls in errors.ALL_ERRORS:
         assert issubclass(cls, FlowError)
         assert getattr(streamflow, cls.__name__) is cls
@@ -119,6 +120,7 @@ FAMILY_OF = {
         errors.Fenced,
         errors.InspectionUnavailable,
         errors.SchemaRegistryUnavailable,
+        errors.PayloadUnreadable,
         errors.TopicsRefused,
         errors.ClusterUnavailable,
     },
@@ -221,6 +223,7 @@ ONE_OF_EACH_ERROR = [
     errors.InvalidQuery("unknown status 'sleeping'", 9),
     errors.InvalidSearchAttributes("attribute 'amount' is nan: use a finite number"),
     errors.InvalidPublication("invalid publication: topic 'a b': a Kafka topic name is ..."),
+    errors.PayloadUnreadable("k1", "this process does not hold that key", "step s input"),
 ]
 
 
