@@ -1,7 +1,8 @@
 """Payload encryption: the codec that seals every user payload (workflow inputs and outputs,
-step inputs and outputs, signal and hook payloads, hook metadata, progress details, published
-values) where it enters streamflow, so histories, stores, topics, the audit stream and dead
-letters only ever hold ciphertext.
+step inputs and outputs, signal and hook payloads, hook metadata, progress details) where it
+enters streamflow, so histories, stores, topics, the audit stream and dead letters only ever
+hold ciphertext. Published messages (``ctx.publish``), search attributes and error texts are
+not payloads: they are recorded as given.
 
 A sealed value is an ordinary JSON value, an *envelope*::
 

@@ -1,6 +1,11 @@
 """The payloads of a workflow's command, sealed with its runtime's payload codec before the core
 records them (``streamflow.payloads``): a run's output and successor input, new steps' and
-children's inputs, hook metadata, progress details and published values.
+children's inputs, hook metadata and progress details.
+
+A published message (``ctx.publish``) is not sealed: it is the workflow's output to other
+systems, recorded and delivered to its topic as given (seal a value with
+:meth:`~streamflow.payloads.PayloadCodec.seal` before publishing it if its consumers hold the
+key).
 
 A step or child the run already recorded keeps the envelope it recorded when its input is the
 same value (:meth:`~streamflow.payloads.PayloadCodec.seal_like`), so replaying a run after the
@@ -51,9 +56,6 @@ def seal_command(
             return command
         details = codec.seal(command.progress.details)
         return replace(command, progress=replace(command.progress, details=details))
-    if isinstance(command, cmd.Publish):
-        published = command.publication
-        return replace(command, publication=replace(published, value=codec.seal(published.value)))
     if isinstance(command, cmd.CreateHook):
         return _hook(codec, snap, command)
     if isinstance(command, cmd.AwaitWithTimeout) and isinstance(command.subject, cmd.CreateHook):
