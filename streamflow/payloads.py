@@ -287,6 +287,21 @@ class PayloadCodec:
         return value
 
 
+def shown(value: Any, codec: PayloadCodec | None = None) -> Any:
+    """``value`` for a person to read: every envelope ``codec`` can open opened, every other
+    one replaced by the text ``encrypted (key ID)``."""
+    if is_sealed(value):
+        key_id = sealed_key_id(value)
+        if codec is not None and codec.holds(key_id):
+            return codec.open(value)
+        return f"encrypted (key {key_id})"
+    if isinstance(value, dict):
+        return {k: shown(v, codec) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shown(v, codec) for v in value]
+    return value
+
+
 def open_value(codec: PayloadCodec | None, value: JsonValue, what: str) -> JsonValue:
     """``value`` opened for code that must read it: ``PayloadUnreadable`` (naming ``what``)
     when it is sealed and ``codec`` cannot open it."""

@@ -43,6 +43,7 @@ from streamflow.core.trace_context import TraceParent
 from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.observe.metrics import FlowMetrics
 from streamflow.otel import TRACEPARENT, running_in
+from streamflow.payloads import PayloadCodec
 
 log = logging.getLogger("streamflow.api")
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -199,6 +200,7 @@ def create_app(
     metrics: FlowMetrics | None = None,
     limits: HttpLimits | None = None,
     allowed_hosts: Iterable[str] = (),
+    payload_codec: PayloadCodec | None = None,
 ) -> FastAPI:
     """The API over ``control``.
 
@@ -212,6 +214,9 @@ def create_app(
         limits: the edge's limits (:class:`HttpLimits`; its defaults without).
         allowed_hosts: host names the ``Host`` header may name besides address literals and
             loopback names.
+        payload_codec: opens the sealed payloads of the runs, histories and results it
+            answers with, for the host's readers (without one, or for a key it does not hold,
+            they are answered sealed: ``{"$sealed": {"key": ..., "data": ...}}``).
     """
     if not isinstance(api_key, KeyRing):
         check_api_key(api_key)
@@ -295,19 +300,22 @@ def create_app(
             await control.list_runs(where, limit=limit, cursor=query.get("cursor"))
         )
 
+    def opened(answer: Any) -> Any:
+        return answer if payload_codec is None else payload_codec.open_tree(answer)
+
     @app.get("/v1/runs/{run_id}", dependencies=[key, none])
     async def run(run_id: str) -> Response:
-        return json_response(await control.run(run_id))
+        return json_response(opened(await control.run(run_id)))
 
     @app.get("/v1/runs/{run_id}/history", dependencies=[key, none])
     async def history(run_id: str) -> Response:
-        return json_response(await control.history(run_id))
+        return json_response(opened(await control.history(run_id)))
 
     @app.get("/v1/runs/{run_id}/result", dependencies=[key, Depends(only("wait"))])
     async def result(run_id: str, request: Request) -> Response:
         wait = parse_wait(request.query_params.get("wait"))
         ended, answer = await control.result(run_id, wait)
-        return json_response(answer, 200 if ended else 202)
+        return json_response(opened(answer), 200 if ended else 202)
 
     @app.get("/v1/runs/{run_id}/incident", dependencies=[key, none])
     async def incident(run_id: str) -> Response:

@@ -24,9 +24,11 @@ from streamflow.api.schedules import AddedSchedule, ScheduleDefinition
 from streamflow.core.admission import DEFAULT_PRIORITY
 from streamflow.core.attributes import SearchAttributes
 from streamflow.core.errors import InspectionUnavailable
+from streamflow.core.jsonvalue import normalize
 from streamflow.core.snapshot import WorkflowRunStatus
 from streamflow.core.values import StartResult, WorkflowProgress
 from streamflow.observe.http import fetch_json
+from streamflow.payloads import PayloadCodec
 from streamflow.tls import ClientTls
 
 
@@ -106,6 +108,7 @@ class HttpControl(DelegatedReads):
         *,
         timeout: float = 30.0,
         tls: ClientTls | None = None,
+        payload_codec: PayloadCodec | None = None,
     ) -> None:
         """
         Args:
@@ -114,8 +117,16 @@ class HttpControl(DelegatedReads):
             timeout: seconds a request may take beyond a result's server-side wait.
             tls: what an ``https`` server is verified with and the client presents
                 (default: the ``STREAMFLOW_TLS_*`` environment).
+            payload_codec: seals the inputs, signal and hook payloads sent (the server then
+                never sees them in plaintext); ``None``: they are sent as given.
         """
         self.index = self._http = HttpIndex(url, api_key, timeout=timeout, tls=tls)
+        self._codec = payload_codec
+
+    def _sealed(self, value: object) -> object:
+        if self._codec is None:
+            return value
+        return self._codec.seal(normalize(value, "payload"))
 
     async def _post(self, path: str, body: object = None) -> Json:
         return (await self._http.request("POST", path, body))[1]
@@ -129,7 +140,7 @@ class HttpControl(DelegatedReads):
         priority: int = DEFAULT_PRIORITY,
         attributes: SearchAttributes | None = None,
     ) -> StartResult:
-        body: Json = {"workflow": workflow, "input": input}
+        body: Json = {"workflow": workflow, "input": self._sealed(input)}
         if attributes:
             body["attributes"] = attributes.to_json()  # each value in its {kind: value} form
         if run_id is not None:
@@ -152,7 +163,7 @@ class HttpControl(DelegatedReads):
         return (await self._http.request("GET", f"/batches/{quoted(batch_id)}"))[1]
 
     async def signal(self, run_id: str, name: str, payload: object, signal_id: str | None) -> Json:
-        body: Json = {"name": name, "payload": payload}
+        body: Json = {"name": name, "payload": self._sealed(payload)}
         if signal_id is not None:
             body["signal_id"] = signal_id
         return await self._post(f"/runs/{quoted(run_id)}/signals", body)
@@ -174,7 +185,8 @@ class HttpControl(DelegatedReads):
 
     async def resume_hook(self, token: str, payload: object) -> Json:
         # The token travels in the body, never in a URL a log could keep.
-        return await self._post("/hooks/resume", {"token": token, "payload": payload})
+        body = {"token": token, "payload": self._sealed(payload)}
+        return await self._post("/hooks/resume", body)
 
     async def dispose_hook(self, token: str) -> Json:
         return await self._post(f"/hooks/{quoted(token)}/dispose")

@@ -20,6 +20,7 @@ from streamflow.api.query import LIST_PARAMETERS, check_names, parse_limit, run_
 from streamflow.cli.batches import add_batch_options, run_batch
 from streamflow.cli.follow import display, follow
 from streamflow.cli.lifecycle import guarded
+from streamflow.cli.payload_args import cli_codec, for_reading
 from streamflow.cli.render import queued_line, render_history, slot_line
 from streamflow.cli.sources import CliError, Json, add_source_options, open_source
 from streamflow.core.events import FlowEventEnvelope
@@ -122,8 +123,11 @@ async def _answer(args: argparse.Namespace, source: ControlPlane) -> int:
     view = await source.run(run_id)
     events = (await source.history(run_id))["events"]
     if args.json:
-        print(json.dumps({"run": view, "events": events}, sort_keys=True))
+        codec = cli_codec()
+        answer = {"run": view, "events": events}
+        print(json.dumps(answer if codec is None else codec.open_tree(answer), sort_keys=True))
         return 0
+    view, events = for_reading(view), for_reading(events)
     print(render_run(view))
     print()
     print(render_history([envelope(run_id, e) for e in events]))

@@ -20,6 +20,7 @@ from typing import TypeAlias
 
 from streamflow.api.control import ControlPlane
 from streamflow.cli.follow import DEFAULT_INCIDENT_GRACE, IncidentWatch, display, follow
+from streamflow.cli.payload_args import cli_codec, for_reading
 from streamflow.cli.render import queued_line
 from streamflow.cli.sources import (
     Json,
@@ -171,7 +172,10 @@ async def _result(args: argparse.Namespace, source: ControlPlane) -> int:
         answer["run_id"] = args.run_id
     else:
         answer = await await_result(source, args.run_id, args.timeout, args.incident_grace)
-    output = json.dumps(answer.get("output"), sort_keys=True)
+    codec = cli_codec()
+    if codec is not None:  # what the server could not open, this command's keys may
+        answer = codec.open_tree(answer)
+    output = json.dumps(for_reading(answer.get("output")), sort_keys=True)
     _print(args, answer, f"run {args.run_id} {answer['status']}: {output}")
     if answer["status"] != "completed":
         raise RunEnded(args.run_id, str(answer["status"]), answer.get("error"))

@@ -30,12 +30,14 @@ from streamflow.cli import (
     keys,
     lifecycle,
     limits,
+    payload_keys,
     retention,
     schedule,
     serve,
     topics,
 )
 from streamflow.cli import run as topology
+from streamflow.cli.payload_args import add_payload_codec_arg, release, use_payload_codec
 from streamflow.cli.render import render_event, render_history
 from streamflow.core.errors import FlowError
 from streamflow.core.events import FlowEventEnvelope, RunProgressRecorded
@@ -128,6 +130,7 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool = False) -> int:
     any later write to a closed socket into the death of that process."""
     parser = argparse.ArgumentParser(prog="streamflow", description=__doc__)
     parser.add_argument("--version", action="version", version=f"streamflow {_version()}")
+    add_payload_codec_arg(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the example order workflow on embedded RocksDB")
     demo.add_argument("--dir", type=Path, default=DEFAULT_DEMO_DIR, help="RocksDB directory")
@@ -146,13 +149,18 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool = False) -> int:
     lifecycle.register(sub)
     limits.register(sub)
     keys.register(sub)
+    payload_keys.register(sub)
     acls.register(sub)
     args = parser.parse_args(argv)
     if as_program and args.command not in SERVERS:
         # Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    with _caller_trace(args.command):
-        return _dispatch(args)
+    token = use_payload_codec(args)
+    try:
+        with _caller_trace(args.command):
+            return _dispatch(args)
+    finally:
+        release(token)
 
 
 def _caller_trace(command: str) -> contextlib.AbstractContextManager[None]:
@@ -185,6 +193,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return check.run(args)
         if args.command == "keys":
             return keys.run(args)
+        if args.command == "payload-keys":
+            return payload_keys.run(args)
         if args.command == "acls":
             return acls.run(args)
         if args.command == "serve":

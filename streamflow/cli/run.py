@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamflow.api.keys import KeyRing
 from streamflow.cli.paths import project_on_path
+from streamflow.cli.payload_args import with_cli_codec
 from streamflow.cli.tls_args import add_tls_args, server_tls
 from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.core.builds import RuntimeBuildCompatibility, configured_compatibility
@@ -210,7 +211,7 @@ def load_runtime(spec: str | None) -> FlowRuntime:
         from streamflow.api.batches import batch_workflow
 
         batch_workflow(runtime)  # a batch (a bulk operation) is a run of this workflow
-    return runtime
+    return with_cli_codec(runtime)
 
 
 def load_project_runtime(spec: str | None) -> FlowRuntime:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from streamflow.api.keys import KeyRing
 from streamflow.api.limits import HttpLimits
 from streamflow.cli.paths import project_on_path
+from streamflow.cli.payload_args import with_cli_codec
 from streamflow.cli.tls_args import add_tls_args, server_tls
 from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.core.errors import FlowError
@@ -256,7 +257,7 @@ async def _serve(args: argparse.Namespace) -> int:
     key, key_file = _api_key(args)
     limits = _limits(args)
     stop = _stop_on_signals()
-    app = load_runtime(args.app) if args.app else bundle.app
+    app = load_runtime(args.app) if args.app else with_cli_codec(bundle.app)
     if args.kafka:
         if args.publish_to:
             raise ValueError(
@@ -340,7 +341,7 @@ async def _serve_kafka(
     settings = KafkaSettings.from_env(
         **wire_args(args), bootstrap=args.bootstrap, namespace=args.namespace
     )
-    client = await asyncio.to_thread(FlowClient, settings)
+    client = await asyncio.to_thread(FlowClient, settings, payload_codec=app.payload_codec)
     try:
         tls = server_tls(args)
         sock, url = bind(args.host, args.port, insecure=args.insecure, tls=tls)
@@ -354,6 +355,7 @@ async def _serve_kafka(
             api_key=key,
             limits=limits,
             allowed_hosts=[url_host(url), args.host, *args.allowed_host],
+            payload_codec=app.payload_codec,
         )
         async with serve_http(
             api, sock, shutdown_timeout=args.shutdown_timeout, limits=limits, tls=tls

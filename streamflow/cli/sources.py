@@ -41,6 +41,7 @@ from streamflow.api.errors import ApiError, status_of
 from streamflow.api.index import DelegatedReads, InspectorIndex, RemoteError, Unreachable
 from streamflow.api.remote import HttpControl
 from streamflow.cli.paths import DEFAULT_APP, DEFAULT_DIR, project_on_path, store_path
+from streamflow.cli.payload_args import cli_codec, with_cli_codec
 from streamflow.cli.wire_args import add_wire_args, wire_args
 from streamflow.clock import utc_now
 from streamflow.core.admission import DEFAULT_PRIORITY
@@ -291,7 +292,7 @@ def load_app(spec: str) -> FlowRuntime:
         raise AppNotFound(f"{spec} is not a streamflow App")
     if isinstance(app, App):
         batch_workflow(app)  # batches on the store are runs of it (a host registers it too)
-    return app
+    return with_cli_codec(app)
 
 
 def api_key(args: argparse.Namespace) -> str | None:
@@ -340,7 +341,7 @@ def open_source(args: argparse.Namespace) -> ControlPlane:
     """The control plane the parsed options name (``--dir`` by default)."""
     app_spec = getattr(args, "app", None) or DEFAULT_APP
     if args.url:
-        return HttpControl(args.url, api_key(args))
+        return HttpControl(args.url, api_key(args), payload_codec=cli_codec())
     if args.kafka:
         from streamflow.api.kafka import KafkaControl
         from streamflow.api.remote import ObserversIndex
@@ -353,7 +354,8 @@ def open_source(args: argparse.Namespace) -> ControlPlane:
         index = None
         if args.observers:
             index = ObserversIndex(args.observers, api_key=api_key(args))
-        return KafkaControl(FlowClient(settings), index, app, owns_client=True)
+        client = FlowClient(settings, payload_codec=app.payload_codec)
+        return KafkaControl(client, index, app, owns_client=True)
     return DirControl(store_path(args.dir or DEFAULT_DIR), lambda: load_app(app_spec))
 
 

@@ -244,6 +244,7 @@ async def serve(
                 metrics=metrics,
                 limits=limits,
                 allowed_hosts=[url_host(url), host, *allowed_hosts],
+                payload_codec=app.payload_codec,
             )
             async with serve_http(
                 api, sock, shutdown_timeout=shutdown_timeout, limits=limits, tls=tls

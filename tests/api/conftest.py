@@ -28,6 +28,7 @@ from streamflow.engine.engine import FlowEngine
 from streamflow.engine.scheduler import FlowScheduler
 from streamflow.engine.tasks import InProcessTaskRunner
 from streamflow.observe.metrics import FlowMetrics
+from streamflow.payloads import PayloadCodec
 from streamflow.stores.rocksdb import RocksDBEventStore
 from tests.api.apps import app as test_app
 
@@ -45,6 +46,7 @@ def served_api(
     host: Host | None = None,
     metrics: FlowMetrics | None = None,
     on_stop: Callable[[], Awaitable[None]] | None = None,
+    payload_codec: PayloadCodec | None = None,
 ) -> Iterator[str]:
     """Serve the API over ``control`` on ``127.0.0.1:<free port>``; yields the base URL.
     ``host(stop)`` runs on the server's loop until the server stops; ``on_stop`` runs there
@@ -56,7 +58,9 @@ def served_api(
     # lockout after failed attempts has tests of its own (test_failed_attempts.py).
     limits = HttpLimits(failed_auth_burst=100_000)
     config = uvicorn.Config(
-        create_app(control, api_key=api_key, metrics=metrics, limits=limits),
+        create_app(
+            control, api_key=api_key, metrics=metrics, limits=limits, payload_codec=payload_codec
+        ),
         host="127.0.0.1",
         port=0,
         log_level="info",

@@ -16,6 +16,7 @@ they are never skipped.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -40,9 +41,11 @@ from streamflow.core.tracing import run_span_id
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.scheduler import FlowScheduler
 from streamflow.engine.tasks import InProcessTaskRunner
+from streamflow.payloads import PayloadCodec, PayloadKeys
 from streamflow.stores.rocksdb import RocksDBEventStore
 from tests.api.conftest import API_KEY, served_api
 from tests.api.console_app import app as console_app
+from tests.support import CANARY_PAYLOAD
 
 pytestmark = pytest.mark.browser
 
@@ -692,3 +695,47 @@ def test_the_filter_box_lists_the_runs_a_query_selects(console: tuple[str, httpx
         wait.until(ec.text_to_be_present_in_element((By.ID, "message"), "position 9"))
         assert "unknown status 'sleeping'" in text_of(browser, "#message")
         assert page_errors(browser) == []
+
+
+def test_a_sealed_payload_shows_as_encrypted_where_the_host_has_no_key(tmp_path: Path) -> None:
+    """A run recorded by a host with the payload key, served by one without it (an operator's
+    console, an observers instance): the console shows ``encrypted (key ...)`` in place of the
+    input, never the ciphertext or the value, and still shows the run's status and, once a
+    signal makes it replay here, why it cannot progress."""
+    codec = PayloadCodec(PayloadKeys.generate("k-2026"))
+    store = RocksDBEventStore(tmp_path / "store")
+    try:
+        console_app.with_payload_codec(codec)
+        keyed = FlowEngine.builder(console_app).with_store(store).build()
+        input = {"secret": CANARY_PAYLOAD}
+        snap = asyncio.run(
+            keyed.start_with_id("sealed", console_app.resolve("console.echo").spec, input)
+        )
+        assert snap == "sealed"
+    finally:
+        console_app.with_payload_codec(None)
+        store.close()
+    store = RocksDBEventStore(tmp_path / "store")
+    engine = FlowEngine.builder(console_app).with_store(store).build()
+    control = EmbeddedControl(engine, console_app)
+    scheduler = FlowScheduler(engine, InProcessTaskRunner(engine))
+    with (
+        served_api(control, API_KEY, host=scheduler.run, on_stop=control.aclose) as url,
+        chromium() as browser,
+    ):
+        wait = WebDriverWait(browser, WAIT)
+        enter_key(browser, url)
+        browser.get(f"{url}/console/#/runs/sealed")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-input"), "encrypted"))
+        assert text_of(browser, "#run-input") == "encrypted (key k-2026)"
+        assert text_of(browser, "#run-status") == "suspended"  # its metadata reads as ever
+        wait.until(ec.text_to_be_present_in_element((By.ID, "live"), "live"))
+        browser.find_element(By.ID, "signal-name").send_keys("go")
+        browser.find_element(By.ID, "signal-send").click()
+        banner = (By.ID, "run-incident-banner")
+        wait.until(ec.text_to_be_present_in_element(banner, "PayloadUnreadable"))
+        page = browser.find_element(By.TAG_NAME, "body").text
+        assert CANARY_PAYLOAD not in page
+        assert '"data"' not in page
+        assert page_errors(browser) == []
+    store.close()

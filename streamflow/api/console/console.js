@@ -116,12 +116,28 @@
     return node;
   }
 
+  // A payload sealed by the payload codec ({"$sealed": {"key", "data"}}), which the API answers
+  // as it is when its host does not hold the key: shown as what it is, never as ciphertext.
+  const sealedKey = (item) => {
+    if (item === null || typeof item !== "object" || Array.isArray(item)) return null;
+    const keys = Object.keys(item);
+    if (keys.length !== 1 || keys[0] !== "$sealed") return null;
+    const body = item["$sealed"];
+    return body && typeof body.key === "string" ? body.key : "?";
+  };
+
   // JSON.stringify(value, null, 2), but containers nested deeper than maxDepth are shown as
-  // NESTED_TOO_DEEPLY, so that no value the API returns can exhaust the stack. Strings go through
-  // JSON.stringify, which escapes lone surrogates.
+  // NESTED_TOO_DEEPLY, so that no value the API returns can exhaust the stack, and a sealed
+  // payload as "encrypted (key K)". Strings go through JSON.stringify, which escapes lone
+  // surrogates.
   function pretty(value, maxDepth = MAX_DEPTH) {
     const out = [];
     const write = (item, depth, indent) => {
+      const sealed = sealedKey(item);
+      if (sealed !== null) {
+        out.push("encrypted (key " + sealed + ")");
+        return;
+      }
       if (item === null || typeof item !== "object") {
         const text = JSON.stringify(item);
         out.push(text === undefined ? "null" : text);
