@@ -302,6 +302,12 @@ def shown(value: Any, codec: PayloadCodec | None = None) -> Any:
     return value
 
 
+def openable(codec: PayloadCodec | None, value: object) -> bool:
+    """Whether ``codec`` can read ``value``: it is not sealed, or ``codec`` holds its key. A
+    host that cannot read a client-sealed input leaves checking it to the workflow code."""
+    return not is_sealed(value) or (codec is not None and codec.holds(sealed_key_id(value)))
+
+
 def open_value(codec: PayloadCodec | None, value: JsonValue, what: str) -> JsonValue:
     """``value`` opened for code that must read it: ``PayloadUnreadable`` (naming ``what``)
     when it is sealed and ``codec`` cannot open it."""

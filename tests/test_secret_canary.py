@@ -20,6 +20,11 @@ the link in memory; the token must reach no event, input, output, log or topic).
 controls keep the search honest: the same scan must find the canary and a derived token in
 ``*.hook-requests`` (so tokens were planted and the Kafka scan reads them), and must see
 ``hook_created`` events in the histories it read.
+
+The same scans search for the payload marker ``tests.support.CANARY_PAYLOAD``, which the
+payload-encryption tests put in every kind of payload with a payload codec on (memory, RocksDB,
+Kafka, and the CLI over a keyed host): it must be found 0 times at rest, and the scans must see
+sealed payloads (``{"$sealed": ...}``) in the Kafka histories and the RocksDB databases they read.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from streamflow.kafka.naming import Names, partition_for
 from streamflow.serde import codec
 from streamflow.testing.kafka_harness import KafkaDriver
 from tests.support import (
+    CANARY_PAYLOAD,
     CANARY_SECRET,
     CANARY_TOKEN,
     DERIVED_CANARY_RUNS,
@@ -56,6 +62,7 @@ from tests.support import (
 )
 
 CANARY = CANARY_TOKEN.encode()
+PAYLOAD = CANARY_PAYLOAD.encode()
 DERIVED = tuple(
     HookSecret(CANARY_SECRET).token(run_id, "approval").encode() for run_id in DERIVED_CANARY_RUNS
 )
@@ -63,7 +70,12 @@ DERIVED = tuple(
 
 
 def _count(blob: bytes) -> int:
-    return blob.count(CANARY) + _derived(blob)
+    return blob.count(CANARY) + _derived(blob) + blob.count(PAYLOAD)
+
+
+def _sealed(blob: bytes) -> int:
+    """Sealed payloads in ``blob`` (the positive control of the payload marker's search)."""
+    return blob.count(b'{"$sealed":')
 
 
 def _derived(blob: bytes) -> int:
@@ -154,9 +166,10 @@ def _read_topic(
         consumer.close()
 
 
-def _kafka_findings(bootstrap: str) -> tuple[dict[str, int], int, int, int]:
+def _kafka_findings(bootstrap: str) -> tuple[dict[str, int], int, int, int, int]:
     """(canary count per topic outside hook-requests, count inside hook-requests, derived
-    tokens inside hook-requests, number of hook_created history records seen), reading every
+    tokens inside hook-requests, number of hook_created history records seen, sealed payloads
+    in history records), reading every
     partition of every test namespace's topics at once, aborted transactions included."""
     settings = KafkaSettings(bootstrap=bootstrap, namespace=f"canary-{uuid.uuid4().hex[:6]}")
     consumer = reader(settings, **{"isolation.level": "read_uncommitted"})
@@ -175,7 +188,7 @@ def _kafka_findings(bootstrap: str) -> tuple[dict[str, int], int, int, int]:
                 ends[(tp.topic, tp.partition)] = high
         consumer.assign([tp for tp in wanted if (tp.topic, tp.partition) in ends])
         leaks: dict[str, int] = {}
-        planted = derived = hooks_seen = 0
+        planted = derived = hooks_seen = sealed = 0
         while ends:
             for msg in consumer.consume(num_messages=5000, timeout=1.0):
                 if msg.error() is not None:
@@ -191,6 +204,8 @@ def _kafka_findings(bootstrap: str) -> tuple[dict[str, int], int, int, int]:
                     leaks[topic] = leaks.get(topic, 0) + count
                 if topic.endswith(".history") and headers == b"hook_created":
                     hooks_seen += 1
+                if topic.endswith(".history"):
+                    sealed += _sealed(blob)
                 if (msg.offset() or 0) + 1 >= ends.get((topic, partition), 0):
                     ends.pop((topic, partition), None)
             # Control records (transaction markers) can end a partition: go by position too.
@@ -198,7 +213,7 @@ def _kafka_findings(bootstrap: str) -> tuple[dict[str, int], int, int, int]:
                 position = consumer.position([TopicPartition(key[0], key[1])])[0].offset
                 if position >= ends[key]:
                     del ends[key]
-        return leaks, planted, derived, hooks_seen
+        return leaks, planted, derived, hooks_seen, sealed
     finally:
         consumer.close()
 
@@ -207,13 +222,14 @@ def _rocksdb_dirs(root: Path) -> list[Path]:
     return sorted({p.parent for p in root.rglob("CURRENT") if (p.parent / "IDENTITY").exists()})
 
 
-def _rocksdb_findings(directory: Path) -> tuple[int, int]:
-    """(canary count, number of values mentioning hook_created) in every column family."""
-    found = hooks = 0
+def _rocksdb_findings(directory: Path) -> tuple[int, int, int]:
+    """(canary count, number of values mentioning hook_created, sealed payloads) in every
+    column family."""
+    found = hooks = sealed = 0
     try:
         families = Rdict.list_cf(str(directory))
     except Exception:
-        return 0, 0
+        return 0, 0, 0
     try:
         db = _open_read_only(directory, families, raw=True)
         raw = True
@@ -228,9 +244,10 @@ def _rocksdb_findings(directory: Path) -> tuple[int, int]:
                 blob = bytes(key) + bytes(value) if raw else (repr(key) + repr(value)).encode()
                 found += _count(blob)
                 hooks += b"hook_created" in blob or b"HookCreated" in blob
+                sealed += _sealed(blob)
     finally:
         db.close()
-    return found, hooks
+    return found, hooks, sealed
 
 
 def _open_read_only(directory: Path, families: list[str], *, raw: bool) -> Rdict:
@@ -269,10 +286,11 @@ def test_zz_the_canary_token_is_found_nowhere(kafka_broker, request, tmp_path_fa
     assert base.is_dir(), f"nothing to scan at {base}"
     databases = _rocksdb_dirs(base)
     db_leaks: dict[str, int] = {}
-    histories_with_hooks = 0
+    histories_with_hooks = sealed_at_rest = 0
     for directory in databases:
-        found, hooks = _rocksdb_findings(directory)
+        found, hooks, sealed = _rocksdb_findings(directory)
         histories_with_hooks += hooks
+        sealed_at_rest += sealed
         if found:
             db_leaks[str(directory)] = found
     file_leaks = _file_findings(base, databases)
@@ -280,7 +298,9 @@ def test_zz_the_canary_token_is_found_nowhere(kafka_broker, request, tmp_path_fa
     # The session log, and each parallel worker's beside it (``session-gw0.log``...).
     logs = sorted(log_file.parent.glob(f"{log_file.stem}*{log_file.suffix}"))
     log_count = sum(_count(path.read_bytes()) for path in logs)
-    kafka_leaks, planted, derived, kafka_hooks = _kafka_findings(kafka_broker.bootstrap)
+    kafka_leaks, planted, derived, kafka_hooks, kafka_sealed = _kafka_findings(
+        kafka_broker.bootstrap
+    )
 
     assert kafka_leaks == {}
     assert db_leaks == {}
@@ -292,4 +312,8 @@ def test_zz_the_canary_token_is_found_nowhere(kafka_broker, request, tmp_path_fa
     assert kafka_hooks > 0, "the Kafka scan saw no hook_created history record"
     assert histories_with_hooks > 0, "the RocksDB scan saw no hook_created record"
     assert databases, "no RocksDB database was scanned"
+    # The payload marker travelled sealed (tests/conformance/test_payload_encryption.py and
+    # tests/cli/test_payload_codec.py): the scans read envelopes where it went.
+    assert kafka_sealed > 0, "the Kafka scan saw no sealed payload in a history"
+    assert sealed_at_rest > 0, "the RocksDB scan saw no sealed payload"
     assert logs, "the session log is missing"

@@ -73,7 +73,7 @@ from streamflow.core.values import (
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.schedules import FlowSchedules
 from streamflow.flow import Flow
-from streamflow.payloads import PayloadCodec, is_sealed, sealed_key_id
+from streamflow.payloads import open_value, openable
 from streamflow.workflow.app import App
 from streamflow.workflow.runtime import FlowRuntime
 from streamflow.workflow.versions import WorkflowVersions
@@ -293,10 +293,12 @@ class FlowControl(DelegatedReads):
                 # A value no store could give back is refused as such (400 InvalidPayload),
                 # before the annotation looks at it.
                 check_json(cast("JsonValue", input), "workflow input")
-                plain = _readable(self._app.payload_codec, cast("JsonValue", input))
-                if plain is not _SEALED:
-                    # An input sealed with a key this host does not hold is the workflow
-                    # code's to check (it holds the key).
+                plain = cast("JsonValue", input)
+                codec = self._app.payload_codec
+                # An input sealed with a key this host does not hold is the workflow code's
+                # to check (it holds the key).
+                if openable(codec, plain):
+                    plain = open_value(codec, plain, "workflow input")
                     self._app.check_start(spec, plain)
                     # The claims the workflow's key functions compute (the embedded engine
                     # computes them itself, after its own checks of the input).
@@ -508,15 +510,3 @@ class EmbeddedControl(FlowControl):
         await super().aclose()
         while self._driving:
             await asyncio.gather(*list(self._driving), return_exceptions=True)
-
-
-_SEALED: Any = object()
-
-
-def _readable(codec: PayloadCodec | None, value: JsonValue) -> Any:
-    """``value`` opened, or ``_SEALED`` when it is sealed with a key ``codec`` lacks."""
-    if not is_sealed(value):
-        return value
-    if codec is None or not codec.holds(sealed_key_id(value)):
-        return _SEALED
-    return codec.open(value, "workflow input")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from streamflow.api.errors import ApiError, InvalidWorkflowInput
@@ -40,6 +40,7 @@ from streamflow.core.schedules import (
 )
 from streamflow.core.spec import WorkflowSpec
 from streamflow.engine.schedules import FlowSchedules
+from streamflow.payloads import open_value, openable, seal_value
 from streamflow.workflow.runtime import FlowRuntime
 
 Json = dict[str, Any]
@@ -221,16 +222,23 @@ class EngineSchedules:
         spec = self._resolve(definition.workflow, definition.version)
         # A value no store could give back is 400 InvalidPayload, before the annotation.
         check_json(definition.input, f"schedule {definition.schedule_id} input")
-        if self._runtime is not None:
+        codec = None if self._runtime is None else self._runtime.payload_codec
+        plain = definition.input
+        readable = openable(codec, plain)
+        if readable:
+            plain = open_value(codec, plain, f"schedule {definition.schedule_id} input")
+        if self._runtime is not None and readable:
             try:
-                self._runtime.check_start(spec, definition.input)
+                self._runtime.check_start(spec, plain)
             except SerializationError as exc:
                 raise InvalidWorkflowInput(str(exc)) from None
-        schedule = definition.schedule(spec)
-        if self._runtime is not None:
+        schedule = replace(definition.schedule(spec), input=plain)
+        if self._runtime is not None and readable:
             # What each run asks of a limited workflow's limits, computed here where the App
             # is loaded (Kafka's timer has none): InvalidLimitKey stores nothing.
             schedule = with_admission(schedule, self._runtime.admission)
+        # Stored sealed (with the App's payload codec): the timer copies it into each start.
+        schedule = replace(schedule, input=seal_value(codec, schedule.input))
         try:
             await self._schedules.get(schedule.schedule_id)
             created = False

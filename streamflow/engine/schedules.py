@@ -139,6 +139,9 @@ class FlowSchedules:
         admit = getattr(runtime, "admission", None)
         if callable(admit):
             found = [with_admission(s, admit) for s in found]
+        codec = getattr(runtime, "payload_codec", None)
+        if codec is not None:  # stored sealed: each run's input, as the runtime seals them
+            found = [replace(s, input=codec.seal(s.input)) for s in found]
         return [await self.add(s) for s in found]
 
     # -- firing --------------------------------------------------------------------------------

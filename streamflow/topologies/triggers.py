@@ -51,6 +51,7 @@ from streamflow.core.errors import (
     SchemaRegistryUnavailable,
 )
 from streamflow.core.ids import validate_run_id
+from streamflow.core.jsonvalue import normalize
 from streamflow.core.limits import check_payload
 from streamflow.core.triggers import REQUEST_PREFIX, KafkaTrigger, TriggerRecord, signal_id
 from streamflow.core.values import WorkflowSignal
@@ -58,6 +59,7 @@ from streamflow.kafka.clients import partition_count
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.naming import Names, partition_for
 from streamflow.kafka.trigger_values import TriggerValues
+from streamflow.payloads import seal_value
 from streamflow.serde import messages as m
 from streamflow.topologies.common import send_dead_letter
 from streamflow.topologies.eos import TransactionalTopology
@@ -98,6 +100,7 @@ class Triggers(TransactionalTopology):
     ) -> None:
         """``options``: the instance name, clock, group membership and transaction tuning
         (:class:`~streamflow.topologies.options.Tuning`; the triggers commit every 50 ms)."""
+        self._codec = app.payload_codec
         declared = app.triggers
         if not declared:
             raise InvalidWorkflow(
@@ -256,13 +259,15 @@ class Triggers(TransactionalTopology):
     ) -> m.RequestBody:
         limits = self._wire.limits
         if trigger.signal is not None:
-            signal = WorkflowSignal.new(signal_id(record, trigger.signal), trigger.signal, given)
+            sealed = seal_value(self._codec, normalize(given, "signal payload"))
+            signal = WorkflowSignal.new(signal_id(record, trigger.signal), trigger.signal, sealed)
             check_payload(signal.payload, "signal payload", limits)
             return m.SendSignal(signal=signal)
         payload = workflow.encode_input(given)
-        check_payload(payload, "workflow input", limits)
         admission = workflow.admission_of(payload, trigger.priority)
-        return m.StartRun(spec=workflow.spec, input=payload, admission=admission)
+        sealed = seal_value(self._codec, payload)
+        check_payload(sealed, "workflow input", limits)
+        return m.StartRun(spec=workflow.spec, input=sealed, admission=admission)
 
     def _value(self, msg: Message, value_format: str, decoded: dict[str, object]) -> object:
         """``msg``'s value in ``value_format``, decoded once per record and format."""
