@@ -58,3 +58,34 @@ async def durable_steps(ctx: DurableContext, job: dict[str, int]) -> int:
     for i in range(job["steps"]):
         await ctx.step(f"s{i}", noop)
     return job["steps"]
+
+
+PAYLOADS = App(export="bench.apps:PAYLOADS")
+"""W1 with payloads worth sealing (``bench.payload_codec``): an order of about 400 bytes goes in,
+each of three steps returns it enriched, and the run returns it."""
+
+
+@PAYLOADS.step(name="enrich")
+async def enrich(order: dict[str, object]) -> dict[str, object]:
+    return {**order, "checked": int(str(order.get("checked", 0))) + 1}
+
+
+@PAYLOADS.workflow(name="bench.payloads")
+async def payload_steps(ctx: DurableContext, order: dict[str, object]) -> dict[str, object]:
+    """Three sequential steps, each handed the previous one's output."""
+    for i in range(3):
+        order = await ctx.step(f"s{i}", enrich, order)
+    return order
+
+
+def order(i: int) -> dict[str, object]:
+    """The input of W1 run ``i`` (about 400 bytes of JSON)."""
+    lines = [
+        {"sku": f"SKU-{i % 97:05d}-{n}", "qty": n + 1, "price_cents": 1299 + n} for n in range(4)
+    ]
+    return {
+        "order_id": f"order-{i}",
+        "customer": {"id": f"c-{i % 1000}", "email": f"customer{i % 1000}@example.com"},
+        "lines": lines,
+        "note": "leave at the door; ring twice",
+    }
