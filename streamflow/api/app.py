@@ -9,7 +9,7 @@ authorised by the token they carry. Unknown query parameters are refused (400).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from fastapi.security import HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware import Middleware
 
 from streamflow.api.batches import BatchOrder
 from streamflow.api.control import ControlPlane
@@ -201,6 +202,7 @@ def create_app(
     limits: HttpLimits | None = None,
     allowed_hosts: Iterable[str] = (),
     payload_codec: PayloadCodec | None = None,
+    inner: Sequence[Middleware] = (),
 ) -> FastAPI:
     """The API over ``control``.
 
@@ -217,6 +219,8 @@ def create_app(
         payload_codec: opens the sealed payloads of the runs, histories and results it
             answers with, for the host's readers (without one, or for a key it does not hold,
             they are answered sealed: ``{"$sealed": {"key": ..., "data": ...}}``).
+        inner: middleware that answers some requests itself, run behind the edge (the
+            observers' inspection shapes): what the edge refuses never reaches it.
     """
     if not isinstance(api_key, KeyRing):
         check_api_key(api_key)
@@ -245,6 +249,7 @@ def create_app(
     app.add_middleware(
         EdgeGuard, api_key=api_key, limits=limits or HttpLimits(), allowed_hosts=allowed_hosts
     )
+    app.user_middleware.extend(inner)  # after (inside) the edge: add_middleware puts it outside
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

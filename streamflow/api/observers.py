@@ -25,10 +25,12 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 import uvicorn
+from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamflow.api.app import create_app
@@ -150,11 +152,14 @@ class ObserversApi:
         app: FlowRuntime | None = None,
         api_key: str | KeyRing | None = None,
         tls: ServerTls | None = None,
+        allowed_hosts: Iterable[str] = (),
     ) -> None:
         """``inspector`` answers for the namespace, ``local`` (default: ``inspector``) for
         ``?scope=local``. ``client`` takes the mutations (``None``: reads only); ``app`` names
         the workflows a start may name; ``api_key`` guards the keyed routes; ``tls``: serve
-        HTTPS (its files are loaded here: :class:`~streamflow.tls.TlsError`)."""
+        HTTPS (its files are loaded here: :class:`~streamflow.tls.TlsError`);
+        ``allowed_hosts``: names the ``Host`` header may give besides address literals and
+        loopback names (the name this instance advertises, :meth:`allow_host`)."""
         if tls is not None:
             tls.context()
         self._tls = tls
@@ -164,6 +169,7 @@ class ObserversApi:
         self._client = client
         self._app = app
         self._key = api_key
+        self._allowed_hosts = list(allowed_hosts)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -171,6 +177,10 @@ class ObserversApi:
         self._address = self._socket.getsockname()[:2]
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
+
+    def allow_host(self, name: str) -> None:
+        """Accept requests whose ``Host`` header names ``name`` (set before :meth:`start`)."""
+        self._allowed_hosts.append(name)
 
     def set_metrics(self, metrics: FlowMetrics) -> None:
         """Serve ``metrics`` on ``/metrics`` (set before :meth:`start`)."""
@@ -204,15 +214,23 @@ class ObserversApi:
         if self._inspector is None:
             raise ValueError("ObserversApi needs an inspector before start")
         control = KafkaControl(self._client, self._inspector, self._app)
-        api = create_app(control, api_key=self._key, metrics=self._metrics)
-        served = _Inspection(
-            api,
+        # The inspection shapes are answered behind the API's edge: keys, failed attempts,
+        # the Host header and the limits apply to them as to every route.
+        inspection = Middleware(
+            _Inspection,
             local=self._local if self._local is not None else self._inspector,
             namespace=self._inspector,
             api_key=self._key,
         )
+        api = create_app(
+            control,
+            api_key=self._key,
+            metrics=self._metrics,
+            allowed_hosts=self._allowed_hosts,
+            inner=[inspection],
+        )
         config = server_config(
-            served,
+            api,
             HttpLimits(),
             access_log=False,
             log_level="warning",

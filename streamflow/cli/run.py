@@ -443,7 +443,7 @@ def observers_main(
     """The observers topology's main function, serving the HTTP API (``/metrics``, ``/v1``,
     the console) on ``--http-port`` while it runs (unless the port is negative)."""
     from streamflow.api.observers import ObserversApi
-    from streamflow.host.http import advertised_url, check_exposure
+    from streamflow.host.http import advertised_url, check_exposure, url_host
     from streamflow.topologies.observers import Observers
 
     server = None
@@ -466,6 +466,7 @@ def observers_main(
         advertise = args.advertise_url or advertised_url(
             args.http_host, server.port, tls=tls is not None
         )
+        server.allow_host(url_host(advertise))  # the name the other instances ask it by
     topology = Observers(
         settings,
         state_dir=state,

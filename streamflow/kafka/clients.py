@@ -131,11 +131,13 @@ class AcknowledgedProducer(Producer):
         self._produced = 0
         self._acknowledged = 0
         self._failure: str | None = None
+        self._denied: tuple[str, KafkaError] | None = None
 
     def begin_transaction(self, *args: Any) -> None:
         """Begin a transaction; its count of records starts from nothing."""
         self._produced = self._acknowledged = 0
         self._failure = None
+        self._denied = None
         super().begin_transaction(*args)
 
     def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
@@ -147,14 +149,22 @@ class AcknowledgedProducer(Producer):
         def report(error: KafkaError | None, msg: Message) -> None:
             if error is None:
                 self._acknowledged += 1
-            elif self._failure is None:
-                self._failure = error.str()
+            else:
+                if self._failure is None:
+                    self._failure = error.str()
+                if self._denied is None and error.code() in AUTHORIZATION_ERRORS:
+                    self._denied = (msg.topic() or topic, error)
             if given is not None:
                 given(error, msg)
 
         kwargs["on_delivery"] = report
         super().produce(topic, *args, **kwargs)
         self._produced += 1
+
+    def denied(self) -> tuple[str, KafkaError] | None:
+        """The first record of the open transaction Kafka refused for want of an ACL: its
+        topic and the error (``None``: none was)."""
+        return self._denied
 
     def unacknowledged(self) -> tuple[int, str | None]:
         """How many records of the open transaction no delivery report acknowledged (after a

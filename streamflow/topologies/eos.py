@@ -76,8 +76,10 @@ from streamflow.core.errors import Fenced, FlowError, SchemaRegistryUnavailable,
 from streamflow.core.lru import LruCache
 from streamflow.kafka.admin import fit_record_limit
 from streamflow.kafka.clients import (
+    AUTHORIZATION_ERRORS,
     SHUTDOWN_BUDGET,
     Deadline,
+    access_denied,
     check_consumer_error,
     close_producer,
     poll_batch,
@@ -355,6 +357,11 @@ class TransactionalTopology(ClientKeeper):
                 reason = f"{left} records were still undelivered after {bound:.0f}s"
                 self._recover(reason, rewind=rewind, backoff=rewind)
                 return False
+            denied = producer_.denied()
+            if denied is not None:  # an ACL is missing: retrying would be refused for ever
+                topic, refusal = denied
+                self._recover(f"writing to {topic} was refused", rewind=False, backoff=False)
+                raise access_denied(self.component, refusal, f"writing to topic {topic}")
             lost, failure = producer_.unacknowledged()
             if lost:
                 # Every record of a committed transaction must be in the log: one the broker
@@ -382,6 +389,9 @@ class TransactionalTopology(ClientKeeper):
             return False
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
+            if error.code() in AUTHORIZATION_ERRORS:  # an ACL is missing: stop, naming it
+                self._recover(f"commit refused: {error.str()}", rewind=False, backoff=False)
+                raise access_denied(self.component, error, "committing the transaction") from exc
             self._recover(f"commit failed: {error.str()}", error, rewind=rewind, backoff=rewind)
             return False
         faults.hit(f"{self.component}.after_commit_before_state")

@@ -45,3 +45,34 @@ def test_the_observers_endpoint_takes_keys_with_roles(tmp_path) -> None:
         assert (passed.status_code, passed.json()["error"]) == (403, "ReadOnlyServer")
     finally:
         server.stop()
+
+
+def test_the_inspection_shapes_are_answered_behind_the_edge() -> None:
+    """``?scope=local|all`` (how instances ask each other, and what ``--url`` reads) passes the
+    same edge as every route: a request naming another host is refused, a wrong key counts as
+    a failed attempt and the client address is locked out after the burst (429, even with the
+    right key), and the advertised name an instance allows is accepted."""
+    store = InMemoryEventStore()
+    engine = FlowEngine.builder(Scripted(lambda ctx: ctx.complete(ctx.input))).with_store(store)
+    asyncio.run(engine.build().start_with_id("e-1", spec("echo"), {"n": 1}))
+    server = ObserversApi("127.0.0.1", 0, inspector=StoreInspector(store), api_key=OWN_KEY)
+    server.allow_host("observers-0.internal")
+    server.start()
+    try:
+
+        def scoped(key: str, host: str | None = None) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {key}"}
+            if host is not None:
+                headers["Host"] = host
+            return httpx.get(server.url + "/v1/runs?scope=local", headers=headers, timeout=30)
+
+        assert scoped(OWN_KEY).status_code == 200
+        assert scoped(OWN_KEY, "observers-0.internal:9464").status_code == 200
+        rebinding = scoped(OWN_KEY, "evil.example:9464")
+        assert rebinding.status_code == 400, rebinding.text
+        for _ in range(10):  # the default burst of failed attempts
+            assert scoped("a-wrong-key-0123456789abcdef").status_code == 401
+        locked = scoped(OWN_KEY)
+        assert locked.status_code == 429, locked.text
+    finally:
+        server.stop()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from streamflow.core.errors import FlowTimeout
 from streamflow.kafka import admin
 from streamflow.kafka.acls import acls_for
 from streamflow.kafka.client import FlowClient
@@ -191,4 +192,48 @@ def test_a_missing_acl_stops_the_topology_with_a_typed_error(
         assert named.format(ns=namespace) in log, log
         assert f"streamflow acls --role {role}" in log, log
     finally:
+        cluster.stop()
+
+
+def test_a_refused_write_stops_the_topology_naming_the_topic(
+    secured: SecuredKafkaBroker, tmp_path: Path
+) -> None:
+    """A journal that may read its requests but not write ``{ns}.replies``: the first reply it
+    writes (a start refused for want of a processor route) is refused by Kafka, and the
+    journal stops with ``KafkaAccessDenied`` naming the topic, instead of aborting and retrying
+    the same transaction for ever."""
+    namespace = f"acl-{uuid.uuid4().hex[:6]}"
+    applier = _principal(secured, namespace, "admin")
+    admin.apply(
+        _settings(secured, namespace, applier), load_manifest(), profile="dev", partitions=2
+    )
+    user = f"journal-{uuid.uuid4().hex[:6]}"
+    password = secured.add_user(user)
+    missing = ("TOPIC", f"{namespace}.replies", "WRITE")
+    kept = [
+        a for a in acls_for("journal", namespace) if (a.resource, a.name, a.operation) != missing
+    ]
+    assert len(kept) == len(acls_for("journal", namespace)) - 1
+    secured.grant(user, kept)
+    cluster = Cluster(
+        _settings(secured, namespace, secured.client_config()),
+        tmp_path,
+        app=APP,
+        env={"STREAMFLOW_LOG_LEVEL": "WARNING", **_env(secured.client_config(user, password))},
+    )
+    process = cluster.spawn("journal")
+    client = FlowClient(
+        _settings(secured, namespace, _principal(secured, namespace, "client")), request_timeout=5
+    )
+    try:
+        with pytest.raises(FlowTimeout):  # the reply is never written
+            asyncio.run(client.start_with_id("refused-1", SPEC, {}))
+        code = process.wait_exit(120)
+        log = process.tail(400)
+        assert code == 1, log
+        assert "KafkaAccessDenied" in log, log
+        assert f"writing to topic {namespace}.replies" in log, log
+        assert "streamflow acls --role journal" in log, log
+    finally:
+        client.close()
         cluster.stop()
