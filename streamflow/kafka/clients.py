@@ -132,12 +132,16 @@ class AcknowledgedProducer(Producer):
         self._acknowledged = 0
         self._failure: str | None = None
         self._denied: tuple[str, KafkaError] | None = None
+        self._failed_topics: set[str] = set()
+        self._purged = False
 
     def begin_transaction(self, *args: Any) -> None:
         """Begin a transaction; its count of records starts from nothing."""
         self._produced = self._acknowledged = 0
         self._failure = None
         self._denied = None
+        self._failed_topics = set()
+        self._purged = False
         super().begin_transaction(*args)
 
     def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
@@ -152,19 +156,36 @@ class AcknowledgedProducer(Producer):
             else:
                 if self._failure is None:
                     self._failure = error.str()
+                self._failed_topics.add(msg.topic() or topic)
+                self._purged |= error.code() in _PURGED
                 if self._denied is None and error.code() in AUTHORIZATION_ERRORS:
                     self._denied = (msg.topic() or topic, error)
             if given is not None:
                 given(error, msg)
 
         kwargs["on_delivery"] = report
-        super().produce(topic, *args, **kwargs)
+        try:
+            super().produce(topic, *args, **kwargs)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if self._denied is None and error.code() in AUTHORIZATION_ERRORS:
+                self._denied = (topic, error)
+            raise
         self._produced += 1
 
     def denied(self) -> tuple[str, KafkaError] | None:
         """The first record of the open transaction Kafka refused for want of an ACL: its
         topic and the error (``None``: none was)."""
         return self._denied
+
+    def purged(self) -> bool:
+        """Whether librdkafka purged records of the open transaction: what it does when the
+        transaction itself failed (its error then answers the next transactional call)."""
+        return self._purged
+
+    def failed_topics(self) -> list[str]:
+        """The topics of the records of the open transaction whose delivery failed."""
+        return sorted(self._failed_topics)
 
     def unacknowledged(self) -> tuple[int, str | None]:
         """How many records of the open transaction no delivery report acknowledged (after a
@@ -204,6 +225,9 @@ AUTHORIZATION_ERRORS = frozenset(
         KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     }
 )
+
+
+_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 
 
 class KafkaAccessDenied(Exception):

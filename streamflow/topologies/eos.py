@@ -321,6 +321,7 @@ class TransactionalTopology(ClientKeeper):
                 if poisoned is not None:
                     self._remember(topic, partition, offset, poisoned)
                 error = exc.args[0] if isinstance(exc, KafkaException) else None
+                self._stop_if_denied(error)
                 self._recover(f"{type(exc).__name__}: {exc}", error)
                 return False
             reason = _reason(exc)
@@ -357,12 +358,10 @@ class TransactionalTopology(ClientKeeper):
                 reason = f"{left} records were still undelivered after {bound:.0f}s"
                 self._recover(reason, rewind=rewind, backoff=rewind)
                 return False
-            denied = producer_.denied()
-            if denied is not None:  # an ACL is missing: retrying would be refused for ever
-                topic, refusal = denied
-                self._recover(f"writing to {topic} was refused", rewind=False, backoff=False)
-                raise access_denied(self.component, refusal, f"writing to topic {topic}")
+            self._stop_if_denied(None)
             lost, failure = producer_.unacknowledged()
+            if lost and producer_.purged():
+                self._probe_refusal(bound)
             if lost:
                 # Every record of a committed transaction must be in the log: one the broker
                 # never acknowledged aborts it (the consumer rewinds, the input comes again).
@@ -389,9 +388,7 @@ class TransactionalTopology(ClientKeeper):
             return False
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
-            if error.code() in AUTHORIZATION_ERRORS:  # an ACL is missing: stop, naming it
-                self._recover(f"commit refused: {error.str()}", rewind=False, backoff=False)
-                raise access_denied(self.component, error, "committing the transaction") from exc
+            self._stop_if_denied(error)
             self._recover(f"commit failed: {error.str()}", error, rewind=rewind, backoff=rewind)
             return False
         faults.hit(f"{self.component}.after_commit_before_state")
@@ -404,6 +401,43 @@ class TransactionalTopology(ClientKeeper):
         return True
 
     # -- recovery -------------------------------------------------------------------------------
+
+    def _probe_refusal(self, bound: float) -> None:
+        """Records of the open transaction were lost: ask the transaction why. A transaction
+        Kafka failed (a partition it could not add, for want of an ACL) answers with that
+        error the next transactional call; adding the offsets is that call, harmless in a
+        transaction that is aborted next. A refusal stops the topology (:meth:`_stop_if_denied`)."""
+        offsets = [TopicPartition(t, p, o) for (t, p), o in self._next_offsets.items()]
+        if not offsets:
+            return
+        try:
+            metadata = self._consumer.consumer_group_metadata()
+            self._call(
+                "send_offsets_to_transaction",
+                self._producer.send_offsets_to_transaction,
+                offsets,
+                metadata,
+                bound,
+            )
+        except KafkaException as exc:
+            self._stop_if_denied(exc.args[0])
+
+    def _stop_if_denied(self, error: KafkaError | None) -> None:
+        """Stop with :class:`~streamflow.kafka.clients.KafkaAccessDenied` when Kafka refused
+        this transaction a write for want of an ACL (a record's delivery, or ``error``):
+        retrying would be refused for ever. The transaction is aborted first."""
+        denied = self._producer.denied()
+        if denied is None and (error is None or error.code() not in AUTHORIZATION_ERRORS):
+            return
+        if denied is not None:
+            refused, cause = f"writing to topic {denied[0]}", denied[1]
+        else:
+            assert error is not None
+            failed = self._producer.failed_topics()
+            refused = f"writing to topic {', '.join(failed)}" if failed else ""
+            cause = error
+        self._recover(f"Kafka refused: {cause.str()}", rewind=False, backoff=False)
+        raise access_denied(self.component, cause, refused)
 
     def _recover(
         self,

@@ -29,8 +29,11 @@ from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import check_payload
 from streamflow.core.trace_context import TraceParent
 from streamflow.kafka.clients import (
+    AUTHORIZATION_ERRORS,
     SHUTDOWN_BUDGET,
     Deadline,
+    KafkaAccessDenied,
+    access_denied,
     check_consumer_error,
     close_producer,
     consumer,
@@ -140,6 +143,7 @@ class Worker(BuildServer):
         self._partitions = partition_count(self._producer, self._names.requests)
         self._offsets = OffsetTracker()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._denied: KafkaAccessDenied | None = None
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="sf-step")
 
     async def run(self, stop: threading.Event) -> None:
@@ -162,6 +166,8 @@ class Worker(BuildServer):
                         self._accept(msg)
                     messages += taken
                 self._producer.poll(0)  # delivery reports: acknowledged results finish tasks
+                if self._denied is not None:
+                    raise self._denied
                 # Commit as soon as acknowledged results move a partition's safe offset, so a
                 # replacement repeats only attempts that were really in flight; a commit in
                 # flight batches the acknowledgements that arrive meanwhile.
@@ -297,6 +303,10 @@ class Worker(BuildServer):
         def delivered(error: KafkaError | None, _msg: Message) -> None:
             if error is None:
                 self._offsets.finish(tp, offset)
+            elif error.code() in AUTHORIZATION_ERRORS:  # an ACL is missing: the loop stops
+                self._denied = self._denied or access_denied(
+                    COMPONENT, error, f"writing to topic {self._names.requests}"
+                )
             else:
                 log.error("result of %s/%s was not delivered: %s", task.run_id, task.step_id, error)
 

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 from streamflow.core.errors import FlowTimeout
 from streamflow.kafka import admin
-from streamflow.kafka.acls import acls_for
+from streamflow.kafka.acls import Acl, acls_for
 from streamflow.kafka.client import FlowClient
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.manifest import load_manifest
@@ -195,45 +196,86 @@ def test_a_missing_acl_stops_the_topology_with_a_typed_error(
         cluster.stop()
 
 
+@pytest.mark.parametrize(("role", "topic"), [("journal", "replies"), ("worker", "requests")])
 def test_a_refused_write_stops_the_topology_naming_the_topic(
-    secured: SecuredKafkaBroker, tmp_path: Path
+    secured: SecuredKafkaBroker, tmp_path: Path, role: str, topic: str
 ) -> None:
-    """A journal that may read its requests but not write ``{ns}.replies``: the first reply it
-    writes (a start refused for want of a processor route) is refused by Kafka, and the
-    journal stops with ``KafkaAccessDenied`` naming the topic, instead of aborting and retrying
-    the same transaction for ever."""
+    """A topology that may read its input but not write one of its outputs: the journal's
+    first reply (a start refused for want of a processor route) in a transaction, the
+    worker's first step result with a plain producer. Kafka refuses the write, and the
+    topology stops with ``KafkaAccessDenied`` naming the topic, instead of aborting and
+    retrying (journal) or waiting for an acknowledgement (worker) for ever."""
     namespace = f"acl-{uuid.uuid4().hex[:6]}"
     applier = _principal(secured, namespace, "admin")
-    admin.apply(
-        _settings(secured, namespace, applier), load_manifest(), profile="dev", partitions=2
-    )
-    user = f"journal-{uuid.uuid4().hex[:6]}"
+    settings = _settings(secured, namespace, applier)
+    admin.apply(settings, load_manifest(), profile="dev", partitions=2)
+    user = f"{role}-{uuid.uuid4().hex[:6]}"
     password = secured.add_user(user)
-    missing = ("TOPIC", f"{namespace}.replies", "WRITE")
-    kept = [
-        a for a in acls_for("journal", namespace) if (a.resource, a.name, a.operation) != missing
-    ]
-    assert len(kept) == len(acls_for("journal", namespace)) - 1
-    secured.grant(user, kept)
+    missing = ("TOPIC", f"{namespace}.{topic}", "WRITE")
+    kept = [a for a in acls_for(role, namespace) if (a.resource, a.name, a.operation) != missing]
+    assert len(kept) == len(acls_for(role, namespace)) - 1
+    # It may still see the topic (WRITE implies DESCRIBE): only the write itself is refused,
+    # not the metadata a topology looks up when it starts.
+    secured.grant(user, [*kept, Acl("TOPIC", missing[1], "LITERAL", "DESCRIBE")])
     cluster = Cluster(
         _settings(secured, namespace, secured.client_config()),
         tmp_path,
         app=APP,
         env={"STREAMFLOW_LOG_LEVEL": "WARNING", **_env(secured.client_config(user, password))},
     )
-    process = cluster.spawn("journal")
-    client = FlowClient(
-        _settings(secured, namespace, _principal(secured, namespace, "client")), request_timeout=5
-    )
+    process = cluster.spawn(role)
     try:
-        with pytest.raises(FlowTimeout):  # the reply is never written
-            asyncio.run(client.start_with_id("refused-1", SPEC, {}))
+        if role == "journal":
+            client = FlowClient(
+                _settings(secured, namespace, _principal(secured, namespace, "client")),
+                request_timeout=5,
+            )
+            try:
+                with pytest.raises(FlowTimeout):  # the reply is never written
+                    asyncio.run(client.start_with_id("refused-1", SPEC, {}))
+            finally:
+                client.close()
+        else:
+            _send_task(_settings(secured, namespace, secured.client_config()))
         code = process.wait_exit(120)
         log = process.tail(400)
         assert code == 1, log
         assert "KafkaAccessDenied" in log, log
-        assert f"writing to topic {namespace}.replies" in log, log
-        assert "streamflow acls --role journal" in log, log
+        assert f"writing to topic {namespace}.{topic}" in log, log
+        assert f"streamflow acls --role {role}" in log, log
     finally:
-        client.close()
         cluster.stop()
+
+
+def _send_task(settings: KafkaSettings) -> None:
+    """One step task on the unpinned tasks topic (as the broker's superuser: a journal would
+    write it), delivered."""
+    from confluent_kafka import Producer
+
+    from streamflow.core.retry import RetryPolicy
+    from streamflow.kafka.naming import Names
+    from streamflow.serde import messages as m
+
+    names = Names(settings.namespace)
+    topic = names.tasks(None)
+    task = m.StepTask(
+        run_id="refused-1",
+        step_id="s1",
+        step_name="noop",
+        input=None,
+        attempt=1,
+        retry=RetryPolicy.none(),
+        idempotency_key="flow:refused-1:s1",
+    )
+    producer = Producer(settings.client({}))
+    deadline = time.monotonic() + 60
+    while topic not in producer.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, "the worker did not create its tasks topic"
+        time.sleep(0.2)
+    reports: list[object] = []
+    value = settings.wire().encode(task)
+    producer.produce(
+        topic, key=b"refused-1", value=value, on_delivery=lambda e, _m: reports.append(e)
+    )
+    assert producer.flush(30) == 0
+    assert reports == [None]
