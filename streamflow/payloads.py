@@ -36,12 +36,13 @@ import os
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
 from streamflow.core.errors import PayloadUnreadable, SerializationError
 from streamflow.core.jsonvalue import JsonValue, json_equal
+from streamflow.core.values import WorkflowProgress
 
 SEALED = "$sealed"
 """The one member of an envelope."""
@@ -306,6 +307,13 @@ def openable(codec: PayloadCodec | None, value: object) -> bool:
     """Whether ``codec`` can read ``value``: it is not sealed, or ``codec`` holds its key. A
     host that cannot read a client-sealed input leaves checking it to the workflow code."""
     return not is_sealed(value) or (codec is not None and codec.holds(sealed_key_id(value)))
+
+
+def seal_progress(codec: PayloadCodec | None, progress: WorkflowProgress) -> WorkflowProgress:
+    """``progress`` with its details sealed by ``codec`` (host progress, as a run's own)."""
+    if codec is None or progress.details is None:
+        return progress
+    return replace(progress, details=codec.seal(progress.details))
 
 
 def open_value(codec: PayloadCodec | None, value: JsonValue, what: str) -> JsonValue:

@@ -71,7 +71,7 @@ from streamflow.engine.publishing import publication_delivery
 from streamflow.engine.recording import DurableHalves
 from streamflow.engine.settings import EngineSettings, FlowEngineBuilder
 from streamflow.engine.wakeup_calls import WakeupCalls
-from streamflow.payloads import PayloadCodec
+from streamflow.payloads import PayloadCodec, seal_progress
 from streamflow.stores.base import FlowEventStore, PublicationOutbox
 from streamflow.stores.memory import InMemoryEventStore
 from streamflow.workflow.runtime import FlowRuntime
@@ -373,6 +373,7 @@ class FlowEngine(WakeupCalls):
     async def record_progress(self, run_id: str, progress: WorkflowProgress) -> WorkflowRunSnapshot:
         """Record host progress on the chain's active leaf (idempotent by ``progress_id``);
         does not drive."""
+        progress = seal_progress(self._runtime.payload_codec, progress)
         result = await self._driver.host_on_leaf(run_id, rq.RecordProgress(progress=progress))
         return result.snapshot
 

@@ -79,7 +79,7 @@ from streamflow.kafka.readers import (
 )
 from streamflow.kafka.schedules import KafkaSchedules
 from streamflow.otel import current_trace
-from streamflow.payloads import PayloadCodec, seal_value
+from streamflow.payloads import PayloadCodec, seal_progress, seal_value
 from streamflow.serde import messages as m
 
 
@@ -214,7 +214,8 @@ class FlowClient:
 
     async def record_progress(self, run_id: str, progress: WorkflowProgress) -> WorkflowRunSnapshot:
         """Record host progress on the chain's active leaf (idempotent by ``progress_id``)."""
-        return await self._change(run_id, m.RecordProgress(progress=progress))
+        sealed = seal_progress(self.payload_codec, progress)
+        return await self._change(run_id, m.RecordProgress(progress=sealed))
 
     async def link_child_operation(
         self, run_id: str, child: ChildOperationReference

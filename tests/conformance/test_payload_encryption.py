@@ -13,7 +13,7 @@ import json
 
 from pydantic import BaseModel
 
-from streamflow import App, DurableContext, PayloadUnreadable, WorkflowSignal
+from streamflow import App, DurableContext, PayloadUnreadable, WorkflowProgress, WorkflowSignal
 from streamflow.payloads import SEALED, PayloadCodec, PayloadKeys, is_sealed, sealed_key_id
 from tests.conformance.test_incidents import until
 from tests.support import CANARY_PAYLOAD
@@ -86,6 +86,8 @@ async def drive_to_the_end(driver, order, run_id: str) -> None:
     signal = WorkflowSignal.new(f"{run_id}-s", "approval", {"by": f"{MARKER}-signal"})
     await driver.send_signal(run_id, signal)
     await driver.wait_for(run_id, lambda s: "callback" in s.hooks, timeout=30)
+    host_progress = WorkflowProgress.new("host", 1).with_details({"by": f"{MARKER}-host"})
+    await driver.record_progress(run_id, host_progress)
     await driver.resume_hook(run_id, "callback", {"ok": f"{MARKER}-hook"})
     await driver.wait_for(run_id, ended, timeout=60)
 
@@ -119,6 +121,8 @@ async def test_every_payload_is_sealed_at_rest_and_read_back_in_plaintext(make_d
     # signal payload, hook metadata and payload, child input, child output and its own output.
     assert len(payload_values(histories[0])) >= 9
     assert MARKER not in repr(snap)
+    assert {p.progress_id for p in snap.progress} == {"charged", "host"}
+    assert all(is_sealed(p.details) for p in snap.progress)
     assert MARKER not in json.dumps(snap.terminal_outcome.to_json())
 
 
