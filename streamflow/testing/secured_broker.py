@@ -3,6 +3,10 @@ authorizes every request with ACLs (``StandardAuthorizer``, nothing allowed with
 what the least-privilege tests of ``streamflow acls`` run against. Its super user ``admin``
 (created when the storage is formatted) makes the other users and grants their ACLs.
 
+With :class:`BrokerTls` the client listener is SASL over TLS (``SASL_SSL``): the broker
+presents a certificate from a PEM key store and :meth:`SecuredKafkaBroker.client_config` names
+the CA that signed it (``ssl.ca.location``).
+
 The controller listener stays plain text on loopback, its principal (``ANONYMOUS``) a super
 user, as a single node's broker talks to its own controller there: a test broker, not a
 production layout.
@@ -13,6 +17,7 @@ from __future__ import annotations
 import importlib
 import secrets
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +28,23 @@ ADMIN = "admin"
 MECHANISM = "SCRAM-SHA-256"
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerTls:
+    """The broker's TLS: ``keystore``, a PEM file with its private key (PKCS#8, unencrypted)
+    then its certificate chain; ``ca``, the PEM bundle clients verify it with."""
+
+    keystore: Path
+    ca: Path
+
+
 class SecuredKafkaBroker(LocalKafkaBroker):
     """:class:`LocalKafkaBroker` behind SASL/SCRAM and ACLs (see the module's docstring)."""
 
-    def __init__(self, work_dir: Path | str | None = None) -> None:
+    def __init__(self, work_dir: Path | str | None = None, *, tls: BrokerTls | None = None) -> None:
         super().__init__(work_dir)
         self.admin_password = secrets.token_urlsafe(18)
+        self.tls = tls
+        self.protocol = "SASL_PLAINTEXT" if tls is None else "SASL_SSL"
 
     def properties(self, port: int, controller_port: int) -> dict[str, str]:
         """The plain broker's properties with a SASL listener and the authorizer."""
@@ -36,18 +52,27 @@ class SecuredKafkaBroker(LocalKafkaBroker):
             "org.apache.kafka.common.security.scram.ScramLoginModule required "
             f'username="{ADMIN}" password="{self.admin_password}";'
         )
-        return super().properties(port, controller_port) | {
-            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
-            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "SASL_PLAINTEXT",
+        name = self.protocol
+        secured = super().properties(port, controller_port) | {
+            "listeners": f"{name}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"{name}://127.0.0.1:{port}",
+            "listener.security.protocol.map": f"{name}:{name},CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": name,
             "sasl.enabled.mechanisms": MECHANISM,
             "sasl.mechanism.inter.broker.protocol": MECHANISM,
-            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": jaas,
+            f"listener.name.{name.lower()}.scram-sha-256.sasl.jaas.config": jaas,
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": f"User:{ADMIN};User:ANONYMOUS",
             "allow.everyone.if.no.acl.found": "false",
         }
+        if self.tls is not None:
+            secured |= {
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(self.tls.keystore),
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(self.tls.ca),
+            }
+        return secured
 
     def format_args(self) -> list[str]:
         """Format with the super user's SCRAM credentials."""
@@ -59,12 +84,15 @@ class SecuredKafkaBroker(LocalKafkaBroker):
 
     def client_config(self, user: str = ADMIN, password: str | None = None) -> dict[str, str]:
         """The librdkafka properties of ``user`` (default: the super user)."""
-        return {
-            "security.protocol": "SASL_PLAINTEXT",
+        config = {
+            "security.protocol": self.protocol,
             "sasl.mechanism": MECHANISM,
             "sasl.username": user,
             "sasl.password": self.admin_password if password is None else password,
         }
+        if self.tls is not None:
+            config["ssl.ca.location"] = str(self.tls.ca)
+        return config
 
     def _admin(self) -> Any:
         from confluent_kafka.admin import AdminClient

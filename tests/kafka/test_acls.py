@@ -20,16 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from streamflow.core.errors import FlowTimeout
+from streamflow.core.errors import ClusterUnavailable, FlowTimeout
 from streamflow.kafka import admin
 from streamflow.kafka.acls import Acl, acls_for
 from streamflow.kafka.client import FlowClient
 from streamflow.kafka.config import KafkaSettings
 from streamflow.kafka.manifest import load_manifest
 from streamflow.testing.processes import ROOT, Cluster
-from streamflow.testing.secured_broker import SecuredKafkaBroker
+from streamflow.testing.secured_broker import BrokerTls, SecuredKafkaBroker
 from tests.kafka.test_kill_at_fault_points import APP, SPEC
 from tests.kafka.test_observers_kills import audited
+from tests.tls_certs import make_certs
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -279,3 +280,55 @@ def _send_task(settings: KafkaSettings) -> None:
     )
     assert producer.flush(30) == 0
     assert reports == [None]
+
+
+def test_every_client_speaks_sasl_over_tls(tmp_path: Path) -> None:
+    """A broker whose only client listener is SASL over TLS (``SASL_SSL``), with a certificate
+    a private CA signed: every topology, the topics' admin and the client reach it through
+    ``STREAMFLOW_KAFKA_SECURITY_PROTOCOL`` and ``STREAMFLOW_KAFKA_SSL_CA_LOCATION``, and a run
+    with steps completes; a client that does not trust the CA, or that speaks SASL without TLS,
+    is refused with a typed error instead of hanging."""
+    certs = make_certs(tmp_path / "certs")
+    keystore = tmp_path / "certs" / "broker-keystore.pem"
+    keystore.write_bytes(certs.server_key.read_bytes() + certs.server_cert.read_bytes())
+    broker = SecuredKafkaBroker(tmp_path / "broker", tls=BrokerTls(keystore, certs.ca))
+    broker.start()
+    try:
+        namespace = f"tls-{uuid.uuid4().hex[:6]}"
+        superuser = broker.client_config()
+        assert superuser["security.protocol"] == "SASL_SSL"
+        settings = _settings(broker, namespace, superuser)
+        admin.apply(settings, load_manifest(), profile="dev", partitions=2)
+        untrusted = _settings(
+            broker, namespace, {**superuser, "ssl.ca.location": str(certs.other_ca)}
+        )
+        with pytest.raises(ClusterUnavailable):
+            admin.describe(untrusted, load_manifest(), profile="dev", timeout=10)
+        plain = _settings(broker, namespace, {**superuser, "security.protocol": "SASL_PLAINTEXT"})
+        with pytest.raises(ClusterUnavailable):
+            admin.describe(plain, load_manifest(), profile="dev", timeout=10)
+
+        ledger = tmp_path / "ledger"
+        cluster = Cluster(
+            settings,
+            tmp_path / "cluster",
+            app=APP,
+            env={
+                "STREAMFLOW_LOG_LEVEL": "WARNING",
+                "STREAMFLOW_TEST_LEDGER": str(ledger),
+                **_env(superuser),
+            },
+        )
+        cluster.start()
+        client = FlowClient(settings, request_timeout=60)
+        try:
+            cluster.wait_for_route()
+            asyncio.run(client.start_with_id("over-tls", SPEC, {}))
+            snapshot = asyncio.run(client.result("over-tls", timeout=120))
+            assert snapshot.status.value == "completed", cluster.logs()
+            assert len(ledger.read_text().splitlines()) >= 3  # the steps ran on the worker
+        finally:
+            client.close()
+            cluster.stop()
+    finally:
+        broker.stop()
