@@ -71,6 +71,8 @@ PINNED = {
     # errors of timeouts and of Kafka deployments
     "FlowTimeout", "Fenced", "InspectionUnavailable", "AdminError", "TopicsRefused",
     "ClusterUnavailable", "ManifestError", "SchemaRegistryUnavailable",
+    # payload encryption: the codec, its keys, and what a process without the key is told
+    "PayloadCodec", "PayloadKeys", "PayloadUnreadable",
 }  # fmt: skip
 
 

@@ -20,6 +20,7 @@ advertises it to the group); the server runs on a daemon thread with an event lo
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import socket
@@ -137,6 +138,13 @@ async def _reply(send: Send, status: int, body: Any, headers: dict[str, str] | N
     await send({"type": "http.response.body", "body": data})
 
 
+def _every_interface(host: str) -> bool:
+    try:
+        return host == "" or ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False  # a name
+
+
 class ObserversApi:
     """The HTTP API of an observers instance on ``host:port`` (0: any free port)."""
 
@@ -170,6 +178,8 @@ class ObserversApi:
         self._app = app
         self._key = api_key
         self._allowed_hosts = list(allowed_hosts)
+        if _every_interface(host):  # its peers ask by this machine's name (what it advertises)
+            self._allowed_hosts += [socket.getfqdn(), socket.gethostname()]
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
