@@ -277,25 +277,32 @@ class PayloadCodec:
         return opened
 
     def open_tree(self, value: Any) -> Any:
-        """``value`` with every envelope inside it that this codec holds the key of opened
-        (the others stay sealed): for showing a view to a reader with the key."""
+        """``value`` with every envelope inside it that this codec opens opened (the others,
+        a key it lacks or one that does not open them, stay sealed): for showing a view to a
+        reader with the key, which an unreadable value must not make fail."""
         if is_sealed(value):
-            return self.open(value) if self.holds(sealed_key_id(value)) else value
+            return self._try_open(value, value)
         if isinstance(value, dict):
             return {k: self.open_tree(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self.open_tree(v) for v in value]
         return value
 
+    def _try_open(self, value: JsonValue, otherwise: Any) -> Any:
+        if not self.holds(sealed_key_id(value)):
+            return otherwise
+        try:
+            return self.open(value)
+        except PayloadUnreadable:
+            return otherwise
+
 
 def shown(value: Any, codec: PayloadCodec | None = None) -> Any:
     """``value`` for a person to read: every envelope ``codec`` can open opened, every other
     one replaced by the text ``encrypted (key ID)``."""
     if is_sealed(value):
-        key_id = sealed_key_id(value)
-        if codec is not None and codec.holds(key_id):
-            return codec.open(value)
-        return f"encrypted (key {key_id})"
+        text = f"encrypted (key {sealed_key_id(value)})"
+        return text if codec is None else codec._try_open(value, text)
     if isinstance(value, dict):
         return {k: shown(v, codec) for k, v in value.items()}
     if isinstance(value, list):

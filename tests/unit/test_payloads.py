@@ -160,3 +160,14 @@ def test_a_view_shows_what_it_can_open_and_names_the_key_of_the_rest() -> None:
         "events": [{"payload": "encrypted (key theirs)"}],
     }
     assert mine.open_tree(view)["events"][0]["payload"] == view["events"][0]["payload"]
+
+
+def test_a_view_with_a_value_its_key_does_not_open_still_renders() -> None:
+    """Another key under the same id (a key file that was replaced): reading code is told
+    (``PayloadUnreadable``), a view shows the value as encrypted instead of failing."""
+    sealed = PayloadCodec(PayloadKeys.generate("k1")).seal({"secret": 1})
+    replaced = PayloadCodec(PayloadKeys.generate("k1"))
+    with pytest.raises(PayloadUnreadable):
+        replaced.open(sealed)
+    assert replaced.open_tree({"input": sealed}) == {"input": sealed}
+    assert shown({"input": sealed}, replaced) == {"input": "encrypted (key k1)"}
