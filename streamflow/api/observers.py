@@ -20,7 +20,6 @@ advertises it to the group); the server runs on a daemon thread with an event lo
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import socket
@@ -34,6 +33,7 @@ import uvicorn
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from streamflow.api.addresses import is_wildcard, machine_name
 from streamflow.api.app import create_app
 from streamflow.api.edge import HttpLimits, server_config
 from streamflow.api.kafka import KafkaControl
@@ -138,13 +138,6 @@ async def _reply(send: Send, status: int, body: Any, headers: dict[str, str] | N
     await send({"type": "http.response.body", "body": data})
 
 
-def _every_interface(host: str) -> bool:
-    try:
-        return host == "" or ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        return False  # a name
-
-
 class ObserversApi:
     """The HTTP API of an observers instance on ``host:port`` (0: any free port)."""
 
@@ -178,8 +171,8 @@ class ObserversApi:
         self._app = app
         self._key = api_key
         self._allowed_hosts = list(allowed_hosts)
-        if _every_interface(host):  # its peers ask by this machine's name (what it advertises)
-            self._allowed_hosts += [socket.getfqdn(), socket.gethostname()]
+        if is_wildcard(host):  # its peers ask by this machine's name (what it advertises)
+            self._allowed_hosts.append(machine_name())
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

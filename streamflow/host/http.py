@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager, contextmanager
 import uvicorn
 from fastapi import FastAPI
 
+from streamflow.api.addresses import is_wildcard, machine_name
 from streamflow.api.edge import HttpLimits, server_config
 from streamflow.api.logs import redact_access_log
 from streamflow.tls import ServerTls
@@ -43,14 +44,6 @@ class InsecureBind(ValueError):
     """Raised by :func:`bind` for an address beyond loopback without ``insecure=True``."""
 
 
-def is_wildcard(host: str) -> bool:
-    """Whether ``host`` is a wildcard bind (``0.0.0.0``, ``::`` or another spelling of them)."""
-    try:
-        return host == "" or ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        return False  # a name
-
-
 def is_loopback(host: str) -> bool:
     """Whether binding ``host`` keeps a server on this machine: a loopback address, or a name
     that resolves to loopback addresses only."""
@@ -65,15 +58,6 @@ def is_loopback(host: str) -> bool:
     except OSError:
         return False
     return bool(found) and all(ipaddress.ip_address(f[4][0]).is_loopback for f in found)
-
-
-def machine_name() -> str:
-    """This machine's fully qualified name; its host name when the resolver only knows it as
-    ``localhost`` (a name that takes every peer to itself)."""
-    name = socket.getfqdn()
-    if name.split(".")[0].lower() in ("localhost", "ip6-localhost", "ip6-loopback"):
-        return socket.gethostname()
-    return name
 
 
 def advertised_url(host: str, port: int, *, tls: bool = False) -> str:
