@@ -35,7 +35,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -280,13 +280,7 @@ class PayloadCodec:
         """``value`` with every envelope inside it that this codec opens opened (the others,
         a key it lacks or one that does not open them, stay sealed): for showing a view to a
         reader with the key, which an unreadable value must not make fail."""
-        if is_sealed(value):
-            return self._try_open(value, value)
-        if isinstance(value, dict):
-            return {k: self.open_tree(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.open_tree(v) for v in value]
-        return value
+        return _each_sealed(value, lambda sealed: self._try_open(sealed, sealed))
 
     def _try_open(self, value: JsonValue, otherwise: Any) -> Any:
         if not self.holds(sealed_key_id(value)):
@@ -300,13 +294,22 @@ class PayloadCodec:
 def shown(value: Any, codec: PayloadCodec | None = None) -> Any:
     """``value`` for a person to read: every envelope ``codec`` can open opened, every other
     one replaced by the text ``encrypted (key ID)``."""
+
+    def read(sealed: Any) -> Any:
+        text = f"encrypted (key {sealed_key_id(sealed)})"
+        return text if codec is None else codec._try_open(sealed, text)
+
+    return _each_sealed(value, read)
+
+
+def _each_sealed(value: Any, replace_sealed: Callable[[Any], Any]) -> Any:
+    """``value`` with every envelope inside it replaced by ``replace_sealed(envelope)``."""
     if is_sealed(value):
-        text = f"encrypted (key {sealed_key_id(value)})"
-        return text if codec is None else codec._try_open(value, text)
+        return replace_sealed(value)
     if isinstance(value, dict):
-        return {k: shown(v, codec) for k, v in value.items()}
+        return {k: _each_sealed(v, replace_sealed) for k, v in value.items()}
     if isinstance(value, list):
-        return [shown(v, codec) for v in value]
+        return [_each_sealed(v, replace_sealed) for v in value]
     return value
 
 

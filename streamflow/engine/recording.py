@@ -42,7 +42,7 @@ class DurableHalves:
         store: FlowEventStore,
         driver: Driver,
         settings: EngineSettings,
-        runtime: FlowRuntime | None = None,
+        runtime: FlowRuntime,
     ) -> None:
         """Halves over ``driver`` (``FlowEngine`` builds the one it hands out); ``runtime``'s
         payload codec seals the signal and hook payloads they record."""
@@ -52,7 +52,7 @@ class DurableHalves:
         self._runtime = runtime
 
     def _seal(self, value: JsonValue) -> JsonValue:
-        return value if self._runtime is None else seal_value(self._runtime.payload_codec, value)
+        return seal_value(self._runtime.payload_codec, value)
 
     async def record_start(
         self,

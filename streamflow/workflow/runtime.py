@@ -24,7 +24,7 @@ from streamflow.core.spec import WorkflowSpec
 from streamflow.core.tokens import HookSecret, derive_hook_token
 from streamflow.core.trace_context import TraceParent
 from streamflow.otel import running_in
-from streamflow.payloads import PayloadCodec, open_value
+from streamflow.payloads import PayloadCodec, is_sealed, open_value
 from streamflow.workflow.typed import decode
 
 if TYPE_CHECKING:
@@ -366,11 +366,9 @@ async def invoke_step(
     """Run one step attempt with ``run_step`` (a runtime's), inside the attempt's span
     context: on the event loop for an ``async def``, else on ``pool`` (the context goes with
     it), awaiting whatever it returns. A sealed input is opened with ``codec`` first."""
-    if codec is not None or invocation.input is not None:
+    if is_sealed(invocation.input):
         what = f"step {invocation.step_id} input"
-        opened = open_value(codec, invocation.input, what)
-        if opened is not invocation.input:
-            invocation = replace(invocation, input=opened)
+        invocation = replace(invocation, input=open_value(codec, invocation.input, what))
     with running_in(invocation.trace):
         if inspect.iscoroutinefunction(run_step):
             return await run_step(invocation)
