@@ -282,16 +282,43 @@ def close_producer(source: Producer, timeout: float) -> int:
     return left
 
 
-def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> int:
-    """The number of partitions of ``topic``; ``KafkaException`` when the topic does not exist or
-    its metadata has an error."""
-    metadata = client.list_topics(topic, timeout=timeout)
-    info = metadata.topics.get(topic)
-    if info is not None and info.error is not None and info.error.code() in AUTHORIZATION_ERRORS:
-        raise access_denied("", info.error, f"topic {topic}")
-    if info is None or info.error is not None or not info.partitions:
-        raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
-    return len(info.partitions)
+NEW_TOPIC_GRACE = 5.0
+"""Seconds a topic missing from metadata is looked for again before it counts as missing: in a
+cluster of several brokers, the broker asked may not know yet of a topic created moments ago."""
+
+
+def partition_count(
+    client: Consumer | Producer,
+    topic: str,
+    timeout: float = 10.0,
+    grace: float = NEW_TOPIC_GRACE,
+) -> int:
+    """The number of partitions of ``topic``.
+
+    Args:
+        client: Any client of the cluster (it answers the metadata request).
+        topic: The topic's full name.
+        timeout: Seconds one metadata request may take.
+        grace: Seconds a missing topic is asked for again (see :data:`NEW_TOPIC_GRACE`).
+
+    Raises:
+        KafkaAccessDenied: The principal may not describe the topic.
+        KafkaException: The topic does not exist (after ``grace``) or its metadata has an error.
+    """
+    deadline = time.monotonic() + grace
+    pause = 0.05
+    while True:
+        metadata = client.list_topics(topic, timeout=timeout)
+        info = metadata.topics.get(topic)
+        error = info.error if info is not None else None
+        if error is not None and error.code() in AUTHORIZATION_ERRORS:
+            raise access_denied("", error, f"topic {topic}")
+        if info is not None and error is None and info.partitions:
+            return len(info.partitions)
+        if time.monotonic() >= deadline:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
+        time.sleep(pause)  # metadata has no change notification to wait on
+        pause = min(pause * 2, 0.5)
 
 
 def copartitioned(client: Consumer | Producer, topic: str, *others: str) -> int:

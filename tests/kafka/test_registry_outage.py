@@ -214,8 +214,16 @@ async def test_runs_wait_for_a_killed_registry_and_complete_once_it_is_back(
             45,
             cluster.logs,
         )
-        snapshots = await asyncio.gather(*(client.snapshot(r) for r in run_ids))
-        assert all(s.open_waits == {"pause"} for s in snapshots)  # held at the timer
+        # A step's side effect is in the ledger before its outcome is in the history: wait,
+        # with a deadline, until every run's pause is recorded (and held at the timer).
+        deadline = time.monotonic() + 45
+        while True:
+            snapshots = await asyncio.gather(*(client.snapshot(r) for r in run_ids))
+            waits = Counter(frozenset(s.open_waits) for s in snapshots)
+            if waits == Counter({frozenset({"pause"}): RUNS}):
+                break
+            assert time.monotonic() < deadline, f"runs not all held at the timer: {waits}"
+            await asyncio.sleep(0.1)
         await assert_waiting(Counter(s1=RUNS, s2=RUNS))
 
         # Cold: every topology restarts while the registry is away, as a deployment's pods
