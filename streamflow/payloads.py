@@ -35,12 +35,12 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from streamflow.core.errors import PayloadUnreadable, SerializationError
+from streamflow.core.errors import ConflictError, FlowError, PayloadUnreadable, SerializationError
 from streamflow.core.jsonvalue import JsonValue, json_equal
 from streamflow.core.values import WorkflowProgress
 
@@ -55,6 +55,7 @@ KEY_BYTES = 32
 _NONCE = 12
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _AAD = b"streamflow payload v1\x00"
+T = TypeVar("T")
 
 
 class PayloadKeyError(ValueError):
@@ -248,6 +249,21 @@ class PayloadCodec:
                 return recorded
         return self.seal(value)
 
+    def resealed(self, sent: JsonValue, recorded: JsonValue) -> JsonValue | None:
+        """``recorded`` when it seals a value equal to the one ``sent`` seals under another key
+        this codec holds (a request retried across a key rotation: sending ``recorded``
+        instead makes it an exact retry); ``None`` otherwise."""
+        sent_id, recorded_id = sealed_key_id(sent), sealed_key_id(recorded)
+        if sent_id is None or recorded_id is None or sent_id == recorded_id:
+            return None
+        if not (self.holds(sent_id) and self.holds(recorded_id)):
+            return None
+        try:
+            same = json_equal(self.open(sent), self.open(recorded))
+        except PayloadUnreadable:  # a damaged envelope is no retry of anything
+            return None
+        return recorded if same else None
+
     def open(self, value: JsonValue, what: str = "a payload") -> JsonValue:
         """The value an envelope seals (anything else is returned as it is);
         ``PayloadUnreadable`` when this codec cannot open it."""
@@ -311,6 +327,42 @@ def _each_sealed(value: Any, replace_sealed: Callable[[Any], Any]) -> Any:
     if isinstance(value, list):
         return [_each_sealed(v, replace_sealed) for v in value]
     return value
+
+
+async def across_rotation(
+    codec: PayloadCodec | None,
+    send: Callable[[JsonValue], Awaitable[T]],
+    sent: JsonValue,
+    recorded: Callable[[ConflictError], Awaitable[JsonValue]],
+) -> T:
+    """``send(sent)``; when that is refused as a conflict and what the run recorded
+    (``recorded(conflict)``) seals the same value under an older key ``codec`` holds,
+    ``send`` it once more with the recorded envelope.
+
+    Sealing is deterministic per key, so a retried start, signal or hook callback deduplicates
+    on its envelope; a retry sealed after the active key rotated would otherwise conflict with
+    its own first delivery. ``recorded`` may raise ``LookupError`` or a ``FlowError`` (nothing
+    to compare with): the conflict is then raised as it was.
+
+    Args:
+        codec: The sender's codec (``None``: nothing is sealed, the conflict stands).
+        send: Sends the request with the payload given.
+        sent: The payload as first sent (sealed with the active key).
+        recorded: Reads the payload the run recorded for the conflicting request.
+    """
+    try:
+        return await send(sent)
+    except ConflictError as conflict:
+        if codec is None or not is_sealed(sent):
+            raise
+        try:
+            previous = await recorded(conflict)
+        except (LookupError, FlowError):
+            raise conflict from None
+        again = codec.resealed(sent, previous)
+        if again is None:
+            raise
+    return await send(again)
 
 
 def openable(codec: PayloadCodec | None, value: object) -> bool:

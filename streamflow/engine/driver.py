@@ -17,7 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from streamflow import faults
@@ -30,6 +30,7 @@ from streamflow.core.builds import RuntimeBuildCompatibility, admits
 from streamflow.core.chains import ChainWalk
 from streamflow.core.errors import (
     ChildWorkflowCycle,
+    ConflictError,
     EventConflict,
     FlowError,
     HookTokenConflict,
@@ -38,7 +39,7 @@ from streamflow.core.errors import (
     RuntimeBuildUnavailable,
 )
 from streamflow.core.ids import validate_run_id
-from streamflow.core.jsonvalue import normalize
+from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.limits import check_events, check_payload
 from streamflow.core.projection import ProjectedRun, evolve
 from streamflow.core.snapshot import WorkflowRunSnapshot
@@ -54,7 +55,7 @@ from streamflow.engine.slots import EngineStoreView, SlotDesk
 from streamflow.engine.steps import StepRunner
 from streamflow.observe.observers import notify
 from streamflow.otel import current_trace
-from streamflow.payloads import open_value, seal_value
+from streamflow.payloads import across_rotation, open_value, seal_value
 from streamflow.stores.base import FlowEventStore
 from streamflow.workflow.deciding import Elsewhere, Idle, Propose, RunDecider, Stuck
 from streamflow.workflow.runtime import FlowRuntime
@@ -164,8 +165,15 @@ class Driver:
             trace=current_trace() or TraceParent.root(uuid.uuid4().hex),
         )
         rq.check_request(request)  # a value no store could give back is refused here
-        route_error = self._route_error(run_id, rq.concerned_build(None, request))
-        return await self._create(run_id, request, rq.Facts(route_error=route_error))
+        facts = rq.Facts(route_error=self._route_error(run_id, rq.concerned_build(None, request)))
+
+        async def create(sealed: JsonValue) -> tuple[WorkflowRunSnapshot, bool]:
+            return await self._create(run_id, replace(request, input=sealed), facts)
+
+        async def first_input(_: ConflictError) -> JsonValue:
+            return (await self.load(run_id)).input
+
+        return await across_rotation(codec, create, value, first_input)
 
     async def ensure_run(self, start: d.LaunchRun) -> None:
         """Create (idempotently) a child or successor run with its exact spec, input and origin.

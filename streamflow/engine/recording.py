@@ -17,18 +17,25 @@ from datetime import datetime
 from streamflow.core import decide as d
 from streamflow.core import requests as rq
 from streamflow.core.admission import Admission
-from streamflow.core.errors import HookConflict, HookTokenNotFound, InvalidTransition
+from streamflow.core.errors import (
+    ConflictError,
+    FlowError,
+    HookConflict,
+    HookTokenNotFound,
+    InvalidTransition,
+    SignalConflict,
+)
 from streamflow.core.ids import validate_run_id
 from streamflow.core.jsonvalue import JsonValue, normalize
 from streamflow.core.snapshot import WorkflowRunSnapshot
 from streamflow.core.spec import WorkflowSpec
 from streamflow.core.timeutil import require_utc
-from streamflow.core.tokens import token_digest
+from streamflow.core.tokens import ResolvedHook, token_digest
 from streamflow.core.values import CancellationRequest, WorkflowSignal
 from streamflow.core.wakeups import ScheduledWakeup, WakeupKind, scheduled_wakeups, sort_key
 from streamflow.engine.driver import Driver
 from streamflow.engine.settings import EngineSettings
-from streamflow.payloads import seal_value
+from streamflow.payloads import across_rotation, seal_value
 from streamflow.stores.base import FlowEventStore
 from streamflow.workflow.runtime import FlowRuntime
 
@@ -89,6 +96,22 @@ class DurableHalves:
         if problem is not None:
             raise problem.error
         validate_run_id(run_id)
+
+        async def deliver(payload: JsonValue) -> tuple[WorkflowRunSnapshot, bool]:
+            return await self._deliver(run_id, replace(signal, payload=payload))
+
+        async def delivered(conflict: ConflictError) -> JsonValue:
+            if not isinstance(conflict, SignalConflict):
+                raise LookupError(signal.signal_id)
+            snap = await self._driver.load(conflict.run_id)
+            return snap.signals[signal.signal_id].payload
+
+        codec = self._runtime.payload_codec
+        return await across_rotation(codec, deliver, signal.payload, delivered)
+
+    async def _deliver(
+        self, run_id: str, signal: WorkflowSignal
+    ) -> tuple[WorkflowRunSnapshot, bool]:
         walk = self._driver.walk(run_id)
         request = rq.SendSignal(signal=signal)
         current = run_id
@@ -117,14 +140,24 @@ class DurableHalves:
         snapshot and whether this call committed it. ``token_digest``: the digest the
         callback was addressed by (from :meth:`find_hook_by_token`)."""
         value: JsonValue = self._seal(normalize(payload, "hook payload"))
-        try:
-            request = rq.ResumeHook(hook_id=hook_id, payload=value, token_digest=token_digest)
+
+        async def receive(sealed: JsonValue) -> tuple[WorkflowRunSnapshot, bool]:
+            request = rq.ResumeHook(hook_id=hook_id, payload=sealed, token_digest=token_digest)
             result = await self._driver.host(run_id, request)
+            return result.snapshot, result.appended
+
+        async def received(conflict: ConflictError) -> JsonValue:
+            if not isinstance(conflict, HookConflict):
+                raise LookupError(hook_id)
+            return (await self._driver.load(run_id)).hooks[hook_id].payload
+
+        codec = self._runtime.payload_codec
+        try:
+            return await across_rotation(codec, receive, value, received)
         except HookConflict:
             if self._s.metrics is not None:
                 self._s.metrics.callback_conflict("hook_conflict")
             raise
-        return result.snapshot, result.appended
 
     async def revoke_hook(
         self, run_id: str, hook_id: str, *, token_digest: str | None = None
@@ -173,6 +206,19 @@ class DurableHalves:
                     completed.append(wakeup.subject_id)
         return due, completed
 
+    async def _as_recorded(self, resolved: ResolvedHook, sent: JsonValue) -> JsonValue:
+        """``sent``, or the hook's recorded payload when that seals the same value under an
+        older key (a callback retried across a key rotation is then ``same_payload``)."""
+        codec = self._runtime.payload_codec
+        if codec is None or not resolved.payload_digest:
+            return sent
+        try:
+            hook = (await self._driver.load(resolved.run_id)).hooks.get(resolved.hook_id)
+        except FlowError:  # pruned: only the digest is left to compare with
+            return sent
+        again = None if hook is None else codec.resealed(sent, hook.payload)
+        return sent if again is None else again
+
     async def find_hook_by_token(
         self, token: str, *, payload: object = None, resume: bool = False
     ) -> tuple[str, str, str]:
@@ -187,7 +233,8 @@ class DurableHalves:
         if not owners:
             resolved = await self._store.resolved_hook(digest)
             if resolved is not None:
-                raise resolved.error(self._seal(normalize(payload, "hook payload")), resume=resume)
+                sent = self._seal(normalize(payload, "hook payload"))
+                raise resolved.error(await self._as_recorded(resolved, sent), resume=resume)
             raise HookTokenNotFound(digest)
         if len(owners) > 1:
             raise InvalidTransition("hook token is active in multiple runs (value redacted)")

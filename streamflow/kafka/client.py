@@ -25,7 +25,16 @@ from streamflow.core import decide as d
 from streamflow.core.admission import Admission, check_priority
 from streamflow.core.attributes import check_attributes
 from streamflow.core.chains import DEFAULT_MAX_CONTINUE_AS_NEW_HOPS, ChainWalk
-from streamflow.core.errors import FlowTimeout, InvalidTransition, RunNotFound
+from streamflow.core.errors import (
+    ConflictError,
+    FlowError,
+    FlowTimeout,
+    HookAlreadyResolved,
+    HookConflict,
+    InvalidTransition,
+    RunNotFound,
+    SignalConflict,
+)
 from streamflow.core.events import FlowEventEnvelope
 from streamflow.core.ids import validate_run_id
 from streamflow.core.incidents import FlowIncident
@@ -79,7 +88,7 @@ from streamflow.kafka.readers import (
 )
 from streamflow.kafka.schedules import KafkaSchedules
 from streamflow.otel import current_trace
-from streamflow.payloads import PayloadCodec, seal_progress, seal_value
+from streamflow.payloads import PayloadCodec, across_rotation, seal_progress, seal_value
 from streamflow.serde import messages as m
 
 
@@ -170,17 +179,24 @@ class FlowClient:
             attributes=check_attributes(attributes) or None,
             trace=current_trace(),
         )
-        # Followed before the request is sent: its run_finished notice may be read before
-        # the reply to the start is.
-        self._requests.follow(run_id)
-        try:
-            reply = await self._requests.request(run_id, body)
-        except BaseException:
-            self._requests.unfollow(run_id)
-            raise
-        if not _running(reply.status):
-            self._requests.unfollow(run_id)  # it had ended before: its notice went by unread
-        return StartResult(run_id, reply.created)
+
+        async def send(sealed: JsonValue) -> StartResult:
+            # Followed before the request is sent: its run_finished notice may be read before
+            # the reply to the start is.
+            self._requests.follow(run_id)
+            try:
+                reply = await self._requests.request(run_id, replace(body, input=sealed))
+            except BaseException:
+                self._requests.unfollow(run_id)
+                raise
+            if not _running(reply.status):
+                self._requests.unfollow(run_id)  # it had ended before: its notice went unread
+            return StartResult(run_id, reply.created)
+
+        async def first_input(_: ConflictError) -> JsonValue:
+            return (await self.snapshot(run_id)).input
+
+        return await across_rotation(self.payload_codec, send, body.input, first_input)
 
     async def request_cancellation(
         self, run_id: str, request: CancellationRequest | None = None
@@ -245,14 +261,34 @@ class FlowClient:
         if problem is not None:
             raise problem.error
         check_payload(signal.payload, "signal payload", self._wire.limits)
-        return await self._change(run_id, m.SendSignal(signal=signal))
+
+        async def send(payload: JsonValue) -> WorkflowRunSnapshot:
+            delivery = replace(signal, payload=payload)
+            return await self._change(run_id, m.SendSignal(signal=delivery))
+
+        async def delivered(conflict: ConflictError) -> JsonValue:
+            if not isinstance(conflict, SignalConflict):
+                raise LookupError(signal.signal_id)
+            snap = await self.snapshot(conflict.run_id)
+            return snap.signals[signal.signal_id].payload
+
+        return await across_rotation(self.payload_codec, send, signal.payload, delivered)
 
     async def resume_hook(
         self, run_id: str, hook_id: str, payload: object = None
     ) -> WorkflowRunSnapshot:
         """Deliver a hook callback by run and hook id (idempotent for the same payload)."""
-        body = m.ResumeHook(hook_id=hook_id, payload=self._payload(payload, "hook payload"))
-        return await self._change(run_id, body)
+
+        async def send(sealed: JsonValue) -> WorkflowRunSnapshot:
+            return await self._change(run_id, m.ResumeHook(hook_id=hook_id, payload=sealed))
+
+        async def received(conflict: ConflictError) -> JsonValue:
+            if not isinstance(conflict, HookConflict):
+                raise LookupError(hook_id)
+            return (await self.snapshot(run_id)).hooks[hook_id].payload
+
+        sent = self._payload(payload, "hook payload")
+        return await across_rotation(self.payload_codec, send, sent, received)
 
     async def dispose_hook(self, run_id: str, hook_id: str) -> WorkflowRunSnapshot:
         """Revoke an active hook (the workflow sees ``hook_disposed``)."""
@@ -265,8 +301,26 @@ class FlowClient:
         hook holds raises ``HookTokenNotFound``. Keep the returned ids to redeliver by id.
         """
         value = self._payload(payload, "hook payload")
-        reply = await self._requests.callback(token, m.CallbackAction.RESUME, value)
+        try:
+            reply = await self._requests.callback(token, m.CallbackAction.RESUME, value)
+        except HookAlreadyResolved as late:
+            raise await self._late(late, value) from None
         return reply.run_id, reply.subject or ""
+
+    async def _late(self, late: HookAlreadyResolved, sent: JsonValue) -> HookAlreadyResolved:
+        """``late``, told ``same_payload`` when the hook's recorded payload seals the same
+        value under an older key (a callback retried across a key rotation)."""
+        if late.same_payload or late.resolution != "received" or self.payload_codec is None:
+            return late
+        try:
+            hook = (await self.snapshot(late.run_id)).hooks.get(late.hook_id)
+        except FlowError:  # pruned: the digest the hooks topology compared is all there is
+            return late
+        if hook is None or self.payload_codec.resealed(sent, hook.payload) is None:
+            return late
+        return HookAlreadyResolved(
+            late.token_digest, late.run_id, late.hook_id, late.resolution, same_payload=True
+        )
 
     async def dispose_hook_by_token(self, token: str) -> tuple[str, str]:
         """Revoke the active hook holding ``token``; returns ``(run_id, hook_id)``."""

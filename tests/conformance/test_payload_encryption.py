@@ -10,10 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
+from dataclasses import replace
 
+import pytest
 from pydantic import BaseModel
 
-from streamflow import App, DurableContext, PayloadUnreadable, WorkflowProgress, WorkflowSignal
+from streamflow import (
+    App,
+    DurableContext,
+    HookAlreadyResolved,
+    HookConflict,
+    PayloadUnreadable,
+    RunConflict,
+    SignalConflict,
+    WorkflowProgress,
+    WorkflowSignal,
+)
 from streamflow.payloads import SEALED, PayloadCodec, PayloadKeys, is_sealed, sealed_key_id
 from tests.conformance.test_incidents import until
 from tests.support import CANARY_PAYLOAD
@@ -133,10 +146,7 @@ async def test_a_run_keeps_replaying_after_the_active_key_rotates(make_driver):
     await order.start(driver.flow, "rotated", Order(order_id="rotated", note=f"{MARKER}-input"))
     await driver.wait_for("rotated", waiting_on_signal, timeout=30)
 
-    rotated = PayloadCodec(keys.rotated("k2"))
-    app.with_payload_codec(rotated)
-    if not isinstance(getattr(type(driver.flow), "payload_codec", None), property):
-        driver.flow.payload_codec = rotated  # a Kafka client holds its own codec
+    use_codec(driver, app, PayloadCodec(keys.rotated("k2")))
     signal = WorkflowSignal.new("rotated-s", "approval", {"by": "after rotation"})
     await driver.send_signal("rotated", signal)
     await driver.wait_for("rotated", lambda s: "callback" in s.hooks, timeout=30)
@@ -150,6 +160,54 @@ async def test_a_run_keeps_replaying_after_the_active_key_rotates(make_driver):
     assert snap.status.value == "completed", snap.status
     ids = {sealed_key_id(v) for v in payload_values(await driver.history("rotated"))}
     assert ids == {"k1", "k2"}  # older values stay under k1, newer ones are sealed with k2
+
+
+def use_codec(driver, app: App, codec: PayloadCodec) -> None:
+    """Seal with ``codec`` from now on, in the runtime and in the driver's client."""
+    app.with_payload_codec(codec)
+    if not isinstance(getattr(type(driver.flow), "payload_codec", None), property):
+        driver.flow.payload_codec = codec  # a Kafka client holds its own codec
+
+
+async def test_a_request_retried_across_a_key_rotation_is_an_exact_retry(make_driver):
+    keys = PayloadKeys.generate("k1")
+    app, order = sealed_app(PayloadCodec(keys))
+    driver = await make_driver(app)
+    first = Order(order_id="straddle", note=f"{MARKER}-input")
+    await order.start(driver.flow, "straddle", first)
+    await driver.wait_for("straddle", waiting_on_signal, timeout=30)
+    signal = WorkflowSignal.new("straddle-s", "approval", {"by": "before the rotation"})
+    await driver.send_signal("straddle", signal)
+    await driver.wait_for("straddle", lambda s: "callback" in s.hooks, timeout=30)
+
+    # The start and the signal were sealed under k1; their retries are sealed under k2.
+    keys = keys.rotated("k2")
+    use_codec(driver, app, PayloadCodec(keys))
+    await order.start(driver.flow, "straddle", first)
+    await driver.send_signal("straddle", signal)
+    with pytest.raises(RunConflict, match="input differs"):
+        await order.start(driver.flow, "straddle", Order(order_id="straddle", note="another"))
+    with pytest.raises(SignalConflict):
+        await driver.send_signal("straddle", replace(signal, payload={"by": "someone else"}))
+    await driver.resume_hook("straddle", "callback", {"ok": 1})
+    use_codec(driver, app, PayloadCodec(keys.rotated("k3")))
+    await driver.resume_hook("straddle", "callback", {"ok": 1})
+    with pytest.raises(HookConflict, match="different payload"):
+        await driver.resume_hook("straddle", "callback", {"ok": 2})
+    token = "tok-straddle-0123456789abcdef"  # sealed_app's token for this run
+    with pytest.raises(HookAlreadyResolved) as late:
+        await driver.resume_hook_by_token(token, {"ok": 1})
+    assert late.value.same_payload
+    with pytest.raises(HookAlreadyResolved) as late:
+        await driver.resume_hook_by_token(token, {"ok": 2})
+    assert not late.value.same_payload
+    await driver.wait_for("straddle", ended, timeout=60)
+
+    result = await order.result(driver.flow, "straddle", timeout=30)
+    assert result["approval"] == {"by": "before the rotation"}
+    assert result["hooked"] == {"ok": 1}
+    kinds = Counter(type(e.event).__name__ for e in await driver.history("straddle"))
+    assert (kinds["RunCreated"], kinds["SignalReceived"], kinds["HookReceived"]) == (1, 1, 1)
 
 
 async def test_a_runtime_without_the_key_cannot_read_a_sealed_run_and_says_why(make_driver):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from streamflow.core.errors import PayloadUnreadable
+from streamflow.core.errors import PayloadUnreadable, RunConflict
 from streamflow.payloads import (
     KEY_ENV,
     KEYS_ENV,
@@ -18,6 +18,7 @@ from streamflow.payloads import (
     PayloadCodec,
     PayloadKeyError,
     PayloadKeys,
+    across_rotation,
     codec_from_env,
     is_sealed,
     open_value,
@@ -171,3 +172,44 @@ def test_a_view_with_a_value_its_key_does_not_open_still_renders() -> None:
         replaced.open(sealed)
     assert replaced.open_tree({"input": sealed}) == {"input": sealed}
     assert shown({"input": sealed}, replaced) == {"input": "encrypted (key k1)"}
+
+
+def test_resealed_recognises_one_value_sealed_under_two_keys_and_nothing_else() -> None:
+    keys = PayloadKeys.generate("k1")
+    first = PayloadCodec(keys).seal({"amount": 5})
+    rotated = PayloadCodec(keys.rotated("k2"))
+    again = rotated.seal({"amount": 5})
+    assert again != first  # another key, another envelope
+    assert rotated.resealed(again, first) == first
+    assert rotated.resealed(rotated.seal({"amount": 6}), first) is None  # another value
+    assert rotated.resealed(again, again) is None  # one key: envelopes compare as they are
+    assert rotated.resealed({"amount": 5}, first) is None  # nothing was sealed
+    stranger = PayloadCodec(PayloadKeys.generate("k1")).seal({"amount": 5})
+    assert rotated.resealed(again, stranger) is None  # k1, but not this k1: it does not open
+
+
+async def test_a_conflict_across_a_rotation_is_sent_again_with_the_recorded_envelope() -> None:
+    keys = PayloadKeys.generate("k1")
+    recorded = PayloadCodec(keys).seal("order-7")
+    rotated = PayloadCodec(keys.rotated("k2"))
+    sent: list[object] = []
+
+    async def send(value: object) -> str:  # stands in for a journal that compares envelopes
+        sent.append(value)
+        if value != recorded:
+            raise RunConflict("run-1", "workflow input differs")
+        return "deduplicated"
+
+    async def first_input(_: object) -> object:
+        return recorded
+
+    assert await across_rotation(rotated, send, rotated.seal("order-7"), first_input) == (
+        "deduplicated"
+    )
+    assert sent == [rotated.seal("order-7"), recorded]
+    sent.clear()
+    with pytest.raises(RunConflict):  # another value: the conflict stands, sent once
+        await across_rotation(rotated, send, rotated.seal("order-8"), first_input)
+    assert sent == [rotated.seal("order-8")]
+    with pytest.raises(RunConflict):  # no codec: nothing to compare
+        await across_rotation(None, send, "order-7", first_input)
