@@ -6,6 +6,7 @@ suite's payload canary, which the secret canary then searches for in every file 
 
 from __future__ import annotations
 
+import argparse
 import json
 import stat
 from collections.abc import Iterator
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from streamflow import App
 from streamflow.api import EmbeddedControl
+from streamflow.cli.payload_args import release, use_payload_codec, with_cli_codec
 from streamflow.engine.engine import FlowEngine
 from streamflow.engine.scheduler import FlowScheduler
 from streamflow.engine.tasks import InProcessTaskRunner
@@ -119,3 +122,21 @@ def test_payload_keys_rotate_and_retire(tmp_path: Path) -> None:
     bad = cli("--payload-codec", str(tmp_path / "missing.json"), "show", "--dir", str(tmp_path))
     assert bad.returncode != 0
     assert "payload key file" in bad.stderr
+
+
+def test_an_app_that_sets_its_own_codec_keeps_it_over_the_commands(tmp_path: Path) -> None:
+    """Keys fetched by the App module itself (from a secret manager, say) win over
+    ``--payload-codec``; an App without a codec takes the command's."""
+    keys = tmp_path / "keys.json"
+    ok("payload-keys", "new", "on-disk", str(keys))
+    secret = json.dumps(PayloadKeys.generate("from-vault").to_json())  # what a vault would hold
+    own = PayloadCodec(PayloadKeys.from_json(json.loads(secret)))
+    keyed, bare = App().with_payload_codec(own), App()
+    token = use_payload_codec(argparse.Namespace(payload_codec=keys))
+    try:
+        assert with_cli_codec(keyed).payload_codec is own
+        chosen = with_cli_codec(bare).payload_codec
+        assert chosen is not None
+        assert chosen.active == "on-disk"
+    finally:
+        release(token)
