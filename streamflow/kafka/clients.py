@@ -56,19 +56,34 @@ def consumer(
     return Consumer(settings.client({**CONSUMER_DEFAULTS, **(tuning or {})}, **required))
 
 
-def poll_batch(source: Consumer, max_messages: int, timeout: float) -> list[Message]:
+def poll_batch(
+    source: Consumer,
+    max_messages: int,
+    timeout: float,
+    rebalances: Callable[[], int] | None = None,
+) -> list[Message]:
     """Up to ``max_messages`` records: wait at most ``timeout`` for the first, then take only
     what is already buffered.
 
     ``Consumer.consume(n, timeout)`` waits the whole timeout unless ``n`` records arrive, which
     would add that timeout to every hop of a lightly loaded pipeline.
+
+    A group member passes ``rebalances``, a count its rebalance callbacks raise: the second
+    call may serve a rebalance, after which the first record belongs to an assignment that is
+    gone (its partition is fetched again from the committed offset, here or by another member),
+    so it is dropped. librdkafka drops such records within one call, never across two; handled,
+    the record would be handled twice.
     """
     first = source.poll(timeout)
     if first is None:
         return []
     if max_messages <= 1:
         return [first]
-    return [first, *source.consume(num_messages=max_messages - 1, timeout=0)]
+    before = rebalances() if rebalances is not None else 0
+    rest: list[Message] = source.consume(num_messages=max_messages - 1, timeout=0)
+    if rebalances is not None and rebalances() != before:
+        return rest
+    return [first, *rest]
 
 
 def reader(

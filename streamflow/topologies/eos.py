@@ -251,7 +251,9 @@ class TransactionalTopology(ClientKeeper):
                     self._check_group()
                     self._check_progress()
                 self._resume_assigned()
-                messages = poll_batch(self._consumer, self._max_batch, self._wait())
+                messages = poll_batch(
+                    self._consumer, self._max_batch, self._wait(), lambda: self._rebalances
+                )
                 if messages:
                     self._fetched_at = time.monotonic()
                 for msg in messages:
@@ -531,6 +533,7 @@ class TransactionalTopology(ClientKeeper):
         comes from the current consumer (not a replaced one closing on its own thread)."""
         if source is not self._consumer:
             return
+        self._rebalances += 1
         self._in_callback = True
         try:
             handle(partitions)

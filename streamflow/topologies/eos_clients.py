@@ -120,6 +120,9 @@ class ClientKeeper:
         self._watchdog = Watchdog(self.component, on_hang=on_hang)
         self._stop = threading.Event()
         self._in_callback = False
+        self._rebalances = 0
+        """How many rebalance callbacks the consumer served (``poll_batch`` drops a record
+        fetched before one)."""
         self._fenced = False
         self._group_ok_at = time.monotonic()
         """When the group coordinator last answered (a commit, committed offsets, an

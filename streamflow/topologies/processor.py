@@ -142,6 +142,8 @@ class Processor(BuildServer):
         self._unloaded: set[int] = set()
         """Partitions assigned whose runs are not rebuilt from local state yet (the schema
         registry did not answer): loaded before anything of them is applied."""
+        self._rebalances = 0
+        """Rebalance callbacks served (``poll_batch`` drops a record fetched before one)."""
 
     def _reset_if_identity_changed(self) -> None:
         """Local state reflects what the *previous* configuration admitted. A processor that
@@ -173,7 +175,7 @@ class Processor(BuildServer):
         try:
             while not stop.is_set():
                 self._advertiser.beat(self._clock())
-                messages = poll_batch(self._consumer, 500, 0.05)
+                messages = poll_batch(self._consumer, 500, 0.05, lambda: self._rebalances)
                 try:
                     if self._unloaded:
                         self._load(self._unloaded)
@@ -468,6 +470,7 @@ class Processor(BuildServer):
     # -- rebalancing and restore -------------------------------------------------------------
 
     def _on_assign(self, consumer_: object, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         owned = {tp.partition for tp in partitions}
         self._unloaded |= owned  # rebuilt by the loop, which waits for a schema registry
         for tp in partitions:
@@ -477,6 +480,7 @@ class Processor(BuildServer):
         log.info("processor %s/%s assigned %s", self._group, self._instance, sorted(owned))
 
     def _on_revoke(self, consumer_: object, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         lost = {tp.partition for tp in partitions}
         self._unloaded -= lost
         for run_id in [r for r in self._runs if partition_for(r, self._partitions) in lost]:

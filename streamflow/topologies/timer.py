@@ -124,6 +124,8 @@ class Timer:
         self._letters = DeadLetters(self._producer, self._names, self._wire, COMPONENT, self._clock)
         self._partitions = partition_count(self._consumer, self._names.requests)
         self._owned: set[int] = set()
+        self._rebalances = 0
+        """Rebalance callbacks served (``poll_batch`` drops a record fetched before one)."""
         self._sent: dict[bytes, float] = {}
         self._routes = RouteTable(settings)
         self._held: frozenset[str | None] = frozenset()
@@ -162,7 +164,7 @@ class Timer:
         last_tick = 0.0
         try:
             while not stop.is_set():
-                messages = poll_batch(self._consumer, 500, self._tick)
+                messages = poll_batch(self._consumer, 500, self._tick, lambda: self._rebalances)
                 try:
                     self._apply(messages)
                     if time.monotonic() - last_tick >= self._tick:
@@ -357,6 +359,7 @@ class Timer:
     # -- rebalancing --------------------------------------------------------------------------
 
     def _on_assign(self, consumer_: object, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         for tp in partitions:
             stored = decode_offset(self._state.get("meta", _offset_key(tp.partition)))
             tp.offset = OFFSET_BEGINNING if stored is None else stored
@@ -364,6 +367,7 @@ class Timer:
         self._consumer.assign(partitions)
 
     def _on_revoke(self, consumer_: object, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         self._owned -= {tp.partition for tp in partitions}
 
 
