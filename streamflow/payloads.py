@@ -250,19 +250,16 @@ class PayloadCodec:
         return self.seal(value)
 
     def resealed(self, sent: JsonValue, recorded: JsonValue) -> JsonValue | None:
-        """``recorded`` when it seals a value equal to the one ``sent`` seals under another key
-        this codec holds (a request retried across a key rotation: sending ``recorded``
-        instead makes it an exact retry); ``None`` otherwise."""
-        sent_id, recorded_id = sealed_key_id(sent), sealed_key_id(recorded)
-        if sent_id is None or recorded_id is None or sent_id == recorded_id:
-            return None
-        if not (self.holds(sent_id) and self.holds(recorded_id)):
+        """``recorded`` when it seals, under an older key this codec holds, the value ``sent``
+        seals (a request retried across a key rotation: sending ``recorded`` instead makes it
+        an exact retry); ``None`` otherwise. :meth:`seal_like` for a value already sealed."""
+        if not is_sealed(sent) or not self.holds(sealed_key_id(sent)):
             return None
         try:
-            same = json_equal(self.open(sent), self.open(recorded))
+            again = self.seal_like(self.open(sent), recorded)
         except PayloadUnreadable:  # a damaged envelope is no retry of anything
             return None
-        return recorded if same else None
+        return recorded if again is recorded else None
 
     def open(self, value: JsonValue, what: str = "a payload") -> JsonValue:
         """The value an envelope seals (anything else is returned as it is);
